@@ -1,0 +1,1 @@
+//! `stormguard-adaptive-throttle`: work in progress.

@@ -1,0 +1,1 @@
+//! `stormguard-budget`: work in progress.

@@ -1,0 +1,1 @@
+//! `stormguard-classify`: work in progress.

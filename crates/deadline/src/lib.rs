@@ -1,0 +1,1 @@
+//! `stormguard-deadline`: work in progress.

@@ -1,0 +1,1 @@
+//! `stormguard-jitter`: work in progress.

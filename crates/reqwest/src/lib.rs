@@ -1,0 +1,1 @@
+//! `stormguard-reqwest`: work in progress.

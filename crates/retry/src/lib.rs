@@ -1,0 +1,1 @@
+//! `stormguard-retry`: work in progress.

@@ -1,0 +1,2 @@
+//! `stormguard-storm
+storm`: work in progress.

@@ -1,0 +1,1 @@
+//! `stormguard`: work in progress.
