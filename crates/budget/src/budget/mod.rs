@@ -1,0 +1,486 @@
+//! [`RetryBudget`]: retries capped at a ratio of recent successes, shared and lock-free.
+
+mod window;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use self::window::{Age, Padded, SLICES, Slot};
+
+/// Default window: deposits and withdrawals count for 10 seconds, as in Finagle's `RetryBudget`,
+/// Linkerd's `retryBudget` and tower's `TpsBudget`. Long enough to smooth a burst of retries over
+/// many seconds of traffic, short enough that the budget follows a backend that starts failing.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Default floor: 1 retry per second (10 per default window) that needs no deposits.
+///
+/// Finagle, Linkerd and tower use 10 per second, but they deposit on every *request*, so their
+/// floor only matters when there is hardly any traffic. This budget deposits on every *success*:
+/// when the backend is fully down there are no successes, and the floor is then every retry the
+/// whole client may send. A client that is one of 500 replicas would, at 10 per second, add 5000
+/// retries per second against a dead backend; at 1 per second it adds one retry per second per
+/// replica. The floor still lets a quiet client (a few calls a minute, too few successes to earn a
+/// whole retry at 10%) retry its occasional failure. Use 0 for a strict ratio.
+pub const DEFAULT_MIN_PER_SEC: u32 = 1;
+
+/// Default ratio: at most 1 retry per 10 successes. The per-client retry budget of the Google SRE
+/// book (chapter "Handling Overload"): each client tracks the share of its requests that are
+/// retries and only retries while that share is below 10%. Finagle and Linkerd default to 0.2, but
+/// count every request, not every success.
+pub const DEFAULT_RATIO: f32 = 0.1;
+
+/// Bounds `new` clamps the window to: a slice (`ttl / 10`) of at least a millisecond, and a window
+/// of at most an hour (a retry budget is about the last seconds, not the last day).
+const MIN_TTL: Duration = Duration::from_millis(10);
+const MAX_TTL: Duration = Duration::from_secs(3600);
+
+/// Largest ratio `new` accepts (tower's `TpsBudget` allows the same range: up to 1000 retries per
+/// success).
+const MAX_RATIO: f32 = 1000.0;
+
+/// Fixed-point unit: one retry costs a million units, a success earns `ratio` million units. Exact
+/// for any ratio with up to 6 decimals; otherwise each deposit is rounded by at most half a unit,
+/// which takes two million deposits in one window to add up to one retry.
+const UNIT: u128 = 1_000_000;
+
+/// A retry budget: retries are allowed while the retries of the last `ttl` stay within
+/// `ratio × successes + min_per_sec × ttl`.
+///
+/// * [`deposit`](Self::deposit) once per **successful** response (not per request: when the
+///   backend fails, successes stop and the budget dries up with them);
+/// * [`withdraw`](Self::withdraw) once per retry, before sending it; `false` means "don't retry",
+///   and nothing was withdrawn.
+///
+/// Cloning is cheap and every clone shares the same budget (an `Arc` inside), so one budget can
+/// cover every client of one backend. `deposit` and `withdraw` take no lock: see the crate docs
+/// for the algorithm and why concurrent withdrawals can never overdraw it.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_budget::RetryBudget;
+///
+/// // 10 s window, no floor, 1 retry per 10 successes.
+/// let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+/// for _ in 0..30 {
+///     budget.deposit();
+/// }
+/// let granted = (0..10).filter(|_| budget.withdraw()).count();
+/// assert_eq!(granted, 3);
+/// assert_eq!(budget.snapshot().rejected, 7);
+/// ```
+#[derive(Clone)]
+pub struct RetryBudget(Arc<Shared>);
+
+/// A point-in-time view of a [`RetryBudget`], for logs and metrics. Counts cover the current
+/// window (the last `ttl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BudgetSnapshot {
+    /// Whole retries [`RetryBudget::withdraw`] would grant right now.
+    pub balance: u64,
+    /// Successful responses deposited in the window.
+    pub deposits: u64,
+    /// Retries granted in the window.
+    pub withdrawals: u64,
+    /// Retries refused in the window.
+    pub rejected: u64,
+}
+
+struct Shared {
+    /// Epoch 0 starts here; epoch `n` covers `[start + n × slice, start + (n + 1) × slice)`.
+    start: Instant,
+    slice_nanos: u128,
+    /// Units one success earns (`ratio × UNIT`, rounded).
+    deposit_units: u128,
+    /// Units the floor grants per window (`min_per_sec × ttl × UNIT`).
+    reserve_units: u128,
+    /// The latest epoch any withdrawal has worked in. Only moves forward. A withdrawal that finds
+    /// it moved past its own epoch after counting itself takes the withdrawal back (see
+    /// `withdraw`).
+    latest: Padded<AtomicU64>,
+    slots: [Slot; SLICES],
+    ttl: Duration,
+    min_per_sec: u32,
+    ratio: f32,
+}
+
+/// The sums over the window that ends at one epoch.
+#[derive(Clone, Copy, Debug, Default)]
+struct WindowSums {
+    deposits: u64,
+    /// Withdrawals in the window's earlier slices (the current one is read separately).
+    earlier_withdrawals: u64,
+    rejected: u64,
+}
+
+impl RetryBudget {
+    /// A budget over a window of `ttl`, granting `min_per_sec` retries per second for free plus
+    /// `ratio` retries per success (0.1 = one retry per ten successes).
+    ///
+    /// Out-of-range values are clamped rather than rejected: `ttl` into 10 ms ..= 1 h, `ratio`
+    /// into 0 ..= 1000 (NaN counts as 0).
+    pub fn new(ttl: Duration, min_per_sec: u32, ratio: f32) -> Self {
+        let ttl = ttl.clamp(MIN_TTL, MAX_TTL);
+        let ratio = if ratio.is_nan() {
+            0.0
+        } else {
+            ratio.clamp(0.0, MAX_RATIO)
+        };
+        // In range by the clamp above: at most 1e9, exact in f64 after rounding.
+        let deposit_units = (f64::from(ratio) * UNIT as f64).round() as u128;
+        // min_per_sec × ttl retries, each worth UNIT = 1e6: min_per_sec × ttl in microseconds.
+        let reserve_units = u128::from(min_per_sec) * ttl.as_micros();
+        Self(Arc::new(Shared {
+            start: Instant::now(),
+            slice_nanos: (ttl / SLICES as u32).as_nanos().max(1),
+            deposit_units,
+            reserve_units,
+            latest: Padded(AtomicU64::new(0)),
+            slots: Default::default(),
+            ttl,
+            min_per_sec,
+            ratio,
+        }))
+    }
+
+    /// Record one successful response. Call it for successes only, not for every request.
+    pub fn deposit(&self) {
+        let shared = &*self.0;
+        let epoch = shared.epoch_now();
+        shared.slot(epoch).deposits.0.increment(epoch);
+    }
+
+    /// Ask for one retry. `true`: it is granted and counted. `false`: the budget is spent, nothing
+    /// was withdrawn, and the refusal is counted in [`BudgetSnapshot::rejected`].
+    pub fn withdraw(&self) -> bool {
+        self.0.withdraw()
+    }
+
+    /// The current balance and the window's counts.
+    pub fn snapshot(&self) -> BudgetSnapshot {
+        let shared = &*self.0;
+        let epoch = shared
+            .epoch_now()
+            .max(shared.latest.0.load(Ordering::SeqCst));
+        let sums = shared.sums(epoch);
+        let current = shared
+            .slot(epoch)
+            .retries
+            .0
+            .withdrawals
+            .load()
+            .count_at(epoch);
+        let withdrawals = sums.earlier_withdrawals + u64::from(current);
+        BudgetSnapshot {
+            balance: u64::try_from(shared.available_units(sums.deposits, withdrawals) / UNIT)
+                .unwrap_or(u64::MAX),
+            deposits: sums.deposits,
+            withdrawals,
+            rejected: sums.rejected,
+        }
+    }
+
+    /// The window the budget covers (after clamping).
+    pub fn ttl(&self) -> Duration {
+        self.0.ttl
+    }
+
+    /// Retries per second granted without deposits.
+    pub fn min_per_sec(&self) -> u32 {
+        self.0.min_per_sec
+    }
+
+    /// Retries granted per successful response (after clamping).
+    pub fn ratio(&self) -> f32 {
+        self.0.ratio
+    }
+}
+
+impl Default for RetryBudget {
+    /// [`DEFAULT_TTL`] (10 s), [`DEFAULT_MIN_PER_SEC`] (1), [`DEFAULT_RATIO`] (0.1).
+    fn default() -> Self {
+        Self::new(DEFAULT_TTL, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO)
+    }
+}
+
+impl fmt::Debug for RetryBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryBudget")
+            .field("ttl", &self.0.ttl)
+            .field("min_per_sec", &self.0.min_per_sec)
+            .field("ratio", &self.0.ratio)
+            .field("snapshot", &self.snapshot())
+            .finish()
+    }
+}
+
+/// So a [`RetryBudget`] drops into `tower::retry`: a policy calls `deposit` on success and
+/// `withdraw` before each retry.
+impl tower::retry::budget::Budget for RetryBudget {
+    fn deposit(&self) {
+        RetryBudget::deposit(self);
+    }
+
+    fn withdraw(&self) -> bool {
+        RetryBudget::withdraw(self)
+    }
+}
+
+impl Shared {
+    fn epoch_now(&self) -> u64 {
+        let elapsed = Instant::now().saturating_duration_since(self.start);
+        u64::try_from(elapsed.as_nanos() / self.slice_nanos).unwrap_or(u64::MAX)
+    }
+
+    fn slot(&self, epoch: u64) -> &Slot {
+        // The remainder is below SLICES, so the cast is lossless.
+        &self.slots[(epoch % SLICES as u64) as usize]
+    }
+
+    /// Announce that a withdrawal works in `epoch`; returns the epoch to work in (the latest any
+    /// withdrawal has announced, which is never before this one).
+    fn claim(&self, epoch: u64) -> u64 {
+        self.latest.0.fetch_max(epoch, Ordering::SeqCst).max(epoch)
+    }
+
+    /// Sums over the window ending at `epoch`, leaving out that epoch's own withdrawals.
+    fn sums(&self, epoch: u64) -> WindowSums {
+        let mut sums = WindowSums::default();
+        for back in 0..SLICES as u64 {
+            let Some(slice) = epoch.checked_sub(back) else {
+                break;
+            };
+            let slot = self.slot(slice);
+            sums.deposits += u64::from(slot.deposits.0.load().count_at(slice));
+            sums.rejected += u64::from(slot.retries.0.rejected.load().count_at(slice));
+            if back > 0 {
+                sums.earlier_withdrawals +=
+                    u64::from(slot.retries.0.withdrawals.load().count_at(slice));
+            }
+        }
+        sums
+    }
+
+    /// Units left after `withdrawals` retries against `deposits` successes plus the floor.
+    fn available_units(&self, deposits: u64, withdrawals: u64) -> u128 {
+        let credit = self.reserve_units + self.deposit_units * u128::from(deposits);
+        credit.saturating_sub(UNIT * u128::from(withdrawals))
+    }
+
+    /// The withdrawal protocol.
+    ///
+    /// Within one epoch, every withdrawal is a compare-and-swap of the current slot's withdrawal
+    /// counter from `n` to `n + 1`, made only after checking that `n + 1` retries fit into the
+    /// window's balance. The CAS fails if anyone changed the counter since it was read, so grants
+    /// in one epoch are serialised and the `k`-th one was checked against `k` withdrawals: two
+    /// threads cannot both take the last token (the race in tower's `TpsBudget`, which sums and
+    /// then adds in two separate steps).
+    ///
+    /// What the CAS does not cover are the window's *earlier* slices, which a withdrawal reads
+    /// before its CAS. They can only grow through a straggler: a thread that read the clock just
+    /// before a slice boundary and counts into the previous slice after another thread already
+    /// summed it. `latest` closes that gap. Every withdrawal first raises `latest` to its epoch,
+    /// then sums, then does its CAS, then reads `latest` again; if `latest` is still its epoch the
+    /// grant stands, otherwise it takes its count back and starts over in the newer epoch. All
+    /// these operations are `SeqCst`, so they sit in one total order. Take a withdrawal `Y` that
+    /// stands in epoch `e` and a withdrawal `X` in a later epoch `f` whose window covers `e`: `Y`
+    /// read `latest == e` after its CAS, `X` raised `latest` to `f > e` before summing, and
+    /// `latest` only grows, so `Y`'s CAS precedes `X`'s sum and `X` counted `Y`. If `X`'s sum
+    /// instead missed `Y`, `Y` reads `latest >= f` and undoes itself. Either way no two grants
+    /// that stand were checked without seeing each other, so every grant that stands was checked
+    /// against every other standing grant of its window: the window never holds more than
+    /// `ratio × deposits + floor` retries. (Reads that see a slot already rotated into a newer
+    /// epoch count it as zero: only deposits can be lost that way, which errs toward refusing, and
+    /// the withdrawal doing that read is itself behind `latest` and starts over.)
+    ///
+    /// A withdrawal that is taken back was briefly visible, so a withdrawal racing it at a slice
+    /// boundary may see one retry too many and refuse: the protocol errs toward refusing, never
+    /// toward overdrawing. It is lock-free: a CAS only fails because another thread's succeeded,
+    /// and a restart only happens because the clock moved to a later slice.
+    fn withdraw(&self) -> bool {
+        let mut epoch = self.claim(self.epoch_now());
+        loop {
+            let withdrawals = &self.slot(epoch).retries.0.withdrawals;
+            let current = withdrawals.load();
+            let held = match current.age(epoch) {
+                Age::Current(count) => count,
+                // Rotating the slot: the CAS below resets it to this epoch.
+                Age::Stale => 0,
+                Age::Ahead(later) => {
+                    epoch = self.claim(later);
+                    continue;
+                }
+            };
+            let sums = self.sums(epoch);
+            let after = sums.earlier_withdrawals + u64::from(held) + 1;
+            let fits = held < u32::MAX
+                && UNIT * u128::from(after)
+                    <= self.reserve_units + self.deposit_units * u128::from(sums.deposits);
+            if !fits {
+                self.slot(epoch).retries.0.rejected.increment(epoch);
+                return false;
+            }
+            if !withdrawals.swap_if(current, window::Tagged::new(epoch, held + 1)) {
+                continue;
+            }
+            let latest = self.latest.0.load(Ordering::SeqCst);
+            if latest == epoch {
+                return true;
+            }
+            // A withdrawal in a later slice may have summed this one's slice before the CAS:
+            // take it back and try again in that slice.
+            withdrawals.decrement(epoch);
+            epoch = self.claim(latest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use tokio::time::advance;
+
+    fn drain(budget: &RetryBudget) -> u64 {
+        let mut granted = 0;
+        while budget.withdraw() {
+            granted += 1;
+        }
+        granted
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ratio_of_successes_plus_floor() {
+        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
+        for _ in 0..100 {
+            budget.deposit();
+        }
+        // 100 × 0.1 + 1/s × 10 s.
+        assert_eq!(budget.snapshot().balance, 20);
+        assert_eq!(drain(&budget), 20);
+        let snap = budget.snapshot();
+        assert_eq!(
+            (snap.balance, snap.deposits, snap.withdrawals, snap.rejected),
+            (0, 100, 20, 1)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn total_outage_gets_only_the_floor() {
+        let budget = RetryBudget::default();
+        // No successes at all: the floor is every retry the client gets per window.
+        assert_eq!(drain(&budget), 10);
+        advance(Duration::from_secs(1)).await;
+        assert!(!budget.withdraw());
+        // The first slice's withdrawals leave the window 10 s after they were made.
+        advance(Duration::from_secs(9)).await;
+        assert_eq!(drain(&budget), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deposits_expire_slice_by_slice() {
+        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.5);
+        for _ in 0..10 {
+            budget.deposit();
+        }
+        advance(Duration::from_secs(5)).await;
+        for _ in 0..10 {
+            budget.deposit();
+        }
+        assert_eq!(budget.snapshot().balance, 10);
+        // At 10 s the first ten deposits are gone, the later ten stay until 15 s.
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(budget.snapshot().deposits, 10);
+        assert_eq!(budget.snapshot().balance, 5);
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(budget.snapshot().deposits, 0);
+        assert_eq!(budget.snapshot().balance, 0);
+        assert!(!budget.withdraw());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_longer_than_the_window_starts_clean() {
+        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        for _ in 0..50 {
+            budget.deposit();
+        }
+        assert_eq!(drain(&budget), 5);
+        // Exactly ten slices later every slot is reused: nothing old leaks in.
+        advance(Duration::from_secs(100)).await;
+        let snap = budget.snapshot();
+        assert_eq!((snap.deposits, snap.withdrawals, snap.rejected), (0, 0, 0));
+        for _ in 0..20 {
+            budget.deposit();
+        }
+        assert_eq!(drain(&budget), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fractional_ratio_is_not_truncated() {
+        // tower's TpsBudget turns 0.6 into "1 retry per 1 deposit" (1 / 0.6 truncated to 1) and
+        // grants 10 retries for 10 deposits; 0.6 × 10 is 6.
+        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.6);
+        for _ in 0..10 {
+            budget.deposit();
+        }
+        assert_eq!(drain(&budget), 6);
+
+        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.7);
+        for _ in 0..10 {
+            budget.deposit();
+        }
+        assert_eq!(drain(&budget), 7);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ratio_above_one_and_zero() {
+        let budget = RetryBudget::new(Duration::from_secs(10), 0, 2.5);
+        for _ in 0..4 {
+            budget.deposit();
+        }
+        assert_eq!(drain(&budget), 10);
+
+        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.0);
+        for _ in 0..1000 {
+            budget.deposit();
+        }
+        assert_eq!(drain(&budget), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hostile_configuration_is_clamped() {
+        let budget = RetryBudget::new(Duration::ZERO, u32::MAX, f32::NAN);
+        assert_eq!(budget.ttl(), MIN_TTL);
+        assert_eq!(budget.ratio(), 0.0);
+        // u32::MAX per second over 10 ms.
+        assert_eq!(budget.snapshot().balance, 42_949_672);
+
+        let budget = RetryBudget::new(Duration::MAX, 0, f32::INFINITY);
+        assert_eq!(budget.ttl(), MAX_TTL);
+        assert_eq!(budget.ratio(), MAX_RATIO);
+        budget.deposit();
+        assert_eq!(budget.snapshot().balance, 1000);
+
+        let budget = RetryBudget::new(Duration::from_secs(1), 0, -3.0);
+        assert_eq!(budget.ratio(), 0.0);
+        budget.deposit();
+        assert!(!budget.withdraw());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clones_share_one_budget() {
+        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let other = budget.clone();
+        for _ in 0..10 {
+            other.deposit();
+        }
+        assert!(budget.withdraw());
+        assert!(!other.withdraw());
+        assert_eq!(other.snapshot().withdrawals, 1);
+    }
+}
