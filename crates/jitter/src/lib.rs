@@ -1,1 +1,87 @@
-//! `stormguard-jitter`: work in progress.
+//! Backoff schedules with jitter, server hints, and start-time spreading for tower services.
+//!
+//! # The problem
+//!
+//! Retries at fixed intervals synchronise: 500 clients rejected at t = 0 all come back at t = 1 s,
+//! again at t = 2 s, and each wave knocks the recovering backend over again. Exponential backoff
+//! thins the waves out but keeps them synchronised; *jitter* (a random delay) breaks them up.
+//!
+//! # The algorithms
+//!
+//! The strategies are those of the AWS Architecture Blog post "Exponential Backoff And Jitter"
+//! (Marc Brooker), plus a smooth variant:
+//!
+//! | strategy | delay before retry `n + 1` |
+//! |---|---|
+//! | [`FullJitter`] (default) | `U(0, min(cap, base * 2^n))` |
+//! | [`EqualJitter`] | `c/2 + U(0, c/2)` with `c = min(cap, base * 2^n)` |
+//! | [`DecorrelatedJitter`] | `min(cap, U(base, 3 * previous))` |
+//! | [`SmoothDecorrelatedJitter`] | increments of a smooth exponential curve at randomised points (the idea of Polly's "decorrelated jitter V2") |
+//! | [`NoJitter`] | `min(cap, base * 2^n)` |
+//! | [`Constant`] | `delay` |
+//!
+//! Each implements [`Backoff`], so a retry engine is generic over them: it asks for one
+//! [`Backoff::schedule`] per request and takes the n-th item as the delay before retry `n + 1`.
+//! No delay ever exceeds [`Backoff::cap`], and no input (attempt 1000, a base near
+//! `Duration::MAX`) overflows or panics.
+//!
+//! Randomness comes from `fastrand`. Unseeded backoffs seed each schedule from fastrand's
+//! thread-local generator; `with_seed(u64)` makes the *sequence of schedules* replay exactly on
+//! every run, while successive schedules still differ (requests that failed together must not
+//! retry together).
+//!
+//! A server's own hint (`Retry-After` and friends) replaces the computed delay through
+//! [`HintPolicy`]: a small bounded jitter is added (never earlier than the server asked), and a hint
+//! above the maximum (60 s by default) means "do not retry" ([`HintDecision::TooLong`]).
+//!
+//! [`JitterLayer`] spreads *first* attempts as well: it delays each request's start by `U(0, max)`.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use stormguard_jitter::{Backoff, FullJitter, HintDecision, HintPolicy};
+//!
+//! // OpenAI's SDK defaults: 500 ms growing to at most 8 s.
+//! let backoff = FullJitter::default().with_seed(1);
+//! let delays: Vec<Duration> = backoff.schedule().take(10).collect();
+//! assert!(delays.iter().all(|delay| *delay <= Duration::from_secs(8)));
+//! assert!(delays[0] <= Duration::from_millis(500));
+//!
+//! // A server said "retry after 2 s": wait 2 s plus up to 200 ms.
+//! let delay = HintPolicy::default().apply(Duration::from_secs(2));
+//! assert!(matches!(delay, HintDecision::RetryAfter(d) if d >= Duration::from_secs(2)));
+//! ```
+
+mod hint;
+mod seed;
+pub mod spread;
+mod strategy;
+
+use std::time::Duration;
+
+pub use hint::{
+    DEFAULT_HINT_JITTER_CEILING, DEFAULT_HINT_JITTER_RATIO, DEFAULT_MAX_HINT, HintDecision,
+    HintPolicy,
+};
+pub use spread::{Jitter, JitterLayer};
+pub use strategy::{
+    Constant, ConstantSchedule, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter,
+    DecorrelatedSchedule, EqualJitter, EqualJitterSchedule, FullJitter, FullJitterSchedule,
+    NoJitter, NoJitterSchedule, SmoothDecorrelatedJitter, SmoothDecorrelatedSchedule,
+};
+
+/// A backoff strategy: hands out one schedule of delays per request.
+///
+/// Implementations are cheap to clone and share their seed state between clones.
+pub trait Backoff: Clone + Send + Sync + 'static {
+    /// The per-request sequence of delays.
+    type Schedule: Iterator<Item = Duration> + Send + 'static;
+
+    /// A fresh per-request schedule: its n-th item (0-based) is the delay before retry `n + 1`.
+    /// It never ends.
+    fn schedule(&self) -> Self::Schedule;
+
+    /// Upper bound of any delay this backoff hands out.
+    fn cap(&self) -> Duration;
+}

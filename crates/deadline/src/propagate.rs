@@ -1,0 +1,257 @@
+//! Carrying the remaining time downstream in headers, and reading it back.
+//!
+//! A deadline is only useful across a hop if the next service knows it. The client side stamps the
+//! time left (minus a safety margin) on the outgoing request:
+//!
+//! - **gRPC** (`content-type: application/grpc...`): `grpc-timeout`, in the format of gRPC's
+//!   "PROTOCOL-HTTP2" specification: at most 8 ASCII digits and a unit, `H` (hours), `M` (minutes),
+//!   `S` (seconds), `m` (milliseconds), `u` (microseconds) or `n` (nanoseconds).
+//! - **HTTP**: `x-request-timeout-ms`, whole milliseconds.
+//!
+//! Values are always rounded *down*: a hop may shorten a deadline, never extend it.
+//!
+//! The server side ([`incoming_timeout`]) reads either of those, and Envoy's
+//! `x-envoy-expected-rq-timeout-ms`. Parsing is total: a malformed or hostile value is ignored
+//! (`None`), never a panic or an overflow.
+//!
+//! The retry engine calls [`refresh`] before each attempt, so a retry sent 3 s later carries 3 s
+//! less; only requests that a [`DeadlineLayer`](crate::DeadlineLayer) stamped are re-stamped.
+
+use std::time::Duration;
+
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderName, HeaderValue, Request};
+
+use crate::Deadline;
+
+/// `grpc-timeout`: the time the client allows for a gRPC call (gRPC "PROTOCOL-HTTP2").
+pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+
+/// `x-request-timeout-ms`: the time the client allows for an HTTP request, in whole milliseconds.
+pub const X_REQUEST_TIMEOUT_MS: HeaderName = HeaderName::from_static("x-request-timeout-ms");
+
+/// `x-envoy-expected-rq-timeout-ms`: the timeout Envoy applies to the request it forwards, in
+/// milliseconds (Envoy's router documentation). Read on the server side only.
+pub const X_ENVOY_EXPECTED_RQ_TIMEOUT_MS: HeaderName =
+    HeaderName::from_static("x-envoy-expected-rq-timeout-ms");
+
+/// Default safety margin subtracted from the remaining time before it is sent downstream: 50 ms.
+///
+/// The downstream service should give up slightly *before* the caller does, so that its answer
+/// (a 504 or gRPC `DEADLINE_EXCEEDED` saying where the time went) arrives while the caller still
+/// listens, instead of racing the caller's own timer. The margin has to cover the time between
+/// stamping the header and the server starting its clock: a network hop and queueing, around a
+/// millisecond within a region and tens of milliseconds across regions. 50 ms covers both and is
+/// negligible next to LLM deadlines of seconds to minutes.
+pub const DEFAULT_MARGIN: Duration = Duration::from_millis(50);
+
+/// Largest value gRPC allows in `grpc-timeout`: 8 digits.
+const GRPC_MAX_VALUE: u64 = 99_999_999;
+
+/// Longest `x-request-timeout-ms` accepted: 20 digits hold any `u64`.
+const MAX_MS_DIGITS: usize = 20;
+
+/// `grpc-timeout` units from the finest, with their length in nanoseconds.
+const GRPC_UNITS: [(u8, u128); 6] = [
+    (b'n', 1),
+    (b'u', 1_000),
+    (b'm', 1_000_000),
+    (b'S', 1_000_000_000),
+    (b'M', 60_000_000_000),
+    (b'H', 3_600_000_000_000),
+];
+
+/// Formats `d` as a `grpc-timeout` value: at most 8 digits in the finest unit that fits, rounded
+/// down. Durations beyond 99,999,999 hours (11,000 years) are clipped to that.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_deadline::propagate::format_grpc_timeout;
+///
+/// assert_eq!(format_grpc_timeout(Duration::from_millis(1500)), "1500000u");
+/// assert_eq!(format_grpc_timeout(Duration::from_secs(30)), "30000000u");
+/// assert_eq!(format_grpc_timeout(Duration::from_secs(600)), "600000m");
+/// ```
+pub fn format_grpc_timeout(d: Duration) -> HeaderValue {
+    let nanos = d.as_nanos();
+    let (unit, value) = GRPC_UNITS
+        .iter()
+        .find_map(|(unit, length)| {
+            let value = nanos / length;
+            (value <= u128::from(GRPC_MAX_VALUE)).then_some((*unit, value))
+        })
+        .unwrap_or((b'H', u128::from(GRPC_MAX_VALUE)));
+    header_value(format!("{value}{}", char::from(unit)))
+}
+
+/// Parses a `grpc-timeout` value: 1 to 8 ASCII digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
+/// Anything else (a sign, a ninth digit, an unknown unit, surrounding text) is `None`.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_deadline::propagate::parse_grpc_timeout;
+///
+/// assert_eq!(parse_grpc_timeout(b"250m"), Some(Duration::from_millis(250)));
+/// assert_eq!(parse_grpc_timeout(b"2H"), Some(Duration::from_secs(7200)));
+/// assert_eq!(parse_grpc_timeout(b"99999999999S"), None);
+/// assert_eq!(parse_grpc_timeout(b"-1m"), None);
+/// assert_eq!(parse_grpc_timeout(b"10X"), None);
+/// ```
+pub fn parse_grpc_timeout(v: &[u8]) -> Option<Duration> {
+    let v = v.trim_ascii();
+    let (unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let value = parse_digits(digits)?;
+    // At most 99,999,999 of any unit: even in hours that is 3.6e11 seconds, far inside u64.
+    Some(match unit {
+        b'H' => Duration::from_secs(value * 3600),
+        b'M' => Duration::from_secs(value * 60),
+        b'S' => Duration::from_secs(value),
+        b'm' => Duration::from_millis(value),
+        b'u' => Duration::from_micros(value),
+        b'n' => Duration::from_nanos(value),
+        _ => return None,
+    })
+}
+
+/// Formats `d` as whole milliseconds, rounded down (`x-request-timeout-ms`).
+pub fn format_timeout_ms(d: Duration) -> HeaderValue {
+    let millis = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    HeaderValue::from(millis)
+}
+
+/// Parses a whole number of milliseconds (`x-request-timeout-ms`,
+/// `x-envoy-expected-rq-timeout-ms`): ASCII digits only, at most 20 of them, fitting a `u64`.
+/// Signs, fractions, units and anything else are `None`.
+pub fn parse_timeout_ms(v: &[u8]) -> Option<Duration> {
+    let v = v.trim_ascii();
+    if v.is_empty() || v.len() > MAX_MS_DIGITS {
+        return None;
+    }
+    parse_digits(v).map(Duration::from_millis)
+}
+
+/// The timeout a caller sent: the tightest valid value among `grpc-timeout`,
+/// `x-request-timeout-ms` and `x-envoy-expected-rq-timeout-ms` (every occurrence of each). Invalid
+/// values are ignored; `None` if there is no valid one.
+pub fn incoming_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let grpc = headers
+        .get_all(GRPC_TIMEOUT)
+        .iter()
+        .filter_map(|v| parse_grpc_timeout(v.as_bytes()));
+    let millis = [X_REQUEST_TIMEOUT_MS, X_ENVOY_EXPECTED_RQ_TIMEOUT_MS]
+        .into_iter()
+        .flat_map(|name| headers.get_all(name).iter())
+        .filter_map(|v| parse_timeout_ms(v.as_bytes()));
+    grpc.chain(millis).min()
+}
+
+/// Stamps the request's remaining time, minus `margin`, in its propagation header (`grpc-timeout`
+/// for gRPC requests, `x-request-timeout-ms` otherwise), and records the margin so that
+/// [`refresh`] can stamp it again later. Does nothing (and returns `false`) when the request carries
+/// no [`Deadline`].
+pub fn stamp<B>(request: &mut Request<B>, margin: Duration) -> bool {
+    with_parts(request, |headers, extensions| {
+        stamp_parts(headers, extensions, margin)
+    })
+}
+
+/// Re-stamps the propagation header from the request's [`Deadline`] extension: the time remaining
+/// *now*, minus the margin recorded when the header was first stamped. Requests that were never
+/// stamped are left untouched. Called by the retry engine before each attempt.
+pub fn refresh<B>(request: &mut Request<B>) {
+    let Some(stamped) = request.extensions().get::<Stamped>().copied() else {
+        return;
+    };
+    with_parts(request, |headers, extensions| {
+        stamp_parts(headers, extensions, stamped.margin)
+    });
+}
+
+/// Whether the request is a gRPC call: its content-type starts with `application/grpc` (which
+/// covers `application/grpc+proto`, `application/grpc-web` and parameters). This tiny check is
+/// kept here rather than taken from a sibling crate, to keep this crate a leaf.
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers.get(CONTENT_TYPE).is_some_and(|v| {
+        let v = v.as_bytes();
+        v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc")
+    })
+}
+
+/// Marks a request whose propagation header was stamped, with the margin used.
+#[derive(Clone, Copy, Debug)]
+struct Stamped {
+    margin: Duration,
+}
+
+pub(crate) fn stamp_parts(
+    headers: &mut HeaderMap,
+    extensions: &mut http::Extensions,
+    margin: Duration,
+) -> bool {
+    let Some(deadline) = Deadline::from_extensions(extensions) else {
+        return false;
+    };
+    let budget = deadline.remaining().saturating_sub(margin);
+    if is_grpc(headers) {
+        headers.insert(GRPC_TIMEOUT, format_grpc_timeout(budget));
+    } else {
+        headers.insert(X_REQUEST_TIMEOUT_MS, format_timeout_ms(budget));
+    }
+    extensions.insert(Stamped { margin });
+    true
+}
+
+/// Runs `f` on the request's headers and extensions at once (`Request` lends only one of them
+/// mutably at a time; taking the extensions out is a pointer move).
+fn with_parts<B, T>(
+    request: &mut Request<B>,
+    f: impl FnOnce(&mut HeaderMap, &mut http::Extensions) -> T,
+) -> T {
+    let mut extensions = std::mem::take(request.extensions_mut());
+    let result = f(request.headers_mut(), &mut extensions);
+    *request.extensions_mut() = extensions;
+    result
+}
+
+/// Parses ASCII digits into a `u64`; `None` on anything else or on overflow.
+fn parse_digits(digits: &[u8]) -> Option<u64> {
+    digits.iter().try_fold(0u64, |value, byte| {
+        let digit = byte.is_ascii_digit().then(|| u64::from(byte - b'0'))?;
+        value.checked_mul(10)?.checked_add(digit)
+    })
+}
+
+/// A `grpc-timeout` value from text this module produced (ASCII digits and a unit letter).
+fn header_value(text: String) -> HeaderValue {
+    // Cannot fail for that alphabet; were it to, a zero timeout errs on the side of shortening.
+    HeaderValue::try_from(text).unwrap_or(HeaderValue::from_static("0n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_is_detected_from_the_content_type() {
+        let headers = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+            headers
+        };
+        for grpc in [
+            "application/grpc",
+            "application/grpc+proto",
+            "application/grpc-web+proto",
+            "Application/GRPC; charset=utf-8",
+        ] {
+            assert!(is_grpc(&headers(grpc)), "{grpc}");
+        }
+        for http in ["application/json", "application/gr", "text/grpc", ""] {
+            assert!(!is_grpc(&headers(http)), "{http}");
+        }
+        assert!(!is_grpc(&HeaderMap::new()));
+    }
+}

@@ -1,0 +1,492 @@
+//! Client side: setting, enforcing and propagating deadlines, on a paused clock.
+
+#![allow(clippy::unwrap_used)]
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header::CONTENT_TYPE};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use stormguard_deadline::propagate::{self, GRPC_TIMEOUT, X_REQUEST_TIMEOUT_MS};
+use stormguard_deadline::{Deadline, DeadlineExceeded, DeadlineLayer, LlmDeadline};
+use tokio::time::Instant;
+use tower::{BoxError, Layer, Service, ServiceExt, service_fn};
+
+/// A backend that takes `work` to answer and reports the deadline headers it was sent.
+fn backend(
+    work: Duration,
+) -> impl Service<Request<()>, Response = Response<String>, Error = Infallible, Future: Send> + Clone
+{
+    service_fn(move |request: Request<()>| async move {
+        tokio::time::sleep(work).await;
+        Ok(Response::new(told(request.headers())))
+    })
+}
+
+/// The propagation headers, as `"<x-request-timeout-ms>|<grpc-timeout>"`.
+fn told(headers: &http::HeaderMap) -> String {
+    let get = |name| {
+        headers
+            .get(name)
+            .map(|v: &HeaderValue| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    format!("{}|{}", get(X_REQUEST_TIMEOUT_MS), get(GRPC_TIMEOUT))
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_backend_fails_with_deadline_exceeded_exactly_at_the_deadline() {
+    let mut client =
+        DeadlineLayer::new(Duration::from_secs(1)).layer(backend(Duration::from_secs(10)));
+    let start = Instant::now();
+    let error = client
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .await
+        .unwrap_err();
+    assert!(error.is::<DeadlineExceeded>(), "{error}");
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_before_the_deadline_passes_through() {
+    let mut client =
+        DeadlineLayer::new(Duration::from_secs(1)).layer(backend(Duration::from_millis(999)));
+    let response = client
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .await
+        .unwrap();
+    assert_eq!(response.into_body(), "950|");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_ready_at_the_instant_of_the_deadline_is_delivered() {
+    let mut client =
+        DeadlineLayer::new(Duration::from_secs(1)).layer(backend(Duration::from_secs(1)));
+    let response = client.ready().await.unwrap().call(Request::new(())).await;
+    assert!(response.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn inner_errors_pass_through_boxed() {
+    let failing = service_fn(|_: Request<()>| async {
+        Err::<Response<()>, _>(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ))
+    });
+    let mut client = DeadlineLayer::new(Duration::from_secs(1)).layer(failing);
+    let error = client
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .await
+        .unwrap_err();
+    let io = error.downcast_ref::<std::io::Error>().unwrap();
+    assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_tighter_deadline_wins_either_way() {
+    let mut client =
+        DeadlineLayer::new(Duration::from_secs(2)).layer(backend(Duration::from_secs(10)));
+
+    // The request arrives with 300 ms left: the layer's 2 s does not extend it.
+    let mut request = Request::new(());
+    Deadline::after(Duration::from_millis(300)).apply_to(&mut request);
+    let start = Instant::now();
+    let error = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request)
+        .await
+        .unwrap_err();
+    assert!(error.is::<DeadlineExceeded>());
+    assert_eq!(start.elapsed(), Duration::from_millis(300));
+
+    // The request arrives with 5 s left: the layer's 2 s is tighter.
+    let mut request = Request::new(());
+    Deadline::after(Duration::from_secs(5)).apply_to(&mut request);
+    let start = Instant::now();
+    let error = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request)
+        .await
+        .unwrap_err();
+    assert!(error.is::<DeadlineExceeded>());
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_already_expired_request_is_never_sent() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let inner = service_fn(move |_: Request<()>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, Infallible>(Response::new(())) }
+    });
+    let mut client = DeadlineLayer::new(Duration::from_secs(30)).layer(inner);
+    let mut request = Request::new(());
+    Deadline::after(Duration::from_millis(100)).apply_to(&mut request);
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let start = Instant::now();
+    let error = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request)
+        .await
+        .unwrap_err();
+    assert!(error.is::<DeadlineExceeded>());
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn remaining_time_minus_the_margin_is_propagated() {
+    let two_seconds = Duration::from_secs(2);
+    let call = |layer: DeadlineLayer, request: Request<()>| async move {
+        let mut client = layer.layer(backend(Duration::ZERO));
+        client
+            .ready()
+            .await
+            .unwrap()
+            .call(request)
+            .await
+            .unwrap()
+            .into_body()
+    };
+
+    // HTTP: x-request-timeout-ms, 50 ms margin by default.
+    assert_eq!(
+        call(DeadlineLayer::new(two_seconds), Request::new(())).await,
+        "1950|"
+    );
+    let margin = DeadlineLayer::new(two_seconds).with_margin(Duration::from_millis(200));
+    assert_eq!(call(margin, Request::new(())).await, "1800|");
+
+    // gRPC: grpc-timeout only.
+    let grpc = || {
+        let mut request = Request::new(());
+        request.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc+proto"),
+        );
+        request
+    };
+    assert_eq!(
+        call(DeadlineLayer::new(two_seconds), grpc()).await,
+        "|1950000u"
+    );
+
+    // Propagation off.
+    let off = DeadlineLayer::new(two_seconds).without_propagation();
+    assert_eq!(call(off, Request::new(())).await, "|");
+
+    // A caller-set header is replaced by the (tighter) truth.
+    let mut request = Request::new(());
+    request
+        .headers_mut()
+        .insert(X_REQUEST_TIMEOUT_MS, HeaderValue::from_static("999999"));
+    assert_eq!(
+        call(DeadlineLayer::new(two_seconds), request).await,
+        "1950|"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn refresh_restamps_what_is_left_before_each_attempt() {
+    // An inner layer that, like a retry engine, waits 700 ms and then refreshes the header.
+    let retrying = service_fn(|mut request: Request<()>| async move {
+        let first = told(request.headers());
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        propagate::refresh(&mut request);
+        Ok::<_, Infallible>(Response::new(format!(
+            "{first} then {}",
+            told(request.headers())
+        )))
+    });
+    let mut client = DeadlineLayer::new(Duration::from_secs(2)).layer(retrying);
+    let response = client
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(()))
+        .await
+        .unwrap();
+    assert_eq!(response.into_body(), "1950| then 1250|");
+
+    // A request no deadline layer stamped is left alone.
+    let mut request = Request::new(());
+    Deadline::after(Duration::from_secs(2)).apply_to(&mut request);
+    propagate::refresh(&mut request);
+    assert!(request.headers().is_empty());
+
+    // `stamp` by hand records the margin for later refreshes.
+    assert!(propagate::stamp(&mut request, Duration::from_millis(100)));
+    assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "1900");
+    tokio::time::advance(Duration::from_millis(400)).await;
+    propagate::refresh(&mut request);
+    assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "1500");
+    assert!(!propagate::stamp(&mut Request::new(()), Duration::ZERO));
+}
+
+#[tokio::test(start_paused = true)]
+async fn respond_mode_answers_504_or_grpc_deadline_exceeded() {
+    let mut client = DeadlineLayer::new(Duration::from_secs(1))
+        .respond_with_504()
+        .layer(backend(Duration::from_secs(10)));
+    let start = Instant::now();
+    let result: Result<Response<String>, Infallible> =
+        client.ready().await.unwrap().call(Request::new(())).await;
+    let response = result.unwrap();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(response.body(), "");
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+
+    let mut request = Request::new(());
+    request
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    let response = client.ready().await.unwrap().call(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["grpc-status"], "4");
+    assert_eq!(response.headers()[CONTENT_TYPE], "application/grpc");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_function_of_the_request_picks_the_timeout() {
+    let layer = DeadlineLayer::from_fn(|parts: &http::request::Parts| match parts.uri.path() {
+        "/v1/embeddings" => Some(Duration::from_secs(5)),
+        "/health" => None,
+        _ => Some(Duration::from_secs(120)),
+    });
+    let mut client = layer.layer(backend(Duration::ZERO));
+    let mut told_for = async |path: &str| {
+        let request = Request::get(path).body(()).unwrap();
+        client
+            .ready()
+            .await
+            .unwrap()
+            .call(request)
+            .await
+            .unwrap()
+            .into_body()
+    };
+    assert_eq!(told_for("/v1/embeddings").await, "4950|");
+    assert_eq!(told_for("/v1/chat/completions").await, "119950|");
+    assert_eq!(told_for("/health").await, "|");
+}
+
+/// An LLM backend: reports the body it received and the timeout it was told.
+fn llm_backend(
+    work: Duration,
+) -> impl Service<Request<Full<Bytes>>, Response = Response<String>, Error = BoxError> + Clone {
+    service_fn(move |request: Request<Full<Bytes>>| async move {
+        tokio::time::sleep(work).await;
+        let header = told(request.headers());
+        let body = request.into_body().collect().await?.to_bytes();
+        Ok(Response::new(format!("{header} {}", body.len())))
+    })
+}
+
+fn chat(prompt_chars: usize, max_tokens: u64) -> String {
+    format!(
+        r#"{{"model":"m","max_tokens":{max_tokens},"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(prompt_chars)
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn llm_deadline_grows_with_prompt_and_output_size() {
+    let mut client = DeadlineLayer::llm(LlmDeadline::default()).layer(llm_backend(Duration::ZERO));
+    let mut send = async |body: String| {
+        let length = body.len();
+        let request = Request::new(Full::from(body));
+        let answer = client
+            .ready()
+            .await
+            .unwrap()
+            .call(request)
+            .await
+            .unwrap()
+            .into_body();
+        (answer, length)
+    };
+    // 4,000 output tokens, 20,000-character prompt (5,001 tokens with the role):
+    // 10 s + 5.001 s + 112 s = 127.001 s, minus the 50 ms margin.
+    let (long, length) = send(chat(20_000, 4000)).await;
+    assert_eq!(long, format!("126951| {length}"));
+    // 50 output tokens, 20 characters (6 tokens): 10 s + 6 ms + 1.4 s.
+    let (short, length) = send(chat(20, 50)).await;
+    assert_eq!(short, format!("11356| {length}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn llm_deadline_is_enforced_at_the_estimate() {
+    let estimate = LlmDeadline {
+        base: Duration::from_secs(1),
+        per_prompt_token: Duration::ZERO,
+        per_output_token: Duration::from_millis(10),
+        max: Duration::from_secs(60),
+    };
+    let mut client = DeadlineLayer::llm(estimate).layer(llm_backend(Duration::from_secs(30)));
+    let start = Instant::now();
+    let request = Request::new(Full::from(r#"{"max_tokens": 100}"#));
+    let error = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request)
+        .await
+        .unwrap_err();
+    assert!(error.is::<DeadlineExceeded>());
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+
+    // A tighter deadline already on the request still wins.
+    let mut request = Request::new(Full::from(r#"{"max_tokens": 100}"#));
+    Deadline::after(Duration::from_millis(700)).apply_to(&mut request);
+    let start = Instant::now();
+    let error = client
+        .ready()
+        .await
+        .unwrap()
+        .call(request)
+        .await
+        .unwrap_err();
+    assert!(error.is::<DeadlineExceeded>());
+    assert_eq!(start.elapsed(), Duration::from_millis(700));
+}
+
+#[tokio::test(start_paused = true)]
+async fn bodies_too_big_to_read_get_the_maximum_and_arrive_intact() {
+    let mut client = DeadlineLayer::llm(LlmDeadline::default())
+        .with_body_limit(1000)
+        .layer(llm_backend(Duration::ZERO));
+    let body = chat(2000, 50);
+    let length = body.len();
+    let response = client
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(Full::from(body)))
+        .await
+        .unwrap();
+    assert_eq!(response.into_body(), format!("599950| {length}"));
+}
+
+/// A body of unknown length (a stream), or one that lies about its length.
+struct Streamed {
+    chunks: Vec<Bytes>,
+    hint: SizeHint,
+}
+
+impl From<Bytes> for Streamed {
+    fn from(bytes: Bytes) -> Self {
+        Self {
+            hint: SizeHint::with_exact(bytes.len() as u64),
+            chunks: vec![bytes],
+        }
+    }
+}
+
+impl Body for Streamed {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.chunks.pop().map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.hint
+    }
+}
+
+fn streamed_backend()
+-> impl Service<Request<Streamed>, Response = Response<String>, Error = BoxError> + Clone {
+    service_fn(|request: Request<Streamed>| async move {
+        let header = told(request.headers());
+        let body = request.into_body().collect().await?.to_bytes();
+        Ok(Response::new(format!("{header} {}", body.len())))
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn streamed_bodies_are_not_read_and_get_the_maximum() {
+    let mut client = DeadlineLayer::llm(LlmDeadline::default()).layer(streamed_backend());
+    let body = Streamed {
+        chunks: vec![Bytes::from(chat(10, 50))],
+        hint: SizeHint::default(),
+    };
+    let response = client
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(body))
+        .await
+        .unwrap();
+    assert_eq!(
+        response.into_body(),
+        format!("599950| {}", chat(10, 50).len())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_that_breaks_the_limit_after_announcing_less_fails_the_request() {
+    let mut hint = SizeHint::new();
+    hint.set_upper(10);
+    let body = Streamed {
+        chunks: vec![Bytes::from(vec![b'x'; 5000])],
+        hint,
+    };
+    let mut client = DeadlineLayer::llm(LlmDeadline::default())
+        .with_body_limit(1000)
+        .layer(streamed_backend());
+    let error = client
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(body))
+        .await
+        .unwrap_err();
+    assert!(!error.is::<DeadlineExceeded>());
+
+    let mut responder = DeadlineLayer::llm(LlmDeadline::default())
+        .with_body_limit(1000)
+        .respond_with_504()
+        .layer(service_fn(|_: Request<Streamed>| async {
+            Ok::<_, Infallible>(Response::new(String::from("handler ran")))
+        }));
+    let body = Streamed {
+        chunks: vec![Bytes::from(vec![b'x'; 5000])],
+        hint,
+    };
+    let response = responder
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(body))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(response.body(), "");
+}

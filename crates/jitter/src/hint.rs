@@ -1,0 +1,234 @@
+//! Server hints combined with the backoff schedule: see [`HintPolicy`].
+
+use std::time::Duration;
+
+use crate::seed::SeedSource;
+use crate::strategy::uniform;
+
+/// Default longest server hint worth waiting for: 60 s. A longer wait outlives most callers'
+/// patience and deadlines; the failure is better reported at once, with the hint, to whoever can
+/// reschedule the work.
+pub const DEFAULT_MAX_HINT: Duration = Duration::from_secs(60);
+
+/// Default share of the hint added as jitter, at most: 10%.
+pub const DEFAULT_HINT_JITTER_RATIO: f64 = 0.1;
+
+/// Default ceiling of the jitter added to a hint: 1 s.
+pub const DEFAULT_HINT_JITTER_CEILING: Duration = Duration::from_secs(1);
+
+/// How a server hint (`Retry-After`, `retry-after-ms`, `grpc-retry-pushback-ms`, ...) replaces the
+/// computed backoff delay.
+///
+/// A server that says "retry in 3 s" knows more than any client-side formula, so its hint replaces
+/// the computed delay. Two rules keep that safe:
+///
+/// - **Never earlier than asked, but not all at once.** A fleet told "3 s" must not come back at
+///   3.000 s together, so a small bounded jitter is *added*: `hint + U(0, min(10% of hint, 1 s))`.
+///   The result is never below the hint. (A hint of zero gets no extra delay: the server asked for
+///   an immediate retry.)
+/// - **A hint above the maximum means "do not retry"** ([`HintDecision::TooLong`]), never a silently
+///   shortened wait: a retry sent before the server's stated time is one it has announced it will
+///   reject. The default maximum is 60 s ([`DEFAULT_MAX_HINT`]). The result of a hint at or below
+///   the maximum never exceeds the maximum either: the added jitter is clipped there.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_jitter::{HintDecision, HintPolicy};
+///
+/// let policy = HintPolicy::default().with_seed(1);
+/// match policy.apply(Duration::from_secs(3)) {
+///     HintDecision::RetryAfter(delay) => {
+///         assert!(delay >= Duration::from_secs(3));
+///         assert!(delay <= Duration::from_millis(3300));
+///     }
+///     HintDecision::TooLong { .. } => unreachable!(),
+/// }
+/// assert!(policy.apply(Duration::from_secs(120)).is_too_long());
+/// ```
+#[derive(Clone, Debug)]
+pub struct HintPolicy {
+    max: Duration,
+    ratio: f64,
+    ceiling: Duration,
+    seeds: SeedSource,
+}
+
+impl Default for HintPolicy {
+    /// Maximum 60 s; jitter `U(0, min(10% of hint, 1 s))`.
+    fn default() -> Self {
+        Self {
+            max: DEFAULT_MAX_HINT,
+            ratio: DEFAULT_HINT_JITTER_RATIO,
+            ceiling: DEFAULT_HINT_JITTER_CEILING,
+            seeds: SeedSource::default(),
+        }
+    }
+}
+
+impl HintPolicy {
+    /// The default policy (see [`Default`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hints above `max` are reported as [`HintDecision::TooLong`].
+    pub fn with_max(mut self, max: Duration) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// The added jitter is `U(0, min(ratio * hint, ceiling))`. `ratio` is clamped to `[0, 1]`
+    /// (NaN counts as 0); `ratio = 0` or `ceiling = 0` turns the added jitter off.
+    pub fn with_jitter(mut self, ratio: f64, ceiling: Duration) -> Self {
+        self.ratio = if ratio.is_nan() {
+            0.0
+        } else {
+            ratio.clamp(0.0, 1.0)
+        };
+        self.ceiling = ceiling;
+        self
+    }
+
+    /// Makes the added jitter deterministic across runs (successive hints still differ).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seeds = SeedSource::with_seed(seed);
+        self
+    }
+
+    /// The longest hint that is still followed.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// Turns a server hint into a delay, or into "do not retry".
+    pub fn apply(&self, hint: Duration) -> HintDecision {
+        if hint > self.max {
+            return HintDecision::TooLong {
+                hint,
+                max: self.max,
+            };
+        }
+        // `ratio` is within [0, 1], so the product is finite and at most `hint`.
+        let share = Duration::try_from_secs_f64(hint.as_secs_f64() * self.ratio).unwrap_or(hint);
+        let spread = share.min(self.ceiling);
+        let extra = if spread.is_zero() {
+            Duration::ZERO
+        } else {
+            uniform(&mut self.seeds.rng(), Duration::ZERO, spread)
+        };
+        // `hint <= max`, so clipping at `max` never goes below the hint.
+        HintDecision::RetryAfter(hint.saturating_add(extra).min(self.max))
+    }
+}
+
+/// What to do with a server hint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintDecision {
+    /// Retry after this delay: the hint plus a small jitter, never less than the hint.
+    RetryAfter(Duration),
+    /// The server asked for a wait above the policy's maximum: do not retry.
+    TooLong {
+        /// What the server asked for.
+        hint: Duration,
+        /// The policy's maximum.
+        max: Duration,
+    },
+}
+
+impl HintDecision {
+    /// The delay, if a retry should follow.
+    pub fn delay(&self) -> Option<Duration> {
+        match self {
+            Self::RetryAfter(delay) => Some(*delay),
+            Self::TooLong { .. } => None,
+        }
+    }
+
+    /// Whether the hint was above the maximum.
+    pub fn is_too_long(&self) -> bool {
+        matches!(self, Self::TooLong { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_second_hint_is_spread_over_three_to_three_point_three() {
+        let policy = HintPolicy::default().with_seed(42);
+        let delays: Vec<Duration> = (0..1000)
+            .filter_map(|_| policy.apply(Duration::from_secs(3)).delay())
+            .collect();
+        assert_eq!(delays.len(), 1000);
+        let min = delays.iter().min().copied().unwrap_or_default();
+        let max = delays.iter().max().copied().unwrap_or_default();
+        assert!(min >= Duration::from_secs(3));
+        assert!(max <= Duration::from_millis(3300));
+        // Spread over the window, not clumped: the extremes sit near both ends.
+        assert!(min < Duration::from_millis(3010), "min {min:?}");
+        assert!(max > Duration::from_millis(3290), "max {max:?}");
+        let distinct: std::collections::HashSet<_> = delays.iter().collect();
+        assert!(distinct.len() > 990);
+    }
+
+    #[test]
+    fn jitter_is_at_most_one_second_for_long_hints() {
+        let policy = HintPolicy::default().with_seed(3);
+        for _ in 0..1000 {
+            let delay = policy.apply(Duration::from_secs(30)).delay();
+            let delay = delay.unwrap_or_default();
+            assert!(delay >= Duration::from_secs(30) && delay <= Duration::from_secs(31));
+        }
+    }
+
+    #[test]
+    fn hint_above_max_is_too_long_never_shortened() {
+        let policy = HintPolicy::default();
+        assert_eq!(
+            policy.apply(Duration::from_secs(61)),
+            HintDecision::TooLong {
+                hint: Duration::from_secs(61),
+                max: Duration::from_secs(60)
+            }
+        );
+        let strict = HintPolicy::default().with_max(Duration::from_secs(5));
+        assert!(strict.apply(Duration::from_millis(5001)).is_too_long());
+        assert!(!strict.apply(Duration::from_secs(5)).is_too_long());
+        assert!(policy.apply(Duration::MAX).is_too_long());
+    }
+
+    #[test]
+    fn hint_at_max_stays_within_max() {
+        let policy = HintPolicy::default().with_seed(9);
+        for _ in 0..100 {
+            assert_eq!(
+                policy.apply(Duration::from_secs(60)),
+                HintDecision::RetryAfter(Duration::from_secs(60))
+            );
+        }
+    }
+
+    #[test]
+    fn zero_hint_and_disabled_jitter_return_the_hint() {
+        let policy = HintPolicy::default();
+        assert_eq!(policy.apply(Duration::ZERO).delay(), Some(Duration::ZERO));
+        let exact = HintPolicy::default().with_jitter(f64::NAN, Duration::from_secs(1));
+        assert_eq!(
+            exact.apply(Duration::from_secs(2)).delay(),
+            Some(Duration::from_secs(2))
+        );
+    }
+
+    #[test]
+    fn seeded_policies_replay() {
+        let a = HintPolicy::default().with_seed(5);
+        let b = HintPolicy::default().with_seed(5);
+        for _ in 0..10 {
+            assert_eq!(
+                a.apply(Duration::from_secs(4)),
+                b.apply(Duration::from_secs(4))
+            );
+        }
+    }
+}
