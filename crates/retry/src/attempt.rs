@@ -1,0 +1,141 @@
+//! The headers the engine writes: attempt numbers, the idempotency key, the "don't retry" mark.
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use stormguard_budget::attempt::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
+use stormguard_classify::headers::{GRPC_RETRY_PUSHBACK_MS, X_SHOULD_RETRY};
+
+/// `Idempotency-Key`: one UUID per request, the same on every attempt, so a backend that
+/// honours it (Stripe, the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field") performs a
+/// retried POST or PATCH once even when an earlier attempt did the work and only its answer was
+/// lost. The engine adds it to requests whose method is not idempotent (RFC 9110 section 9.2.2:
+/// anything but GET, HEAD, OPTIONS, TRACE, PUT, DELETE) when it may send them more than once, and
+/// never replaces one the caller set.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// Attempt numbers 0..=9, rendered once: the counts every request actually carries.
+static SMALL_COUNTS: [HeaderValue; 10] = [
+    HeaderValue::from_static("0"),
+    HeaderValue::from_static("1"),
+    HeaderValue::from_static("2"),
+    HeaderValue::from_static("3"),
+    HeaderValue::from_static("4"),
+    HeaderValue::from_static("5"),
+    HeaderValue::from_static("6"),
+    HeaderValue::from_static("7"),
+    HeaderValue::from_static("8"),
+    HeaderValue::from_static("9"),
+];
+
+fn count_value(count: u32) -> HeaderValue {
+    usize::try_from(count)
+        .ok()
+        .and_then(|index| SMALL_COUNTS.get(index))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(count))
+}
+
+/// Write the attempt number (`previous` = attempts sent before this one) the way the protocol
+/// expects it: `x-retry-attempt: N` on every HTTP attempt (0 on the first), and gRPC's
+/// `grpc-previous-rpc-attempts: N` (gRFC A6) on retries only, as gRPC clients send it.
+/// The engine's count replaces any value already there: it is the layer that retries.
+pub(crate) fn stamp(headers: &mut HeaderMap, previous: u32, grpc: bool) {
+    if grpc {
+        if previous > 0 {
+            headers.insert(GRPC_PREVIOUS_RPC_ATTEMPTS, count_value(previous));
+        }
+    } else {
+        headers.insert(X_RETRY_ATTEMPT, count_value(previous));
+    }
+}
+
+/// Whether RFC 9110 (section 9.2.2) calls `method` idempotent.
+pub(crate) fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// Add a fresh UUID v4 `Idempotency-Key` unless the caller set one.
+pub(crate) fn ensure_idempotency_key(headers: &mut HeaderMap) {
+    if headers.contains_key(IDEMPOTENCY_KEY) {
+        return;
+    }
+    let mut buffer = uuid::Uuid::encode_buffer();
+    let key = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
+    // A hyphenated UUID is 36 visible ASCII characters: always a valid header value.
+    if let Ok(value) = HeaderValue::from_str(key) {
+        headers.insert(IDEMPOTENCY_KEY, value);
+    }
+}
+
+/// Mark a failure the engine gave up on so that nobody above retries it again: `x-should-retry:
+/// false` (honoured by the official OpenAI and Anthropic SDKs) or, for gRPC,
+/// `grpc-retry-pushback-ms: -1` (gRFC A6: "do not retry").
+pub(crate) fn mark_final(headers: &mut HeaderMap, grpc: bool) {
+    if grpc {
+        headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
+    } else {
+        headers.insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_render_as_decimal() {
+        for count in [0, 1, 9, 10, 123, u32::MAX] {
+            assert_eq!(
+                count_value(count).to_str().ok(),
+                Some(count.to_string().as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn http_attempts_are_numbered_from_zero_and_grpc_from_the_first_retry() {
+        let mut http = HeaderMap::new();
+        stamp(&mut http, 0, false);
+        assert_eq!(http[X_RETRY_ATTEMPT], "0");
+        stamp(&mut http, 2, false);
+        assert_eq!(http[X_RETRY_ATTEMPT], "2");
+        assert_eq!(http.len(), 1);
+
+        let mut grpc = HeaderMap::new();
+        stamp(&mut grpc, 0, true);
+        assert!(grpc.is_empty());
+        stamp(&mut grpc, 1, true);
+        assert_eq!(grpc[GRPC_PREVIOUS_RPC_ATTEMPTS], "1");
+        assert!(!grpc.contains_key(X_RETRY_ATTEMPT));
+    }
+
+    #[test]
+    fn idempotency_key_is_a_uuid_and_never_replaced() {
+        let mut headers = HeaderMap::new();
+        ensure_idempotency_key(&mut headers);
+        let key = headers[IDEMPOTENCY_KEY].to_str().expect("ascii").to_owned();
+        assert_eq!(
+            uuid::Uuid::parse_str(&key).map(|u| u.get_version_num()),
+            Ok(4)
+        );
+        ensure_idempotency_key(&mut headers);
+        assert_eq!(headers[IDEMPOTENCY_KEY], key.as_str());
+
+        let mut caller = HeaderMap::new();
+        caller.insert(IDEMPOTENCY_KEY, HeaderValue::from_static("caller-key"));
+        ensure_idempotency_key(&mut caller);
+        assert_eq!(caller[IDEMPOTENCY_KEY], "caller-key");
+    }
+
+    #[test]
+    fn only_rfc_9110_idempotent_methods_skip_the_key() {
+        for method in [Method::GET, Method::PUT, Method::DELETE, Method::HEAD] {
+            assert!(is_idempotent(&method), "{method}");
+        }
+        for method in [Method::POST, Method::PATCH, Method::CONNECT] {
+            assert!(!is_idempotent(&method), "{method}");
+        }
+    }
+}

@@ -1,0 +1,654 @@
+//! The retry engine against a scripted backend, on tokio's paused clock.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use stormguard_adaptive_throttle::Throttled;
+use stormguard_budget::RetryBudget;
+use stormguard_budget::attempt::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
+use stormguard_classify::headers::{GRPC_RETRY_PUSHBACK_MS, X_SHOULD_RETRY};
+use stormguard_classify::{BoxError, Reason};
+use stormguard_deadline::{Deadline, DeadlineExceeded};
+use stormguard_jitter::{Constant, FullJitter};
+use stormguard_retry::{GaveUp, GiveUpCause, IDEMPOTENCY_KEY, RetryLayer};
+use support::{Log, Reply, post, reply, scripted, status};
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt};
+
+const CHAT: &str = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}]}"#;
+
+fn no_retry_mark(response: &http::Response<impl http_body::Body>) -> Option<&str> {
+    response
+        .headers()
+        .get(X_SHOULD_RETRY)
+        .map(|value| value.to_str().unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_503s_then_success_on_the_third_attempt() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |n, _| {
+        Ok(if n < 2 { status(503) } else { status(200) })
+    });
+    let budget = RetryBudget::default();
+    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(no_retry_mark(&response), None);
+    let seen = log.all();
+    assert_eq!(seen.len(), 3);
+    let attempts: Vec<_> = seen
+        .iter()
+        .map(|s| s.header("x-retry-attempt").unwrap())
+        .collect();
+    assert_eq!(attempts, ["0", "1", "2"]);
+    // One Idempotency-Key, a UUID v4, on every attempt.
+    let keys: HashSet<_> = seen
+        .iter()
+        .map(|s| s.header("idempotency-key").unwrap())
+        .collect();
+    assert_eq!(keys.len(), 1);
+    let key = keys.into_iter().next().unwrap();
+    assert_eq!(uuid::Uuid::parse_str(key).unwrap().get_version_num(), 4);
+    // The JSON body arrives byte-identical on every attempt.
+    for attempt in &seen {
+        assert_eq!(attempt.body, Bytes::from_static(CHAT.as_bytes()));
+    }
+    let snapshot = budget.snapshot();
+    assert_eq!(
+        (snapshot.withdrawals, snapshot.deposits, snapshot.rejected),
+        (2, 1, 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_request_is_never_retried() {
+    let log = Log::default();
+    let error =
+        r#"{"error":{"message":"Invalid 'messages'","type":"invalid_request_error","code":null}}"#;
+    let backend = scripted(&log, Duration::ZERO, move |_, _| Ok(reply(400, &[], error)));
+    let budget = RetryBudget::default();
+    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(response.status(), 400);
+    assert_eq!(log.len(), 1);
+    // Decided here: nobody above should retry it either.
+    assert_eq!(no_retry_mark(&response), Some("false"));
+    assert_eq!(response.extensions().get::<GiveUpCause>(), None);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(error.as_bytes()));
+    assert_eq!(budget.snapshot().withdrawals, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_ms_hint_sets_the_delay() {
+    let log = Log::default();
+    let limited = r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
+    let backend = scripted(&log, Duration::ZERO, move |n, _| {
+        Ok(match n {
+            0 => reply(
+                429,
+                &[("retry-after-ms", "1500"), ("retry-after", "5")],
+                limited,
+            ),
+            _ => status(200),
+        })
+    });
+    let client = RetryLayer::new().layer(backend);
+
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(response.status(), 200);
+    let seen = log.all();
+    assert_eq!(seen.len(), 2);
+    let waited = seen[1].at - seen[0].at;
+    // HintPolicy::default() adds U(0, min(10% of the hint, 1 s)) = at most 150 ms here.
+    assert!(waited >= Duration::from_millis(1500), "waited {waited:?}");
+    assert!(waited <= Duration::from_millis(1650), "waited {waited:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn total_outage_amplification_is_bounded_by_the_budget_floor() {
+    const REQUESTS: usize = 1000;
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    // Defaults: 10 s window, 1 retry per second floor, 10% of successes.
+    let budget = RetryBudget::default();
+    let floor = u64::from(budget.min_per_sec()) * budget.ttl().as_secs();
+    let client = RetryLayer::new()
+        .budget(budget.clone())
+        .backoff(FullJitter::default().with_seed(11))
+        .layer(backend);
+
+    // 1,000 requests spread evenly over 10 s (100 per second), all inside one budget window.
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..REQUESTS {
+        let client = client.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep_until(start + Duration::from_millis(10) * i as u32).await;
+            client.oneshot(post(CHAT)).await
+        });
+    }
+    let mut marked = 0;
+    while let Some(result) = tasks.join_next().await {
+        let response = result.unwrap().unwrap();
+        assert_eq!(response.status(), 503);
+        if no_retry_mark(&response) == Some("false") {
+            marked += 1;
+        }
+    }
+
+    let attempts = log.len();
+    let snapshot = budget.snapshot();
+    let amplification = attempts as f64 / REQUESTS as f64;
+    println!(
+        "total outage: {REQUESTS} requests -> {attempts} backend attempts \
+         (amplification {amplification:.3}); budget {snapshot:?}, floor {floor}"
+    );
+    assert_eq!(
+        snapshot.deposits, 0,
+        "no successes, so the ratio grants nothing"
+    );
+    assert_eq!(attempts as u64, REQUESTS as u64 + snapshot.withdrawals);
+    assert_eq!(
+        snapshot.withdrawals, floor,
+        "the floor, and not one retry more"
+    );
+    assert!(amplification <= 1.01);
+    // Every failure handed back says "don't retry" to whoever is above.
+    assert_eq!(marked, REQUESTS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn five_percent_errors_get_every_retry_they_need() {
+    const REQUESTS: usize = 2000;
+    let log = Log::default();
+    let rng = std::sync::Arc::new(std::sync::Mutex::new(fastrand::Rng::with_seed(5)));
+    let backend = scripted(&log, Duration::from_millis(50), move |_, _| {
+        let fail = rng.lock().unwrap().f64() < 0.05;
+        Ok(if fail { status(503) } else { status(200) })
+    });
+    let budget = RetryBudget::default();
+    let client = RetryLayer::new()
+        .budget(budget.clone())
+        .backoff(FullJitter::default().with_seed(5))
+        .layer(backend);
+
+    // 100 requests per second for 20 s.
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..REQUESTS {
+        let client = client.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep_until(start + Duration::from_millis(10) * i as u32).await;
+            client.oneshot(post(CHAT)).await
+        });
+    }
+    let mut succeeded = 0;
+    while let Some(result) = tasks.join_next().await {
+        if result.unwrap().unwrap().status() == 200 {
+            succeeded += 1;
+        }
+    }
+
+    let attempts = log.len();
+    let rate = succeeded as f64 / REQUESTS as f64;
+    let snapshot = budget.snapshot();
+    println!(
+        "5% errors: {succeeded}/{REQUESTS} succeeded ({:.2}%), {} retries, budget {snapshot:?}",
+        rate * 100.0,
+        attempts - REQUESTS,
+    );
+    assert!(rate >= 0.997, "success rate {rate}");
+    assert_eq!(
+        snapshot.rejected, 0,
+        "the budget refused a retry a 5% error rate needed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn hint_of_ten_minutes_is_not_waited_for() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| {
+        Ok(reply(503, &[("retry-after", "600")], ""))
+    });
+    let budget = RetryBudget::default();
+    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(log.len(), 1);
+    assert_eq!(response.status(), 503);
+    assert_eq!(no_retry_mark(&response), Some("false"));
+    assert_eq!(
+        response.extensions().get::<GiveUpCause>(),
+        Some(&GiveUpCause::HintTooLong)
+    );
+    assert_eq!(budget.snapshot().withdrawals, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_sleeps_past_the_deadline() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    let budget = RetryBudget::default();
+    let client = RetryLayer::new()
+        .budget(budget.clone())
+        .backoff(Constant::new(Duration::from_secs(2)))
+        .layer(backend);
+    let mut request = post(CHAT);
+    Deadline::after(Duration::from_secs(1)).apply_to(&mut request);
+
+    let start = Instant::now();
+    let response = client.oneshot(request).await.unwrap();
+
+    // A 2 s backoff cannot fit in 1 s: the failure comes back at once, marked.
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(log.len(), 1);
+    assert_eq!(no_retry_mark(&response), Some("false"));
+    assert_eq!(
+        response.extensions().get::<GiveUpCause>(),
+        Some(&GiveUpCause::Deadline)
+    );
+    assert_eq!(budget.snapshot().withdrawals, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_starts_an_attempt_that_cannot_finish() {
+    // Each attempt takes 400 ms; backoff 300 ms.
+    let client_with = |log: &Log| {
+        let backend = scripted(log, Duration::from_millis(400), |_, _| Ok(status(503)));
+        RetryLayer::new()
+            .backoff(Constant::new(Duration::from_millis(300)))
+            .layer(backend)
+    };
+
+    // 1 s: after attempt 1 (0.4 s) a retry would start at 0.7 s and end at 1.1 s: not sent.
+    let log = Log::default();
+    let mut request = post(CHAT);
+    Deadline::after(Duration::from_secs(1)).apply_to(&mut request);
+    let start = Instant::now();
+    let response = client_with(&log).oneshot(request).await.unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(start.elapsed(), Duration::from_millis(400));
+    assert_eq!(
+        response.extensions().get::<GiveUpCause>(),
+        Some(&GiveUpCause::Deadline)
+    );
+
+    // 2 s: attempts at 0, 0.7 and 1.4 s, the last one ending at 1.8 s; the deadline header is
+    // re-stamped with the time left before each retry.
+    let log = Log::default();
+    let mut request = post(CHAT);
+    Deadline::after(Duration::from_secs(2)).apply_to(&mut request);
+    stormguard_deadline::propagate::stamp(&mut request, Duration::ZERO);
+    let start = Instant::now();
+    let response = client_with(&log).oneshot(request).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(1800));
+    let seen = log.all();
+    let starts: Vec<_> = seen.iter().map(|s| (s.at - start).as_millis()).collect();
+    assert_eq!(starts, [0, 700, 1400]);
+    let timeouts: Vec<_> = seen
+        .iter()
+        .map(|s| {
+            s.header("x-request-timeout-ms")
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(timeouts, [2000, 1300, 600]);
+    assert_eq!(
+        response.extensions().get::<GiveUpCause>(),
+        Some(&GiveUpCause::AttemptsExhausted)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn body_over_the_cap_is_sent_once_untouched() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    let budget = RetryBudget::default();
+    let client = RetryLayer::new()
+        .budget(budget.clone())
+        .max_replay_body(16)
+        .layer(backend);
+
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(response.status(), 503);
+    let seen = log.all();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body, Bytes::from_static(CHAT.as_bytes()));
+    // Not retried here, so not marked: only the caller, who still holds the body, can retry.
+    assert_eq!(no_retry_mark(&response), None);
+    // Sent once, so no idempotency key either.
+    assert_eq!(seen[0].header("idempotency-key"), None);
+    assert_eq!(seen[0].header("x-retry-attempt"), Some("0"));
+    assert_eq!(budget.snapshot().withdrawals, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn error_bodies_are_read_for_the_classifier_and_kept_whole_for_the_caller() {
+    let log = Log::default();
+    let big: Bytes = (0..100 * 1024)
+        .map(|i| b'a' + (i % 26) as u8)
+        .collect::<Vec<_>>()
+        .into();
+    let served = big.clone();
+    let backend = scripted(&log, Duration::ZERO, move |_, _| {
+        Ok(http::Response::builder()
+            .status(503)
+            .body(Full::new(served.clone()))
+            .unwrap())
+    });
+    let classifier = support::Recording::default();
+    let client = RetryLayer::new()
+        .classifier(classifier.clone())
+        .max_attempts(2)
+        .layer(backend);
+
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(log.len(), 2);
+    assert_eq!(*classifier.bodies.lock().unwrap(), [64 * 1024, 64 * 1024]);
+    assert_eq!(no_retry_mark(&response), Some("false"));
+    assert!(response.body().is_buffered());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.len(), 100 * 1024);
+    assert_eq!(body, big);
+}
+
+#[tokio::test(start_paused = true)]
+async fn quota_exhausted_is_final_but_rate_limited_is_retried() {
+    let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+    let limited = r#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, move |_, _| Ok(reply(429, &[], quota)));
+    let response = RetryLayer::new()
+        .layer(backend)
+        .oneshot(post(CHAT))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(response.status(), 429);
+    // An SDK above would retry a 429 on its own: it is told not to.
+    assert_eq!(no_retry_mark(&response), Some("false"));
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(quota.as_bytes()));
+
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, move |n, _| {
+        Ok(if n == 0 {
+            reply(429, &[], limited)
+        } else {
+            status(200)
+        })
+    });
+    let response = RetryLayer::new()
+        .layer(backend)
+        .oneshot(post(CHAT))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!(response.status(), 200);
+    assert!(!response.body().is_buffered());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_future_during_backoff_cancels_the_request() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    let budget = RetryBudget::default();
+    let client = RetryLayer::new()
+        .budget(budget.clone())
+        .backoff(Constant::new(Duration::from_secs(5)))
+        .layer(backend);
+
+    let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT)));
+    assert!(
+        future.poll().is_pending(),
+        "should be sleeping before the retry"
+    );
+    assert_eq!(log.len(), 1);
+    let during = budget.snapshot();
+    assert_eq!(
+        (during.withdrawals, during.deposits, during.rejected),
+        (1, 0, 0)
+    );
+
+    drop(future);
+    // Past the 5 s backoff, still inside the budget's 10 s window.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+
+    assert_eq!(log.len(), 1, "nothing may be sent after the drop");
+    assert_eq!(budget.snapshot(), during);
+}
+
+/// An error that reports another as its source.
+#[derive(Debug)]
+struct Wrapped(BoxError);
+
+impl std::fmt::Display for Wrapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("wrapped")
+    }
+}
+
+impl std::error::Error for Wrapped {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_rejections_are_final() {
+    for (name, error) in [
+        (
+            "throttled",
+            (|| BoxError::from(Throttled)) as fn() -> BoxError,
+        ),
+        ("deadline", || BoxError::from(DeadlineExceeded::new())),
+        // Deeper in the chain: inside an io::Error, and as the source of another error.
+        ("deadline in io", || {
+            BoxError::from(std::io::Error::other(DeadlineExceeded::new()))
+        }),
+        ("throttled as a source", || {
+            BoxError::from(Wrapped(Box::new(Throttled)))
+        }),
+    ] {
+        let log = Log::default();
+        let backend = scripted(&log, Duration::ZERO, move |_, _| Err::<Reply, _>(error()));
+        let budget = RetryBudget::default();
+        let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+        let error = client.oneshot(post(CHAT)).await.unwrap_err();
+        assert_eq!(log.len(), 1, "{name}");
+        assert!(!error.is::<GaveUp>(), "{name}: returned as it was");
+        assert_eq!(budget.snapshot().withdrawals, 0, "{name}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn transport_errors_are_retried_then_given_up() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| {
+        Err::<Reply, _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into())
+    });
+    let client = RetryLayer::new().layer(backend);
+
+    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+
+    assert_eq!(log.len(), 3);
+    let gave_up = error.downcast_ref::<GaveUp>().expect("a GaveUp error");
+    assert_eq!(gave_up.attempts(), 3);
+    assert_eq!(gave_up.cause(), GiveUpCause::AttemptsExhausted);
+    assert_eq!(gave_up.reason(), Reason::Transport);
+    let source = std::error::Error::source(gave_up).unwrap();
+    let io = source.downcast_ref::<std::io::Error>().unwrap();
+    assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+}
+
+#[tokio::test(start_paused = true)]
+async fn exhausted_budget_gives_up_at_once() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    // No floor and no successes yet: nothing to withdraw.
+    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(log.len(), 1);
+    assert_eq!(no_retry_mark(&response), Some("false"));
+    assert_eq!(
+        response.extensions().get::<GiveUpCause>(),
+        Some(&GiveUpCause::BudgetExhausted)
+    );
+    assert_eq!(budget.snapshot().rejected, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn grpc_attempts_use_grpc_headers() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| {
+        // Trailers-only UNAVAILABLE.
+        Ok(reply(
+            200,
+            &[("content-type", "application/grpc"), ("grpc-status", "14")],
+            "",
+        ))
+    });
+    let client = RetryLayer::new()
+        .backoff(Constant::new(Duration::from_millis(10)))
+        .layer(backend);
+    let request = Request::post("http://svc.test/pkg.Service/Method")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from_static(b"\0\0\0\0\x02\x08\x01")))
+        .unwrap();
+
+    let response = client.oneshot(request).await.unwrap();
+
+    let seen = log.all();
+    let previous: Vec<_> = seen
+        .iter()
+        .map(|s| s.header(GRPC_PREVIOUS_RPC_ATTEMPTS.as_str()))
+        .collect();
+    assert_eq!(previous, [None, Some("1"), Some("2")]);
+    for attempt in &seen {
+        assert_eq!(attempt.header(X_RETRY_ATTEMPT.as_str()), None);
+        assert_eq!(attempt.header(IDEMPOTENCY_KEY.as_str()), None);
+    }
+    assert_eq!(response.headers()[GRPC_RETRY_PUSHBACK_MS], "-1");
+    assert!(!response.headers().contains_key(X_SHOULD_RETRY));
+}
+
+#[tokio::test(start_paused = true)]
+async fn idempotency_key_only_where_needed_and_never_replaced() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |n, _| {
+        Ok(if n % 2 == 0 { status(503) } else { status(200) })
+    });
+    let client = RetryLayer::new().layer(backend);
+
+    let mut request = post(CHAT);
+    request.headers_mut().insert(
+        IDEMPOTENCY_KEY,
+        http::HeaderValue::from_static("caller-chosen"),
+    );
+    client.clone().oneshot(request).await.unwrap();
+    client.clone().oneshot(support::get()).await.unwrap();
+    let put = Request::put("http://llm.test/v1/files/1")
+        .body(Full::new(Bytes::from_static(b"x")))
+        .unwrap();
+    client.clone().oneshot(put).await.unwrap();
+    let patch = Request::patch("http://llm.test/v1/assistants/1")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    client.oneshot(patch).await.unwrap();
+
+    let keys: Vec<_> = log
+        .all()
+        .iter()
+        .map(|s| s.header("idempotency-key").map(str::to_owned))
+        .collect();
+    assert_eq!(keys[0].as_deref(), Some("caller-chosen"));
+    assert_eq!(keys[1].as_deref(), Some("caller-chosen"));
+    assert_eq!(&keys[2..6], [None, None, None, None]);
+    assert!(keys[6].is_some());
+    assert_eq!(keys[6], keys[7]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn success_responses_pass_through_unread() {
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| {
+        Ok(reply(200, &[], "{\"ok\":true}"))
+    });
+    let budget = RetryBudget::default();
+    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+
+    let response = client.oneshot(support::get()).await.unwrap();
+
+    assert!(!response.body().is_buffered());
+    assert_eq!(no_retry_mark(&response), None);
+    assert_eq!(log.all()[0].header("x-retry-attempt"), Some("0"));
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(b"{\"ok\":true}"));
+    assert_eq!(budget.snapshot().deposits, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn longest_hint_followed_comes_from_the_classifier_unless_a_policy_is_set() {
+    let script = |n: usize, _: &support::Seen| {
+        Ok(if n == 0 {
+            reply(503, &[("retry-after", "90")], "")
+        } else {
+            status(200)
+        })
+    };
+
+    // The classifier allows 120 s: the 90 s hint is waited out.
+    let log = Log::default();
+    let classifier =
+        stormguard_classify::LlmClassifier::new().with_max_hint(Duration::from_secs(120));
+    let client =
+        RetryLayer::new()
+            .classifier(classifier)
+            .layer(scripted(&log, Duration::ZERO, script));
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let seen = log.all();
+    assert!(seen[1].at - seen[0].at >= Duration::from_secs(90));
+
+    // An explicit policy wins, whichever order the builder calls come in.
+    let log = Log::default();
+    let client = RetryLayer::new()
+        .hint_policy(stormguard_jitter::HintPolicy::default().with_max(Duration::from_secs(30)))
+        .classifier(classifier)
+        .layer(scripted(&log, Duration::ZERO, script));
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        response.extensions().get::<GiveUpCause>(),
+        Some(&GiveUpCause::HintTooLong)
+    );
+}
