@@ -1,0 +1,89 @@
+//! The throttle as tower middleware: [`AdaptiveThrottleLayer`] and [`AdaptiveThrottleService`].
+//!
+//! Before each call the service draws against the shared [`AdaptiveThrottle`]. A drop returns
+//! [`Throttled`](crate::Throttled) at once, without calling the inner service; otherwise the
+//! request goes through and, when it completes, the classifier's
+//! [`is_accepted`](stormguard_classify::Outcome::is_accepted) answer for the response head (or the
+//! error) is recorded. The body is never read: "accepted" is decided on the status and headers.
+//!
+//! `poll_ready` passes the inner service's readiness through unchanged, like tower's `Filter`:
+//! a request that is then dropped leaves the inner service ready for the next call.
+
+mod future;
+mod layer;
+
+use std::task::{Context, Poll};
+
+use stormguard_classify::{BoxError, LlmClassifier, MakeClassify};
+use tower_service::Service;
+
+pub use self::future::ResponseFuture;
+pub use self::layer::AdaptiveThrottleLayer;
+use crate::AdaptiveThrottle;
+
+/// A service that drops requests locally while its backend rejects most of them: see the
+/// [crate docs](crate) for the formula and [`AdaptiveThrottleLayer`] to build it.
+#[derive(Clone, Debug)]
+pub struct AdaptiveThrottleService<S, C = LlmClassifier> {
+    inner: S,
+    throttle: AdaptiveThrottle,
+    classifier: C,
+}
+
+impl<S, C> AdaptiveThrottleService<S, C> {
+    /// Wrap `inner`, drawing against `throttle` and recording with `classifier` (a
+    /// [`Classify`](stormguard_classify::Classify), or a [`MakeClassify`] that picks one per
+    /// request).
+    pub fn new(inner: S, throttle: AdaptiveThrottle, classifier: C) -> Self {
+        Self {
+            inner,
+            throttle,
+            classifier,
+        }
+    }
+
+    /// The shared throttle.
+    pub fn throttle(&self) -> &AdaptiveThrottle {
+        &self.throttle
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwrap the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, C, B, RB> Service<http::Request<B>> for AdaptiveThrottleService<S, C>
+where
+    S: Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Error: Into<BoxError>,
+    C: MakeClassify,
+{
+    type Response = http::Response<RB>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, C::Classifier>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        match self.throttle.try_acquire() {
+            Ok(()) => {
+                let classifier = self.classifier.make_classifier(&request);
+                ResponseFuture::called(self.inner.call(request), self.throttle.clone(), classifier)
+            }
+            Err(_throttled) => ResponseFuture::dropped(),
+        }
+    }
+}

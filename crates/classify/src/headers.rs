@@ -1,0 +1,83 @@
+//! Header names stormguard reads to classify responses: the one place they are spelled.
+
+use http::HeaderName;
+
+/// `retry-after` (RFC 9110 section 10.2.3): delay-seconds or an HTTP-date.
+pub const RETRY_AFTER: HeaderName = http::header::RETRY_AFTER;
+
+/// `retry-after-ms`: the delay in milliseconds (a decimal number). Sent by OpenAI and Azure OpenAI
+/// and read first by their official SDKs; more precise than `retry-after`, so it wins.
+pub const RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
+
+/// `x-ms-retry-after-ms`: Azure's spelling of `retry-after-ms` (read by the Azure SDKs); ranks
+/// right after `retry-after-ms`.
+pub const X_MS_RETRY_AFTER_MS: HeaderName = HeaderName::from_static("x-ms-retry-after-ms");
+
+/// `x-should-retry: true | false`: the server's explicit answer to "retry this?". Sent by OpenAI
+/// and Anthropic and honoured first by their official SDKs; stormguard's own engine sets
+/// `false` on failures it gave up on, so that layers above do not multiply its retries.
+pub const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+
+/// `grpc-status`: the gRPC status code (in the headers of a trailers-only response).
+pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
+/// `grpc-message`: the percent-encoded gRPC status message.
+pub const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// `grpc-retry-pushback-ms` (gRFC A6): non-negative integer = retry after that many
+/// milliseconds; negative or unparseable = do not retry.
+pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// `x-ratelimit-reset-requests` (OpenAI, Groq): time until the request limit resets, as a Go
+/// duration (`1s`, `6m0s`, `12ms`).
+pub const X_RATELIMIT_RESET_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-reset-requests");
+
+/// `x-ratelimit-reset-tokens` (OpenAI, Groq): time until the token limit resets, as a Go duration.
+pub const X_RATELIMIT_RESET_TOKENS: HeaderName =
+    HeaderName::from_static("x-ratelimit-reset-tokens");
+
+/// `x-ratelimit-remaining-requests` (OpenAI, Groq): requests left in the current window.
+pub const X_RATELIMIT_REMAINING_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining-requests");
+
+/// `x-ratelimit-remaining-tokens` (OpenAI, Groq): tokens left in the current window.
+pub const X_RATELIMIT_REMAINING_TOKENS: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining-tokens");
+
+/// `anthropic-ratelimit-requests-reset` (Anthropic): RFC 3339 time at which the request limit is
+/// fully replenished.
+pub const ANTHROPIC_RATELIMIT_REQUESTS_RESET: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-requests-reset");
+
+/// `anthropic-ratelimit-tokens-reset` (Anthropic): RFC 3339 time at which the most restrictive
+/// token limit is fully replenished.
+pub const ANTHROPIC_RATELIMIT_TOKENS_RESET: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-tokens-reset");
+
+/// `anthropic-ratelimit-input-tokens-reset` (Anthropic): RFC 3339 reset time of the input-token
+/// limit.
+pub const ANTHROPIC_RATELIMIT_INPUT_TOKENS_RESET: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-input-tokens-reset");
+
+/// `anthropic-ratelimit-output-tokens-reset` (Anthropic): RFC 3339 reset time of the output-token
+/// limit.
+pub const ANTHROPIC_RATELIMIT_OUTPUT_TOKENS_RESET: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-output-tokens-reset");
+
+/// `anthropic-ratelimit-requests-remaining` (Anthropic): requests left before the limit.
+pub const ANTHROPIC_RATELIMIT_REQUESTS_REMAINING: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-requests-remaining");
+
+/// `anthropic-ratelimit-tokens-remaining` (Anthropic): tokens left before the most restrictive
+/// token limit.
+pub const ANTHROPIC_RATELIMIT_TOKENS_REMAINING: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-tokens-remaining");
+
+/// `anthropic-ratelimit-input-tokens-remaining` (Anthropic): input tokens left.
+pub const ANTHROPIC_RATELIMIT_INPUT_TOKENS_REMAINING: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-input-tokens-remaining");
+
+/// `anthropic-ratelimit-output-tokens-remaining` (Anthropic): output tokens left.
+pub const ANTHROPIC_RATELIMIT_OUTPUT_TOKENS_REMAINING: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-output-tokens-remaining");
