@@ -1,1 +1,13 @@
-//! Shared pieces of the examples.
+//! Runnable examples of stormguard, and the mock LLM server they run against.
+//!
+//! Binaries (each runs on loopback with ephemeral ports, prints a summary and exits):
+//! - `mock_llm`: the fault-injecting mock LLM server of [`mock`], hit by a plain client;
+//! - `reqwest_client`: a reqwest-middleware client with `StormguardMiddleware` against the mock;
+//! - `axum_gateway`: an axum gateway with `ServerLayer` whose upstream client has `ClientLayer`;
+//! - `tonic_client`: a tonic health client with `ClientLayer` against a flaky tonic server.
+//!
+//! ```text
+//! cargo run -p stormguard-examples --bin mock_llm
+//! ```
+
+pub mod mock;

@@ -72,7 +72,7 @@ impl Default for ClientLayer {
         let classifier = LlmClassifier::default();
         Self {
             deadline: DeadlineLayer::new(DEFAULT_CLIENT_TIMEOUT),
-            retry: RetryLayer::new().classifier(classifier.clone()),
+            retry: RetryLayer::new(),
             throttle: AdaptiveThrottle::default(),
             classifier,
         }
