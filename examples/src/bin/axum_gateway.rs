@@ -1,0 +1,222 @@
+//! An LLM gateway in axum: `stormguard::ServerLayer` on its routes, `stormguard::ClientLayer` on
+//! its upstream hyper client to the mock LLM server. Fires a bounded burst of requests through it,
+//! first at a flaky provider, then at one in a total outage, prints what the backend paid for
+//! each and exits.
+//!
+//! The callers retry too (reqwest with `StormguardMiddleware`): two layers retry, and yet the
+//! backend sees about 1.1x the offered load, not 3 x 3 = 9x, because the gateway retries within
+//! its budget and marks what it gives up on with `x-should-retry: false`, which the callers
+//! honour.
+//!
+//! ```text
+//! cargo run -p stormguard-examples --bin axum_gateway
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Response, StatusCode, Uri, header};
+use axum::routing::post;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use reqwest_middleware::ClientBuilder;
+use stormguard::classify::BoxError;
+use stormguard_examples::mock::{self, CHAT_COMPLETIONS, Fault, MockConfig};
+use stormguard_jitter::FullJitter;
+use stormguard_reqwest::StormguardMiddleware;
+use tokio::time::Instant;
+use tower::util::BoxCloneSyncService;
+use tower::{ServiceBuilder, ServiceExt};
+
+/// Requests arrive at this pace whatever happens to the earlier ones (an open loop, like users):
+/// 200 per second.
+const INTERVAL: Duration = Duration::from_millis(5);
+const BODY: &str =
+    r#"{"model":"mock-1","messages":[{"role":"user","content":"Say hello"}],"max_tokens":16}"#;
+
+type Upstream = BoxCloneSyncService<Request, Response<Body>, BoxError>;
+
+#[derive(Clone)]
+struct Gateway {
+    upstream: Upstream,
+    backend: SocketAddr,
+    received: Arc<AtomicU64>,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let flaky = MockConfig {
+        error_rate: 0.1,
+        faults: vec![
+            (
+                Fault::RateLimited {
+                    retry_after: Duration::from_millis(100),
+                },
+                2,
+            ),
+            (Fault::Unavailable, 1),
+            (Fault::Overloaded, 1),
+        ],
+        ..MockConfig::default()
+    };
+    phase("flaky provider (10% errors)", flaky, 400).await?;
+    phase(
+        "total outage (100% 503)",
+        MockConfig::outage(Fault::Unavailable),
+        400,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn phase(
+    name: &str,
+    config: MockConfig,
+    requests: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let backend = mock::spawn(config).await?;
+
+    // The gateway: ServerLayer on its routes, ClientLayer on its upstream client. Delays are
+    // scaled down from the defaults (500 ms .. 8 s) so that the example ends in seconds.
+    let client_layer = stormguard::ClientLayer::default()
+        .backoff(FullJitter::new(
+            Duration::from_millis(10),
+            Duration::from_millis(200),
+        ))
+        .timeout(Duration::from_secs(5));
+    let upstream_budget = client_layer.retry_budget().clone();
+    let upstream_throttle = client_layer.adaptive_throttle().clone();
+    let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let upstream = BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .layer(client_layer)
+            .service(hyper)
+            .map_response(|response| response.map(Body::new)),
+    );
+    let received = Arc::new(AtomicU64::new(0));
+    let app = Router::new()
+        .route(CHAT_COMPLETIONS, post(forward))
+        .layer(stormguard::ServerLayer::default())
+        .with_state(Gateway {
+            upstream,
+            backend: backend.addr,
+            received: received.clone(),
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let gateway_url = format!("http://{}{CHAT_COMPLETIONS}", listener.local_addr()?);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let gateway = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+
+    // Callers with retries of their own, which honour the gateway's `x-should-retry: false`.
+    let callers = ClientBuilder::new(reqwest::Client::new())
+        .with(StormguardMiddleware::default().backoff(FullJitter::new(
+            Duration::from_millis(10),
+            Duration::from_millis(200),
+        )))
+        .build();
+    let started = Instant::now();
+    let mut burst = tokio::task::JoinSet::new();
+    for n in 0..requests {
+        let callers = callers.clone();
+        let url = gateway_url.clone();
+        let at = started + INTERVAL.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
+        burst.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            match callers.post(&url).body(BODY).send().await {
+                Ok(response) if response.status().is_success() => Answer::Ok,
+                Ok(_) => Answer::Failed,
+                Err(_) => Answer::Dropped,
+            }
+        });
+    }
+    let (mut ok, mut failed, mut dropped) = (0_usize, 0_usize, 0_usize);
+    while let Some(answer) = burst.join_next().await {
+        match answer? {
+            Answer::Ok => ok += 1,
+            Answer::Failed => failed += 1,
+            Answer::Dropped => dropped += 1,
+        }
+    }
+    let elapsed = started.elapsed();
+
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(1), gateway).await;
+    let stats = backend.stats.snapshot();
+    backend.shutdown().await;
+
+    let first_tries = stats.by_attempt_header.get(&0).copied().unwrap_or(0);
+    let budget = upstream_budget.snapshot();
+    let throttle = upstream_throttle.snapshot();
+    println!("== {name}");
+    println!(
+        "{requests} requests at {:.0}/s through the gateway, done in {elapsed:.2?}",
+        1.0 / INTERVAL.as_secs_f64()
+    );
+    println!(
+        "callers got {ok} ok, {failed} failed responses, {dropped} dropped by their own throttle; \
+         the gateway received {} attempts",
+        received.load(Ordering::Relaxed)
+    );
+    println!(
+        "upstream attempts {} ({} retries by the gateway), statuses {:?}",
+        stats.attempts,
+        stats.attempts.saturating_sub(first_tries),
+        stats.by_status
+    );
+    println!(
+        "gateway budget: {} retries granted, {} refused; gateway throttle: drop probability {:.2}",
+        budget.withdrawals, budget.rejected, throttle.probability
+    );
+    println!(
+        "success rate {:.1}%, amplification {:.2}x (upstream attempts per request)",
+        100.0 * ok as f64 / requests.max(1) as f64,
+        stats.attempts as f64 / requests.max(1) as f64
+    );
+    Ok(())
+}
+
+/// What a caller got.
+enum Answer {
+    Ok,
+    Failed,
+    Dropped,
+}
+
+/// Sends the request on to the backend through the protected upstream client. The deadline the
+/// `ServerLayer` read from the caller travels in the request's extensions, so the upstream
+/// attempts share it.
+async fn forward(State(gateway): State<Gateway>, request: Request) -> Response<Body> {
+    gateway.received.fetch_add(1, Ordering::Relaxed);
+    let (mut parts, body) = request.into_parts();
+    let uri = format!("http://{}{}", gateway.backend, parts.uri.path());
+    parts.uri = match uri.parse::<Uri>() {
+        Ok(uri) => uri,
+        Err(_) => {
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = StatusCode::BAD_REQUEST;
+            return response;
+        }
+    };
+    parts.headers.remove(header::HOST);
+    match gateway
+        .upstream
+        .oneshot(Request::from_parts(parts, body))
+        .await
+    {
+        Ok(response) => response,
+        // Throttled, deadline, transport: answered with "do not retry" for the caller.
+        Err(error) => stormguard::error_response(&error, false),
+    }
+}

@@ -1,0 +1,131 @@
+//! What the mock does: its faults, its latency and its capacity.
+
+use std::time::Duration;
+
+/// A failure the mock answers with, shaped like the real providers' answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// 429 `rate_limit_exceeded` (OpenAI's shape) with `retry-after-ms` and `Retry-After` hints.
+    RateLimited {
+        /// The delay the mock asks for.
+        retry_after: Duration,
+    },
+    /// 503 `server_error`: the backend is unavailable.
+    Unavailable,
+    /// 529 `overloaded_error` (Anthropic's shape).
+    Overloaded,
+    /// 429 `insufficient_quota`: the account is out of credit. Never gets better by retrying.
+    QuotaExhausted,
+}
+
+impl Fault {
+    /// The HTTP status of this fault.
+    pub const fn status(self) -> u16 {
+        match self {
+            Fault::RateLimited { .. } | Fault::QuotaExhausted => 429,
+            Fault::Unavailable => 503,
+            Fault::Overloaded => 529,
+        }
+    }
+}
+
+/// Configuration of the mock LLM server.
+#[derive(Clone, Debug)]
+pub struct MockConfig {
+    /// Fraction (0.0 ..= 1.0) of requests within capacity that fail with a fault from
+    /// [`faults`](Self::faults). 1.0 is a total outage.
+    pub error_rate: f64,
+    /// The faults to pick from, each with a relative weight.
+    pub faults: Vec<(Fault, u32)>,
+    /// Fixed part of a successful answer's latency.
+    pub base_latency: Duration,
+    /// Latency added per requested output token (`max_tokens`), like a generation.
+    pub latency_per_token: Duration,
+    /// `max_tokens` assumed when a request does not say.
+    pub default_max_tokens: u32,
+    /// Requests served at once before the mock degrades. Above it, excess requests are shed with
+    /// 503 or 529 and every request's latency grows with the excess, like an overloaded backend.
+    pub capacity: usize,
+    /// Seed of the fault draws, so that a run can be repeated.
+    pub seed: u64,
+}
+
+impl Default for MockConfig {
+    /// A healthy-looking provider: 5% errors (rate limits, 503, 529), 2 ms + 1 ms per output
+    /// token, 64 requests at once.
+    fn default() -> Self {
+        Self {
+            error_rate: 0.05,
+            faults: vec![
+                (
+                    Fault::RateLimited {
+                        retry_after: Duration::from_millis(200),
+                    },
+                    2,
+                ),
+                (Fault::Unavailable, 1),
+                (Fault::Overloaded, 1),
+            ],
+            base_latency: Duration::from_millis(2),
+            latency_per_token: Duration::from_millis(1),
+            default_max_tokens: 16,
+            capacity: 64,
+            seed: 7,
+        }
+    }
+}
+
+impl MockConfig {
+    /// A mock that answers at once and never fails: change the fields a test cares about.
+    pub fn healthy() -> Self {
+        Self {
+            error_rate: 0.0,
+            base_latency: Duration::ZERO,
+            latency_per_token: Duration::ZERO,
+            ..Self::default()
+        }
+    }
+
+    /// Fails every request with `fault`.
+    pub fn outage(fault: Fault) -> Self {
+        Self {
+            error_rate: 1.0,
+            faults: vec![(fault, 1)],
+            ..Self::healthy()
+        }
+    }
+
+    /// The mock's latency for a request asking for `max_tokens`, with `in_flight` requests
+    /// being served (this one included).
+    pub fn latency(&self, max_tokens: u32, in_flight: usize) -> Duration {
+        let work = self
+            .base_latency
+            .saturating_add(self.latency_per_token.saturating_mul(max_tokens));
+        let capacity = self.capacity.max(1);
+        let excess = in_flight.saturating_sub(capacity);
+        // Above capacity every request slows down in proportion: twice the load, twice the time.
+        let factor = 1 + excess / capacity;
+        work.saturating_mul(u32::try_from(factor).unwrap_or(u32::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_grows_with_tokens_and_with_load_above_capacity() {
+        let config = MockConfig {
+            base_latency: Duration::from_millis(2),
+            latency_per_token: Duration::from_millis(1),
+            capacity: 10,
+            ..MockConfig::default()
+        };
+        assert_eq!(config.latency(8, 1), Duration::from_millis(10));
+        assert_eq!(config.latency(98, 10), Duration::from_millis(100));
+        assert_eq!(config.latency(8, 20), Duration::from_millis(20));
+        assert_eq!(config.latency(8, 35), Duration::from_millis(30));
+        // Hostile numbers saturate instead of overflowing.
+        assert!(config.latency(u32::MAX, usize::MAX) > Duration::from_secs(4_000_000));
+    }
+}
