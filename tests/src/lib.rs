@@ -1,1 +1,400 @@
-//! Helpers shared by the integration tests.
+//! Loopback backends and clients for stormguard's cross-crate integration tests.
+//!
+//! [`ScriptedBackend`] is a real axum server on `127.0.0.1:0` that answers a configured sequence
+//! of [`Reply`]s (the last one repeats) and records what it saw of every request ([`Seen`]): the
+//! attempt number, the idempotency key, the deadline it was given. The tests in `tests/` put real
+//! clients (hyper-util, tonic, reqwest-middleware) in front of it and check, with numbers, what
+//! reached the wire.
+//!
+//! Real sockets need real time (tokio's paused clock does not drive them), so the tests use short
+//! durations instead: a backoff of 1 to 5 ms ([`fast_backoff`]) and hints of tens of
+//! milliseconds.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as LegacyClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use stormguard::budget::RetryBudget;
+use stormguard::budget::attempt::X_RETRY_ATTEMPT;
+use stormguard::deadline::propagate::{GRPC_TIMEOUT, X_REQUEST_TIMEOUT_MS, parse_grpc_timeout};
+use stormguard::jitter::FullJitter;
+use stormguard::retry::IDEMPOTENCY_KEY;
+use stormguard::{Client, ClientLayer};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tower::Layer;
+
+/// OpenAI's error body for an account out of credit: `429` that no retry can fix.
+pub const INSUFFICIENT_QUOTA: &str = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+
+/// OpenAI's error body for a request-rate limit: `429` that a later retry can fix.
+pub const RATE_LIMITED: &str = r#"{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+
+/// A small chat completion request body.
+pub const CHAT_REQUEST: &str =
+    r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":16}"#;
+
+/// A full-jitter backoff of 1 ms growing to at most 5 ms: real retries on real sockets that keep
+/// the suite fast.
+pub fn fast_backoff() -> FullJitter {
+    FullJitter::new(Duration::from_millis(1), Duration::from_millis(5))
+}
+
+/// The hyper-util client the tests use: HTTP/1 over plain TCP, `Full<Bytes>` request bodies.
+pub type HyperClient = LegacyClient<HttpConnector, Full<Bytes>>;
+
+/// A plain hyper-util client ([`HyperClient`]).
+pub fn hyper_client() -> HyperClient {
+    LegacyClient::builder(TokioExecutor::new()).build_http()
+}
+
+/// `ClientLayer::default()` drawing retries on `budget`, with the [`fast_backoff`].
+pub fn fast_client_layer(budget: RetryBudget) -> ClientLayer {
+    ClientLayer::default()
+        .budget(budget)
+        .backoff(fast_backoff())
+}
+
+/// A [`HyperClient`] behind [`fast_client_layer`]`(budget)`.
+pub fn guarded_hyper(budget: RetryBudget) -> Client<HyperClient> {
+    fast_client_layer(budget).layer(hyper_client())
+}
+
+/// A JSON POST of [`CHAT_REQUEST`] to `url`.
+///
+/// # Panics
+///
+/// If `url` is not a valid URI.
+pub fn chat_post(url: &str) -> http::Request<Full<Bytes>> {
+    http::Request::post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from_static(CHAT_REQUEST.as_bytes())))
+        .expect("valid request")
+}
+
+/// Reads the whole body of `response` as UTF-8 text.
+///
+/// # Panics
+///
+/// If the body fails or is not UTF-8.
+pub async fn body_text<B>(response: http::Response<B>) -> String
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("readable body")
+        .to_bytes();
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 body")
+}
+
+/// One scripted answer of a [`ScriptedBackend`].
+#[derive(Clone, Debug)]
+pub struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    delay: Duration,
+}
+
+impl Reply {
+    /// An answer with status `code` and an empty body.
+    ///
+    /// # Panics
+    ///
+    /// If `code` is not a valid HTTP status (100..=999).
+    pub fn status(code: u16) -> Self {
+        Self {
+            status: StatusCode::from_u16(code).expect("valid status code"),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// Adds the header `name: value`.
+    pub fn header(mut self, name: &'static str, value: &'static str) -> Self {
+        self.headers.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+        self
+    }
+
+    /// Sets a JSON body.
+    pub fn json(mut self, body: &'static str) -> Self {
+        self.headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        self.body = Bytes::from_static(body.as_bytes());
+        self
+    }
+
+    /// Waits `delay` before answering.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// What a [`ScriptedBackend`] saw of one request.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    /// The request method.
+    pub method: Method,
+    /// The request path.
+    pub path: String,
+    /// Every request header.
+    pub headers: HeaderMap,
+    /// The whole request body.
+    pub body: Bytes,
+    /// When the request arrived.
+    pub at: Instant,
+}
+
+impl Seen {
+    /// The value of header `name`, if present and visible ASCII.
+    pub fn header(&self, name: &HeaderName) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// The `x-retry-attempt` header, parsed.
+    pub fn retry_attempt(&self) -> Option<u32> {
+        self.header(&X_RETRY_ATTEMPT).and_then(|v| v.parse().ok())
+    }
+
+    /// The `Idempotency-Key` header.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.header(&IDEMPOTENCY_KEY)
+    }
+
+    /// The deadline the caller sent, in milliseconds: `x-request-timeout-ms`, or `grpc-timeout`.
+    pub fn timeout_ms(&self) -> Option<u64> {
+        if let Some(ms) = self.header(&X_REQUEST_TIMEOUT_MS) {
+            return ms.parse().ok();
+        }
+        let grpc = self.headers.get(GRPC_TIMEOUT)?;
+        let timeout = parse_grpc_timeout(grpc.as_bytes())?;
+        u64::try_from(timeout.as_millis()).ok()
+    }
+}
+
+/// A loopback HTTP server that serves a [`Router`] until dropped.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    /// Serves `router` on `127.0.0.1` at an ephemeral port.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound.
+    pub async fn spawn(router: Router) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let task = tokio::spawn(async move {
+            // Serves until the task is aborted; an accept error ends the test server.
+            let _ = axum::serve(listener, router).await;
+        });
+        Self { addr, task }
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Debug, Default)]
+struct Script {
+    replies: Vec<Reply>,
+    seen: Vec<Seen>,
+}
+
+/// A loopback HTTP backend that answers a scripted sequence of replies, the last one repeating
+/// forever, and records every request it received.
+///
+/// ```no_run
+/// # async fn run() {
+/// use stormguard_tests::{Reply, ScriptedBackend};
+///
+/// let backend = ScriptedBackend::spawn([Reply::status(503), Reply::status(200)]).await;
+/// // ... send requests to backend.url("/v1/chat/completions") ...
+/// assert_eq!(backend.hits(), 2);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ScriptedBackend {
+    server: Server,
+    script: Arc<Mutex<Script>>,
+}
+
+impl ScriptedBackend {
+    /// Serves `replies` in order on `127.0.0.1` at an ephemeral port; once they are used up the
+    /// last one answers every further request.
+    ///
+    /// # Panics
+    ///
+    /// If `replies` is empty, or no loopback port can be bound.
+    pub async fn spawn(replies: impl IntoIterator<Item = Reply>) -> Self {
+        let replies: Vec<Reply> = replies.into_iter().collect();
+        assert!(!replies.is_empty(), "a script needs at least one reply");
+        let script = Arc::new(Mutex::new(Script {
+            replies,
+            seen: Vec::new(),
+        }));
+        let shared = Arc::clone(&script);
+        let router = Router::new().fallback(move |request: Request| {
+            let script = Arc::clone(&shared);
+            async move { answer(&script, request).await }
+        });
+        let server = Server::spawn(router).await;
+        Self { server, script }
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        self.server.url(path)
+    }
+
+    /// The address the backend listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn seen(&self) -> Vec<Seen> {
+        lock(&self.script).seen.clone()
+    }
+
+    /// How many requests were received so far.
+    pub fn hits(&self) -> usize {
+        lock(&self.script).seen.len()
+    }
+}
+
+async fn answer(script: &Mutex<Script>, request: Request) -> Response {
+    let at = Instant::now();
+    let (parts, body) = request.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let reply = {
+        let mut script = lock(script);
+        let index = script.seen.len().min(script.replies.len() - 1);
+        let reply = script.replies[index].clone();
+        script.seen.push(Seen {
+            method: parts.method,
+            path: parts.uri.path().to_owned(),
+            headers: parts.headers,
+            body,
+            at,
+        });
+        reply
+    };
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut response = Response::new(Body::from(reply.body));
+    *response.status_mut() = reply.status;
+    *response.headers_mut() = reply.headers;
+    response
+}
+
+/// Locks `mutex`, ignoring poisoning (a panicking test thread leaves the records readable).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A dead upstream: a loopback listener that accepts every TCP connection and closes it at
+/// once, before any response (what a crashed process behind a load balancer looks like). It
+/// counts the connections, which is how many attempts reached it.
+#[derive(Debug)]
+pub struct DeadUpstream {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl DeadUpstream {
+    /// Listens on `127.0.0.1` at an ephemeral port.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound.
+    pub async fn spawn() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        Self {
+            addr,
+            accepted,
+            task,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for DeadUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `backend_attempts / requests`, the load multiplier a client put on its backend.
+pub fn amplification(backend_attempts: usize, requests: usize) -> f64 {
+    // Test-sized counts: exact in f64.
+    backend_attempts as f64 / requests.max(1) as f64
+}
