@@ -168,7 +168,6 @@ async fn a_stormguard_client_stops_at_the_servers_shed() {
 }
 
 #[tokio::test]
-#[ignore = "bug in stormguard-deadline: enforce::expired_response (crates/deadline/src/enforce/mod.rs) answers 504 without x-should-retry: false"]
 async fn a_server_timeout_tells_the_caller_not_to_retry() {
     // No deadline header: the server's default applies. An SDK with a longer timeout of its own
     // (the OpenAI SDKs: 600 s) retries a bare 504 twice, running the handler 3 times.

@@ -81,3 +81,18 @@ pub const ANTHROPIC_RATELIMIT_INPUT_TOKENS_REMAINING: HeaderName =
 /// `anthropic-ratelimit-output-tokens-remaining` (Anthropic): output tokens left.
 pub const ANTHROPIC_RATELIMIT_OUTPUT_TOKENS_REMAINING: HeaderName =
     HeaderName::from_static("anthropic-ratelimit-output-tokens-remaining");
+
+/// Marks a failed response so that no client or layer above retries it: `x-should-retry: false`
+/// on HTTP (honoured by the official OpenAI and Anthropic SDKs and by stormguard),
+/// `grpc-retry-pushback-ms: -1` on gRPC (gRFC A6: a negative pushback means "do not retry").
+///
+/// Every stormguard layer that gives up on a request, or answers for one itself (a shed retry, an
+/// expired deadline), marks its answer this way: retrying at one layer only is what keeps a
+/// gateway's 3 attempts and an SDK's 3 from becoming 9.
+pub fn mark_do_not_retry(headers: &mut http::HeaderMap, grpc: bool) {
+    if grpc {
+        headers.insert(GRPC_RETRY_PUSHBACK_MS, http::HeaderValue::from_static("-1"));
+    } else {
+        headers.insert(X_SHOULD_RETRY, http::HeaderValue::from_static("false"));
+    }
+}

@@ -20,6 +20,10 @@
 //!   without running the handler, and times out handlers that overrun (HTTP 504 / gRPC
 //!   `DEADLINE_EXCEEDED`), as gRPC deadline propagation does across services.
 //!
+//! The wire vocabulary (gRPC detection, gRPC status headers, the "do not retry" mark on the 504s this
+//! crate answers with) comes from `stormguard-classify`, the one place it is spelled; this crate
+//! depends on nothing else of stormguard's.
+//!
 //! Deadline propagation follows gRPC's model ("gRPC and Deadlines", grpc.io): the deadline is
 //! absolute inside a process and travels as a relative timeout between processes, shortened at
 //! every hop.

@@ -19,7 +19,6 @@
 
 use std::time::Duration;
 
-use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
 use crate::Deadline;
@@ -170,15 +169,7 @@ pub fn refresh<B>(request: &mut Request<B>) {
     });
 }
 
-/// Whether the request is a gRPC call: its content-type starts with `application/grpc` (which
-/// covers `application/grpc+proto`, `application/grpc-web` and parameters). This tiny check is
-/// kept here rather than taken from a sibling crate, to keep this crate a leaf.
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
-    headers.get(CONTENT_TYPE).is_some_and(|v| {
-        let v = v.as_bytes();
-        v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/grpc")
-    })
-}
+pub(crate) use stormguard_classify::is_grpc;
 
 /// Marks a request whose propagation header was stamped, with the margin used.
 #[derive(Clone, Copy, Debug)]
@@ -228,30 +219,4 @@ fn parse_digits(digits: &[u8]) -> Option<u64> {
 fn header_value(text: String) -> HeaderValue {
     // Cannot fail for that alphabet; were it to, a zero timeout errs on the side of shortening.
     HeaderValue::try_from(text).unwrap_or(HeaderValue::from_static("0n"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpc_is_detected_from_the_content_type() {
-        let headers = |value: &'static str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
-            headers
-        };
-        for grpc in [
-            "application/grpc",
-            "application/grpc+proto",
-            "application/grpc-web+proto",
-            "Application/GRPC; charset=utf-8",
-        ] {
-            assert!(is_grpc(&headers(grpc)), "{grpc}");
-        }
-        for http in ["application/json", "application/gr", "text/grpc", ""] {
-            assert!(!is_grpc(&headers(http)), "{http}");
-        }
-        assert!(!is_grpc(&HeaderMap::new()));
-    }
 }

@@ -128,6 +128,8 @@ async fn expired_requests_are_shed_without_running_the_handler() {
     let (response, runs) = serve(layer, request(&[(&X_REQUEST_TIMEOUT_MS, "0")])).await;
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(response.body(), "");
+    // The caller's time is spent: nobody above should retry.
+    assert_eq!(response.headers()["x-should-retry"], "false");
     assert_eq!(runs, 0);
 
     let grpc = request(&[(&GRPC_TIMEOUT, "0n"), (&CONTENT_TYPE, "application/grpc")]);
@@ -135,6 +137,7 @@ async fn expired_requests_are_shed_without_running_the_handler() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()[CONTENT_TYPE], "application/grpc");
     assert_eq!(response.headers()["grpc-status"], "4");
+    assert_eq!(response.headers()["grpc-retry-pushback-ms"], "-1");
     assert_eq!(runs, 0);
 
     // An outer layer's deadline that has already passed counts too.
@@ -169,6 +172,7 @@ async fn an_overrunning_handler_is_cut_off_at_the_deadline() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(response.headers()["x-should-retry"], "false");
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 
     let start = Instant::now();

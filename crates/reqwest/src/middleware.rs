@@ -10,9 +10,9 @@ use reqwest_middleware::{Error, Middleware, Next, Result};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_budget::RetryBudget;
 use stormguard_budget::attempt::X_RETRY_ATTEMPT;
-use stormguard_classify::headers::X_SHOULD_RETRY;
+use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::{Classify, LlmClassifier, Outcome, Reason};
-use stormguard_deadline::propagate::X_REQUEST_TIMEOUT_MS;
+use stormguard_deadline::propagate::{DEFAULT_MARGIN, X_REQUEST_TIMEOUT_MS, format_timeout_ms};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::{Backoff, FullJitter, HintDecision, HintPolicy};
 use stormguard_retry::{GiveUpCause, IDEMPOTENCY_KEY};
@@ -420,9 +420,7 @@ fn give_up(
 
 /// Marks a failed response so that no layer above retries it.
 fn mark_final(mut response: Response) -> Response {
-    response
-        .headers_mut()
-        .insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
+    mark_do_not_retry(response.headers_mut(), false);
     response
 }
 
@@ -458,8 +456,9 @@ fn stamp(request: &mut Request, previous: u32, deadline: Option<Deadline>) {
     let headers = request.headers_mut();
     headers.insert(X_RETRY_ATTEMPT, HeaderValue::from(previous));
     if let Some(deadline) = deadline {
-        let millis = u64::try_from(deadline.remaining().as_millis()).unwrap_or(u64::MAX);
-        headers.insert(X_REQUEST_TIMEOUT_MS, HeaderValue::from(millis));
+        // The same safety margin as the tower `DeadlineLayer`: the next hop gives up first.
+        let left = deadline.remaining().saturating_sub(DEFAULT_MARGIN);
+        headers.insert(X_REQUEST_TIMEOUT_MS, format_timeout_ms(left));
     }
 }
 

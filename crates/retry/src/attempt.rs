@@ -1,8 +1,8 @@
-//! The headers the engine writes: attempt numbers, the idempotency key, the "don't retry" mark.
+//! The headers the engine writes: attempt numbers and the idempotency key. (The "don't retry"
+//! mark is classify's [`mark_do_not_retry`](stormguard_classify::headers::mark_do_not_retry).)
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use stormguard_budget::attempt::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
-use stormguard_classify::headers::{GRPC_RETRY_PUSHBACK_MS, X_SHOULD_RETRY};
 
 /// `Idempotency-Key`: one UUID per request, the same on every attempt, so a backend that
 /// honours it (Stripe, the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field") performs a
@@ -66,17 +66,6 @@ pub(crate) fn ensure_idempotency_key(headers: &mut HeaderMap) {
     // A hyphenated UUID is 36 visible ASCII characters: always a valid header value.
     if let Ok(value) = HeaderValue::from_str(key) {
         headers.insert(IDEMPOTENCY_KEY, value);
-    }
-}
-
-/// Mark a failure the engine gave up on so that nobody above retries it again: `x-should-retry:
-/// false` (honoured by the official OpenAI and Anthropic SDKs) or, for gRPC,
-/// `grpc-retry-pushback-ms: -1` (gRFC A6: "do not retry").
-pub(crate) fn mark_final(headers: &mut HeaderMap, grpc: bool) {
-    if grpc {
-        headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
-    } else {
-        headers.insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
     }
 }
 

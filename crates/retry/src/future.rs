@@ -18,10 +18,11 @@ use stormguard_jitter::{Backoff, HintDecision};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::attempt::{ensure_idempotency_key, is_idempotent, mark_final, stamp};
+use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp};
 use crate::body::{BufferedBody, Collected, PartialBody, ReplayBody, ResponseBody, Tail};
 use crate::error::{GaveUp, GiveUpCause, chain_contains};
 use crate::layer::Config;
+use stormguard_classify::headers::mark_do_not_retry;
 
 pin_project! {
     /// The response future of [`Retry`](crate::Retry).
@@ -384,7 +385,7 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
 
     fn mark_final<RB>(&self, response: &mut Response<RB>) {
         let grpc = self.grpc || is_grpc(response.headers());
-        mark_final(response.headers_mut(), grpc);
+        mark_do_not_retry(response.headers_mut(), grpc);
     }
 
     fn judge_error(&mut self, error: BoxError) -> Next<BoxError> {

@@ -72,6 +72,7 @@ fn find<E: std::error::Error + 'static>(error: &BoxError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stormguard_classify::headers::{GRPC_RETRY_PUSHBACK_MS, X_SHOULD_RETRY};
 
     #[test]
     fn each_local_error_gets_its_status_and_a_do_not_retry_mark() {

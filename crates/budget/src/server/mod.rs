@@ -133,6 +133,7 @@ fn is_success<B>(response: &Response<B>) -> bool {
 /// for HTTP.
 fn shed_response<B: Default>(grpc_content_type: Option<HeaderValue>) -> Response<B> {
     let mut response = Response::new(B::default());
+    let grpc = grpc_content_type.is_some();
     match grpc_content_type {
         Some(content_type) => {
             let fields = response.headers_mut();
@@ -145,18 +146,10 @@ fn shed_response<B: Default>(grpc_content_type: Option<HeaderValue>) -> Response
                 headers::GRPC_MESSAGE,
                 HeaderValue::from_static("retry budget exhausted"),
             );
-            fields.insert(
-                headers::GRPC_RETRY_PUSHBACK_MS,
-                HeaderValue::from_static("-1"),
-            );
         }
-        None => {
-            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            response
-                .headers_mut()
-                .insert(headers::X_SHOULD_RETRY, HeaderValue::from_static("false"));
-        }
+        None => *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE,
     }
+    headers::mark_do_not_retry(response.headers_mut(), grpc);
     response
 }
 

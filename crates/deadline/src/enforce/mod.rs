@@ -15,23 +15,11 @@ mod future;
 pub use future::ResponseFuture;
 
 use http::{HeaderValue, Response, StatusCode};
+pub use stormguard_classify::BoxError;
+use stormguard_classify::GrpcCode;
+use stormguard_classify::headers::{GRPC_MESSAGE, GRPC_STATUS, mark_do_not_retry};
 
 use crate::DeadlineExceeded;
-
-/// The boxed error type of tower services.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// `grpc-status`. This crate is a leaf and spells the two gRPC header names it writes itself.
-const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
-
-/// `grpc-message`.
-const GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-message");
-
-/// gRPC `DEADLINE_EXCEEDED`.
-const GRPC_DEADLINE_EXCEEDED: HeaderValue = HeaderValue::from_static("4");
-
-/// gRPC `INVALID_ARGUMENT`.
-const GRPC_INVALID_ARGUMENT: HeaderValue = HeaderValue::from_static("3");
 
 /// What a deadline layer hands back in place of the inner service's result.
 pub trait OnExpiry<Res, E> {
@@ -92,20 +80,24 @@ where
 
     fn unreadable_body(_error: BoxError, grpc: bool) -> Result<Response<RB>, E> {
         Ok(if grpc {
-            grpc_response(GRPC_INVALID_ARGUMENT, "request body could not be read")
+            grpc_response(GrpcCode::InvalidArgument, "request body could not be read")
         } else {
             status_response(StatusCode::BAD_REQUEST)
         })
     }
 }
 
-/// The response for a request whose deadline passed: 504, or gRPC status 4 for gRPC requests.
+/// The response for a request whose deadline passed: 504, or gRPC status 4 for gRPC requests,
+/// marked "do not retry" (`x-should-retry: false` / `grpc-retry-pushback-ms: -1`): the caller's
+/// deadline is spent, so a retry could only add load for an answer nobody waits for.
 pub(crate) fn expired_response<RB: Default>(grpc: bool) -> Response<RB> {
-    if grpc {
-        grpc_response(GRPC_DEADLINE_EXCEEDED, "deadline exceeded")
+    let mut response = if grpc {
+        grpc_response(GrpcCode::DeadlineExceeded, "deadline exceeded")
     } else {
         status_response(StatusCode::GATEWAY_TIMEOUT)
-    }
+    };
+    mark_do_not_retry(response.headers_mut(), grpc);
+    response
 }
 
 fn status_response<RB: Default>(status: StatusCode) -> Response<RB> {
@@ -114,14 +106,14 @@ fn status_response<RB: Default>(status: StatusCode) -> Response<RB> {
     response
 }
 
-fn grpc_response<RB: Default>(status: HeaderValue, message: &'static str) -> Response<RB> {
+fn grpc_response<RB: Default>(code: GrpcCode, message: &'static str) -> Response<RB> {
     let mut response = Response::new(RB::default());
     let headers = response.headers_mut();
     headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    headers.insert(GRPC_STATUS, status);
+    headers.insert(GRPC_STATUS, HeaderValue::from(code.as_i32()));
     headers.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
     response
 }
