@@ -139,15 +139,20 @@ impl Window {
     pub(crate) fn totals(&self, slice: Slice) -> Totals {
         let mut totals = Totals::default();
         for bucket in self.buckets.iter() {
-            totals.requests = totals.requests.saturating_add(live_count(
-                bucket.requests.load(Ordering::Relaxed),
+            // Accepts first: `record` counts the request before its accept, so reading in the
+            // opposite order cannot catch an accept whose request is not counted yet.
+            totals.accepts = totals.accepts.saturating_add(live_count(
+                bucket.accepts.load(Ordering::Acquire),
                 slice.tag,
             ));
-            totals.accepts = totals.accepts.saturating_add(live_count(
-                bucket.accepts.load(Ordering::Relaxed),
+            totals.requests = totals.requests.saturating_add(live_count(
+                bucket.requests.load(Ordering::Acquire),
                 slice.tag,
             ));
         }
+        // Every accept is also a request. A slice rolling over between the loads above could
+        // still skew one bucket's pair; the window never reports more accepts than requests.
+        totals.accepts = totals.accepts.min(totals.requests);
         totals
     }
 

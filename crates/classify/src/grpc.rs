@@ -228,7 +228,9 @@ pub(crate) fn classify(parts: &http::response::Parts, now: SystemTime) -> Outcom
     {
         outcome = Outcome::retryable(Reason::Grpc(code));
     }
-    if pushback == Some(Pushback::Stop) && outcome.is_retryable() {
+    if pushback == Some(Pushback::Stop) {
+        // "Do not retry" from the server wins over everything, `x-should-retry: true` included,
+        // whether the code was retryable or fatal on its own.
         outcome = Outcome::fatal(Reason::ServerSaidNoRetry).with_accepted(outcome.is_accepted());
     }
     let pushback_hint = match pushback {

@@ -6,6 +6,7 @@
 //!       [--out DIR] [--json]
 //! ```
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -30,14 +31,19 @@ fn seconds(value: f64) -> Result<Duration, lexopt::Error> {
     Duration::try_from_secs_f64(value)
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| lexopt::Error::from(format!("expected a positive number of seconds, got {value}")))
+        .ok_or_else(|| {
+            lexopt::Error::from(format!(
+                "expected a positive number of seconds, got {value}"
+            ))
+        })
 }
 
 fn parse_args() -> Result<Args, lexopt::Error> {
     use lexopt::prelude::*;
 
     let mut kind = ScenarioKind::Seed;
-    let (mut qps, mut duration, mut capacity, mut seed, mut attempt_timeout) = (None, None, None, None, None);
+    let (mut qps, mut duration, mut capacity, mut seed, mut attempt_timeout) =
+        (None, None, None, None, None);
     let mut pipelines = Pipeline::ALL.to_vec();
     let mut out = PathBuf::from("storm-out");
     let mut json = false;
@@ -51,7 +57,8 @@ fn parse_args() -> Result<Args, lexopt::Error> {
             Long("seed") => seed = Some(parser.value()?.parse::<u64>()?),
             Long("attempt-timeout") => attempt_timeout = Some(seconds(parser.value()?.parse()?)?),
             Long("pipelines") => {
-                pipelines = Pipeline::parse_list(&parser.value()?.string()?).map_err(|e| e.to_string())?;
+                pipelines =
+                    Pipeline::parse_list(&parser.value()?.string()?).map_err(|e| e.to_string())?;
             }
             Long("out") => out = parser.value()?.into(),
             Long("json") => json = true,
@@ -84,7 +91,12 @@ fn parse_args() -> Result<Args, lexopt::Error> {
     if pipelines.is_empty() {
         return Err("--pipelines names no pipeline".into());
     }
-    Ok(Args { scenario, pipelines, out, json })
+    Ok(Args {
+        scenario,
+        pipelines,
+        out,
+        json,
+    })
 }
 
 fn main() -> ExitCode {
@@ -97,8 +109,14 @@ fn main() -> ExitCode {
     };
     let started = Instant::now();
     let total = args.scenario.duration.as_secs() * args.pipelines.len() as u64;
-    let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new(total) };
-    if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} simulated seconds") {
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} simulated seconds")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(format!("simulating {}", args.scenario.kind));
@@ -113,30 +131,41 @@ fn main() -> ExitCode {
     };
     bar.finish_and_clear();
 
-    let lines: Vec<(&str, &stormguard_storm::metrics::Series)> =
-        runs.iter().map(|run| (run.summary.name, &run.series)).collect();
+    let lines: Vec<(&str, &stormguard_storm::metrics::Series)> = runs
+        .iter()
+        .map(|run| (run.summary.name, &run.series))
+        .collect();
     let svg = chart::render(&args.scenario, &lines);
     let path = args.out.join(format!("{}.svg", args.scenario.kind));
     let written = std::fs::create_dir_all(&args.out).and_then(|()| std::fs::write(&path, svg));
 
     let summaries: Vec<_> = runs.into_iter().map(|run| run.summary).collect();
-    if args.json {
+    let text = if args.json {
         match serde_json::to_string_pretty(&summaries) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => json + "\n",
             Err(error) => {
                 eprintln!("storm: {error}");
                 return ExitCode::FAILURE;
             }
         }
-        return if written.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    } else {
+        let chart = match &written {
+            Ok(()) => format!("chart: {}", path.display()),
+            Err(error) => format!("chart: could not write {}: {error}", path.display()),
+        };
+        format!(
+            "{}\n\n{}\n{}\n\n{chart}\nwall time: {:.1} s\n",
+            args.scenario.describe(),
+            report::table(&summaries),
+            report::LEGEND,
+            started.elapsed().as_secs_f64()
+        )
+    };
+    // A closed pipe (`storm | head`) is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    if written.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
-    println!("{}\n", args.scenario.describe());
-    print!("{}", report::table(&summaries));
-    println!("\n{}\n", report::LEGEND);
-    match written {
-        Ok(()) => println!("chart: {}", path.display()),
-        Err(error) => eprintln!("storm: could not write {}: {error}", path.display()),
-    }
-    println!("wall time: {:.1} s", started.elapsed().as_secs_f64());
-    ExitCode::SUCCESS
 }

@@ -267,7 +267,7 @@ const CASES: &[Case] = &[
     case("grpc RESOURCE_EXHAUSTED pushback 1000", 200, &[ GRPC, ("grpc-status", "8"), ("grpc-retry-pushback-ms", "1000"), ], "", R, false, secs(1), Reason::Grpc(GrpcCode::ResourceExhausted)),
     case("grpc RESOURCE_EXHAUSTED pushback 0", 200, &[GRPC, ("grpc-status", "8"), ("grpc-retry-pushback-ms", "0")], "", R, false, secs(0), Reason::Grpc(GrpcCode::ResourceExhausted)),
     case("grpc RESOURCE_EXHAUSTED retry-after", 200, &[GRPC, ("grpc-status", "8"), ("retry-after", "2")], "", R, false, secs(2), Reason::Grpc(GrpcCode::ResourceExhausted)),
-    case("grpc RESOURCE_EXHAUSTED pushback -1", 200, &[GRPC, ("grpc-status", "8"), ("grpc-retry-pushback-ms", "-1")], "", F, false, NONE, Reason::Grpc(GrpcCode::ResourceExhausted)),
+    case("grpc RESOURCE_EXHAUSTED pushback -1", 200, &[GRPC, ("grpc-status", "8"), ("grpc-retry-pushback-ms", "-1")], "", F, false, NONE, Reason::ServerSaidNoRetry),
     case("grpc INTERNAL", 200, &[GRPC, ("grpc-status", "13")], "", R, false, NONE, Reason::Grpc(GrpcCode::Internal)),
     case("grpc CANCELLED", 200, &[GRPC, ("grpc-status", "1")], "", F, true, NONE, Reason::Grpc(GrpcCode::Cancelled)),
     case("grpc UNKNOWN", 200, &[GRPC, ("grpc-status", "2")], "", F, true, NONE, Reason::Grpc(GrpcCode::Unknown)),

@@ -1,0 +1,705 @@
+//! The simulated provider: a tower `Service` with a fixed number of GPU slots and a queue.
+//!
+//! # Model
+//! - **Slots.** The provider runs at most `capacity` requests at once. A request takes the slot
+//!   that frees first (first come, first served); its start time is known when it arrives, so the
+//!   model needs no task of its own, only a timer for the answer, and costs O(1) per attempt
+//!   (slot release times are kept per millisecond in a calendar).
+//! - **Service time.** Log-normal around the median of the current health (800 ms healthy,
+//!   2500 ms degraded in the `seed` scenario).
+//! - **Errors.** An admitted request fails with 500 with the current error rate, at a uniformly
+//!   random point of its service time (it held the slot until then).
+//! - **Overload.** When every slot is busy, requests wait: latency grows. Past capacity the
+//!   provider also thrashes: a request admitted while in-flight work (running + queued) exceeds
+//!   the slots by a share `x` fails with 503 at the end of its service time with probability
+//!   `x / overload_error_span` (all of them at 25% over): errors rise sharply, and the failed work
+//!   still cost its slot. A request that would wait longer than `max_queue_wait` is shed at once
+//!   with 529.
+//! - **Abandoned work.** A client that times out drops its response future, but the request keeps
+//!   its slot until its service time is over: prefill cannot be cancelled. This is what makes
+//!   overload *metastable*: once queue waits exceed clients' timeouts, every answer arrives after
+//!   its caller left, goodput is zero while the provider is fully busy, and retried load keeps it
+//!   that way for as long as it stays above capacity. The field's provider fell over this way.
+//! - **Outage.** Every attempt gets 503 at once; requests in flight when it starts fail with 503
+//!   at that moment and free their slots.
+//! - **Quota.** A token bucket (`per_sec`, one second of burst) in front of the slots; requests
+//!   without a token get 429 with `Retry-After` at once and cost no slot.
+//!
+//! Each request carries its logical id in [`REQUEST_ID`], so the provider can count retries and
+//! check that a retry does not come back before the `Retry-After` it was given.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
+use tower::Service;
+
+use crate::scenario::{FaultKind, Scenario};
+
+/// Request header carrying the logical request's id (the same on every attempt).
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id");
+
+/// Status the provider sheds with when its queue is full (Anthropic's "overloaded").
+pub const STATUS_OVERLOADED: u16 = 529;
+
+/// Ids above this are not tracked per request (a bound on memory, far above any run).
+const MAX_TRACKED_IDS: usize = 1 << 27;
+
+const OK_BODY: &[u8] =
+    br#"{"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"ok"}}]}"#;
+const ERROR_BODY: &[u8] =
+    br#"{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}"#;
+const OVERLOADED_BODY: &[u8] =
+    br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+const UNAVAILABLE_BODY: &[u8] =
+    br#"{"error":{"message":"The service is temporarily unavailable.","type":"service_unavailable"}}"#;
+const RATE_LIMITED_BODY: &[u8] = br#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#;
+
+/// What the provider did with one second of attempts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bucket {
+    /// Attempts that arrived.
+    pub attempts: u64,
+    /// Attempts whose logical request had been seen before.
+    pub retries: u64,
+    /// Attempts that found every slot busy (they waited or were shed).
+    pub delayed: u64,
+    /// Attempts shed with 529.
+    pub shed: u64,
+    /// Attempts answered 200.
+    pub ok: u64,
+}
+
+/// Everything the provider counted during a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// One entry per second of the run, by arrival time of the attempt.
+    pub buckets: Vec<Bucket>,
+    /// Most requests in flight (running or queued) at once.
+    pub peak_in_flight: u64,
+    /// Retries that arrived before the `Retry-After` their request was given had passed.
+    pub early_retries: u64,
+    /// Attempts that were retries of a request already seen.
+    pub retries: u64,
+    /// All attempts.
+    pub attempts: u64,
+}
+
+impl BackendStats {
+    fn bucket(&mut self, second: usize) -> &mut Bucket {
+        if self.buckets.len() <= second {
+            self.buckets.resize(second + 1, Bucket::default());
+        }
+        &mut self.buckets[second]
+    }
+}
+
+/// The provider's answer to one attempt, decided when it arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Status of the answer.
+    pub status: StatusCode,
+    /// When the answer is sent, in microseconds from the start of the run.
+    pub respond_at_us: u64,
+    /// `Retry-After` sent with the answer.
+    pub retry_after: Option<Duration>,
+    /// Whether the attempt found every slot busy (it waited, or was shed).
+    pub queued: bool,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Track {
+    attempts: u32,
+    /// Microseconds from the start before which a retry is early (0: no hint given).
+    hinted_until_us: u64,
+}
+
+/// The provider's state, advanced by [`Model::admit`] one attempt at a time.
+///
+/// Times are microseconds from the start of the run; the model never reads a clock itself,
+/// which keeps it testable without a runtime.
+pub struct Model {
+    scenario: Scenario,
+    rng: fastrand::Rng,
+    /// When each slot frees, per millisecond.
+    slots: Calendar,
+    /// When each admitted request ends, per millisecond (to count requests in flight).
+    ends: Calendar,
+    tokens: f64,
+    tokens_at_us: u64,
+    requests: Vec<Track>,
+    stats: BackendStats,
+    /// Attempts of requests with this id or above are served but not counted.
+    counted_ids: Option<usize>,
+}
+
+impl Model {
+    /// A provider for `scenario`, all slots free at time zero.
+    pub fn new(scenario: &Scenario) -> Model {
+        let capacity = scenario.capacity.max(1) as usize;
+        let burst = match scenario.fault.kind {
+            FaultKind::Quota { per_sec, .. } => per_sec,
+            _ => 0.0,
+        };
+        Model {
+            scenario: scenario.clone(),
+            rng: fastrand::Rng::with_seed(scenario.seed ^ 0x5eed_bac0_e7d0_0001),
+            slots: Calendar::with_events_at_zero(capacity),
+            ends: Calendar::default(),
+            tokens: burst,
+            tokens_at_us: micros(scenario.fault.start),
+            requests: Vec::new(),
+            stats: BackendStats::default(),
+            counted_ids: None,
+        }
+    }
+
+    /// What the provider has counted so far.
+    pub fn stats(&self) -> &BackendStats {
+        &self.stats
+    }
+
+    /// Take the counts out of the model.
+    pub fn into_stats(self) -> BackendStats {
+        self.stats
+    }
+
+    /// From now on, count only attempts of requests whose id is below `id` (the rest are load
+    /// that keeps the provider busy while the measured requests finish).
+    pub fn count_ids_below(&mut self, id: u64) {
+        self.counted_ids = Some(usize::try_from(id).unwrap_or(usize::MAX));
+    }
+
+    /// Requests running or queued at `now_us`.
+    pub fn in_flight(&mut self, now_us: u64) -> u64 {
+        self.ends.discard_through(ms_floor(now_us))
+    }
+
+    /// Decide the answer to an attempt of logical request `id` arriving at `now_us`.
+    pub fn admit(&mut self, now_us: u64, id: Option<usize>) -> Decision {
+        let counted = match (self.counted_ids, id) {
+            (Some(limit), Some(id)) => id < limit,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        let second = (now_us / 1_000_000) as usize;
+        if counted {
+            self.stats.attempts += 1;
+            self.stats.bucket(second).attempts += 1;
+            self.track(now_us, second, id);
+        }
+        let decision = self.decide(now_us, id);
+        if counted {
+            let bucket = self.stats.bucket(second);
+            bucket.delayed += u64::from(decision.queued);
+            bucket.shed += u64::from(decision.status.as_u16() == STATUS_OVERLOADED);
+            bucket.ok += u64::from(decision.status == StatusCode::OK);
+        }
+        let in_flight = self.in_flight(now_us);
+        self.stats.peak_in_flight = self.stats.peak_in_flight.max(in_flight);
+        decision
+    }
+
+    fn decide(&mut self, now_us: u64, id: Option<usize>) -> Decision {
+        let at = Duration::from_micros(now_us);
+        let answer_now = |status, retry_after| Decision {
+            status,
+            respond_at_us: now_us,
+            retry_after,
+            queued: false,
+        };
+        let fault = self.scenario.fault;
+        let in_fault = fault.contains(at);
+        if in_fault && matches!(fault.kind, FaultKind::Outage) {
+            return answer_now(StatusCode::SERVICE_UNAVAILABLE, None);
+        }
+        if let FaultKind::Quota {
+            per_sec,
+            retry_after,
+        } = fault.kind
+            && in_fault
+            && !self.take_token(now_us, per_sec)
+        {
+            if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
+                track.hinted_until_us = now_us.saturating_add(micros(retry_after));
+            }
+            return answer_now(StatusCode::TOO_MANY_REQUESTS, Some(retry_after));
+        }
+
+        let load = self.in_flight(now_us) as f64 / f64::from(self.scenario.capacity.max(1));
+        let max_wait = micros(self.scenario.max_queue_wait);
+        let Some(earliest) = self.slots.earliest() else {
+            return answer_now(overloaded(), None);
+        };
+        let start = (earliest as u64).saturating_mul(1_000).max(now_us);
+        let queued = start > now_us;
+        if start - now_us > max_wait {
+            return Decision {
+                queued,
+                ..answer_now(overloaded(), None)
+            };
+        }
+
+        let health = self.scenario.health_at(at);
+        let service = service_time_us(&mut self.rng, health.median, self.scenario.sigma);
+        let thrashing = ((load - 1.0) / self.scenario.overload_error_span).clamp(0.0, 1.0);
+        let (mut status, mut end) = if thrashing > 0.0 && self.rng.f64() < thrashing {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                start.saturating_add(service),
+            )
+        } else if self.rng.f64() < health.error_rate {
+            let failed_after = (service as f64 * self.rng.f64()) as u64;
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                start.saturating_add(failed_after),
+            )
+        } else {
+            (StatusCode::OK, start.saturating_add(service))
+        };
+        let mut slot_free = end;
+        if matches!(fault.kind, FaultKind::Outage) {
+            let crash = micros(fault.start);
+            if now_us < crash && crash < end {
+                status = StatusCode::SERVICE_UNAVAILABLE;
+                end = crash;
+                slot_free = start.max(crash);
+            }
+        }
+        self.slots.take_earliest();
+        self.slots.add(ms_ceil(slot_free));
+        self.ends.add(ms_ceil(end));
+        Decision {
+            status,
+            respond_at_us: end,
+            retry_after: None,
+            queued,
+        }
+    }
+
+    fn track(&mut self, now_us: u64, second: usize, id: Option<usize>) {
+        let Some(id) = id.filter(|id| *id < MAX_TRACKED_IDS) else {
+            return;
+        };
+        if self.requests.len() <= id {
+            self.requests.resize(id + 1, Track::default());
+        }
+        let track = &mut self.requests[id];
+        if track.attempts > 0 {
+            self.stats.retries += 1;
+            self.stats.bucket(second).retries += 1;
+            if now_us < track.hinted_until_us {
+                self.stats.early_retries += 1;
+            }
+        }
+        track.attempts = track.attempts.saturating_add(1);
+    }
+
+    fn take_token(&mut self, now_us: u64, per_sec: f64) -> bool {
+        let elapsed = now_us.saturating_sub(self.tokens_at_us) as f64 / 1e6;
+        self.tokens = (self.tokens + elapsed * per_sec).min(per_sec.max(1.0));
+        self.tokens_at_us = self.tokens_at_us.max(now_us);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn overloaded() -> StatusCode {
+    StatusCode::from_u16(STATUS_OVERLOADED).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+}
+
+fn ms_floor(us: u64) -> usize {
+    usize::try_from(us / 1_000).unwrap_or(usize::MAX)
+}
+
+fn ms_ceil(us: u64) -> usize {
+    usize::try_from(us.div_ceil(1_000)).unwrap_or(usize::MAX)
+}
+
+/// Events counted per millisecond and consumed in time order (a calendar queue): O(1) amortized
+/// per event, where a heap of 40,000 slots would cost a cache miss per level.
+#[derive(Clone, Debug, Default)]
+struct Calendar {
+    counts: Vec<u32>,
+    /// Every bucket before it is empty.
+    cursor: usize,
+    pending: u64,
+}
+
+impl Calendar {
+    fn with_events_at_zero(n: usize) -> Calendar {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        Calendar {
+            counts: vec![n],
+            cursor: 0,
+            pending: u64::from(n),
+        }
+    }
+
+    /// Add an event at `ms` (or at the cursor, if `ms` is already behind it).
+    fn add(&mut self, ms: usize) {
+        let ms = ms.max(self.cursor);
+        if self.counts.len() <= ms {
+            self.counts.resize(ms + 1, 0);
+        }
+        self.counts[ms] += 1;
+        self.pending += 1;
+    }
+
+    /// The millisecond of the earliest event, if any.
+    fn earliest(&mut self) -> Option<usize> {
+        if self.pending == 0 {
+            return None;
+        }
+        while self.counts.get(self.cursor).is_some_and(|c| *c == 0) {
+            self.cursor += 1;
+        }
+        Some(self.cursor)
+    }
+
+    /// Remove the earliest event.
+    fn take_earliest(&mut self) {
+        if self.earliest().is_some() {
+            self.counts[self.cursor] -= 1;
+            self.pending -= 1;
+        }
+    }
+
+    /// Drop every event at or before `ms`; returns how many are left.
+    fn discard_through(&mut self, ms: usize) -> u64 {
+        let end = ms.saturating_add(1).min(self.counts.len());
+        while self.cursor < end {
+            self.pending -= u64::from(self.counts[self.cursor]);
+            self.counts[self.cursor] = 0;
+            self.cursor += 1;
+        }
+        self.pending
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A log-normal draw around `median` (Box-Muller for the normal), in microseconds.
+fn service_time_us(rng: &mut fastrand::Rng, median: Duration, sigma: f64) -> u64 {
+    let u1 = 1.0 - rng.f64(); // (0, 1]: ln is finite
+    let u2 = rng.f64();
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    let factor = (sigma * z).exp();
+    (median.as_micros() as f64 * factor).round() as u64
+}
+
+/// The provider as a tower service; clones share one [`Model`].
+#[derive(Clone)]
+pub struct Backend {
+    model: Arc<Mutex<Model>>,
+    epoch: Instant,
+}
+
+impl Backend {
+    /// A provider for `scenario` whose time zero is `epoch`.
+    pub fn new(scenario: &Scenario, epoch: Instant) -> Backend {
+        Backend {
+            model: Arc::new(Mutex::new(Model::new(scenario))),
+            epoch,
+        }
+    }
+
+    /// Lock the model (to read its counts).
+    pub fn model(&self) -> MutexGuard<'_, Model> {
+        self.model.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<B> Service<Request<B>> for Backend {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let now_us = micros(Instant::now().saturating_duration_since(self.epoch));
+        let id = req
+            .headers()
+            .get(REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        let decision = self.model().admit(now_us, id);
+        let delay = (decision.respond_at_us > now_us).then(|| {
+            tokio::time::sleep_until(self.epoch + Duration::from_micros(decision.respond_at_us))
+        });
+        ResponseFuture {
+            delay,
+            response: Some(respond(decision)),
+        }
+    }
+}
+
+fn respond(decision: Decision) -> Response<Full<Bytes>> {
+    let body: &'static [u8] = match decision.status.as_u16() {
+        200 => OK_BODY,
+        429 => RATE_LIMITED_BODY,
+        503 => UNAVAILABLE_BODY,
+        STATUS_OVERLOADED => OVERLOADED_BODY,
+        _ => ERROR_BODY,
+    };
+    let mut response = Response::new(Full::new(Bytes::from_static(body)));
+    *response.status_mut() = decision.status;
+    if decision.status != StatusCode::OK {
+        // Error bodies are classified, so they say what they are. (Successes skip the header: one
+        // allocation per answer fewer, and nothing reads it.)
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    if let Some(after) = decision.retry_after {
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+pin_project! {
+    /// Response future of [`Backend`]: the answer, held back until its time.
+    pub struct ResponseFuture {
+        #[pin]
+        delay: Option<Sleep>,
+        response: Option<Response<Full<Bytes>>>,
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<Full<Bytes>>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Some(delay) = this.delay.as_pin_mut() {
+            ready!(delay.poll(cx));
+        }
+        Poll::Ready(Ok(this
+            .response
+            .take()
+            .expect("backend response polled after completion")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::scenario::{DEGRADED_MEDIAN, HEALTHY_MEDIAN, ScenarioKind};
+
+    const SECOND: u64 = 1_000_000;
+
+    fn median_us(mut values: Vec<u64>) -> u64 {
+        values.sort_unstable();
+        values[values.len() / 2]
+    }
+
+    /// Offer `qps` for `secs` seconds (evenly spaced) and return (latencies of 200s, statuses).
+    fn offer(model: &mut Model, qps: u64, from_s: u64, secs: u64) -> (Vec<u64>, Vec<u16>) {
+        let gap = SECOND / qps;
+        let mut latencies = Vec::new();
+        let mut statuses = Vec::new();
+        for i in 0..qps * secs {
+            let now = from_s * SECOND + i * gap;
+            let d = model.admit(now, Some(i as usize));
+            statuses.push(d.status.as_u16());
+            if d.status == StatusCode::OK {
+                latencies.push(d.respond_at_us - now);
+            }
+        }
+        (latencies, statuses)
+    }
+
+    /// A healthy provider (its fault moved out of the way).
+    fn healthy(qps: f64, capacity: u32) -> Scenario {
+        let mut scenario = Scenario::builtin(ScenarioKind::Seed)
+            .with_qps(qps)
+            .with_capacity(capacity);
+        scenario.fault.start = Duration::from_secs(1_000);
+        scenario.fault.end = Duration::from_secs(1_001);
+        scenario
+    }
+
+    fn share(statuses: &[u16], status: u16) -> f64 {
+        statuses.iter().filter(|s| **s == status).count() as f64 / statuses.len() as f64
+    }
+
+    #[test]
+    fn calendar_hands_out_events_in_time_order() {
+        let mut calendar = Calendar::with_events_at_zero(2);
+        calendar.add(5);
+        calendar.add(3);
+        let mut order = Vec::new();
+        while let Some(ms) = calendar.earliest() {
+            order.push(ms);
+            calendar.take_earliest();
+        }
+        assert_eq!(order, [0, 0, 3, 5]);
+        calendar.add(1); // behind the cursor: counted at the cursor
+        calendar.add(9);
+        assert_eq!(calendar.earliest(), Some(5));
+        assert_eq!(calendar.discard_through(8), 1);
+        assert_eq!(calendar.discard_through(9), 0);
+        assert_eq!(calendar.earliest(), None);
+    }
+
+    #[test]
+    fn under_capacity_the_median_latency_is_the_healthy_800_ms() {
+        let scenario = Scenario::builtin(ScenarioKind::Seed).with_qps(1_000.0);
+        let mut model = Model::new(&scenario);
+        let (latencies, statuses) = offer(&mut model, 1_000, 0, 5);
+        let median = median_us(latencies) as f64 / 1e3;
+        let target = HEALTHY_MEDIAN.as_millis() as f64;
+        assert!(
+            (median - target).abs() < 0.03 * target,
+            "median {median} ms"
+        );
+        assert!(share(&statuses, 200) > 0.999);
+        assert_eq!(
+            model.stats().buckets[2].delayed,
+            0,
+            "no queueing under capacity"
+        );
+    }
+
+    #[test]
+    fn degraded_window_steps_latency_and_errors() {
+        let scenario = Scenario::builtin(ScenarioKind::Seed).with_qps(1_000.0);
+        let mut model = Model::new(&scenario);
+        let (latencies, statuses) = offer(&mut model, 1_000, 12, 10);
+        let median = median_us(latencies) as f64 / 1e3;
+        let target = DEGRADED_MEDIAN.as_millis() as f64;
+        assert!(
+            (median - target).abs() < 0.03 * target,
+            "median {median} ms"
+        );
+        let errors = share(&statuses, 500);
+        assert!((0.04..0.06).contains(&errors), "error share {errors}");
+        assert!(
+            model.stats().peak_in_flight < u64::from(scenario.capacity),
+            "still under capacity"
+        );
+    }
+
+    #[test]
+    fn above_capacity_latency_grows_then_errors_rise_sharply() {
+        let scenario = healthy(1_000.0, 1_000);
+        let mut model = Model::new(&scenario);
+        // Healthy: 1,000 slots / 0.91 s mean = about 1,100 req/s. Offer 2,000 req/s for 10 s.
+        let (_, statuses) = offer(&mut model, 2_000, 0, 10);
+        assert!(
+            share(&statuses[..1_000], 200) > 0.99,
+            "the first 0.5 s fits in the slots"
+        );
+        let second = |s: usize| &statuses[s * 2_000..(s + 1) * 2_000];
+        assert!(
+            share(second(2), 200) < 0.05,
+            "25% over capacity, every admitted request fails"
+        );
+        assert!(share(second(2), 503) > 0.95);
+        assert!(
+            share(second(9), 529) > 0.4,
+            "the queue is full: shed at once"
+        );
+        let stats = model.stats();
+        assert!(stats.buckets[9].delayed > 1_990, "{:?}", stats.buckets[9]);
+        let peak = stats.peak_in_flight as f64 / 1_000.0;
+        assert!(
+            (5.5..7.5).contains(&peak),
+            "slots + about 5 s of queue: {peak}"
+        );
+    }
+
+    #[test]
+    fn overload_outlasts_the_surge_that_caused_it() {
+        // 900 req/s is well under the 1,100 req/s the slots complete...
+        let scenario = healthy(1_000.0, 1_000);
+        let mut calm = Model::new(&scenario);
+        let (_, statuses) = offer(&mut calm, 900, 0, 20);
+        assert!(share(&statuses, 200) > 0.999);
+        // ...but after a 10 s surge the same 900 req/s keeps failing: the queue of work nobody
+        // waits for any more drains at only 200 req/s.
+        let mut surged = Model::new(&scenario);
+        offer(&mut surged, 2_000, 0, 10);
+        let (_, after) = offer(&mut surged, 900, 10, 10);
+        assert!(
+            share(&after, 200) < 0.05,
+            "goodput after the surge: {}",
+            share(&after, 200)
+        );
+    }
+
+    #[test]
+    fn outage_answers_503_at_once_and_cuts_work_in_flight() {
+        let scenario = Scenario::builtin(ScenarioKind::Outage).with_qps(100.0);
+        let mut model = Model::new(&scenario);
+        let before = model.admit(19_900_000, Some(0));
+        assert_eq!(before.status.as_u16(), 503);
+        assert_eq!(before.respond_at_us, 20 * SECOND);
+        let during = model.admit(25 * SECOND, Some(1));
+        assert_eq!(
+            (during.status.as_u16(), during.respond_at_us),
+            (503, 25 * SECOND)
+        );
+        let after = model.admit(30 * SECOND, Some(2));
+        assert_eq!(after.status.as_u16(), 200);
+    }
+
+    #[test]
+    fn quota_answers_429_with_retry_after_and_counts_early_retries() {
+        let scenario = Scenario::builtin(ScenarioKind::Quota).with_qps(1_000.0);
+        let mut model = Model::new(&scenario);
+        let (_, statuses) = offer(&mut model, 1_000, 12, 8);
+        // One second of burst (750) lasts 3 s at a 250/s deficit; then a quarter is refused.
+        let limited = share(&statuses[4_000..], 429);
+        assert!((0.2..0.3).contains(&limited), "429 share {limited}");
+        let mut limited_ids = statuses
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s == 429)
+            .map(|(i, _)| i);
+        let (a, b) = (limited_ids.next().unwrap(), limited_ids.next().unwrap());
+        let sent_at = |id: usize| 12 * SECOND + id as u64 * 1_000;
+        model.admit(sent_at(a) + 1_000_000, Some(a));
+        assert_eq!(
+            model.stats().early_retries,
+            1,
+            "a retry 1 s after `Retry-After: 2` is early"
+        );
+        model.admit(sent_at(b) + 2_100_000, Some(b));
+        assert_eq!(
+            model.stats().early_retries,
+            1,
+            "a retry after the hint is not early"
+        );
+        assert_eq!(model.stats().retries, 2);
+        let response = respond(Decision {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            respond_at_us: 0,
+            retry_after: Some(Duration::from_secs(2)),
+            queued: false,
+        });
+        assert_eq!(response.headers()[RETRY_AFTER], "2");
+    }
+}

@@ -1,0 +1,257 @@
+//! A hand-written SVG chart of one scenario: offered load, attempts reaching the provider and
+//! successes per second, one line per pipeline, with the fault window shaded and the provider's
+//! throughput drawn in the attempts panel.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::metrics::Series;
+use crate::scenario::Scenario;
+
+const WIDTH: f64 = 960.0;
+const PANEL_HEIGHT: f64 = 200.0;
+const PANEL_GAP: f64 = 56.0;
+const LEFT: f64 = 78.0;
+const RIGHT: f64 = 150.0;
+const TOP: f64 = 48.0;
+
+/// Line colour of a pipeline (by name), grey for unknown names.
+fn colour(name: &str) -> &'static str {
+    match name {
+        "none" => "#7f7f7f",
+        "naive" => "#d62728",
+        "tower" => "#ff7f0e",
+        "stormguard" => "#2ca02c",
+        _ => "#1f77b4",
+    }
+}
+
+/// The smallest "nice" number (1, 2 or 5 x 10^k) at least `value`.
+fn nice_ceiling(value: f64) -> f64 {
+    if !value.is_finite() || value <= 0.0 {
+        return 1.0;
+    }
+    let magnitude = 10f64.powf(value.log10().floor());
+    [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|v| *v >= value)
+        .unwrap_or(10.0 * magnitude)
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+struct Panel<'a> {
+    title: &'a str,
+    pick: fn(&Series) -> &[u64],
+}
+
+/// Render the chart of `scenario` for the runs `(pipeline name, series)`.
+pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
+    let panels = [
+        Panel {
+            title: "offered load (requests/s)",
+            pick: |s| &s.offered,
+        },
+        Panel {
+            title: "attempts reaching the provider (requests/s)",
+            pick: |s| &s.attempts,
+        },
+        Panel {
+            title: "successful answers (requests/s)",
+            pick: |s| &s.successes,
+        },
+    ];
+    let seconds = runs
+        .iter()
+        .flat_map(|(_, s)| [s.offered.len(), s.attempts.len(), s.successes.len()])
+        .max()
+        .unwrap_or(0)
+        .max(scenario.duration.as_secs() as usize)
+        .max(1);
+    let capacity: Vec<f64> = (0..seconds)
+        .map(|s| scenario.throughput_at(Duration::from_millis(s as u64 * 1_000 + 500)))
+        .collect();
+    let plot_width = WIDTH - LEFT - RIGHT;
+    let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + PANEL_GAP) + 10.0;
+    let x = |second: f64| LEFT + second / seconds as f64 * plot_width;
+
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">stormguard storm: scenario {} ({:.0} req/s, {} slots, seed {})</text>"#,
+        scenario.kind, scenario.qps, scenario.capacity, scenario.seed
+    );
+
+    for (index, panel) in panels.iter().enumerate() {
+        let top = TOP + index as f64 * (PANEL_HEIGHT + PANEL_GAP);
+        let bottom = top + PANEL_HEIGHT;
+        let mut peak = runs
+            .iter()
+            .flat_map(|(_, s)| (panel.pick)(s).iter().copied())
+            .max()
+            .unwrap_or(0) as f64;
+        if index == 1 {
+            peak = capacity.iter().copied().fold(peak, f64::max);
+        }
+        let y_max = nice_ceiling(peak);
+        let y = |value: f64| bottom - value / y_max * PANEL_HEIGHT;
+
+        let (fault_from, fault_to) = (
+            x(scenario.fault.start.as_secs_f64()),
+            x(scenario.fault.end.as_secs_f64()),
+        );
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{fault_from:.1}" y="{top}" width="{:.1}" height="{PANEL_HEIGHT}" fill="#fbe3e3"/>"##,
+            fault_to - fault_from
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
+            top - 8.0,
+            escape(panel.title)
+        );
+        for tick in 0..=4 {
+            let value = y_max * f64::from(tick) / 4.0;
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#e0e0e0"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+                LEFT + plot_width,
+                y(value),
+                y(value),
+                LEFT - 6.0,
+                y(value) + 4.0,
+                format_count(value)
+            );
+        }
+        let step = if seconds > 30 { 10 } else { 5 };
+        for second in (0..=seconds).step_by(step) {
+            let _ = writeln!(
+                svg,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{second} s</text>"#,
+                x(second as f64),
+                bottom + 16.0
+            );
+        }
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{LEFT}" y="{top}" width="{plot_width}" height="{PANEL_HEIGHT}" fill="none" stroke="#999"/>"##
+        );
+        if index == 1 {
+            let points: Vec<String> = capacity
+                .iter()
+                .enumerate()
+                .flat_map(|(s, c)| [(s as f64, *c), (s as f64 + 1.0, *c)])
+                .map(|(s, c)| format!("{:.1},{:.1}", x(s), y(c)))
+                .collect();
+            let _ = writeln!(
+                svg,
+                r##"<polyline points="{}" fill="none" stroke="#444" stroke-dasharray="5,4" stroke-width="1.2"/>"##,
+                points.join(" ")
+            );
+            let (lx, ly) = (
+                LEFT + plot_width + 8.0,
+                top + 14.0 + runs.len() as f64 * 18.0,
+            );
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="#444" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#444">provider</text><text x="{:.1}" y="{:.1}" fill="#444">throughput</text>"##,
+                lx + 18.0,
+                lx + 24.0,
+                ly + 4.0,
+                lx + 24.0,
+                ly + 18.0
+            );
+        }
+        for (name, series) in runs {
+            let values = (panel.pick)(series);
+            let points: Vec<String> = values
+                .iter()
+                .enumerate()
+                .map(|(s, v)| format!("{:.1},{:.1}", x(s as f64 + 0.5), y(*v as f64)))
+                .collect();
+            let _ = writeln!(
+                svg,
+                r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"/>"#,
+                points.join(" "),
+                colour(name)
+            );
+        }
+        for (row, (name, _)) in runs.iter().enumerate() {
+            let ly = top + 14.0 + row as f64 * 18.0;
+            let lx = LEFT + plot_width + 8.0;
+            let _ = writeln!(
+                svg,
+                r#"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="{}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+                lx + 18.0,
+                colour(name),
+                lx + 24.0,
+                ly + 4.0,
+                escape(name)
+            );
+        }
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn format_count(value: f64) -> String {
+    if value >= 1_000.0 {
+        format!("{}k", value / 1_000.0)
+    } else {
+        format!("{value}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::ScenarioKind;
+
+    #[test]
+    fn nice_ceilings() {
+        assert_eq!(nice_ceiling(0.0), 1.0);
+        assert_eq!(nice_ceiling(12_000.0), 12_000.0);
+        assert_eq!(nice_ceiling(12_100.0), 15_000.0);
+        assert_eq!(nice_ceiling(48_100.0), 50_000.0);
+        assert_eq!(nice_ceiling(5.0), 5.0);
+        assert_eq!(nice_ceiling(f64::NAN), 1.0);
+    }
+
+    #[test]
+    fn chart_has_one_line_per_pipeline_and_panel() {
+        let scenario = Scenario::builtin(ScenarioKind::Seed).with_duration(Duration::from_secs(6));
+        let series = Series {
+            offered: vec![10; 6],
+            attempts: vec![12; 6],
+            successes: vec![9; 6],
+        };
+        let svg = render(&scenario, &[("naive", &series), ("stormguard", &series)]);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert_eq!(
+            svg.matches(r##"stroke="#d62728" stroke-width="1.8""##)
+                .count(),
+            3
+        );
+        assert_eq!(
+            svg.matches(r##"stroke="#2ca02c" stroke-width="1.8""##)
+                .count(),
+            3
+        );
+        assert_eq!(
+            svg.matches("stroke-dasharray").count(),
+            2,
+            "provider throughput line and its legend"
+        );
+    }
+}

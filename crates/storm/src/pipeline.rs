@@ -1,0 +1,333 @@
+//! The client pipelines compared, all real tower code.
+//!
+//! | name | what it is |
+//! |---|---|
+//! | `none` | `tower::timeout::Timeout` per attempt, no retries |
+//! | `naive` | `tower::retry::Retry` with [`NaivePolicy`]: retry every failure 3 times, 1 s apart, no budget |
+//! | `tower` | `tower::retry::Retry` with [`TowerPolicy`]: `ExponentialBackoff` and `TpsBudget` (10 s, 10/s, 20%) |
+//! | `stormguard` | `stormguard::ClientLayer::default()` |
+//!
+//! Today's pipelines (`none`, `naive`, `tower`) time out each attempt after the scenario's
+//! `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt is retried.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use tower::BoxError;
+use tower::Layer;
+use tower::retry::Policy;
+use tower::retry::backoff::{Backoff, ExponentialBackoff, ExponentialBackoffMaker, MakeBackoff};
+use tower::retry::budget::{Budget, TpsBudget};
+use tower::util::rng::Rng;
+
+use stormguard::ClientLayer;
+use stormguard::jitter::{FullJitter, HintPolicy};
+use stormguard::throttle::AdaptiveThrottle;
+
+use crate::backend::Backend;
+use crate::scenario::Scenario;
+
+/// The request every pipeline sends.
+pub type SimRequest = Request<Full<Bytes>>;
+
+/// Which client pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pipeline {
+    /// One attempt with a timeout.
+    None,
+    /// Retry 3 times, 1 s apart, no budget.
+    Naive,
+    /// tower's retry with exponential backoff and `TpsBudget`.
+    Tower,
+    /// stormguard's `ClientLayer::default()`.
+    Stormguard,
+}
+
+impl Pipeline {
+    /// Every pipeline, in report order.
+    pub const ALL: [Pipeline; 4] = [
+        Pipeline::None,
+        Pipeline::Naive,
+        Pipeline::Tower,
+        Pipeline::Stormguard,
+    ];
+
+    /// The name used on the command line and in the report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pipeline::None => "none",
+            Pipeline::Naive => "naive",
+            Pipeline::Tower => "tower",
+            Pipeline::Stormguard => "stormguard",
+        }
+    }
+
+    /// Parse a comma-separated list (`none,naive,tower,stormguard`), keeping report order and
+    /// dropping duplicates.
+    pub fn parse_list(list: &str) -> Result<Vec<Pipeline>, UnknownPipeline> {
+        let mut chosen = Vec::new();
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            chosen.push(name.parse::<Pipeline>()?);
+        }
+        Ok(Pipeline::ALL
+            .into_iter()
+            .filter(|p| chosen.contains(p))
+            .collect())
+    }
+}
+
+impl fmt::Display for Pipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error for an unknown pipeline name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPipeline(pub String);
+
+impl fmt::Display for UnknownPipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown pipeline `{}` (expected none, naive, tower or stormguard)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownPipeline {}
+
+impl FromStr for Pipeline {
+    type Err = UnknownPipeline;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Pipeline::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownPipeline(s.to_owned()))
+    }
+}
+
+/// What today's retry policies count as a failure worth retrying: a transport error or timeout,
+/// 429, or any 5xx (529 included).
+fn is_failure<B>(result: &Result<Response<B>, BoxError>) -> bool {
+    match result {
+        Ok(response) => {
+            let status = response.status();
+            status.is_server_error() || status.as_u16() == 429
+        }
+        Err(_) => true,
+    }
+}
+
+fn clone_request(req: &SimRequest) -> SimRequest {
+    let mut clone = Request::new(req.body().clone());
+    *clone.method_mut() = req.method().clone();
+    *clone.uri_mut() = req.uri().clone();
+    *clone.version_mut() = req.version();
+    *clone.headers_mut() = req.headers().clone();
+    clone
+}
+
+/// The naive policy: retry every failure up to [`NaivePolicy::RETRIES`] times, each after a
+/// fixed [`NaivePolicy::INTERVAL`]. No budget, no jitter, no reading of `Retry-After`.
+#[derive(Clone, Debug, Default)]
+pub struct NaivePolicy {
+    retries: u32,
+}
+
+impl NaivePolicy {
+    /// Retries per request.
+    pub const RETRIES: u32 = 3;
+    /// Fixed pause before each retry.
+    pub const INTERVAL: Duration = Duration::from_secs(1);
+}
+
+impl<B> Policy<SimRequest, Response<B>, BoxError> for NaivePolicy {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        _req: &mut SimRequest,
+        result: &mut Result<Response<B>, BoxError>,
+    ) -> Option<Self::Future> {
+        if !is_failure(result) || self.retries >= Self::RETRIES {
+            return None;
+        }
+        self.retries += 1;
+        Some(tokio::time::sleep(Self::INTERVAL))
+    }
+
+    fn clone_request(&mut self, req: &SimRequest) -> Option<SimRequest> {
+        Some(clone_request(req))
+    }
+}
+
+/// A seeded random source for tower's backoff.
+///
+/// Like tower's own `HasherRng`, it is copied (not shared) when the backoff maker hands out a
+/// backoff, so every request's backoff draws the same sequence of jitter factors.
+#[derive(Clone, Debug)]
+pub struct SeededRng(fastrand::Rng);
+
+impl SeededRng {
+    /// A source seeded with `seed`.
+    pub fn new(seed: u64) -> SeededRng {
+        SeededRng(fastrand::Rng::with_seed(seed))
+    }
+}
+
+impl Rng for SeededRng {
+    fn next_u64(&mut self) -> u64 {
+        self.0.u64(..)
+    }
+}
+
+/// tower's retry as its documentation shows it: `TpsBudget` and `ExponentialBackoff`.
+///
+/// Every original request deposits into the budget (as Finagle's budget, which `TpsBudget`
+/// follows, is used); every retry withdraws. Retries stop after [`TowerPolicy::RETRIES`] or when
+/// the budget is empty.
+#[derive(Clone, Debug)]
+pub struct TowerPolicy {
+    budget: Arc<TpsBudget>,
+    backoff: ExponentialBackoff<SeededRng>,
+    retries: u32,
+}
+
+impl TowerPolicy {
+    /// Retries per request at most (as in the naive policy).
+    pub const RETRIES: u32 = 3;
+    /// Budget window: tower's default.
+    pub const BUDGET_TTL: Duration = Duration::from_secs(10);
+    /// Retries per second always allowed: tower's default.
+    pub const BUDGET_MIN_PER_SEC: u32 = 10;
+    /// Retries per deposit: tower's default.
+    pub const BUDGET_RATIO: f32 = 0.2;
+    /// First backoff: tower's default.
+    pub const BACKOFF_MIN: Duration = Duration::from_millis(50);
+    /// Longest backoff.
+    pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+    /// Jitter ratio: tower's default.
+    pub const BACKOFF_JITTER: f64 = 0.99;
+
+    /// A policy (cloned per request by tower) sharing one budget.
+    pub fn new(seed: u64) -> Result<TowerPolicy, BoxError> {
+        let mut maker = ExponentialBackoffMaker::new(
+            Self::BACKOFF_MIN,
+            Self::BACKOFF_MAX,
+            Self::BACKOFF_JITTER,
+            SeededRng::new(seed),
+        )?;
+        Ok(TowerPolicy {
+            budget: Arc::new(TpsBudget::new(
+                Self::BUDGET_TTL,
+                Self::BUDGET_MIN_PER_SEC,
+                Self::BUDGET_RATIO,
+            )),
+            backoff: maker.make_backoff(),
+            retries: 0,
+        })
+    }
+}
+
+impl<B> Policy<SimRequest, Response<B>, BoxError> for TowerPolicy {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        _req: &mut SimRequest,
+        result: &mut Result<Response<B>, BoxError>,
+    ) -> Option<Self::Future> {
+        if self.retries == 0 {
+            self.budget.deposit();
+        }
+        if !is_failure(result) || self.retries >= Self::RETRIES || !self.budget.withdraw() {
+            return None;
+        }
+        self.retries += 1;
+        Some(self.backoff.next_backoff())
+    }
+
+    fn clone_request(&mut self, req: &SimRequest) -> Option<SimRequest> {
+        Some(clone_request(req))
+    }
+}
+
+/// stormguard's client pipeline around the provider: `ClientLayer::default()`, with the
+/// scenario's seed handed to every part that draws random numbers (throttle, backoff, hint jitter)
+/// so that runs repeat exactly. Nothing else differs from the default.
+pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
+    ClientLayer::default()
+        .throttle(AdaptiveThrottle::default().with_seed(scenario.seed ^ 0x7407_7e00))
+        .backoff(FullJitter::default().with_seed(scenario.seed ^ 0xbac0_ff00))
+        .hint_policy(HintPolicy::default().with_seed(scenario.seed ^ 0x4147_0000))
+        .layer(backend)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use http::StatusCode;
+
+    fn response(status: u16) -> Result<Response<()>, BoxError> {
+        let mut r = Response::new(());
+        *r.status_mut() = StatusCode::from_u16(status).unwrap();
+        Ok(r)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn naive_retries_every_failure_three_times_one_second_apart() {
+        let mut policy = NaivePolicy::default();
+        let mut req = Request::new(Full::new(Bytes::new()));
+        assert!(policy.retry(&mut req, &mut response(200)).is_none());
+        assert!(policy.retry(&mut req, &mut response(400)).is_none());
+        for status in [503, 529, 429] {
+            let sleep = policy.retry(&mut req, &mut response(status)).unwrap();
+            assert_eq!(
+                sleep.deadline() - tokio::time::Instant::now(),
+                Duration::from_secs(1)
+            );
+        }
+        assert!(
+            policy.retry(&mut req, &mut response(503)).is_none(),
+            "three retries at most"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tower_policy_stops_when_the_budget_is_empty() {
+        let policy = TowerPolicy::new(1).unwrap();
+        let mut req = Request::new(Full::new(Bytes::new()));
+        // The reserve is 10/s x 10 s = 100 retries; with no deposits beyond the requests' own
+        // (20% each), 1,000 failing requests get 100 + 200 retries, not 1,000.
+        let mut retried = 0;
+        for _ in 0..1_000 {
+            let mut per_request = policy.clone();
+            if per_request.retry(&mut req, &mut response(503)).is_some() {
+                retried += 1;
+            }
+        }
+        assert!((290..=310).contains(&retried), "{retried}");
+    }
+
+    #[test]
+    fn pipeline_lists_parse_in_report_order() {
+        assert_eq!(
+            Pipeline::parse_list("stormguard,naive").unwrap(),
+            vec![Pipeline::Naive, Pipeline::Stormguard]
+        );
+        assert_eq!(
+            Pipeline::parse_list("none,none").unwrap(),
+            vec![Pipeline::None]
+        );
+        assert!(Pipeline::parse_list("none,retry").is_err());
+    }
+}

@@ -1,0 +1,102 @@
+//! The `storm` binary: the same seed prints the same JSON, with the documented keys.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn out_dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("storm-cli-{name}-{}", std::process::id()))
+}
+
+fn run_json(args: &[&str], out: &PathBuf) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_storm"))
+        .args(args)
+        .arg("--json")
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("storm runs");
+    assert!(
+        output.status.success(),
+        "storm failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.stderr.is_empty(), "--json is quiet on stderr");
+    String::from_utf8(output.stdout).expect("utf-8 output")
+}
+
+#[test]
+fn same_seed_same_json_with_the_documented_keys() {
+    let out = out_dir("seed");
+    let args = [
+        "--scenario",
+        "seed",
+        "--qps",
+        "200",
+        "--duration",
+        "10",
+        "--seed",
+        "7",
+    ];
+    let first = run_json(&args, &out);
+    let second = run_json(&args, &out);
+    assert_eq!(first, second, "a seed gives the same numbers");
+
+    let value: serde_json::Value = serde_json::from_str(&first).expect("valid JSON");
+    let rows = value.as_array().expect("an array");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["none", "naive", "tower", "stormguard"]);
+    for row in rows {
+        for key in [
+            "offered",
+            "backend_attempts",
+            "amplification",
+            "success_rate",
+            "p50_ms",
+            "p99_ms",
+            "overloaded_s",
+            "recovery_s",
+        ] {
+            assert!(row.get(key).is_some(), "{key} missing in {row}");
+        }
+        // 200 req/s for 10 s.
+        let offered = row["offered"].as_u64().expect("a count");
+        assert!((1_800..2_200).contains(&offered), "{offered}");
+    }
+    assert!(out.join("seed.svg").exists(), "the chart is written");
+
+    let other_seed = run_json(
+        &[
+            "--scenario",
+            "seed",
+            "--qps",
+            "200",
+            "--duration",
+            "10",
+            "--seed",
+            "8",
+        ],
+        &out,
+    );
+    assert_ne!(first, other_seed, "another seed, other draws");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bad_flags_are_refused_with_usage() {
+    for args in [
+        &["--scenario", "storm"][..],
+        &["--pipelines", "none,retry"],
+        &["--qps", "-5"],
+        &["--bogus"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_storm"))
+            .args(args)
+            .output()
+            .expect("storm runs");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&output.stderr).contains("usage: storm"),
+            "{args:?}"
+        );
+    }
+}
