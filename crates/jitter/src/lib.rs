@@ -66,9 +66,10 @@ pub use hint::{
 };
 pub use spread::{Jitter, JitterLayer};
 pub use strategy::{
-    Constant, ConstantSchedule, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter,
-    DecorrelatedSchedule, EqualJitter, EqualJitterSchedule, FullJitter, FullJitterSchedule,
-    NoJitter, NoJitterSchedule, SmoothDecorrelatedJitter, SmoothDecorrelatedSchedule,
+    Constant, ConstantSchedule, DEFAULT_BASE, DEFAULT_CAP, Decorrelated, DecorrelatedJitter,
+    DecorrelatedSchedule, Equal, EqualJitter, EqualJitterSchedule, Full, FullJitter,
+    FullJitterSchedule, Jittered, JitteredSchedule, NoJitter, NoJitterSchedule, Shape,
+    SmoothDecorrelated, SmoothDecorrelatedJitter, SmoothDecorrelatedSchedule, SmoothState,
 };
 
 /// A backoff strategy: hands out one schedule of delays per request.

@@ -1,8 +1,7 @@
 use std::time::Duration;
 
-use super::{DEFAULT_BASE, DEFAULT_CAP, exponential_ceiling, uniform};
-use crate::Backoff;
-use crate::seed::SeedSource;
+use super::jittered::{Jittered, JitteredSchedule, Shape};
+use super::{exponential_ceiling, uniform};
 
 /// Full jitter: the delay before retry `n + 1` is `U(0, min(cap, base * 2^n))`.
 ///
@@ -21,78 +20,26 @@ use crate::seed::SeedSource;
 ///     assert!(*delay <= ceiling);
 /// }
 /// ```
-#[derive(Clone, Debug)]
-pub struct FullJitter {
-    base: Duration,
-    cap: Duration,
-    seeds: SeedSource,
-}
+pub type FullJitter = Jittered<Full>;
 
-impl FullJitter {
-    /// Full jitter growing from `base`, never above `cap` (the cap wins if `cap < base`).
-    pub fn new(base: Duration, cap: Duration) -> Self {
-        Self {
-            base,
-            cap,
-            seeds: SeedSource::default(),
-        }
+/// One request's full-jitter delays (see [`FullJitter`]).
+pub type FullJitterSchedule = JitteredSchedule<Full>;
+
+/// The [`Shape`] of [`FullJitter`]: `U(0, min(cap, base * 2^n))`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Full;
+
+impl Shape for Full {
+    /// The attempt number `n`.
+    type State = u32;
+
+    fn start(_base: Duration) -> u32 {
+        0
     }
 
-    /// Makes the sequence of schedules deterministic; successive schedules still differ.
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seeds = SeedSource::with_seed(seed);
-        self
-    }
-
-    /// The first ceiling, `base * 2^0`.
-    pub fn base(&self) -> Duration {
-        self.base
-    }
-}
-
-impl Default for FullJitter {
-    /// Base 500 ms, cap 8 s: the retry delays of OpenAI's official Python and Node SDKs.
-    fn default() -> Self {
-        Self::new(DEFAULT_BASE, DEFAULT_CAP)
-    }
-}
-
-impl Backoff for FullJitter {
-    type Schedule = FullJitterSchedule;
-
-    fn schedule(&self) -> FullJitterSchedule {
-        FullJitterSchedule {
-            rng: self.seeds.rng(),
-            base: self.base,
-            cap: self.cap,
-            attempt: 0,
-        }
-    }
-
-    fn cap(&self) -> Duration {
-        self.cap
-    }
-}
-
-/// One request's full-jitter delays (see [`FullJitter`]). Never ends.
-#[derive(Clone, Debug)]
-pub struct FullJitterSchedule {
-    rng: fastrand::Rng,
-    base: Duration,
-    cap: Duration,
-    attempt: u32,
-}
-
-impl Iterator for FullJitterSchedule {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let ceiling = exponential_ceiling(self.base, self.cap, self.attempt);
-        self.attempt = self.attempt.saturating_add(1);
-        Some(uniform(&mut self.rng, Duration::ZERO, ceiling))
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (usize::MAX, None)
+    fn next(attempt: &mut u32, rng: &mut fastrand::Rng, base: Duration, cap: Duration) -> Duration {
+        let ceiling = exponential_ceiling(base, cap, *attempt);
+        *attempt = attempt.saturating_add(1);
+        uniform(rng, Duration::ZERO, ceiling)
     }
 }

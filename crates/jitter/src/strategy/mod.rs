@@ -8,14 +8,18 @@ mod decorrelated;
 mod equal;
 mod exponential;
 mod full;
+mod jittered;
 mod smooth;
 
 pub use constant::{Constant, ConstantSchedule};
-pub use decorrelated::{DecorrelatedJitter, DecorrelatedSchedule};
-pub use equal::{EqualJitter, EqualJitterSchedule};
+pub use decorrelated::{Decorrelated, DecorrelatedJitter, DecorrelatedSchedule};
+pub use equal::{Equal, EqualJitter, EqualJitterSchedule};
 pub use exponential::{NoJitter, NoJitterSchedule};
-pub use full::{FullJitter, FullJitterSchedule};
-pub use smooth::{SmoothDecorrelatedJitter, SmoothDecorrelatedSchedule};
+pub use full::{Full, FullJitter, FullJitterSchedule};
+pub use jittered::{Jittered, JitteredSchedule, Shape};
+pub use smooth::{
+    SmoothDecorrelated, SmoothDecorrelatedJitter, SmoothDecorrelatedSchedule, SmoothState,
+};
 
 use std::time::Duration;
 
