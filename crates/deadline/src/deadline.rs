@@ -46,7 +46,11 @@ impl Deadline {
     /// A deadline `timeout` from now. A timeout too large to represent becomes a deadline in the far
     /// future (a century, or the furthest the platform clock allows), never a panic.
     pub fn after(timeout: Duration) -> Self {
-        let now = Instant::now();
+        Self::after_from(Instant::now(), timeout)
+    }
+
+    /// [`after`](Self::after), counted from `now` (for a caller that has read the clock already).
+    pub(crate) fn after_from(now: Instant, timeout: Duration) -> Self {
         let instant = std::iter::once(timeout)
             .chain(FAR_FUTURES.iter().map(|far| timeout.min(*far)))
             .find_map(|timeout| now.checked_add(timeout))

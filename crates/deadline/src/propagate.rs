@@ -19,7 +19,9 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
+use tokio::time::Instant;
 
 use crate::Deadline;
 
@@ -118,7 +120,33 @@ pub fn parse_grpc_timeout(v: &[u8]) -> Option<Duration> {
 /// Formats `d` as whole milliseconds, rounded down (`x-request-timeout-ms`).
 pub fn format_timeout_ms(d: Duration) -> HeaderValue {
     let millis = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    HeaderValue::from(millis)
+    let mut digits = Digits {
+        text: [b'0'; 20],
+        start: 20,
+    };
+    let mut rest = millis;
+    // A u64 has at most 20 digits: `start` stays in bounds.
+    while digits.start == 20 || rest > 0 {
+        digits.start -= 1;
+        digits.text[digits.start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    // Owned by its `Bytes`: one allocation, and the copy each retry attempt gets is a reference
+    // count (`HeaderValue::from(u64)` builds a growable buffer that a clone copies again).
+    HeaderValue::from_maybe_shared(Bytes::from_owner(digits))
+        .unwrap_or_else(|_| HeaderValue::from(millis))
+}
+
+/// The decimal digits of a `u64`, right-aligned in `text` from `start`.
+struct Digits {
+    text: [u8; 20],
+    start: usize,
+}
+
+impl AsRef<[u8]> for Digits {
+    fn as_ref(&self) -> &[u8] {
+        &self.text[self.start..]
+    }
 }
 
 /// Parses a whole number of milliseconds (`x-request-timeout-ms`,
@@ -153,7 +181,8 @@ pub fn incoming_timeout(headers: &HeaderMap) -> Option<Duration> {
 /// no [`Deadline`].
 pub fn stamp<B>(request: &mut Request<B>, margin: Duration) -> bool {
     with_parts(request, |headers, extensions| {
-        stamp_parts(headers, extensions, margin)
+        let grpc = is_grpc(headers);
+        stamp_parts(headers, extensions, margin, Instant::now(), grpc)
     })
 }
 
@@ -165,7 +194,8 @@ pub fn refresh<B>(request: &mut Request<B>) {
         return;
     };
     with_parts(request, |headers, extensions| {
-        stamp_parts(headers, extensions, stamped.margin)
+        let grpc = is_grpc(headers);
+        stamp_parts(headers, extensions, stamped.margin, Instant::now(), grpc)
     });
 }
 
@@ -177,16 +207,23 @@ struct Stamped {
     margin: Duration,
 }
 
+/// Stamps the time left at `now`, minus `margin` (see [`stamp`]), in the header for a gRPC
+/// (`grpc`) or an HTTP request.
 pub(crate) fn stamp_parts(
     headers: &mut HeaderMap,
     extensions: &mut http::Extensions,
     margin: Duration,
+    now: Instant,
+    grpc: bool,
 ) -> bool {
     let Some(deadline) = Deadline::from_extensions(extensions) else {
         return false;
     };
-    let budget = deadline.remaining().saturating_sub(margin);
-    if is_grpc(headers) {
+    let budget = deadline
+        .instant()
+        .saturating_duration_since(now)
+        .saturating_sub(margin);
+    if grpc {
         headers.insert(GRPC_TIMEOUT, format_grpc_timeout(budget));
     } else {
         headers.insert(X_REQUEST_TIMEOUT_MS, format_timeout_ms(budget));

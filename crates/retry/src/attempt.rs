@@ -1,8 +1,13 @@
 //! The headers the engine writes: attempt numbers and the idempotency key. (The "don't retry"
 //! mark is classify's [`mark_do_not_retry`](stormguard_classify::headers::mark_do_not_retry).)
 
+use std::cell::Cell;
+use std::hash::{BuildHasher, RandomState};
+
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use stormguard_budget::attempt::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
+use uuid::Uuid;
 
 /// `Idempotency-Key`: one UUID per request, the same on every attempt, so a backend that
 /// honours it (Stripe, the IETF HTTPAPI draft "The Idempotency-Key HTTP Header Field") performs a
@@ -61,12 +66,57 @@ pub(crate) fn ensure_idempotency_key(headers: &mut HeaderMap) {
     if headers.contains_key(IDEMPOTENCY_KEY) {
         return;
     }
-    let mut buffer = uuid::Uuid::encode_buffer();
-    let key = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
-    // A hyphenated UUID is 36 visible ASCII characters: always a valid header value.
-    if let Ok(value) = HeaderValue::from_str(key) {
+    let mut text = KeyText([0; 36]);
+    new_key().hyphenated().encode_lower(&mut text.0);
+    // A hyphenated UUID is 36 visible ASCII characters: always a valid header value. Owned by
+    // its `Bytes` (one allocation), so the copy each attempt gets is a reference count.
+    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from_owner(text)) {
         headers.insert(IDEMPOTENCY_KEY, value);
     }
+}
+
+/// The text of a hyphenated UUID.
+struct KeyText([u8; 36]);
+
+impl AsRef<[u8]> for KeyText {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// This thread's source of idempotency keys: a counter hashed with std's [`RandomState`], a
+/// SipHash whose keys are drawn from the operating system's randomness once per thread.
+///
+/// A key has to be unique, not secret: it travels in clear beside the request it names.
+/// `Uuid::new_v4` asks the operating system for every key, a system call that costs about a
+/// microsecond, more than the rest of the engine's work on a request that succeeds. Two
+/// SipHash outputs of a counter under per-thread random keys give the 122 random bits of a
+/// version 4 UUID, as unlikely to repeat across threads, processes and machines as fresh random
+/// ones, with no system call. Like every user-space generator (`rand`'s `ThreadRng` included),
+/// a process that forks and goes on sending from the thread that forked would repeat, in the
+/// child, the keys its parent sends next.
+struct KeyStream {
+    keys: RandomState,
+    next: Cell<u64>,
+}
+
+thread_local! {
+    static KEYS: KeyStream = KeyStream {
+        keys: RandomState::new(),
+        next: Cell::new(0),
+    };
+}
+
+/// A fresh version 4 UUID (see [`KeyStream`]).
+fn new_key() -> Uuid {
+    KEYS.with(|stream| {
+        let n = stream.next.get();
+        stream.next.set(n.wrapping_add(1));
+        let mut bytes = [0; 16];
+        bytes[..8].copy_from_slice(&stream.keys.hash_one((n, 0_u8)).to_le_bytes());
+        bytes[8..].copy_from_slice(&stream.keys.hash_one((n, 1_u8)).to_le_bytes());
+        uuid::Builder::from_random_bytes(bytes).into_uuid()
+    })
 }
 
 #[cfg(test)]
@@ -116,6 +166,24 @@ mod tests {
         caller.insert(IDEMPOTENCY_KEY, HeaderValue::from_static("caller-key"));
         ensure_idempotency_key(&mut caller);
         assert_eq!(caller[IDEMPOTENCY_KEY], "caller-key");
+    }
+
+    #[test]
+    fn keys_do_not_repeat_within_or_across_threads() {
+        fn keys(n: usize) -> Vec<Uuid> {
+            (0..n).map(|_| new_key()).collect()
+        }
+        let mut seen = std::collections::HashSet::new();
+        let here = keys(10_000);
+        let there = std::thread::spawn(|| keys(10_000))
+            .join()
+            .expect("key thread");
+        for key in here.iter().chain(&there) {
+            assert_eq!(key.get_version_num(), 4);
+            assert_eq!(key.get_variant(), uuid::Variant::RFC4122);
+            assert!(seen.insert(*key), "{key} repeated");
+        }
+        assert_eq!(seen.len(), 20_000);
     }
 
     #[test]

@@ -225,11 +225,11 @@ where
                 }
                 StateProj::Calling { future } => {
                     let result = ready!(future.poll(cx));
-                    this.engine.attempt_finished();
                     let next = match result {
                         Ok(response) => {
                             let (parts, body) = response.into_parts();
                             if this.engine.config.classifier.needs_body(&parts) {
+                                this.engine.attempt_finished();
                                 this.state.set(State::ReadingErrorBody {
                                     parts: Some(parts),
                                     body: Some(Box::pin(body)),
@@ -239,19 +239,25 @@ where
                             }
                             let outcome =
                                 this.engine.config.classifier.classify_response(&parts, &[]);
+                            if !outcome.is_success() {
+                                // Only a failure can lead to a retry, the one thing the
+                                // attempt's duration is for: a success skips the clock.
+                                this.engine.attempt_finished();
+                            }
                             let response = Response::from_parts(parts, ResponseBody::new(body));
                             this.engine.judge_response(outcome, response).map_return(Ok)
                         }
-                        Err(error) => this.engine.judge_error(error.into()).map_return(Err),
+                        Err(error) => {
+                            this.engine.attempt_finished();
+                            this.engine.judge_error(error.into()).map_return(Err)
+                        }
                     };
                     match next {
                         Next::Return(output) => {
                             this.state.set(State::Done);
                             return Poll::Ready(output);
                         }
-                        Next::Retry(delay) => this.state.set(State::Backoff {
-                            sleep: tokio::time::sleep(delay),
-                        }),
+                        Next::Retry(delay) => wait(this.state.as_mut(), this.service, delay),
                     }
                 }
                 StateProj::ReadingErrorBody { parts, body, read } => {
@@ -276,22 +282,41 @@ where
                             this.state.set(State::Done);
                             return Poll::Ready(Ok(response));
                         }
-                        Next::Retry(delay) => this.state.set(State::Backoff {
-                            sleep: tokio::time::sleep(delay),
-                        }),
+                        Next::Retry(delay) => wait(this.state.as_mut(), this.service, delay),
                     }
                 }
                 StateProj::Backoff { sleep } => {
                     ready!(sleep.poll(cx));
-                    // A fresh handle for the retry (tower: a clone is not ready until polled).
-                    let fresh = this.service.clone();
-                    *this.service = fresh;
+                    refresh(this.service);
                     this.state.set(State::PollReady);
                 }
                 StateProj::Done => return Poll::Ready(Err(polled_after_completion())),
             }
         }
     }
+}
+
+/// Move on to the retry after `delay`. A zero delay skips the timer: tokio rounds every sleep up
+/// to its next 1 ms tick, so `sleep(0)` would still wait up to a millisecond.
+fn wait<S: Clone, F, B, RB>(
+    mut state: Pin<&mut State<F, B, RB>>,
+    service: &mut S,
+    delay: Duration,
+) {
+    if delay.is_zero() {
+        refresh(service);
+        state.set(State::PollReady);
+    } else {
+        state.set(State::Backoff {
+            sleep: tokio::time::sleep(delay),
+        });
+    }
+}
+
+/// A fresh handle for the retry (tower: a clone is not ready until polled).
+fn refresh<S: Clone>(service: &mut S) {
+    let fresh = service.clone();
+    *service = fresh;
 }
 
 impl<T> Next<T> {
@@ -315,6 +340,10 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
         if !self.grpc && !is_idempotent(&parts.method) {
             ensure_idempotency_key(&mut headers);
         }
+        // The first attempt's number goes into the template: each attempt's copy of the headers
+        // then has its number already, and a retry replaces it in place (adding a header to a
+        // copy, which has no spare room, would grow it).
+        stamp(&mut headers, 0, self.grpc);
         let template = Template {
             method: parts.method,
             uri: parts.uri,
@@ -341,7 +370,10 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
     where
         S: Service<Request<B>>,
     {
-        stamp(request.headers_mut(), self.attempts, self.grpc);
+        // A first attempt built from the template carries its number already.
+        if self.attempts > 0 || self.template.is_none() {
+            stamp(request.headers_mut(), self.attempts, self.grpc);
+        }
         self.attempts = self.attempts.saturating_add(1);
         if self.deadline.is_some() {
             self.attempt_started = Some(Instant::now());

@@ -69,6 +69,11 @@ impl Tagged {
     }
 }
 
+/// How far below `u32::MAX` a count must be for [`Counter::increment`] to add without a
+/// compare-and-swap: more threads than this would have to add at the same instant to carry into
+/// the tag.
+const ADD_HEADROOM: u32 = 1 << 16;
+
 /// One tagged counter.
 #[derive(Debug, Default)]
 pub(crate) struct Counter(AtomicU64);
@@ -92,6 +97,16 @@ impl Counter {
         loop {
             let current = self.load();
             let count = match current.age(epoch) {
+                // The common case, a slot already in this epoch: one atomic add, which no other
+                // thread can make fail (a compare-and-swap fails and goes round again whenever
+                // another thread counted in between, which is what threads sharing a budget
+                // do). Should the slot move on to a later epoch between the load and the add, the
+                // add counts there, as above. Far from `u32::MAX`, concurrent adds cannot carry
+                // into the tag; close to it, the compare-and-swap below saturates exactly.
+                Age::Current(count) if count < u32::MAX - ADD_HEADROOM => {
+                    self.0.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
                 Age::Current(count) => count,
                 Age::Stale => 0,
                 Age::Ahead(later) => {

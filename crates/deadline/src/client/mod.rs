@@ -67,6 +67,7 @@ use http::Request;
 use http::request::Parts;
 use http_body::Body;
 use http_body_util::{BodyExt, Limited};
+use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::enforce::{BoxError, OnExpiry, ResponseFuture, ReturnError};
@@ -133,16 +134,24 @@ pub(crate) fn prepare(
     timeout: Option<Duration>,
     settings: Settings,
 ) -> Prepared {
+    // One clock reading for setting, checking and stamping the deadline.
+    let now = Instant::now();
     if let Some(timeout) = timeout {
-        Deadline::after(timeout).apply_to_extensions(&mut parts.extensions);
+        Deadline::after_from(now, timeout).apply_to_extensions(&mut parts.extensions);
     }
     let grpc = is_grpc(&parts.headers);
     let deadline = Deadline::from_extensions(&parts.extensions);
-    if deadline.is_some_and(|deadline| deadline.is_expired()) {
+    if deadline.is_some_and(|deadline| now >= deadline.instant()) {
         return Prepared::Expired { grpc };
     }
     if settings.propagate {
-        stamp_parts(&mut parts.headers, &mut parts.extensions, settings.margin);
+        stamp_parts(
+            &mut parts.headers,
+            &mut parts.extensions,
+            settings.margin,
+            now,
+            grpc,
+        );
     }
     Prepared::Ready { deadline, grpc }
 }
