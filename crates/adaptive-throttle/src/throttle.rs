@@ -92,6 +92,12 @@ impl Draw {
 #[repr(align(128))]
 struct PaddedCounter(AtomicU32);
 
+/// The slice (tag + 1; 0 = none) in which the drop probability was last computed as zero with no
+/// rejection recorded since, alone on its cache line: read by every request, written rarely.
+#[derive(Default)]
+#[repr(align(128))]
+struct Calm(AtomicU64);
+
 struct Shared {
     config: Config,
     window: Window,
@@ -101,6 +107,11 @@ struct Shared {
     throttling: AtomicBool,
     /// Accepts recorded in a row (no rejection in between) while throttling.
     run: PaddedCounter,
+    /// The fast path of `try_acquire`. Within one slice, once the probability is zero, only a
+    /// rejection can raise it: an accepted request adds 1 to `requests` and at least 1 to
+    /// `K * accepts`, and slices age out only when the slice changes. So until the slice changes or
+    /// a rejection is recorded, the window need not be summed again.
+    calm: Calm,
 }
 
 impl AdaptiveThrottle {
@@ -237,9 +248,17 @@ impl AdaptiveThrottle {
     pub fn try_acquire(&self) -> Result<(), Throttled> {
         let shared = &*self.shared;
         let slice = shared.window.slice(Instant::now());
+        let calm = slice.calm_mark();
+        if shared.calm.0.load(Ordering::Relaxed) == calm {
+            return Ok(());
+        }
         let probability = shared.probability(shared.window.totals(slice));
         shared.set_throttling(probability > 0.0);
-        if probability > 0.0 && shared.draw.uniform() < probability {
+        if probability <= 0.0 {
+            shared.calm.0.store(calm, Ordering::Relaxed);
+            return Ok(());
+        }
+        if shared.draw.uniform() < probability {
             shared.window.add(slice, Counter::Requests);
             return Err(Throttled);
         }
@@ -256,6 +275,9 @@ impl AdaptiveThrottle {
         shared.window.add(slice, Counter::Requests);
         let run = &shared.run.0;
         if !accepted {
+            if shared.calm.0.load(Ordering::Relaxed) != 0 {
+                shared.calm.0.store(0, Ordering::Relaxed);
+            }
             if run.load(Ordering::Relaxed) != 0 {
                 run.store(0, Ordering::Relaxed);
             }
@@ -302,6 +324,7 @@ impl AdaptiveThrottle {
                 draw,
                 throttling: AtomicBool::new(false),
                 run: PaddedCounter::default(),
+                calm: Calm::default(),
             }),
         }
     }
@@ -375,6 +398,24 @@ mod tests {
     use super::*;
 
     const TICK: Duration = Duration::from_millis(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rejection_ends_the_calm_fast_path_within_the_slice() {
+        let throttle = AdaptiveThrottle::new(2.0, Duration::from_secs(2))
+            .with_min_rate(0.0)
+            .with_seed(5);
+        // Zero probability: the window is calm and requests pass without summing it.
+        assert!(throttle.try_acquire().is_ok());
+        // Within the same slice (the clock does not move), the backend starts rejecting.
+        for _ in 0..200 {
+            throttle.record(false);
+        }
+        let expected = throttle.probability();
+        assert!(expected > 0.9, "{expected}");
+        let passed = (0..1000).filter(|_| throttle.try_acquire().is_ok()).count();
+        // The drop probability applies at once, not from the next slice on.
+        assert!(passed < 100, "{passed} of 1000 passed at P = {expected}");
+    }
 
     /// Offer `n` requests, one per millisecond, to a backend that answers with `accepted`;
     /// returns how many reached it.

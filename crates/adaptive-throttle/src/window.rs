@@ -61,6 +61,13 @@ pub(crate) struct Slice {
     tag: u32,
 }
 
+impl Slice {
+    /// A non-zero number naming this slice (its tag + 1), for marks that 0 means "unset".
+    pub(crate) fn calm_mark(self) -> u64 {
+        u64::from(self.tag) + 1
+    }
+}
+
 /// Lock-free sliding window of request and accept counts.
 #[derive(Debug)]
 pub(crate) struct Window {
