@@ -37,6 +37,10 @@ pub const DEFAULT_CLIENT_TIMEOUT: Duration = Duration::from_secs(600);
 /// * The **adaptive throttle** is inside the retry: every attempt is counted and may be dropped
 ///   locally (a `Throttled` error, never retried) while the backend rejects most of what it gets.
 ///
+/// The deadline covers each attempt up to its response head, and the buffered error body of a
+/// failed one. A successful response is handed over as soon as its head arrives, and reading its
+/// body is the caller's to bound: a stream that has started is never cut short or restarted.
+///
 /// `ClientLayer::default()` is safe for LLM APIs out of the box: [`LlmClassifier`],
 /// [`RetryBudget::default`] (10% of successes, 1 retry/s floor, 10 s window), [`FullJitter`]
 /// (0.5 s .. 8 s), 3 attempts, hints up to 60 s, [`AdaptiveThrottle::default`], and a 600 s
