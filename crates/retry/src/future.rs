@@ -19,7 +19,7 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp};
-use crate::body::{BufferedBody, Collected, PartialBody, ReplayBody, ResponseBody, Tail};
+use crate::body::{Collected, PartialBody, ReplayBody, ResponseBody, Tail};
 use crate::error::{GaveUp, GiveUpCause, chain_contains};
 use crate::layer::Config;
 use stormguard_classify::headers::mark_do_not_retry;
@@ -275,7 +275,7 @@ where
                         .config
                         .classifier
                         .classify_response(&parts, seen);
-                    let body = BufferedBody::new(read.into_bytes(), end, body);
+                    let body = PartialBody::after_read(read.into_bytes(), end, body);
                     let response = Response::from_parts(parts, ResponseBody::buffered(body));
                     match this.engine.judge_response(outcome, response) {
                         Next::Return(response) => {

@@ -7,4 +7,4 @@ mod response;
 pub(crate) use buffer::Collected;
 pub use replay::{PartialBody, ReplayBody};
 pub use response::ResponseBody;
-pub(crate) use response::{BufferedBody, Tail};
+pub(crate) use response::Tail;

@@ -1,6 +1,7 @@
 //! Request bodies the engine can send again: [`ReplayBody`] and [`PartialBody`].
 
 use std::convert::Infallible;
+use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
@@ -9,6 +10,8 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
+
+use super::Tail;
 
 /// A request body type the retry engine can rebuild: from bytes it buffered (to send a request
 /// again), or from a prefix it already read plus the unread rest (to send a large or streaming
@@ -35,34 +38,62 @@ pub trait ReplayBody: Body<Data = Bytes> + Unpin + Sized {
 }
 
 pin_project! {
-    /// A body whose first bytes were already read: yields those bytes as one data frame, then the
-    /// trailers if the reader reached them (they end the body), otherwise every frame of the
-    /// unread rest.
-    #[derive(Debug)]
-    pub struct PartialBody<B> {
+    /// A body whose first bytes were already read: yields those bytes as one data frame, then
+    /// what reading met after them (the trailers, which end the body, or a read error), otherwise
+    /// every frame of the unread rest.
+    ///
+    /// The engine hands one to [`ReplayBody::from_partial`] for a request body too large to
+    /// replay, and keeps one inside [`ResponseBody`](crate::ResponseBody) for an error response
+    /// whose start it read to classify it.
+    pub struct PartialBody<B>
+    where
+        B: Body,
+    {
         prefix: Option<Bytes>,
         trailers: Option<HeaderMap>,
-        // Set once the trailers were yielded: the body has ended.
-        done: bool,
+        // A read error met while reading the prefix, handed on after it.
+        error: Option<B::Error>,
+        // Reading already reached the end of the rest: never poll it again.
+        rest_done: bool,
         #[pin]
         rest: B,
     }
 }
 
-impl<B> PartialBody<B> {
+impl<B: Body> PartialBody<B> {
     /// The bytes already read, the trailers if reading reached them (then `rest` must have
     /// ended, and it is never polled), and the unread rest.
     pub fn new(prefix: Bytes, trailers: Option<HeaderMap>, rest: B) -> Self {
+        let rest_done = trailers.is_some();
         Self {
             prefix: (!prefix.is_empty()).then_some(prefix),
             trailers,
-            done: false,
+            error: None,
+            rest_done,
+            rest,
+        }
+    }
+
+    /// `prefix` was read from `rest`, and reading stopped at `end`: at a cap (the rest is still
+    /// to be read), at the end of the body, at its trailers or at an error.
+    pub(crate) fn after_read(prefix: Bytes, end: Tail<B::Error>, rest: B) -> Self {
+        let (trailers, error, rest_done) = match end {
+            Tail::Open => (None, None, false),
+            Tail::Ended => (None, None, true),
+            Tail::Trailers(trailers) => (Some(trailers), None, true),
+            Tail::Failed(error) => (None, Some(error), true),
+        };
+        Self {
+            prefix: (!prefix.is_empty()).then_some(prefix),
+            trailers,
+            error,
+            rest_done,
             rest,
         }
     }
 
     /// Takes the body apart again: the prefix not yet yielded (empty once it was), the trailers
-    /// not yet yielded, and the rest.
+    /// not yet yielded, and the rest. (Bodies built by [`new`](Self::new) hold no read error.)
     pub fn into_parts(self) -> (Bytes, Option<HeaderMap>, B) {
         (self.prefix.unwrap_or_default(), self.trailers, self.rest)
     }
@@ -81,22 +112,27 @@ impl<B: Body<Data = Bytes>> Body for PartialBody<B> {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
         if let Some(trailers) = this.trailers.take() {
-            *this.done = true;
             return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
         }
-        if *this.done {
+        if let Some(error) = this.error.take() {
+            return Poll::Ready(Some(Err(error)));
+        }
+        if *this.rest_done {
             return Poll::Ready(None);
         }
         this.rest.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.prefix.is_none() && self.trailers.is_none() && (self.done || self.rest.is_end_stream())
+        self.prefix.is_none()
+            && self.trailers.is_none()
+            && self.error.is_none()
+            && (self.rest_done || self.rest.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
         let prefix = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
-        if self.trailers.is_some() || self.done {
+        if self.rest_done {
             return SizeHint::with_exact(prefix);
         }
         let rest = self.rest.size_hint();
@@ -106,6 +142,17 @@ impl<B: Body<Data = Bytes>> Body for PartialBody<B> {
             hint.set_upper(upper);
         }
         hint
+    }
+}
+
+impl<B: Body> fmt::Debug for PartialBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartialBody")
+            .field("prefix_len", &self.prefix.as_ref().map_or(0, Bytes::len))
+            .field("trailers", &self.trailers.is_some())
+            .field("error", &self.error.is_some())
+            .field("rest_done", &self.rest_done)
+            .finish()
     }
 }
 

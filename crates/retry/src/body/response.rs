@@ -9,6 +9,8 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::PartialBody;
+
 pin_project! {
     /// The body of a response returned by [`Retry`](crate::Retry).
     ///
@@ -38,9 +40,11 @@ pin_project! {
             #[pin]
             body: RB,
         },
-        // A body whose first bytes the engine read to classify the response.
+        // A body whose first bytes the engine read to classify the response. The rest sits in a
+        // `Box` so that a body that is not `Unpin` can be read in place and then handed on; the
+        // allocation happens only on this error path.
         Buffered {
-            body: BufferedBody<RB>,
+            body: PartialBody<Pin<Box<RB>>>,
         },
     }
 }
@@ -53,7 +57,7 @@ impl<RB: Body> ResponseBody<RB> {
         }
     }
 
-    pub(crate) fn buffered(body: BufferedBody<RB>) -> Self {
+    pub(crate) fn buffered(body: PartialBody<Pin<Box<RB>>>) -> Self {
         Self {
             kind: Kind::Buffered { body },
         }
@@ -104,48 +108,6 @@ impl<RB: Body> fmt::Debug for ResponseBody<RB> {
     }
 }
 
-/// The read prefix of an error response's body followed by the unread rest. The rest sits in a `Box` so that a body that is not `Unpin` can be read
-/// in place and then handed on; the allocation happens only on this error path.
-pub(crate) struct BufferedBody<RB: Body> {
-    prefix: Option<Bytes>,
-    /// Trailers reached while reading: the last frame.
-    trailers: Option<HeaderMap>,
-    /// Error reached while reading: handed to the caller after the prefix.
-    error: Option<RB::Error>,
-    /// The rest was read to its end (or failed): never poll it again.
-    rest_done: bool,
-    rest: Pin<Box<RB>>,
-}
-
-impl<RB: Body> BufferedBody<RB> {
-    /// `prefix` was read from `rest`; reading stopped at the cap (`end` is `Tail::Open`), at the
-    /// end of the body, at its trailers or at an error.
-    pub(crate) fn new(prefix: Bytes, end: Tail<RB::Error>, rest: Pin<Box<RB>>) -> Self {
-        let (trailers, error, rest_done) = match end {
-            Tail::Open => (None, None, false),
-            Tail::Ended => (None, None, true),
-            Tail::Trailers(trailers) => (Some(trailers), None, true),
-            Tail::Failed(error) => (None, Some(error), true),
-        };
-        Self {
-            prefix: (!prefix.is_empty()).then_some(prefix),
-            trailers,
-            error,
-            rest_done,
-            rest,
-        }
-    }
-
-    /// The bytes read for classification and not yet yielded.
-    pub(crate) fn prefix(&self) -> &[u8] {
-        self.prefix.as_deref().unwrap_or_default()
-    }
-}
-
-/// Nothing in a `BufferedBody` is structurally pinned: the rest is boxed, and the stored error
-/// is only ever moved out, never polled in place.
-impl<RB: Body> Unpin for BufferedBody<RB> {}
-
 /// Where reading an error body for classification stopped.
 pub(crate) enum Tail<E> {
     /// At the cap: the rest is still to be read.
@@ -156,64 +118,6 @@ pub(crate) enum Tail<E> {
     Trailers(HeaderMap),
     /// At an error.
     Failed(E),
-}
-
-impl<RB: Body<Data = Bytes>> Body for BufferedBody<RB> {
-    type Data = Bytes;
-    type Error = RB::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, RB::Error>>> {
-        // Every field is Unpin (the rest is boxed).
-        let this = self.get_mut();
-        if let Some(prefix) = this.prefix.take() {
-            return Poll::Ready(Some(Ok(Frame::data(prefix))));
-        }
-        if let Some(trailers) = this.trailers.take() {
-            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
-        }
-        if let Some(error) = this.error.take() {
-            return Poll::Ready(Some(Err(error)));
-        }
-        if this.rest_done {
-            return Poll::Ready(None);
-        }
-        this.rest.as_mut().poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.prefix.is_none()
-            && self.trailers.is_none()
-            && self.error.is_none()
-            && (self.rest_done || self.rest.is_end_stream())
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let prefix = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
-        if self.rest_done {
-            return SizeHint::with_exact(prefix);
-        }
-        let rest = self.rest.size_hint();
-        let mut hint = SizeHint::new();
-        hint.set_lower(rest.lower().saturating_add(prefix));
-        if let Some(upper) = rest.upper().and_then(|upper| upper.checked_add(prefix)) {
-            hint.set_upper(upper);
-        }
-        hint
-    }
-}
-
-impl<RB: Body> fmt::Debug for BufferedBody<RB> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BufferedBody")
-            .field("prefix_len", &self.prefix().len())
-            .field("trailers", &self.trailers.is_some())
-            .field("error", &self.error.is_some())
-            .field("rest_done", &self.rest_done)
-            .finish()
-    }
 }
 
 #[cfg(test)]
@@ -228,7 +132,7 @@ mod tests {
         // Read the one frame as the engine would, then rebuild.
         let first = rest.frame().await.expect("a frame").expect("infallible");
         let prefix = first.into_data().expect("data");
-        let body = ResponseBody::buffered(BufferedBody::new(prefix, Tail::Ended, rest));
+        let body = ResponseBody::buffered(PartialBody::after_read(prefix, Tail::Ended, rest));
         assert!(body.is_buffered());
         assert_eq!(body.size_hint().exact(), Some(10));
         let bytes = body.collect().await.expect("infallible").to_bytes();
@@ -240,7 +144,7 @@ mod tests {
         let mut trailers = HeaderMap::new();
         trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
         let rest = Box::pin(Full::new(Bytes::new()));
-        let body = BufferedBody::new(
+        let body = PartialBody::after_read(
             Bytes::from_static(b"abc"),
             Tail::Trailers(trailers.clone()),
             rest,
@@ -253,8 +157,8 @@ mod tests {
     #[tokio::test]
     async fn a_read_error_reaches_the_caller_after_the_prefix() {
         let rest = Box::pin(http_body_util::Empty::<Bytes>::new().map_err(|never| match never {}));
-        let mut body: BufferedBody<_> =
-            BufferedBody::new(Bytes::from_static(b"partial"), Tail::Failed("reset"), rest);
+        let mut body: PartialBody<_> =
+            PartialBody::after_read(Bytes::from_static(b"partial"), Tail::Failed("reset"), rest);
         assert!(!body.is_end_stream());
         let first = body.frame().await.expect("a frame").expect("data");
         assert_eq!(first.into_data().ok(), Some(Bytes::from_static(b"partial")));
