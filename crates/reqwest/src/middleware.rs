@@ -4,18 +4,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use http::{Extensions, HeaderValue, Method};
+use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_budget::RetryBudget;
-use stormguard_budget::attempt::X_RETRY_ATTEMPT;
 use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::{Classify, LlmClassifier, Outcome, Reason};
 use stormguard_deadline::propagate::{DEFAULT_MARGIN, X_REQUEST_TIMEOUT_MS, format_timeout_ms};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
-use stormguard_jitter::{Backoff, FullJitter, HintDecision, HintPolicy};
-use stormguard_retry::{GiveUpCause, IDEMPOTENCY_KEY};
+use stormguard_jitter::{Backoff, FullJitter, HintPolicy};
+use stormguard_retry::{
+    GiveUpCause, RetryRules, ensure_idempotency_key, is_idempotent, stamp_attempt,
+};
 use tokio::time::Instant;
 
 use crate::error_body;
@@ -249,37 +250,20 @@ where
                 return result;
             }
 
+            let scheduled = schedule.next().unwrap_or_else(|| self.backoff.cap());
+            let rules = RetryRules {
+                max_attempts: self.max_attempts,
+                hint_policy: &self.hint_policy,
+                budget: &self.budget,
+            };
+            let delay = match rules.decide(&outcome, attempts, scheduled, deadline, took) {
+                Ok(delay) => delay,
+                Err(cause) => return give_up(result, cause),
+            };
             let Some(next_request) = spare else {
-                return give_up(result, attempts, outcome, GiveUpCause::AttemptsExhausted);
+                // Only when the body could not be cloned after all: the caller decides.
+                return result;
             };
-            let delay = match outcome.retry_after() {
-                Some(hint) => match self.hint_policy.apply(hint) {
-                    HintDecision::RetryAfter(delay) => delay,
-                    HintDecision::TooLong { .. } => {
-                        return give_up(result, attempts, outcome, GiveUpCause::HintTooLong);
-                    }
-                },
-                None => schedule.next().unwrap_or_else(|| self.backoff.cap()),
-            };
-            // Never sleep past the deadline, nor start an attempt that needs more time than is
-            // left, judged by how long the last one took.
-            if deadline.is_some_and(|deadline| delay.saturating_add(took) >= deadline.remaining()) {
-                return give_up(result, attempts, outcome, GiveUpCause::Deadline);
-            }
-            if !self.budget.withdraw() {
-                tracing::warn!(
-                    attempts,
-                    reason = %outcome.reason(),
-                    "retry budget exhausted: not retrying",
-                );
-                return give_up(result, attempts, outcome, GiveUpCause::BudgetExhausted);
-            }
-            tracing::warn!(
-                retry_attempt = attempts,
-                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                reason = %outcome.reason(),
-                "retrying request",
-            );
             drop(result);
             tokio::time::sleep(delay).await;
             request = next_request;
@@ -396,21 +380,10 @@ where
     }
 }
 
-/// Ends a request on a retryable failure, telling whoever sits above not to retry it: a response
-/// is marked (`x-should-retry: false`, and the [`GiveUpCause`] in its extensions); an error comes
-/// back as it is, so that reqwest's `is_connect()` / `is_timeout()` keep working.
-fn give_up(
-    result: Result<Response>,
-    attempts: u32,
-    outcome: Outcome,
-    cause: GiveUpCause,
-) -> Result<Response> {
-    tracing::warn!(
-        attempts,
-        reason = %outcome.reason(),
-        cause = cause.as_str(),
-        "giving up on a retryable failure",
-    );
+/// The response a retryable failure ends with when the rules refuse a retry: it is marked
+/// (`x-should-retry: false`, and the [`GiveUpCause`] in its extensions); an error comes back as it
+/// is, so that reqwest's `is_connect()` / `is_timeout()` keep working.
+fn give_up(result: Result<Response>, cause: GiveUpCause) -> Result<Response> {
     result.map(|response| {
         let mut response = mark_final(response);
         response.extensions_mut().insert(cause);
@@ -430,31 +403,10 @@ fn give_back(parts: &mut http::response::Parts, response: &mut Response) {
     std::mem::swap(&mut parts.extensions, response.extensions_mut());
 }
 
-/// Whether RFC 9110 (section 9.2.2) calls `method` idempotent.
-fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
-}
-
-/// Adds a fresh UUID v4 `Idempotency-Key` unless the caller set one.
-fn ensure_idempotency_key(headers: &mut http::HeaderMap) {
-    if headers.contains_key(IDEMPOTENCY_KEY) {
-        return;
-    }
-    let mut buffer = uuid::Uuid::encode_buffer();
-    let key = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
-    // A hyphenated UUID is 36 visible ASCII characters: always a valid header value.
-    if let Ok(value) = HeaderValue::from_str(key) {
-        headers.insert(IDEMPOTENCY_KEY, value);
-    }
-}
-
 /// Stamps an attempt with its number and the time left.
 fn stamp(request: &mut Request, previous: u32, deadline: Option<Deadline>) {
     let headers = request.headers_mut();
-    headers.insert(X_RETRY_ATTEMPT, HeaderValue::from(previous));
+    stamp_attempt(headers, previous, false);
     if let Some(deadline) = deadline {
         // The same safety margin as the tower `DeadlineLayer`: the next hop gives up first.
         let left = deadline.remaining().saturating_sub(DEFAULT_MARGIN);

@@ -43,7 +43,7 @@ fn count_value(count: u32) -> HeaderValue {
 /// expects it: `x-retry-attempt: N` on every HTTP attempt (0 on the first), and gRPC's
 /// `grpc-previous-rpc-attempts: N` (gRFC A6) on retries only, as gRPC clients send it.
 /// The engine's count replaces any value already there: it is the layer that retries.
-pub(crate) fn stamp(headers: &mut HeaderMap, previous: u32, grpc: bool) {
+pub fn stamp_attempt(headers: &mut HeaderMap, previous: u32, grpc: bool) {
     if grpc {
         if previous > 0 {
             headers.insert(GRPC_PREVIOUS_RPC_ATTEMPTS, count_value(previous));
@@ -54,7 +54,7 @@ pub(crate) fn stamp(headers: &mut HeaderMap, previous: u32, grpc: bool) {
 }
 
 /// Whether RFC 9110 (section 9.2.2) calls `method` idempotent.
-pub(crate) fn is_idempotent(method: &Method) -> bool {
+pub fn is_idempotent(method: &Method) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
@@ -62,7 +62,7 @@ pub(crate) fn is_idempotent(method: &Method) -> bool {
 }
 
 /// Add a fresh UUID v4 `Idempotency-Key` unless the caller set one.
-pub(crate) fn ensure_idempotency_key(headers: &mut HeaderMap) {
+pub fn ensure_idempotency_key(headers: &mut HeaderMap) {
     if headers.contains_key(IDEMPOTENCY_KEY) {
         return;
     }
@@ -136,16 +136,16 @@ mod tests {
     #[test]
     fn http_attempts_are_numbered_from_zero_and_grpc_from_the_first_retry() {
         let mut http = HeaderMap::new();
-        stamp(&mut http, 0, false);
+        stamp_attempt(&mut http, 0, false);
         assert_eq!(http[X_RETRY_ATTEMPT], "0");
-        stamp(&mut http, 2, false);
+        stamp_attempt(&mut http, 2, false);
         assert_eq!(http[X_RETRY_ATTEMPT], "2");
         assert_eq!(http.len(), 1);
 
         let mut grpc = HeaderMap::new();
-        stamp(&mut grpc, 0, true);
+        stamp_attempt(&mut grpc, 0, true);
         assert!(grpc.is_empty());
-        stamp(&mut grpc, 1, true);
+        stamp_attempt(&mut grpc, 1, true);
         assert_eq!(grpc[GRPC_PREVIOUS_RPC_ATTEMPTS], "1");
         assert!(!grpc.contains_key(X_RETRY_ATTEMPT));
     }

@@ -12,16 +12,17 @@ use http::{Extensions, HeaderMap, Method, Request, Response, Uri, Version, reque
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_adaptive_throttle::Throttled;
-use stormguard_classify::{BoxError, Classify, ERROR_BODY_LIMIT, Outcome, Reason, is_grpc};
+use stormguard_classify::{BoxError, Classify, ERROR_BODY_LIMIT, Outcome, is_grpc};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
-use stormguard_jitter::{Backoff, HintDecision};
+use stormguard_jitter::Backoff;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp};
+use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
 use crate::body::{Collected, PartialBody, ReplayBody, ResponseBody, Tail};
 use crate::error::{GaveUp, GiveUpCause, chain_contains};
 use crate::layer::Config;
+use crate::rules::RetryRules;
 use stormguard_classify::headers::mark_do_not_retry;
 
 pin_project! {
@@ -343,7 +344,7 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
         // The first attempt's number goes into the template: each attempt's copy of the headers
         // then has its number already, and a retry replaces it in place (adding a header to a
         // copy, which has no spare room, would grow it).
-        stamp(&mut headers, 0, self.grpc);
+        stamp_attempt(&mut headers, 0, self.grpc);
         let template = Template {
             method: parts.method,
             uri: parts.uri,
@@ -372,7 +373,7 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
     {
         // A first attempt built from the template carries its number already.
         if self.attempts > 0 || self.template.is_none() {
-            stamp(request.headers_mut(), self.attempts, self.grpc);
+            stamp_attempt(request.headers_mut(), self.attempts, self.grpc);
         }
         self.attempts = self.attempts.saturating_add(1);
         if self.deadline.is_some() {
@@ -442,16 +443,10 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
         }
     }
 
-    /// Decide whether a retryable failure is retried, and after how long. The checks run from
-    /// the cheapest to the one with a side effect: the budget is asked last, so a retry that
-    /// the attempts, the hint or the deadline rule out withdraws nothing.
+    /// Decide whether a retryable failure is retried, and after how long ([`RetryRules`]).
     fn plan(&mut self, outcome: &Outcome) -> Plan {
         if self.template.is_none() {
             return Plan::NotReplayable;
-        }
-        let reason = outcome.reason();
-        if self.attempts >= self.config.max_attempts {
-            return self.give_up(reason, GiveUpCause::AttemptsExhausted);
         }
         let backoff = &self.config.backoff;
         let scheduled = self
@@ -459,50 +454,21 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
             .get_or_insert_with(|| backoff.schedule())
             .next()
             .unwrap_or_else(|| backoff.cap());
-        let delay = match outcome.retry_after() {
-            None => scheduled,
-            Some(hint) => match self.config.hint_policy.apply(hint) {
-                HintDecision::RetryAfter(delay) => delay,
-                HintDecision::TooLong { .. } => {
-                    return self.give_up(reason, GiveUpCause::HintTooLong);
-                }
-            },
+        let rules = RetryRules {
+            max_attempts: self.config.max_attempts,
+            hint_policy: &self.config.hint_policy,
+            budget: &self.config.budget,
         };
-        if let Some(deadline) = self.deadline {
-            // The retry must start after its delay and still have as long as the last attempt
-            // took before the deadline; otherwise it would be cut off, wasting backend work.
-            let finish = Instant::now()
-                .checked_add(delay)
-                .and_then(|start| start.checked_add(self.last_attempt));
-            if finish.is_none_or(|finish| finish >= deadline.instant()) {
-                return self.give_up(reason, GiveUpCause::Deadline);
-            }
+        match rules.decide(
+            outcome,
+            self.attempts,
+            scheduled,
+            self.deadline,
+            self.last_attempt,
+        ) {
+            Ok(delay) => Plan::Retry(delay),
+            Err(cause) => Plan::GiveUp(cause),
         }
-        if !self.config.budget.withdraw() {
-            tracing::warn!(
-                attempts = self.attempts,
-                reason = reason.as_str(),
-                "retry budget exhausted: not retrying"
-            );
-            return self.give_up(reason, GiveUpCause::BudgetExhausted);
-        }
-        tracing::warn!(
-            retry_attempt = self.attempts,
-            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-            reason = reason.as_str(),
-            "retrying request"
-        );
-        Plan::Retry(delay)
-    }
-
-    fn give_up(&self, reason: Reason, cause: GiveUpCause) -> Plan {
-        tracing::warn!(
-            attempts = self.attempts,
-            reason = reason.as_str(),
-            cause = cause.as_str(),
-            "giving up on a retryable failure"
-        );
-        Plan::GiveUp(cause)
     }
 }
 

@@ -135,11 +135,13 @@ mod body;
 mod error;
 mod future;
 mod layer;
+mod rules;
 mod service;
 
-pub use attempt::IDEMPOTENCY_KEY;
+pub use attempt::{IDEMPOTENCY_KEY, ensure_idempotency_key, is_idempotent, stamp_attempt};
 pub use body::{PartialBody, ReplayBody, ResponseBody};
 pub use error::{GaveUp, GiveUpCause};
 pub use future::ResponseFuture;
 pub use layer::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY, RetryLayer};
+pub use rules::RetryRules;
 pub use service::Retry;

@@ -1,0 +1,98 @@
+//! [`RetryRules`]: the decision every stormguard retry loop makes about a retryable failure.
+
+use std::time::Duration;
+
+use stormguard_budget::RetryBudget;
+use stormguard_classify::Outcome;
+use stormguard_deadline::Deadline;
+use stormguard_jitter::{HintDecision, HintPolicy};
+use tokio::time::Instant;
+
+use crate::GiveUpCause;
+
+/// The rules for retrying a retryable failure, in one place for every retry loop of stormguard
+/// (this crate's tower engine and `stormguard-reqwest`'s middleware). See the crate docs for why
+/// they run in this order.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryRules<'a> {
+    /// Most attempts per request, the first included.
+    pub max_attempts: u32,
+    /// How a server hint becomes the delay, and the longest one honoured.
+    pub hint_policy: &'a HintPolicy,
+    /// Asked for every retry, last.
+    pub budget: &'a RetryBudget,
+}
+
+impl RetryRules<'_> {
+    /// After `attempts` attempts, the last of which took `last_attempt` and ended in the retryable
+    /// `outcome`: the delay before the next attempt, or why there is none. `scheduled` is the
+    /// backoff's next delay, used when the server gave no hint.
+    ///
+    /// Checks, cheapest first and the one with a side effect last: attempts left; the hint (one
+    /// above the policy's maximum ends the request); the deadline (the retry must start after its
+    /// delay and still have as long as the last attempt took); the budget (a withdrawal). Each
+    /// retry and each give-up is logged at WARN with the attempt number and the reason.
+    pub fn decide(
+        &self,
+        outcome: &Outcome,
+        attempts: u32,
+        scheduled: Duration,
+        deadline: Option<Deadline>,
+        last_attempt: Duration,
+    ) -> Result<Duration, GiveUpCause> {
+        let verdict = self.check(outcome, attempts, scheduled, deadline, last_attempt);
+        let reason = outcome.reason().as_str();
+        match verdict {
+            Ok(delay) => tracing::warn!(
+                retry_attempt = attempts,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                reason,
+                "retrying request"
+            ),
+            Err(cause) => tracing::warn!(
+                attempts,
+                reason,
+                cause = cause.as_str(),
+                "giving up on a retryable failure"
+            ),
+        }
+        verdict
+    }
+
+    fn check(
+        &self,
+        outcome: &Outcome,
+        attempts: u32,
+        scheduled: Duration,
+        deadline: Option<Deadline>,
+        last_attempt: Duration,
+    ) -> Result<Duration, GiveUpCause> {
+        if attempts >= self.max_attempts {
+            return Err(GiveUpCause::AttemptsExhausted);
+        }
+        let delay = match outcome.retry_after() {
+            None => scheduled,
+            Some(hint) => match self.hint_policy.apply(hint) {
+                HintDecision::RetryAfter(delay) => delay,
+                HintDecision::TooLong { .. } => return Err(GiveUpCause::HintTooLong),
+            },
+        };
+        if let Some(deadline) = deadline {
+            let finish = Instant::now()
+                .checked_add(delay)
+                .and_then(|start| start.checked_add(last_attempt));
+            if finish.is_none_or(|finish| finish >= deadline.instant()) {
+                return Err(GiveUpCause::Deadline);
+            }
+        }
+        if !self.budget.withdraw() {
+            tracing::warn!(
+                attempts,
+                reason = outcome.reason().as_str(),
+                "retry budget exhausted: not retrying"
+            );
+            return Err(GiveUpCause::BudgetExhausted);
+        }
+        Ok(delay)
+    }
+}
