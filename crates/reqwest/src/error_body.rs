@@ -7,14 +7,10 @@
 //! response whose body starts with those bytes and goes on with the rest of the original stream:
 //! a body larger than the cap is never truncated and is never buffered whole.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use bytes::Bytes;
-use http_body::{Body as HttpBody, Frame, SizeHint};
-use pin_project_lite::pin_project;
 use reqwest::{Body, Response, ResponseBuilderExt};
 use stormguard_classify::ERROR_BODY_LIMIT;
+use stormguard_retry::PartialBody;
 
 /// The head of an error body, read up to the cap.
 pub(crate) struct BufferedBody {
@@ -69,57 +65,9 @@ pub(crate) fn restore(response: Response, head: BufferedBody) -> Response {
     let body = if head.complete {
         Body::from(head.bytes)
     } else {
-        Body::wrap(Prefixed {
-            head: Some(head.bytes),
-            rest,
-        })
+        Body::wrap(PartialBody::new(head.bytes, None, rest))
     };
     Response::from(http::Response::from_parts(parts, body))
-}
-
-pin_project! {
-    /// A body that yields `head` and then the frames of `rest`.
-    struct Prefixed<B> {
-        head: Option<Bytes>,
-        #[pin]
-        rest: B,
-    }
-}
-
-impl<B> HttpBody for Prefixed<B>
-where
-    B: HttpBody<Data = Bytes>,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        if let Some(head) = this.head.take()
-            && !head.is_empty()
-        {
-            return Poll::Ready(Some(Ok(Frame::data(head))));
-        }
-        this.rest.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.head.as_ref().is_none_or(Bytes::is_empty) && self.rest.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let head = self.head.as_ref().map_or(0, |head| head.len() as u64);
-        let rest = self.rest.size_hint();
-        let mut hint = SizeHint::new();
-        hint.set_lower(rest.lower().saturating_add(head));
-        if let Some(upper) = rest.upper() {
-            hint.set_upper(upper.saturating_add(head));
-        }
-        hint
-    }
 }
 
 #[cfg(test)]
@@ -127,18 +75,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use http_body_util::BodyExt;
-
-    #[tokio::test]
-    async fn prefixed_body_yields_head_then_rest_in_order() {
-        let body = Prefixed {
-            head: Some(Bytes::from_static(b"hello, ")),
-            rest: http_body_util::Full::new(Bytes::from_static(b"world")),
-        };
-        assert_eq!(body.size_hint().exact(), Some(12));
-        let collected = body.collect().await.unwrap().to_bytes();
-        assert_eq!(&collected[..], b"hello, world");
-    }
 
     #[tokio::test]
     async fn restored_response_keeps_status_headers_url_and_whole_body() {

@@ -40,7 +40,35 @@ impl RetryRules<'_> {
         deadline: Option<Deadline>,
         last_attempt: Duration,
     ) -> Result<Duration, GiveUpCause> {
-        let verdict = self.check(outcome, attempts, scheduled, deadline, last_attempt);
+        let verdict = (|| {
+            if attempts >= self.max_attempts {
+                return Err(GiveUpCause::AttemptsExhausted);
+            }
+            let delay = match outcome.retry_after() {
+                None => scheduled,
+                Some(hint) => match self.hint_policy.apply(hint) {
+                    HintDecision::RetryAfter(delay) => delay,
+                    HintDecision::TooLong { .. } => return Err(GiveUpCause::HintTooLong),
+                },
+            };
+            if let Some(deadline) = deadline {
+                let finish = Instant::now()
+                    .checked_add(delay)
+                    .and_then(|start| start.checked_add(last_attempt));
+                if finish.is_none_or(|finish| finish >= deadline.instant()) {
+                    return Err(GiveUpCause::Deadline);
+                }
+            }
+            if !self.budget.withdraw() {
+                tracing::warn!(
+                    attempts,
+                    reason = outcome.reason().as_str(),
+                    "retry budget exhausted: not retrying"
+                );
+                return Err(GiveUpCause::BudgetExhausted);
+            }
+            Ok(delay)
+        })();
         let reason = outcome.reason().as_str();
         match verdict {
             Ok(delay) => tracing::warn!(
@@ -57,42 +85,5 @@ impl RetryRules<'_> {
             ),
         }
         verdict
-    }
-
-    fn check(
-        &self,
-        outcome: &Outcome,
-        attempts: u32,
-        scheduled: Duration,
-        deadline: Option<Deadline>,
-        last_attempt: Duration,
-    ) -> Result<Duration, GiveUpCause> {
-        if attempts >= self.max_attempts {
-            return Err(GiveUpCause::AttemptsExhausted);
-        }
-        let delay = match outcome.retry_after() {
-            None => scheduled,
-            Some(hint) => match self.hint_policy.apply(hint) {
-                HintDecision::RetryAfter(delay) => delay,
-                HintDecision::TooLong { .. } => return Err(GiveUpCause::HintTooLong),
-            },
-        };
-        if let Some(deadline) = deadline {
-            let finish = Instant::now()
-                .checked_add(delay)
-                .and_then(|start| start.checked_add(last_attempt));
-            if finish.is_none_or(|finish| finish >= deadline.instant()) {
-                return Err(GiveUpCause::Deadline);
-            }
-        }
-        if !self.budget.withdraw() {
-            tracing::warn!(
-                attempts,
-                reason = outcome.reason().as_str(),
-                "retry budget exhausted: not retrying"
-            );
-            return Err(GiveUpCause::BudgetExhausted);
-        }
-        Ok(delay)
     }
 }
