@@ -40,33 +40,48 @@ fn told(headers: &http::HeaderMap) -> String {
     format!("{}|{}", get(X_REQUEST_TIMEOUT_MS), get(GRPC_TIMEOUT))
 }
 
+/// Waits for `client` to be ready, then sends it `request`.
+async fn send<S, B>(client: &mut S, request: Request<B>) -> Result<S::Response, S::Error>
+where
+    S: Service<Request<B>>,
+    S::Error: std::fmt::Debug,
+{
+    client.ready().await.unwrap().call(request).await
+}
+
+/// Sends `request`, asserts it fails with `DeadlineExceeded`, and returns how long that took.
+async fn expires_after<S, B>(client: &mut S, request: Request<B>) -> Duration
+where
+    S: Service<Request<B>, Response: std::fmt::Debug, Error = BoxError>,
+{
+    let start = Instant::now();
+    let error = send(client, request).await.unwrap_err();
+    assert!(error.is::<DeadlineExceeded>(), "{error}");
+    start.elapsed()
+}
+
+/// A request with `body` whose caller set a deadline `after` from now.
+fn due_in<B>(after: Duration, body: B) -> Request<B> {
+    let mut request = Request::new(body);
+    Deadline::after(after).apply_to(&mut request);
+    request
+}
+
 #[tokio::test(start_paused = true)]
 async fn slow_backend_fails_with_deadline_exceeded_exactly_at_the_deadline() {
     let mut client =
         DeadlineLayer::new(Duration::from_secs(1)).layer(backend(Duration::from_secs(10)));
-    let start = Instant::now();
-    let error = client
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(()))
-        .await
-        .unwrap_err();
-    assert!(error.is::<DeadlineExceeded>(), "{error}");
-    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(
+        expires_after(&mut client, Request::new(())).await,
+        Duration::from_secs(1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_response_before_the_deadline_passes_through() {
     let mut client =
         DeadlineLayer::new(Duration::from_secs(1)).layer(backend(Duration::from_millis(999)));
-    let response = client
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(()))
-        .await
-        .unwrap();
+    let response = send(&mut client, Request::new(())).await.unwrap();
     assert_eq!(response.into_body(), "950|");
 }
 
@@ -74,7 +89,7 @@ async fn a_response_before_the_deadline_passes_through() {
 async fn a_response_ready_at_the_instant_of_the_deadline_is_delivered() {
     let mut client =
         DeadlineLayer::new(Duration::from_secs(1)).layer(backend(Duration::from_secs(1)));
-    let response = client.ready().await.unwrap().call(Request::new(())).await;
+    let response = send(&mut client, Request::new(())).await;
     assert!(response.is_ok());
 }
 
@@ -87,13 +102,7 @@ async fn inner_errors_pass_through_boxed() {
         ))
     });
     let mut client = DeadlineLayer::new(Duration::from_secs(1)).layer(failing);
-    let error = client
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(()))
-        .await
-        .unwrap_err();
+    let error = send(&mut client, Request::new(())).await.unwrap_err();
     let io = error.downcast_ref::<std::io::Error>().unwrap();
     assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
 }
@@ -104,32 +113,18 @@ async fn the_tighter_deadline_wins_either_way() {
         DeadlineLayer::new(Duration::from_secs(2)).layer(backend(Duration::from_secs(10)));
 
     // The request arrives with 300 ms left: the layer's 2 s does not extend it.
-    let mut request = Request::new(());
-    Deadline::after(Duration::from_millis(300)).apply_to(&mut request);
-    let start = Instant::now();
-    let error = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request)
-        .await
-        .unwrap_err();
-    assert!(error.is::<DeadlineExceeded>());
-    assert_eq!(start.elapsed(), Duration::from_millis(300));
+    let request = due_in(Duration::from_millis(300), ());
+    assert_eq!(
+        expires_after(&mut client, request).await,
+        Duration::from_millis(300)
+    );
 
     // The request arrives with 5 s left: the layer's 2 s is tighter.
-    let mut request = Request::new(());
-    Deadline::after(Duration::from_secs(5)).apply_to(&mut request);
-    let start = Instant::now();
-    let error = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request)
-        .await
-        .unwrap_err();
-    assert!(error.is::<DeadlineExceeded>());
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    let request = due_in(Duration::from_secs(5), ());
+    assert_eq!(
+        expires_after(&mut client, request).await,
+        Duration::from_secs(2)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -141,19 +136,9 @@ async fn an_already_expired_request_is_never_sent() {
         async { Ok::<_, Infallible>(Response::new(())) }
     });
     let mut client = DeadlineLayer::new(Duration::from_secs(30)).layer(inner);
-    let mut request = Request::new(());
-    Deadline::after(Duration::from_millis(100)).apply_to(&mut request);
+    let request = due_in(Duration::from_millis(100), ());
     tokio::time::advance(Duration::from_millis(100)).await;
-    let start = Instant::now();
-    let error = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request)
-        .await
-        .unwrap_err();
-    assert!(error.is::<DeadlineExceeded>());
-    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(expires_after(&mut client, request).await, Duration::ZERO);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
@@ -162,14 +147,7 @@ async fn remaining_time_minus_the_margin_is_propagated() {
     let two_seconds = Duration::from_secs(2);
     let call = |layer: DeadlineLayer, request: Request<()>| async move {
         let mut client = layer.layer(backend(Duration::ZERO));
-        client
-            .ready()
-            .await
-            .unwrap()
-            .call(request)
-            .await
-            .unwrap()
-            .into_body()
+        send(&mut client, request).await.unwrap().into_body()
     };
 
     // HTTP: x-request-timeout-ms, 50 ms margin by default.
@@ -222,18 +200,11 @@ async fn refresh_restamps_what_is_left_before_each_attempt() {
         )))
     });
     let mut client = DeadlineLayer::new(Duration::from_secs(2)).layer(retrying);
-    let response = client
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(()))
-        .await
-        .unwrap();
+    let response = send(&mut client, Request::new(())).await.unwrap();
     assert_eq!(response.into_body(), "1950| then 1250|");
 
     // A request no deadline layer stamped is left alone.
-    let mut request = Request::new(());
-    Deadline::after(Duration::from_secs(2)).apply_to(&mut request);
+    let mut request = due_in(Duration::from_secs(2), ());
     propagate::refresh(&mut request);
     assert!(request.headers().is_empty());
 
@@ -252,8 +223,7 @@ async fn respond_mode_answers_504_or_grpc_deadline_exceeded() {
         .respond_with_504()
         .layer(backend(Duration::from_secs(10)));
     let start = Instant::now();
-    let result: Result<Response<String>, Infallible> =
-        client.ready().await.unwrap().call(Request::new(())).await;
+    let result: Result<Response<String>, Infallible> = send(&mut client, Request::new(())).await;
     let response = result.unwrap();
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(response.body(), "");
@@ -263,7 +233,7 @@ async fn respond_mode_answers_504_or_grpc_deadline_exceeded() {
     request
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    let response = client.ready().await.unwrap().call(request).await.unwrap();
+    let response = send(&mut client, request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["grpc-status"], "4");
     assert_eq!(response.headers()[CONTENT_TYPE], "application/grpc");
@@ -279,14 +249,7 @@ async fn a_function_of_the_request_picks_the_timeout() {
     let mut client = layer.layer(backend(Duration::ZERO));
     let mut told_for = async |path: &str| {
         let request = Request::get(path).body(()).unwrap();
-        client
-            .ready()
-            .await
-            .unwrap()
-            .call(request)
-            .await
-            .unwrap()
-            .into_body()
+        send(&mut client, request).await.unwrap().into_body()
     };
     assert_eq!(told_for("/v1/embeddings").await, "4950|");
     assert_eq!(told_for("/v1/chat/completions").await, "119950|");
@@ -318,14 +281,7 @@ async fn llm_deadline_grows_with_prompt_and_output_size() {
     let mut send = async |body: String| {
         let length = body.len();
         let request = Request::new(Full::from(body));
-        let answer = client
-            .ready()
-            .await
-            .unwrap()
-            .call(request)
-            .await
-            .unwrap()
-            .into_body();
+        let answer = send(&mut client, request).await.unwrap().into_body();
         (answer, length)
     };
     // 4,000 output tokens, 20,000-character prompt (5,001 tokens with the role):
@@ -346,31 +302,21 @@ async fn llm_deadline_is_enforced_at_the_estimate() {
         max: Duration::from_secs(60),
     };
     let mut client = DeadlineLayer::llm(estimate).layer(llm_backend(Duration::from_secs(30)));
-    let start = Instant::now();
     let request = Request::new(Full::from(r#"{"max_tokens": 100}"#));
-    let error = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request)
-        .await
-        .unwrap_err();
-    assert!(error.is::<DeadlineExceeded>());
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert_eq!(
+        expires_after(&mut client, request).await,
+        Duration::from_secs(2)
+    );
 
     // A tighter deadline already on the request still wins.
-    let mut request = Request::new(Full::from(r#"{"max_tokens": 100}"#));
-    Deadline::after(Duration::from_millis(700)).apply_to(&mut request);
-    let start = Instant::now();
-    let error = client
-        .ready()
-        .await
-        .unwrap()
-        .call(request)
-        .await
-        .unwrap_err();
-    assert!(error.is::<DeadlineExceeded>());
-    assert_eq!(start.elapsed(), Duration::from_millis(700));
+    let request = due_in(
+        Duration::from_millis(700),
+        Full::from(r#"{"max_tokens": 100}"#),
+    );
+    assert_eq!(
+        expires_after(&mut client, request).await,
+        Duration::from_millis(700)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -380,11 +326,7 @@ async fn bodies_too_big_to_read_get_the_maximum_and_arrive_intact() {
         .layer(llm_backend(Duration::ZERO));
     let body = chat(2000, 50);
     let length = body.len();
-    let response = client
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(Full::from(body)))
+    let response = send(&mut client, Request::new(Full::from(body)))
         .await
         .unwrap();
     assert_eq!(response.into_body(), format!("599950| {length}"));
@@ -437,13 +379,7 @@ async fn streamed_bodies_are_not_read_and_get_the_maximum() {
         chunks: vec![Bytes::from(chat(10, 50))],
         hint: SizeHint::default(),
     };
-    let response = client
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(body))
-        .await
-        .unwrap();
+    let response = send(&mut client, Request::new(body)).await.unwrap();
     assert_eq!(
         response.into_body(),
         format!("599950| {}", chat(10, 50).len())
@@ -461,13 +397,7 @@ async fn a_body_that_breaks_the_limit_after_announcing_less_fails_the_request() 
     let mut client = DeadlineLayer::llm(LlmDeadline::default())
         .with_body_limit(1000)
         .layer(streamed_backend());
-    let error = client
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(body))
-        .await
-        .unwrap_err();
+    let error = send(&mut client, Request::new(body)).await.unwrap_err();
     assert!(!error.is::<DeadlineExceeded>());
 
     let mut responder = DeadlineLayer::llm(LlmDeadline::default())
@@ -480,13 +410,7 @@ async fn a_body_that_breaks_the_limit_after_announcing_less_fails_the_request() 
         chunks: vec![Bytes::from(vec![b'x'; 5000])],
         hint,
     };
-    let response = responder
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(body))
-        .await
-        .unwrap();
+    let response = send(&mut responder, Request::new(body)).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(response.body(), "");
 }

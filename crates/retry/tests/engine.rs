@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use stormguard_adaptive_throttle::Throttled;
 use stormguard_budget::RetryBudget;
 use stormguard_budget::attempt::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
@@ -18,9 +18,9 @@ use stormguard_classify::{BoxError, Reason};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::{Constant, FullJitter};
 use stormguard_retry::{GaveUp, GiveUpCause, IDEMPOTENCY_KEY, RetryLayer};
-use support::{Log, Reply, post, reply, scripted, status};
+use support::{Log, Reply, body_bytes, instant, post, reply, scripted, status};
 use tokio::time::Instant;
-use tower::{Layer, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 const CHAT: &str = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}]}"#;
 
@@ -31,14 +31,50 @@ fn no_retry_mark(response: &http::Response<impl http_body::Body>) -> Option<&str
         .map(|value| value.to_str().unwrap())
 }
 
+/// Why the engine gave up on `response`, if it did.
+fn give_up_cause<B>(response: &http::Response<B>) -> Option<&GiveUpCause> {
+    response.extensions().get::<GiveUpCause>()
+}
+
+/// A fresh default budget, and `RetryLayer::new()` drawing on it.
+fn budgeted() -> (RetryBudget, RetryLayer) {
+    let budget = RetryBudget::default();
+    (budget.clone(), RetryLayer::new().budget(budget))
+}
+
+/// A chat request whose caller set a deadline `after` from now.
+fn chat_due_in(after: Duration) -> Request<Full<Bytes>> {
+    let mut request = post(CHAT);
+    Deadline::after(after).apply_to(&mut request);
+    request
+}
+
+/// Sends `requests` chat requests through `client`, one every 10 ms (100 per second), each in its
+/// own task, and returns their results in the order they finish.
+async fn at_100_per_second<S>(client: S, requests: usize) -> Vec<Result<S::Response, S::Error>>
+where
+    S: Service<Request<Full<Bytes>>, Future: Send, Response: Send, Error: Send>
+        + Clone
+        + Send
+        + 'static,
+{
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..requests {
+        let client = client.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep_until(start + Duration::from_millis(10) * i as u32).await;
+            client.oneshot(post(CHAT)).await
+        });
+    }
+    tasks.join_all().await
+}
+
 #[tokio::test(start_paused = true)]
 async fn two_503s_then_success_on_the_third_attempt() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |n, _| {
-        Ok(if n < 2 { status(503) } else { status(200) })
-    });
-    let budget = RetryBudget::default();
-    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+    let (log, backend) = instant(|n, _| Ok(if n < 2 { status(503) } else { status(200) }));
+    let (budget, layer) = budgeted();
+    let client = layer.layer(backend);
 
     let response = client.oneshot(post(CHAT)).await.unwrap();
 
@@ -72,12 +108,11 @@ async fn two_503s_then_success_on_the_third_attempt() {
 
 #[tokio::test(start_paused = true)]
 async fn bad_request_is_never_retried() {
-    let log = Log::default();
     let error =
         r#"{"error":{"message":"Invalid 'messages'","type":"invalid_request_error","code":null}}"#;
-    let backend = scripted(&log, Duration::ZERO, move |_, _| Ok(reply(400, &[], error)));
-    let budget = RetryBudget::default();
-    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+    let (log, backend) = instant(move |_, _| Ok(reply(400, &[], error)));
+    let (budget, layer) = budgeted();
+    let client = layer.layer(backend);
 
     let response = client.oneshot(post(CHAT)).await.unwrap();
 
@@ -85,17 +120,16 @@ async fn bad_request_is_never_retried() {
     assert_eq!(log.len(), 1);
     // Decided here: nobody above should retry it either.
     assert_eq!(no_retry_mark(&response), Some("false"));
-    assert_eq!(response.extensions().get::<GiveUpCause>(), None);
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(give_up_cause(&response), None);
+    let body = body_bytes(response).await;
     assert_eq!(body, Bytes::from_static(error.as_bytes()));
     assert_eq!(budget.snapshot().withdrawals, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_ms_hint_sets_the_delay() {
-    let log = Log::default();
     let limited = r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
-    let backend = scripted(&log, Duration::ZERO, move |n, _| {
+    let (log, backend) = instant(move |n, _| {
         Ok(match n {
             0 => reply(
                 429,
@@ -121,8 +155,7 @@ async fn retry_after_ms_hint_sets_the_delay() {
 #[tokio::test(start_paused = true)]
 async fn total_outage_amplification_is_bounded_by_the_budget_floor() {
     const REQUESTS: usize = 1000;
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    let (log, backend) = instant(|_, _| Ok(status(503)));
     // Defaults: 10 s window, 1 retry per second floor, 10% of successes.
     let budget = RetryBudget::default();
     let floor = u64::from(budget.min_per_sec()) * budget.ttl().as_secs();
@@ -132,18 +165,9 @@ async fn total_outage_amplification_is_bounded_by_the_budget_floor() {
         .layer(backend);
 
     // 1,000 requests spread evenly over 10 s (100 per second), all inside one budget window.
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..REQUESTS {
-        let client = client.clone();
-        tasks.spawn(async move {
-            tokio::time::sleep_until(start + Duration::from_millis(10) * i as u32).await;
-            client.oneshot(post(CHAT)).await
-        });
-    }
     let mut marked = 0;
-    while let Some(result) = tasks.join_next().await {
-        let response = result.unwrap().unwrap();
+    for result in at_100_per_second(client, REQUESTS).await {
+        let response = result.unwrap();
         assert_eq!(response.status(), 503);
         if no_retry_mark(&response) == Some("false") {
             marked += 1;
@@ -180,25 +204,15 @@ async fn five_percent_errors_get_every_retry_they_need() {
         let fail = rng.lock().unwrap().f64() < 0.05;
         Ok(if fail { status(503) } else { status(200) })
     });
-    let budget = RetryBudget::default();
-    let client = RetryLayer::new()
-        .budget(budget.clone())
+    let (budget, layer) = budgeted();
+    let client = layer
         .backoff(FullJitter::default().with_seed(5))
         .layer(backend);
 
     // 100 requests per second for 20 s.
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..REQUESTS {
-        let client = client.clone();
-        tasks.spawn(async move {
-            tokio::time::sleep_until(start + Duration::from_millis(10) * i as u32).await;
-            client.oneshot(post(CHAT)).await
-        });
-    }
     let mut succeeded = 0;
-    while let Some(result) = tasks.join_next().await {
-        if result.unwrap().unwrap().status() == 200 {
+    for result in at_100_per_second(client, REQUESTS).await {
+        if result.unwrap().status() == 200 {
             succeeded += 1;
         }
     }
@@ -220,12 +234,9 @@ async fn five_percent_errors_get_every_retry_they_need() {
 
 #[tokio::test(start_paused = true)]
 async fn hint_of_ten_minutes_is_not_waited_for() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| {
-        Ok(reply(503, &[("retry-after", "600")], ""))
-    });
-    let budget = RetryBudget::default();
-    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+    let (log, backend) = instant(|_, _| Ok(reply(503, &[("retry-after", "600")], "")));
+    let (budget, layer) = budgeted();
+    let client = layer.layer(backend);
 
     let start = Instant::now();
     let response = client.oneshot(post(CHAT)).await.unwrap();
@@ -234,24 +245,18 @@ async fn hint_of_ten_minutes_is_not_waited_for() {
     assert_eq!(log.len(), 1);
     assert_eq!(response.status(), 503);
     assert_eq!(no_retry_mark(&response), Some("false"));
-    assert_eq!(
-        response.extensions().get::<GiveUpCause>(),
-        Some(&GiveUpCause::HintTooLong)
-    );
+    assert_eq!(give_up_cause(&response), Some(&GiveUpCause::HintTooLong));
     assert_eq!(budget.snapshot().withdrawals, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn never_sleeps_past_the_deadline() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
-    let budget = RetryBudget::default();
-    let client = RetryLayer::new()
-        .budget(budget.clone())
+    let (log, backend) = instant(|_, _| Ok(status(503)));
+    let (budget, layer) = budgeted();
+    let client = layer
         .backoff(Constant::new(Duration::from_secs(2)))
         .layer(backend);
-    let mut request = post(CHAT);
-    Deadline::after(Duration::from_secs(1)).apply_to(&mut request);
+    let request = chat_due_in(Duration::from_secs(1));
 
     let start = Instant::now();
     let response = client.oneshot(request).await.unwrap();
@@ -260,10 +265,7 @@ async fn never_sleeps_past_the_deadline() {
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(log.len(), 1);
     assert_eq!(no_retry_mark(&response), Some("false"));
-    assert_eq!(
-        response.extensions().get::<GiveUpCause>(),
-        Some(&GiveUpCause::Deadline)
-    );
+    assert_eq!(give_up_cause(&response), Some(&GiveUpCause::Deadline));
     assert_eq!(budget.snapshot().withdrawals, 0);
 }
 
@@ -279,22 +281,17 @@ async fn never_starts_an_attempt_that_cannot_finish() {
 
     // 1 s: after attempt 1 (0.4 s) a retry would start at 0.7 s and end at 1.1 s: not sent.
     let log = Log::default();
-    let mut request = post(CHAT);
-    Deadline::after(Duration::from_secs(1)).apply_to(&mut request);
+    let request = chat_due_in(Duration::from_secs(1));
     let start = Instant::now();
     let response = client_with(&log).oneshot(request).await.unwrap();
     assert_eq!(log.len(), 1);
     assert_eq!(start.elapsed(), Duration::from_millis(400));
-    assert_eq!(
-        response.extensions().get::<GiveUpCause>(),
-        Some(&GiveUpCause::Deadline)
-    );
+    assert_eq!(give_up_cause(&response), Some(&GiveUpCause::Deadline));
 
     // 2 s: attempts at 0, 0.7 and 1.4 s, the last one ending at 1.8 s; the deadline header is
     // re-stamped with the time left before each retry.
     let log = Log::default();
-    let mut request = post(CHAT);
-    Deadline::after(Duration::from_secs(2)).apply_to(&mut request);
+    let mut request = chat_due_in(Duration::from_secs(2));
     stormguard_deadline::propagate::stamp(&mut request, Duration::ZERO);
     let start = Instant::now();
     let response = client_with(&log).oneshot(request).await.unwrap();
@@ -313,20 +310,16 @@ async fn never_starts_an_attempt_that_cannot_finish() {
         .collect();
     assert_eq!(timeouts, [2000, 1300, 600]);
     assert_eq!(
-        response.extensions().get::<GiveUpCause>(),
+        give_up_cause(&response),
         Some(&GiveUpCause::AttemptsExhausted)
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn body_over_the_cap_is_sent_once_untouched() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
-    let budget = RetryBudget::default();
-    let client = RetryLayer::new()
-        .budget(budget.clone())
-        .max_replay_body(16)
-        .layer(backend);
+    let (log, backend) = instant(|_, _| Ok(status(503)));
+    let (budget, layer) = budgeted();
+    let client = layer.max_replay_body(16).layer(backend);
 
     let response = client.oneshot(post(CHAT)).await.unwrap();
 
@@ -344,13 +337,12 @@ async fn body_over_the_cap_is_sent_once_untouched() {
 
 #[tokio::test(start_paused = true)]
 async fn error_bodies_are_read_for_the_classifier_and_kept_whole_for_the_caller() {
-    let log = Log::default();
     let big: Bytes = (0..100 * 1024)
         .map(|i| b'a' + (i % 26) as u8)
         .collect::<Vec<_>>()
         .into();
     let served = big.clone();
-    let backend = scripted(&log, Duration::ZERO, move |_, _| {
+    let (log, backend) = instant(move |_, _| {
         Ok(http::Response::builder()
             .status(503)
             .body(Full::new(served.clone()))
@@ -368,7 +360,7 @@ async fn error_bodies_are_read_for_the_classifier_and_kept_whole_for_the_caller(
     assert_eq!(*classifier.bodies.lock().unwrap(), [64 * 1024, 64 * 1024]);
     assert_eq!(no_retry_mark(&response), Some("false"));
     assert!(response.body().is_buffered());
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = body_bytes(response).await;
     assert_eq!(body.len(), 100 * 1024);
     assert_eq!(body, big);
 }
@@ -378,8 +370,7 @@ async fn quota_exhausted_is_final_but_rate_limited_is_retried() {
     let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
     let limited = r#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
 
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, move |_, _| Ok(reply(429, &[], quota)));
+    let (log, backend) = instant(move |_, _| Ok(reply(429, &[], quota)));
     let response = RetryLayer::new()
         .layer(backend)
         .oneshot(post(CHAT))
@@ -389,11 +380,10 @@ async fn quota_exhausted_is_final_but_rate_limited_is_retried() {
     assert_eq!(response.status(), 429);
     // An SDK above would retry a 429 on its own: it is told not to.
     assert_eq!(no_retry_mark(&response), Some("false"));
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = body_bytes(response).await;
     assert_eq!(body, Bytes::from_static(quota.as_bytes()));
 
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, move |n, _| {
+    let (log, backend) = instant(move |n, _| {
         Ok(if n == 0 {
             reply(429, &[], limited)
         } else {
@@ -412,11 +402,9 @@ async fn quota_exhausted_is_final_but_rate_limited_is_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_future_during_backoff_cancels_the_request() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
-    let budget = RetryBudget::default();
-    let client = RetryLayer::new()
-        .budget(budget.clone())
+    let (log, backend) = instant(|_, _| Ok(status(503)));
+    let (budget, layer) = budgeted();
+    let client = layer
         .backoff(Constant::new(Duration::from_secs(5)))
         .layer(backend);
 
@@ -472,10 +460,9 @@ async fn local_rejections_are_final() {
             BoxError::from(Wrapped(Box::new(Throttled)))
         }),
     ] {
-        let log = Log::default();
-        let backend = scripted(&log, Duration::ZERO, move |_, _| Err::<Reply, _>(error()));
-        let budget = RetryBudget::default();
-        let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+        let (log, backend) = instant(move |_, _| Err::<Reply, _>(error()));
+        let (budget, layer) = budgeted();
+        let client = layer.layer(backend);
         let error = client.oneshot(post(CHAT)).await.unwrap_err();
         assert_eq!(log.len(), 1, "{name}");
         assert!(!error.is::<GaveUp>(), "{name}: returned as it was");
@@ -485,8 +472,7 @@ async fn local_rejections_are_final() {
 
 #[tokio::test(start_paused = true)]
 async fn transport_errors_are_retried_then_given_up() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| {
+    let (log, backend) = instant(|_, _| {
         Err::<Reply, _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into())
     });
     let client = RetryLayer::new().layer(backend);
@@ -505,8 +491,7 @@ async fn transport_errors_are_retried_then_given_up() {
 
 #[tokio::test(start_paused = true)]
 async fn exhausted_budget_gives_up_at_once() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    let (log, backend) = instant(|_, _| Ok(status(503)));
     // No floor and no successes yet: nothing to withdraw.
     let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
     let client = RetryLayer::new().budget(budget.clone()).layer(backend);
@@ -518,7 +503,7 @@ async fn exhausted_budget_gives_up_at_once() {
     assert_eq!(log.len(), 1);
     assert_eq!(no_retry_mark(&response), Some("false"));
     assert_eq!(
-        response.extensions().get::<GiveUpCause>(),
+        give_up_cause(&response),
         Some(&GiveUpCause::BudgetExhausted)
     );
     assert_eq!(budget.snapshot().rejected, 1);
@@ -526,8 +511,7 @@ async fn exhausted_budget_gives_up_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn grpc_attempts_use_grpc_headers() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| {
+    let (log, backend) = instant(|_, _| {
         // Trailers-only UNAVAILABLE.
         Ok(reply(
             200,
@@ -562,10 +546,7 @@ async fn grpc_attempts_use_grpc_headers() {
 
 #[tokio::test(start_paused = true)]
 async fn idempotency_key_only_where_needed_and_never_replaced() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |n, _| {
-        Ok(if n % 2 == 0 { status(503) } else { status(200) })
-    });
+    let (log, backend) = instant(|n, _| Ok(if n % 2 == 0 { status(503) } else { status(200) }));
     let client = RetryLayer::new().layer(backend);
 
     let mut request = post(CHAT);
@@ -598,19 +579,16 @@ async fn idempotency_key_only_where_needed_and_never_replaced() {
 
 #[tokio::test(start_paused = true)]
 async fn success_responses_pass_through_unread() {
-    let log = Log::default();
-    let backend = scripted(&log, Duration::ZERO, |_, _| {
-        Ok(reply(200, &[], "{\"ok\":true}"))
-    });
-    let budget = RetryBudget::default();
-    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+    let (log, backend) = instant(|_, _| Ok(reply(200, &[], "{\"ok\":true}")));
+    let (budget, layer) = budgeted();
+    let client = layer.layer(backend);
 
     let response = client.oneshot(support::get()).await.unwrap();
 
     assert!(!response.body().is_buffered());
     assert_eq!(no_retry_mark(&response), None);
     assert_eq!(log.all()[0].header("x-retry-attempt"), Some("0"));
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = body_bytes(response).await;
     assert_eq!(body, Bytes::from_static(b"{\"ok\":true}"));
     assert_eq!(budget.snapshot().deposits, 1);
 }
@@ -626,29 +604,23 @@ async fn longest_hint_followed_comes_from_the_classifier_unless_a_policy_is_set(
     };
 
     // The classifier allows 120 s: the 90 s hint is waited out.
-    let log = Log::default();
+    let (log, backend) = instant(script);
     let classifier =
         stormguard_classify::LlmClassifier::new().with_max_hint(Duration::from_secs(120));
-    let client =
-        RetryLayer::new()
-            .classifier(classifier)
-            .layer(scripted(&log, Duration::ZERO, script));
+    let client = RetryLayer::new().classifier(classifier).layer(backend);
     let response = client.oneshot(post(CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     let seen = log.all();
     assert!(seen[1].at - seen[0].at >= Duration::from_secs(90));
 
     // An explicit policy wins, whichever order the builder calls come in.
-    let log = Log::default();
+    let (log, backend) = instant(script);
     let client = RetryLayer::new()
         .hint_policy(stormguard_jitter::HintPolicy::default().with_max(Duration::from_secs(30)))
         .classifier(classifier)
-        .layer(scripted(&log, Duration::ZERO, script));
+        .layer(backend);
     let response = client.oneshot(post(CHAT)).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(log.len(), 1);
-    assert_eq!(
-        response.extensions().get::<GiveUpCause>(),
-        Some(&GiveUpCause::HintTooLong)
-    );
+    assert_eq!(give_up_cause(&response), Some(&GiveUpCause::HintTooLong));
 }

@@ -88,6 +88,33 @@ where
     })
 }
 
+/// A fresh log and a backend that records each attempt and answers it at once with `respond`.
+pub fn instant<B, F>(
+    respond: F,
+) -> (
+    Log,
+    impl Service<Request<B>, Response = Reply, Error = BoxError, Future: Send>
+    + Clone
+    + Send
+    + use<B, F>,
+)
+where
+    B: Body<Data = Bytes, Error: std::fmt::Debug> + Send + 'static,
+    F: Fn(usize, &Seen) -> Result<Reply, BoxError> + Clone + Send + Sync + 'static,
+{
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, respond);
+    (log, backend)
+}
+
+/// The whole body of `response`.
+pub async fn body_bytes<B>(response: Response<B>) -> Bytes
+where
+    B: Body<Data = Bytes, Error: std::fmt::Debug>,
+{
+    response.into_body().collect().await.unwrap().to_bytes()
+}
+
 /// A response with `status`, `headers` and `body`.
 pub fn reply(status: u16, headers: &[(&str, &str)], body: &str) -> Reply {
     let mut builder = Response::builder().status(status);
