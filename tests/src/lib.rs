@@ -10,6 +10,7 @@
 //! durations instead: a backoff of 1 to 5 ms ([`fast_backoff`]) and hints of tens of
 //! milliseconds.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -30,6 +31,7 @@ use stormguard::budget::attempt::X_RETRY_ATTEMPT;
 use stormguard::deadline::propagate::{GRPC_TIMEOUT, X_REQUEST_TIMEOUT_MS, parse_grpc_timeout};
 use stormguard::jitter::FullJitter;
 use stormguard::retry::IDEMPOTENCY_KEY;
+use stormguard::throttle::AdaptiveThrottle;
 use stormguard::{Client, ClientLayer};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -65,6 +67,22 @@ pub fn fast_client_layer(budget: RetryBudget) -> ClientLayer {
     ClientLayer::default()
         .budget(budget)
         .backoff(fast_backoff())
+}
+
+/// The budget of the outage tests: a 10 s window with a floor of 1 retry per second (10 free
+/// retries) and 10% of successes.
+pub fn outage_budget() -> RetryBudget {
+    RetryBudget::new(Duration::from_secs(10), 1, 0.1)
+}
+
+/// An adaptive throttle that never drops a request: the budget alone has to hold the line.
+pub fn no_throttle() -> AdaptiveThrottle {
+    AdaptiveThrottle::default().with_max_probability(0.0)
+}
+
+/// [`fast_client_layer`]`(budget)` with the throttle off ([`no_throttle`]).
+pub fn unthrottled_client_layer(budget: RetryBudget) -> ClientLayer {
+    fast_client_layer(budget).throttle(no_throttle())
 }
 
 /// A [`HyperClient`] behind [`fast_client_layer`]`(budget)`.
@@ -397,4 +415,116 @@ impl Drop for DeadUpstream {
 pub fn amplification(backend_attempts: usize, requests: usize) -> f64 {
     // Test-sized counts: exact in f64.
     backend_attempts as f64 / requests.max(1) as f64
+}
+
+/// Checks a request that succeeded on its third attempt: three attempts numbered 0, 1, 2 on the
+/// wire, all sharing one 36-character `Idempotency-Key`.
+///
+/// # Panics
+///
+/// If any of that does not hold.
+pub fn assert_three_attempts_with_one_idempotency_key(seen: &[Seen]) {
+    assert_eq!(seen.len(), 3);
+    let attempts: Vec<_> = seen.iter().map(|s| s.retry_attempt()).collect();
+    assert_eq!(attempts, [Some(0), Some(1), Some(2)]);
+    let keys: HashSet<_> = seen.iter().map(|s| s.idempotency_key()).collect();
+    assert_eq!(
+        keys.len(),
+        1,
+        "one Idempotency-Key for all attempts: {keys:?}"
+    );
+    assert!(keys.iter().all(|key| key.is_some_and(|k| k.len() == 36)));
+}
+
+/// Checks two POSTs retried once each, then a GET retried once: one key per POST, none for GET.
+///
+/// # Panics
+///
+/// If any of that does not hold.
+pub fn assert_one_key_per_post_and_none_for_get(seen: &[Seen]) {
+    assert_eq!(seen.len(), 6);
+    let keys: Vec<_> = seen.iter().map(|s| s.idempotency_key()).collect();
+    assert_eq!(keys[0], keys[1]);
+    assert_eq!(keys[2], keys[3]);
+    assert_ne!(keys[0], keys[2]);
+    assert!(keys[..4].iter().all(Option::is_some));
+    assert_eq!(keys[4..], [None, None], "GET is idempotent: no key");
+    assert_eq!(seen[5].retry_attempt(), Some(1));
+}
+
+/// Checks a request retried once after a `retry-after-ms: 50` hint (with `retry-after: 30`):
+/// the retry came at least 50 ms later, and well before 30 s.
+///
+/// # Panics
+///
+/// If any of that does not hold.
+pub fn assert_retried_after_the_ms_hint(seen: &[Seen]) {
+    assert_eq!(seen.len(), 2);
+    let gap = seen[1].at - seen[0].at;
+    // The 1..5 ms backoff would have come back much sooner; the ms header beats `retry-after: 30`.
+    assert!(gap >= Duration::from_millis(50), "retried after {gap:?}");
+    assert!(gap < Duration::from_secs(30), "retried after {gap:?}");
+}
+
+/// Checks an answer handed back at once: status `expected`, marked `x-should-retry: false`.
+///
+/// # Panics
+///
+/// If either does not hold.
+pub fn assert_final(status: StatusCode, headers: &HeaderMap, expected: StatusCode) {
+    assert_eq!(status, expected);
+    assert_eq!(
+        headers[stormguard::classify::headers::X_SHOULD_RETRY],
+        "false"
+    );
+}
+
+/// The deadline each request to `backend` carried, in milliseconds, in arrival order.
+///
+/// # Panics
+///
+/// If a request carried none.
+pub fn sent_timeouts_ms(backend: &ScriptedBackend) -> Vec<u64> {
+    backend
+        .seen()
+        .iter()
+        .map(|s| s.timeout_ms().expect("a deadline on the wire"))
+        .collect()
+}
+
+/// Reports an outage of `requests` requests that made `attempts` backend attempts (as `client`),
+/// and checks that the budget held amplification to at most `floor` retries.
+///
+/// # Panics
+///
+/// If fewer than `requests` or more than `requests + floor` attempts were made.
+pub fn assert_outage_within_floor(client: &str, requests: usize, attempts: usize, floor: usize) {
+    eprintln!(
+        "{client} outage: {requests} requests -> {attempts} backend attempts, amplification {:.2}x (naive 3 attempts: 3.00x)",
+        amplification(attempts, requests)
+    );
+    assert!(attempts >= requests);
+    assert!(
+        attempts <= requests + floor,
+        "{attempts} attempts for {requests} requests"
+    );
+}
+
+/// Reports a dead upstream that accepted `connections` for `requests` requests (as `client`,
+/// budget only), and checks that at most `floor` of them were retries.
+///
+/// # Panics
+///
+/// If `connections` is outside `requests..=requests + floor`.
+pub fn assert_dead_upstream_within_floor(
+    client: &str,
+    requests: usize,
+    connections: usize,
+    floor: usize,
+) {
+    eprintln!(
+        "{client} dead upstream, budget only: {requests} requests -> {connections} connections, amplification {:.2}x",
+        amplification(connections, requests)
+    );
+    assert!((requests..=requests + floor).contains(&connections));
 }

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stormguard::budget::RetryBudget;
-use stormguard::throttle::AdaptiveThrottle;
 use stormguard::{ClientLayer, ServerLayer};
-use stormguard_tests::{amplification, fast_backoff, fast_client_layer};
+use stormguard_tests::{
+    assert_outage_within_floor, fast_client_layer, outage_budget, unthrottled_client_layer,
+};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tonic::transport::server::TcpIncoming;
@@ -169,6 +170,23 @@ fn invalid_argument() -> Status {
     Status::invalid_argument("no such service name")
 }
 
+/// The deadline `call` carried in its `grpc-timeout` header.
+fn sent_timeout(call: &Call) -> Duration {
+    let sent = call.grpc_timeout.as_deref().unwrap();
+    stormguard::deadline::propagate::parse_grpc_timeout(sent.as_bytes()).unwrap()
+}
+
+/// A health client calling `server` through `layer`.
+async fn guarded_client(
+    server: &GrpcServer,
+    layer: ClientLayer,
+) -> HealthClient<stormguard::Client<Channel>> {
+    let channel = ServiceBuilder::new()
+        .layer(layer)
+        .service(server.channel().await);
+    HealthClient::new(channel)
+}
+
 fn check_request() -> HealthCheckRequest {
     HealthCheckRequest {
         service: "stormguard.test.Echo".to_owned(),
@@ -180,10 +198,8 @@ async fn two_unavailable_then_serving_succeeds_with_previous_rpc_attempts() {
     let health = FlakyHealth::new(2, unavailable);
     let server = GrpcServer::spawn(health.clone()).await;
     let budget = RetryBudget::default();
-    let channel = ServiceBuilder::new()
-        .layer(fast_client_layer(budget.clone()).timeout(Duration::from_secs(5)))
-        .service(server.channel().await);
-    let mut client = HealthClient::new(channel);
+    let layer = fast_client_layer(budget.clone()).timeout(Duration::from_secs(5));
+    let mut client = guarded_client(&server, layer).await;
 
     let response = client.check(check_request()).await.unwrap();
 
@@ -201,13 +217,7 @@ async fn two_unavailable_then_serving_succeeds_with_previous_rpc_attempts() {
     assert!(calls.iter().all(|c| c.idempotency_key.is_none()));
     // The deadline travels as grpc-timeout: at most the 5 s minus the 50 ms margin, re-stamped
     // (smaller) on each retry.
-    let timeouts: Vec<Duration> = calls
-        .iter()
-        .map(|c| {
-            let value = c.grpc_timeout.as_deref().unwrap();
-            stormguard::deadline::propagate::parse_grpc_timeout(value.as_bytes()).unwrap()
-        })
-        .collect();
+    let timeouts: Vec<Duration> = calls.iter().map(sent_timeout).collect();
     assert!(timeouts[0] <= Duration::from_millis(4950), "{timeouts:?}");
     assert!(timeouts[0] > Duration::from_millis(4000), "{timeouts:?}");
     assert!(timeouts[1] < timeouts[0] && timeouts[2] < timeouts[1]);
@@ -218,10 +228,7 @@ async fn two_unavailable_then_serving_succeeds_with_previous_rpc_attempts() {
 async fn invalid_argument_is_not_retried() {
     let health = FlakyHealth::new(1, invalid_argument);
     let server = GrpcServer::spawn(health.clone()).await;
-    let channel = ServiceBuilder::new()
-        .layer(fast_client_layer(RetryBudget::default()))
-        .service(server.channel().await);
-    let mut client = HealthClient::new(channel);
+    let mut client = guarded_client(&server, fast_client_layer(RetryBudget::default())).await;
 
     let status = client.check(check_request()).await.unwrap_err();
 
@@ -233,10 +240,7 @@ async fn invalid_argument_is_not_retried() {
 async fn retry_pushback_is_honoured() {
     let health = FlakyHealth::new(1, unavailable_with_pushback);
     let server = GrpcServer::spawn(health.clone()).await;
-    let channel = ServiceBuilder::new()
-        .layer(fast_client_layer(RetryBudget::default()))
-        .service(server.channel().await);
-    let mut client = HealthClient::new(channel);
+    let mut client = guarded_client(&server, fast_client_layer(RetryBudget::default())).await;
 
     let response = client.check(check_request()).await.unwrap();
 
@@ -251,17 +255,10 @@ async fn retry_pushback_is_honoured() {
 async fn total_outage_is_amplified_no_more_than_the_budget_floor() {
     const REQUESTS: usize = 100;
     let floor = 10;
-    let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
+    let budget = outage_budget();
     let health = FlakyHealth::new(usize::MAX, unavailable);
     let server = GrpcServer::spawn(health.clone()).await;
-    let layer = ClientLayer::default()
-        .budget(budget.clone())
-        .backoff(fast_backoff())
-        .throttle(AdaptiveThrottle::default().with_max_probability(0.0));
-    let channel = ServiceBuilder::new()
-        .layer(layer)
-        .service(server.channel().await);
-    let mut client = HealthClient::new(channel);
+    let mut client = guarded_client(&server, unthrottled_client_layer(budget.clone())).await;
 
     for _ in 0..REQUESTS {
         let status = client.check(check_request()).await.unwrap_err();
@@ -276,16 +273,7 @@ async fn total_outage_is_amplified_no_more_than_the_budget_floor() {
         );
     }
 
-    let attempts = health.calls().len();
-    eprintln!(
-        "tonic outage: {REQUESTS} requests -> {attempts} backend attempts, amplification {:.2}x (naive 3 attempts: 3.00x)",
-        amplification(attempts, REQUESTS)
-    );
-    assert!(attempts >= REQUESTS);
-    assert!(
-        attempts <= REQUESTS + floor,
-        "{attempts} attempts for {REQUESTS} requests"
-    );
+    assert_outage_within_floor("tonic", REQUESTS, health.calls().len(), floor);
     assert_eq!(budget.snapshot().withdrawals, 10);
 }
 
@@ -299,10 +287,7 @@ async fn a_server_layer_sheds_retries_beyond_its_budget_and_the_client_stops() {
         ServerLayer::default().budget(server_budget.clone()),
     )
     .await;
-    let channel = ServiceBuilder::new()
-        .layer(fast_client_layer(RetryBudget::default()))
-        .service(server.channel().await);
-    let mut client = HealthClient::new(channel);
+    let mut client = guarded_client(&server, fast_client_layer(RetryBudget::default())).await;
 
     let status = client.check(check_request()).await.unwrap_err();
 
@@ -318,10 +303,8 @@ async fn a_server_layer_sheds_retries_beyond_its_budget_and_the_client_stops() {
 async fn a_client_deadline_ends_a_slow_call_without_a_retry() {
     let health = FlakyHealth::new(0, unavailable).slow(Duration::from_secs(30));
     let server = GrpcServer::spawn(health.clone()).await;
-    let channel = ServiceBuilder::new()
-        .layer(fast_client_layer(RetryBudget::default()).timeout(Duration::from_millis(200)))
-        .service(server.channel().await);
-    let mut client = HealthClient::new(channel);
+    let layer = fast_client_layer(RetryBudget::default()).timeout(Duration::from_millis(200));
+    let mut client = guarded_client(&server, layer).await;
 
     let status = client.check(check_request()).await.unwrap_err();
 
@@ -333,7 +316,6 @@ async fn a_client_deadline_ends_a_slow_call_without_a_retry() {
     );
     let calls = health.calls();
     assert_eq!(calls.len(), 1, "no retry once the deadline is spent");
-    let sent = calls[0].grpc_timeout.as_deref().unwrap();
-    let sent = stormguard::deadline::propagate::parse_grpc_timeout(sent.as_bytes()).unwrap();
+    let sent = sent_timeout(&calls[0]);
     assert!(sent <= Duration::from_millis(150), "{sent:?}");
 }

@@ -26,7 +26,7 @@ use stormguard::throttle::AdaptiveThrottle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
-use tower::{Layer, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 /// The client's deadline, across all attempts.
 const DEADLINE: Duration = Duration::from_secs(2);
@@ -84,15 +84,22 @@ struct Setup {
     throttle: AdaptiveThrottle,
 }
 
-/// hyper-util's legacy client in the default pipeline, with a 2 s deadline and 50 ms between
-/// attempts; the budget and throttle are returned for inspection.
-fn client(
-    setup: &Setup,
-) -> stormguard::Client<
+/// hyper-util's legacy client inside `stormguard::ClientLayer`.
+type Guarded = stormguard::Client<
     Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
     stormguard::classify::LlmClassifier,
     Constant,
-> {
+>;
+
+/// What a [`Guarded`] client answers a GET with.
+type Outcome = Result<
+    <Guarded as Service<Request<Full<Bytes>>>>::Response,
+    <Guarded as Service<Request<Full<Bytes>>>>::Error,
+>;
+
+/// hyper-util's legacy client in the default pipeline, with a 2 s deadline and 50 ms between
+/// attempts; the budget and throttle are returned for inspection.
+fn client(setup: &Setup) -> Guarded {
     let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     ClientLayer::default()
         .budget(setup.budget.clone())
@@ -114,6 +121,37 @@ fn get(address: SocketAddr) -> Request<Full<Bytes>> {
     Request::get(format!("http://{address}/v1/models"))
         .body(Full::new(Bytes::new()))
         .unwrap()
+}
+
+/// A backend that writes `bytes` and then holds the connection open, silent, past any test.
+async fn write_then_stall(bytes: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+    backend(move |mut stream| async move {
+        write(&mut stream, bytes).await;
+        tokio::time::sleep(HANG * 2).await;
+    })
+    .await
+}
+
+/// A backend that writes `bytes` and then closes the connection.
+async fn write_then_close(bytes: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+    backend(move |mut stream| async move {
+        write(&mut stream, bytes).await;
+        drop(stream);
+    })
+    .await
+}
+
+/// Sends a GET to `address` through a fresh [`client`] for `setup`; a hang fails the test.
+async fn send(setup: &Setup, address: SocketAddr) -> Outcome {
+    tokio::time::timeout(HANG, client(setup).oneshot(get(address)))
+        .await
+        .unwrap()
+}
+
+/// Checks what the throttle counted: `requests` attempts, `accepts` of them accepted.
+fn assert_throttle_counted(setup: &Setup, requests: u64, accepts: u64) {
+    let throttled = setup.throttle.snapshot();
+    assert_eq!((throttled.requests, throttled.accepts), (requests, accepts));
 }
 
 /// Did the connection close before the announced body length (an `UnexpectedEof` io error in the
@@ -151,21 +189,13 @@ fn chain_has<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 's
 /// by itself. Never retried.
 #[tokio::test]
 async fn a_200_that_stalls_mid_body_is_handed_over_and_its_body_is_the_callers_to_bound() {
-    let (address, requests) = backend(|mut stream| async move {
-        write(
-            &mut stream,
-            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\ncontent-type: application/json\r\n\r\n0123456789",
-        )
-        .await;
-        tokio::time::sleep(HANG * 2).await;
-    })
+    let (address, requests) = write_then_stall(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\ncontent-type: application/json\r\n\r\n0123456789",
+    )
     .await;
     let setup = setup();
     let started = Instant::now();
-    let response = tokio::time::timeout(HANG, client(&setup).oneshot(get(address)))
-        .await
-        .unwrap()
-        .unwrap();
+    let response = send(&setup, address).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert!(
         started.elapsed() < DEADLINE,
@@ -195,21 +225,13 @@ async fn a_200_that_stalls_mid_body_is_handed_over_and_its_body_is_the_callers_t
 /// the stalled attempt is not retried (no time is left).
 #[tokio::test]
 async fn a_503_whose_error_body_stalls_fails_with_deadline_exceeded_at_the_deadline() {
-    let (address, requests) = backend(|mut stream| async move {
-        write(
-            &mut stream,
-            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 100\r\ncontent-type: application/json\r\n\r\n{\"error\":",
-        )
-        .await;
-        tokio::time::sleep(HANG * 2).await;
-    })
+    let (address, requests) = write_then_stall(
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 100\r\ncontent-type: application/json\r\n\r\n{\"error\":",
+    )
     .await;
     let setup = setup();
     let started = Instant::now();
-    let error = tokio::time::timeout(HANG, client(&setup).oneshot(get(address)))
-        .await
-        .unwrap()
-        .unwrap_err();
+    let error = send(&setup, address).await.unwrap_err();
     let elapsed = started.elapsed();
     assert!(chain_has::<DeadlineExceeded>(&*error), "{error}");
     assert!(elapsed >= DEADLINE, "gave up early, after {elapsed:?}");
@@ -220,8 +242,7 @@ async fn a_503_whose_error_body_stalls_fails_with_deadline_exceeded_at_the_deadl
     assert_eq!(requests.load(Ordering::SeqCst), 1);
     assert_eq!(setup.budget.snapshot().withdrawals, 0);
     // The attempt was counted once by the throttle, as not accepted.
-    let throttled = setup.throttle.snapshot();
-    assert_eq!((throttled.requests, throttled.accepts), (1, 0));
+    assert_throttle_counted(&setup, 1, 0);
 }
 
 /// A 200 whose connection is closed after 10 of 100 body bytes: the response is handed over (a
@@ -229,20 +250,10 @@ async fn a_503_whose_error_body_stalls_fails_with_deadline_exceeded_at_the_deadl
 /// an unexpected-EOF error. One request.
 #[tokio::test]
 async fn a_200_reset_mid_body_is_handed_over_and_its_body_fails_after_the_bytes_sent() {
-    let (address, requests) = backend(|mut stream| async move {
-        write(
-            &mut stream,
-            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789",
-        )
-        .await;
-        drop(stream);
-    })
-    .await;
+    let (address, requests) =
+        write_then_close(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789").await;
     let setup = setup();
-    let response = tokio::time::timeout(HANG, client(&setup).oneshot(get(address)))
-        .await
-        .unwrap()
-        .unwrap();
+    let response = send(&setup, address).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let mut body = response.into_body();
     let mut read = Vec::new();
@@ -263,20 +274,12 @@ async fn a_200_reset_mid_body_is_handed_over_and_its_body_fails_after_the_bytes_
 /// marked `x-should-retry: false`; its body yields the bytes read, then the transport error.
 #[tokio::test]
 async fn a_500_reset_mid_error_body_is_retried_then_handed_back_marked_final() {
-    let (address, requests) = backend(|mut stream| async move {
-        write(
-            &mut stream,
-            b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 100\r\n\r\n{\"error\":",
-        )
-        .await;
-        drop(stream);
-    })
+    let (address, requests) = write_then_close(
+        b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 100\r\n\r\n{\"error\":",
+    )
     .await;
     let setup = setup();
-    let response = tokio::time::timeout(HANG, client(&setup).oneshot(get(address)))
-        .await
-        .unwrap()
-        .unwrap();
+    let response = send(&setup, address).await.unwrap();
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
     assert_eq!(requests.load(Ordering::SeqCst), 3);
@@ -308,10 +311,7 @@ async fn a_200_event_stream_carrying_an_error_event_is_a_success_never_retried()
     })
     .await;
     let setup = setup();
-    let response = tokio::time::timeout(HANG, client(&setup).oneshot(get(address)))
-        .await
-        .unwrap()
-        .unwrap();
+    let response = send(&setup, address).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert!(response.headers().get(X_SHOULD_RETRY).is_none());
     let body = tokio::time::timeout(HANG, response.into_body().collect())
@@ -323,8 +323,7 @@ async fn a_200_event_stream_carrying_an_error_event_is_a_success_never_retried()
     assert_eq!(requests.load(Ordering::SeqCst), 1);
     let spent = setup.budget.snapshot();
     assert_eq!((spent.deposits, spent.withdrawals), (1, 0));
-    let throttled = setup.throttle.snapshot();
-    assert_eq!((throttled.requests, throttled.accepts), (1, 1));
+    assert_throttle_counted(&setup, 1, 1);
 }
 
 /// A response head with 10,000 headers: hyper refuses it (more headers than it parses) with a
@@ -344,10 +343,7 @@ async fn ten_thousand_response_headers_fail_as_a_classified_error_after_three_at
     .await;
     let setup = setup();
     let started = Instant::now();
-    let error = tokio::time::timeout(HANG, client(&setup).oneshot(get(address)))
-        .await
-        .unwrap()
-        .unwrap_err();
+    let error = send(&setup, address).await.unwrap_err();
     assert!(started.elapsed() < DEADLINE, "took {:?}", started.elapsed());
     let gave_up = error
         .downcast_ref::<GaveUp>()
@@ -361,6 +357,5 @@ async fn ten_thousand_response_headers_fail_as_a_classified_error_after_three_at
     let source = std::error::Error::source(&*error).unwrap();
     assert!(format!("{source:?}").contains("Parse"), "{source:?}");
     assert_eq!(requests.load(Ordering::SeqCst), 3);
-    let throttled = setup.throttle.snapshot();
-    assert_eq!((throttled.requests, throttled.accepts), (3, 0));
+    assert_throttle_counted(&setup, 3, 0);
 }
