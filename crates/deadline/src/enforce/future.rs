@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use super::OnExpiry;
 use crate::Deadline;
@@ -29,6 +29,9 @@ pin_project! {
             #[pin]
             inner: F,
             // `None`: no deadline, nothing to enforce.
+            deadline: Option<Instant>,
+            // The timer, made the first time the inner future is pending: a call that answers at
+            // once (the common case on a fast path) never touches the timer wheel.
             #[pin]
             sleep: Option<Sleep>,
         },
@@ -42,7 +45,8 @@ impl<F, M> ResponseFuture<F, M> {
         Self {
             kind: Kind::Running {
                 inner,
-                sleep: deadline.map(|deadline| tokio::time::sleep_until(deadline.instant())),
+                deadline: deadline.map(|deadline| deadline.instant()),
+                sleep: None,
             },
             grpc,
             mode: PhantomData,
@@ -68,9 +72,16 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         match this.kind.project() {
-            KindProj::Running { inner, sleep } => {
+            KindProj::Running {
+                inner,
+                deadline,
+                mut sleep,
+            } => {
                 if let Poll::Ready(result) = inner.poll(cx) {
                     return Poll::Ready(result.map_err(M::inner_error));
+                }
+                if let (Some(at), None) = (*deadline, sleep.as_ref().as_pin_ref()) {
+                    sleep.set(Some(tokio::time::sleep_until(at)));
                 }
                 match sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
                     Some(Poll::Ready(())) => Poll::Ready(M::expired(*this.grpc)),
