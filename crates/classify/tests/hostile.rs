@@ -71,6 +71,19 @@ proptest! {
     }
 
     #[test]
+    fn grpc_content_type_matches_a_plain_lowercase_comparison(
+        text in "[aA][pP]{2}[lL][iI][cC][aA][tT][iI][oO][nN][/\\.][gG][rR][pP][cCdD]([+;\\- \t][a-zA-Z]{0,5})?|[ -~]{0,20}",
+    ) {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_str(&text).unwrap());
+        let lower = text.to_ascii_lowercase();
+        let expected = lower.strip_prefix("application/grpc").is_some_and(|rest| {
+            rest.is_empty() || rest.starts_with(['+', ';', ' ', '\t']) || rest.starts_with("-web")
+        });
+        prop_assert_eq!(stormguard_classify::is_grpc(&headers), expected, "{:?}", text);
+    }
+
+    #[test]
     fn header_parsers_are_total_on_number_like_text(
         text in "[ ]{0,2}[-+]?([0-9]{0,40})(\\.[0-9]{0,40})?(e[-+]?[0-9]{1,4})?(ns|us|µs|ms|s|m|h|d)?[ ]{0,2}|[-+]?(inf|Infinity|NaN|nan)",
         now in 0_u64..=4_000_000_000,

@@ -34,13 +34,51 @@ const FAR_FUTURES: [Duration; 3] = [
 /// assert_eq!(deadline.remaining(), Duration::from_secs(2));
 /// # }
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Deadline(Instant);
+///
+/// Two deadlines are equal, and ordered, by their instant alone.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    instant: Instant,
+    /// The margin the request's propagation header was stamped with, once a client layer stamped
+    /// it ([`propagate`](crate::propagate)): the retry engine re-stamps each attempt with it. Kept
+    /// here rather than in an extension of its own, which would cost an allocation for every
+    /// copy of the request's head.
+    pub(crate) stamped_margin: Option<Duration>,
+}
+
+impl PartialEq for Deadline {
+    fn eq(&self, other: &Self) -> bool {
+        self.instant == other.instant
+    }
+}
+
+impl Eq for Deadline {}
+
+impl PartialOrd for Deadline {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Deadline {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.instant.cmp(&other.instant)
+    }
+}
+
+impl std::hash::Hash for Deadline {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.instant.hash(state);
+    }
+}
 
 impl Deadline {
     /// A deadline at `instant`.
     pub fn at(instant: Instant) -> Self {
-        Self(instant)
+        Self {
+            instant,
+            stamped_margin: None,
+        }
     }
 
     /// A deadline `timeout` from now. A timeout too large to represent becomes a deadline in the far
@@ -55,22 +93,22 @@ impl Deadline {
             .chain(FAR_FUTURES.iter().map(|far| timeout.min(*far)))
             .find_map(|timeout| now.checked_add(timeout))
             .unwrap_or(now);
-        Self(instant)
+        Self::at(instant)
     }
 
     /// The point in time.
     pub fn instant(&self) -> Instant {
-        self.0
+        self.instant
     }
 
     /// Time left until the deadline; zero once it has passed.
     pub fn remaining(&self) -> Duration {
-        self.0.saturating_duration_since(Instant::now())
+        self.instant.saturating_duration_since(Instant::now())
     }
 
     /// Whether the deadline has passed (it passes at its instant).
     pub fn is_expired(&self) -> bool {
-        Instant::now() >= self.0
+        Instant::now() >= self.instant
     }
 
     /// The earlier of two deadlines.
@@ -96,11 +134,13 @@ impl Deadline {
 
     /// Stores this deadline in extensions, keeping the tighter one if there already is one.
     pub fn apply_to_extensions(self, extensions: &mut http::Extensions) {
-        let tighter = match Self::from_extensions(extensions) {
-            Some(existing) => existing.min(self),
-            None => self,
-        };
-        extensions.insert(tighter);
+        match extensions.get_mut::<Deadline>() {
+            // In place: the entry keeps the margin its header was stamped with, if any.
+            Some(existing) => existing.instant = existing.instant.min(self.instant),
+            None => {
+                extensions.insert(self);
+            }
+        }
     }
 }
 
@@ -144,5 +184,30 @@ mod tests {
         assert_eq!(Deadline::of(&request), Some(near));
         far.apply_to(&mut request);
         assert_eq!(Deadline::of(&request), Some(near));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stamped_margin_survives_a_tighter_deadline_and_leaves_equality_alone() {
+        use crate::propagate::{X_REQUEST_TIMEOUT_MS, refresh, stamp};
+
+        let mut request = http::Request::new(());
+        Deadline::after(Duration::from_secs(30)).apply_to(&mut request);
+        assert!(stamp(&mut request, Duration::from_millis(200)));
+        assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "29800");
+        // Equal by instant, whatever the margin.
+        let stamped = Deadline::of(&request).expect("deadline");
+        assert_eq!(stamped, Deadline::after(Duration::from_secs(30)));
+
+        // A tighter deadline applied later keeps the margin: the next refresh re-stamps with it.
+        Deadline::after(Duration::from_secs(5)).apply_to(&mut request);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        refresh(&mut request);
+        assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "3800");
+
+        // Never stamped: refresh leaves the request alone.
+        let mut plain = http::Request::new(());
+        Deadline::after(Duration::from_secs(5)).apply_to(&mut plain);
+        refresh(&mut plain);
+        assert!(plain.headers().is_empty());
     }
 }

@@ -17,6 +17,7 @@
 //! The retry engine calls [`refresh`] before each attempt, so a retry sent 3 s later carries 3 s
 //! less; only requests that a [`DeadlineLayer`](crate::DeadlineLayer) stamped are re-stamped.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -82,7 +83,13 @@ pub fn format_grpc_timeout(d: Duration) -> HeaderValue {
             (value <= u128::from(GRPC_MAX_VALUE)).then_some((*unit, value))
         })
         .unwrap_or((b'H', u128::from(GRPC_MAX_VALUE)));
-    header_value(format!("{value}{}", char::from(unit)))
+    // At most 8 digits: fits a u64. The unit goes in the top byte of the cache key.
+    let value = u64::try_from(value).unwrap_or(GRPC_MAX_VALUE);
+    LAST_GRPC_TIMEOUT.with(|last| {
+        last.get_or_render(u64::from(unit) << 56 | value, || {
+            header_value(format!("{value}{}", char::from(unit)))
+        })
+    })
 }
 
 /// Parses a `grpc-timeout` value: 1 to 8 ASCII digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
@@ -120,6 +127,10 @@ pub fn parse_grpc_timeout(v: &[u8]) -> Option<Duration> {
 /// Formats `d` as whole milliseconds, rounded down (`x-request-timeout-ms`).
 pub fn format_timeout_ms(d: Duration) -> HeaderValue {
     let millis = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    LAST_TIMEOUT_MS.with(|last| last.get_or_render(millis, || render_millis(millis)))
+}
+
+fn render_millis(millis: u64) -> HeaderValue {
     let mut digits = Digits {
         text: [b'0'; 20],
         start: 20,
@@ -135,6 +146,37 @@ pub fn format_timeout_ms(d: Duration) -> HeaderValue {
     // count (`HeaderValue::from(u64)` builds a growable buffer that a clone copies again).
     HeaderValue::from_maybe_shared(Bytes::from_owner(digits))
         .unwrap_or_else(|_| HeaderValue::from(millis))
+}
+
+/// The last header value a thread rendered, by the number it renders.
+///
+/// Requests sent close together with the same timeout carry the same value: a client sending
+/// thousands of requests a second with a 600 s deadline stamps the same millisecond count on most
+/// of them. Reusing the last rendering makes the stamp a reference count instead of an
+/// allocation and a formatting.
+struct LastRendered(RefCell<Option<(u64, HeaderValue)>>);
+
+impl LastRendered {
+    const fn new() -> Self {
+        Self(RefCell::new(None))
+    }
+
+    fn get_or_render(&self, key: u64, render: impl FnOnce() -> HeaderValue) -> HeaderValue {
+        let mut last = self.0.borrow_mut();
+        match &*last {
+            Some((rendered, value)) if *rendered == key => value.clone(),
+            _ => {
+                let value = render();
+                *last = Some((key, value.clone()));
+                value
+            }
+        }
+    }
+}
+
+thread_local! {
+    static LAST_TIMEOUT_MS: LastRendered = const { LastRendered::new() };
+    static LAST_GRPC_TIMEOUT: LastRendered = const { LastRendered::new() };
 }
 
 /// The decimal digits of a `u64`, right-aligned in `text` from `start`.
@@ -190,22 +232,16 @@ pub fn stamp<B>(request: &mut Request<B>, margin: Duration) -> bool {
 /// *now*, minus the margin recorded when the header was first stamped. Requests that were never
 /// stamped are left untouched. Called by the retry engine before each attempt.
 pub fn refresh<B>(request: &mut Request<B>) {
-    let Some(stamped) = request.extensions().get::<Stamped>().copied() else {
+    let Some(margin) = Deadline::of(request).and_then(|deadline| deadline.stamped_margin) else {
         return;
     };
     with_parts(request, |headers, extensions| {
         let grpc = is_grpc(headers);
-        stamp_parts(headers, extensions, stamped.margin, Instant::now(), grpc)
+        stamp_parts(headers, extensions, margin, Instant::now(), grpc)
     });
 }
 
 pub(crate) use stormguard_classify::is_grpc;
-
-/// Marks a request whose propagation header was stamped, with the margin used.
-#[derive(Clone, Copy, Debug)]
-struct Stamped {
-    margin: Duration,
-}
 
 /// Stamps the time left at `now`, minus `margin` (see [`stamp`]), in the header for a gRPC
 /// (`grpc`) or an HTTP request.
@@ -216,9 +252,11 @@ pub(crate) fn stamp_parts(
     now: Instant,
     grpc: bool,
 ) -> bool {
-    let Some(deadline) = Deadline::from_extensions(extensions) else {
+    let Some(deadline) = extensions.get_mut::<Deadline>() else {
         return false;
     };
+    // Recorded for `refresh`, in place (no allocation).
+    deadline.stamped_margin = Some(margin);
     let budget = deadline
         .instant()
         .saturating_duration_since(now)
@@ -228,7 +266,6 @@ pub(crate) fn stamp_parts(
     } else {
         headers.insert(X_REQUEST_TIMEOUT_MS, format_timeout_ms(budget));
     }
-    extensions.insert(Stamped { margin });
     true
 }
 

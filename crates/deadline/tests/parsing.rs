@@ -122,6 +122,31 @@ fn milliseconds_round_down() {
 }
 
 #[test]
+fn a_repeated_timeout_reuses_its_rendering_and_a_new_one_is_rendered_afresh() {
+    // The last rendering is kept per thread: same value in, same text out, and a change of value
+    // or of unit is never answered from the cache.
+    let sequence = [1500, 1500, 1501, 1500, 0, 0, 1500];
+    for millis in sequence {
+        let expected = millis.to_string();
+        assert_eq!(
+            format_timeout_ms(Duration::from_millis(millis)),
+            expected.as_str()
+        );
+    }
+    // 12,345,678 in two units: the number alone must not find the other's text.
+    for (duration, expected) in [
+        (Duration::from_nanos(12_345_678), "12345678n"),
+        (Duration::from_nanos(12_345_678), "12345678n"),
+        (Duration::from_millis(12_345_678), "12345678m"),
+        (Duration::from_millis(12_345_678), "12345678m"),
+        (Duration::from_nanos(12_345_678), "12345678n"),
+        (Duration::from_secs(100), "100000m"),
+    ] {
+        assert_eq!(format_grpc_timeout(duration), expected, "{duration:?}");
+    }
+}
+
+#[test]
 fn the_tightest_valid_incoming_header_wins_and_garbage_is_ignored() {
     let mut headers = HeaderMap::new();
     assert_eq!(incoming_timeout(&headers), None);

@@ -1,12 +1,14 @@
 //! The headers the engine writes: attempt numbers and the idempotency key. (The "don't retry"
 //! mark is classify's [`mark_do_not_retry`](stormguard_classify::headers::mark_do_not_retry).)
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::hash::{BuildHasher, RandomState};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use http::header::Entry;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use stormguard_budget::attempt::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
+#[cfg(test)]
 use uuid::Uuid;
 
 /// `Idempotency-Key`: one UUID per request, the same on every attempt, so a backend that
@@ -63,60 +65,112 @@ pub fn is_idempotent(method: &Method) -> bool {
 
 /// Add a fresh UUID v4 `Idempotency-Key` unless the caller set one.
 pub fn ensure_idempotency_key(headers: &mut HeaderMap) {
-    if headers.contains_key(IDEMPOTENCY_KEY) {
-        return;
-    }
-    let mut text = KeyText([0; 36]);
-    new_key().hyphenated().encode_lower(&mut text.0);
-    // A hyphenated UUID is 36 visible ASCII characters: always a valid header value. Owned by
-    // its `Bytes` (one allocation), so the copy each attempt gets is a reference count.
-    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from_owner(text)) {
-        headers.insert(IDEMPOTENCY_KEY, value);
+    if let Entry::Vacant(slot) = headers.entry(IDEMPOTENCY_KEY) {
+        slot.insert(new_key_value());
     }
 }
 
-/// The text of a hyphenated UUID.
-struct KeyText([u8; 36]);
+/// Keys rendered into one shared buffer before another is allocated: the allocation, and the
+/// reference count each key's header value holds on it, are shared by this many requests.
+const KEYS_PER_CHUNK: usize = 64;
 
-impl AsRef<[u8]> for KeyText {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
-}
+/// Length of a hyphenated UUID.
+const KEY_LEN: usize = 36;
 
-/// This thread's source of idempotency keys: a counter hashed with std's [`RandomState`], a
-/// SipHash whose keys are drawn from the operating system's randomness once per thread.
+/// The counter's share of a key: the last 48 bits, the UUID's last group of 12 hex digits.
+const COUNTER_BITS: u32 = 48;
+const COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
+
+/// This thread's source of idempotency keys.
 ///
-/// A key has to be unique, not secret: it travels in clear beside the request it names.
-/// `Uuid::new_v4` asks the operating system for every key, a system call that costs about a
-/// microsecond, more than the rest of the engine's work on a request that succeeds. Two
-/// SipHash outputs of a counter under per-thread random keys give the 122 random bits of a
-/// version 4 UUID, as unlikely to repeat across threads, processes and machines as fresh random
-/// ones, with no system call. Like every user-space generator (`rand`'s `ThreadRng` included),
-/// a process that forks and goes on sending from the thread that forked would repeat, in the
-/// child, the keys its parent sends next.
+/// A key has to be unique, not secret: it travels in clear beside the request it names, to a
+/// backend that scopes it to the caller's credentials. Each thread draws 128 random bits once
+/// (std's [`RandomState`], keyed from the operating system), sets the version 4 and RFC 9562
+/// variant bits, and makes every key by XOR-ing a scrambled counter into the last 48 bits:
+///
+/// * within a thread, keys cannot repeat for 2^48 requests (the scramble, a multiplication by an
+///   odd number and an xorshift modulo 2^48, is a bijection), and the thread draws fresh bits
+///   before its counter could wrap;
+/// * across threads, processes and machines, two streams meet only if their other 74 random bits
+///   are equal: a chance of about 2^-35 among a million streams.
+///
+/// This keeps the system call (`Uuid::new_v4` asks the operating system for every key, about a
+/// microsecond, more than the rest of the engine's work on a request that succeeds) and the
+/// hashing off the hot path: a key is 12 hex digits and a slice of a shared buffer. Like every
+/// user-space generator, a process that forks and goes on sending from the thread that forked
+/// would repeat, in the child, the keys its parent sends next.
 struct KeyStream {
-    keys: RandomState,
-    next: Cell<u64>,
+    /// The hyphenated text of the thread's random bits; each key rewrites its last 12 digits.
+    text: [u8; KEY_LEN],
+    /// The random last 48 bits the counter is XOR-ed into.
+    low: u64,
+    /// An odd multiplier for the scramble.
+    multiplier: u64,
+    next: u64,
+    /// The buffer keys are rendered into, `KEYS_PER_CHUNK` at a time.
+    chunk: BytesMut,
 }
+
+impl KeyStream {
+    fn new() -> Self {
+        let random = RandomState::new();
+        let high = random.hash_one(0_u8);
+        let low = random.hash_one(1_u8);
+        let multiplier = random.hash_one(2_u8) | 1;
+        let uuid = uuid::Builder::from_random_bytes(
+            (u128::from(high) << 64 | u128::from(low)).to_be_bytes(),
+        )
+        .into_uuid();
+        let mut text = [0; KEY_LEN];
+        uuid.hyphenated().encode_lower(&mut text);
+        Self {
+            text,
+            low: low & COUNTER_MASK,
+            multiplier,
+            next: 0,
+            chunk: BytesMut::new(),
+        }
+    }
+
+    fn next_key(&mut self) -> Bytes {
+        if self.next > COUNTER_MASK {
+            *self = Self::new();
+        }
+        let n = self.next;
+        self.next += 1;
+        let mut scrambled = n.wrapping_mul(self.multiplier) & COUNTER_MASK;
+        scrambled ^= scrambled >> (COUNTER_BITS / 2);
+        let tail = self.low ^ scrambled;
+        for (i, digit) in self.text[KEY_LEN - 12..].iter_mut().enumerate() {
+            let shift = 4 * (11 - i);
+            *digit = HEX[((tail >> shift) & 0xf) as usize];
+        }
+        if self.chunk.capacity() - self.chunk.len() < KEY_LEN {
+            self.chunk = BytesMut::with_capacity(KEY_LEN * KEYS_PER_CHUNK);
+        }
+        self.chunk.extend_from_slice(&self.text);
+        self.chunk.split().freeze()
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 thread_local! {
-    static KEYS: KeyStream = KeyStream {
-        keys: RandomState::new(),
-        next: Cell::new(0),
-    };
+    static KEYS: RefCell<KeyStream> = RefCell::new(KeyStream::new());
 }
 
-/// A fresh version 4 UUID (see [`KeyStream`]).
+/// A fresh version 4 UUID as a header value (see [`KeyStream`]).
+fn new_key_value() -> HeaderValue {
+    let key = KEYS.with(|stream| stream.borrow_mut().next_key());
+    // Lowercase hex and hyphens: always a valid header value.
+    HeaderValue::from_maybe_shared(key).unwrap_or(HeaderValue::from_static(""))
+}
+
+/// A fresh key, parsed back (tests).
+#[cfg(test)]
 fn new_key() -> Uuid {
-    KEYS.with(|stream| {
-        let n = stream.next.get();
-        stream.next.set(n.wrapping_add(1));
-        let mut bytes = [0; 16];
-        bytes[..8].copy_from_slice(&stream.keys.hash_one((n, 0_u8)).to_le_bytes());
-        bytes[8..].copy_from_slice(&stream.keys.hash_one((n, 1_u8)).to_le_bytes());
-        uuid::Builder::from_random_bytes(bytes).into_uuid()
-    })
+    let value = new_key_value();
+    Uuid::try_parse_ascii(value.as_bytes()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -184,6 +238,33 @@ mod tests {
             assert!(seen.insert(*key), "{key} repeated");
         }
         assert_eq!(seen.len(), 20_000);
+    }
+
+    #[test]
+    fn keys_stay_distinct_across_chunks_and_a_counter_wrap() {
+        let mut stream = KeyStream::new();
+        let mut seen = std::collections::HashSet::new();
+        // Three chunks' worth, then the last counter values before the 48-bit limit and past it
+        // (the stream draws fresh random bits instead of wrapping).
+        let mut take = |stream: &mut KeyStream, n: usize| {
+            for _ in 0..n {
+                let key = stream.next_key();
+                let uuid = Uuid::try_parse_ascii(&key).expect("a hyphenated UUID");
+                assert_eq!(uuid.get_version_num(), 4);
+                assert!(seen.insert(key), "a key repeated");
+            }
+        };
+        take(&mut stream, 3 * KEYS_PER_CHUNK + 5);
+        let first_text = stream.text;
+        stream.next = COUNTER_MASK - 2;
+        take(&mut stream, 6);
+        assert_eq!(stream.next, 3, "the stream starts over after 2^48 keys");
+        assert_ne!(
+            stream.text[..24],
+            first_text[..24],
+            "with fresh random bits"
+        );
+        assert_eq!(seen.len(), 3 * KEYS_PER_CHUNK + 11);
     }
 
     #[test]

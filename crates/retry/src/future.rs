@@ -45,10 +45,10 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<F, B, RB> {
-        // Reading the request body (up to the replay cap) before the first attempt. The readied
-        // service waits in `ResponseFuture::service`; it stays ready until called.
+        // Reading the request body (up to the replay cap) before the first attempt. The head
+        // waits in the engine's template, the readied service in `ResponseFuture::service` (it
+        // stays ready until called).
         Buffering {
-            parts: Option<request::Parts>,
             body: Option<B>,
             read: Collected,
         },
@@ -93,6 +93,9 @@ struct Engine<C, Bk: Backoff> {
 }
 
 /// A request's parts and buffered body, from which each attempt is rebuilt.
+///
+/// It lives inline in the response future, which moves a few times per request: what is rare
+/// (trailers) is boxed to keep it small.
 struct Template {
     method: Method,
     uri: Uri,
@@ -101,7 +104,7 @@ struct Template {
     extensions: Extensions,
     body: Bytes,
     /// Request trailers, if the body had any (rare: they are replayed after the bytes).
-    trailers: Option<HeaderMap>,
+    trailers: Option<Box<HeaderMap>>,
 }
 
 /// What to do after an attempt.
@@ -148,14 +151,15 @@ where
             }
         } else if request.body().is_end_stream() {
             let (parts, _) = request.into_parts();
-            let request = engine.set_template(parts, Bytes::new(), None);
+            engine.template = Some(Template::hold(parts));
+            let request = engine.seal_template(Bytes::new(), None);
             State::Calling {
                 future: engine.start(&mut service, request),
             }
         } else {
             let (parts, body) = request.into_parts();
+            engine.template = Some(Template::hold(parts));
             State::Buffering {
-                parts: Some(parts),
                 body: Some(body),
                 read: Collected::default(),
             }
@@ -184,26 +188,30 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Buffering { parts, body, read } => {
+                StateProj::Buffering { body, read } => {
                     let Some(reading) = body.as_mut() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
                     let cap = this.engine.config.max_replay_body;
                     let end = ready!(poll_request_prefix(reading, read, cap, cx));
-                    let (Some(parts), Some(body)) = (parts.take(), body.take()) else {
+                    let Some(body) = body.take() else {
                         return Poll::Ready(Err(polled_after_completion()));
                     };
                     let read = std::mem::take(read).into_bytes();
                     let request = match end {
-                        Tail::Ended => this.engine.set_template(parts, read, None),
+                        Tail::Ended => this.engine.seal_template(read, None),
                         Tail::Trailers(trailers) => {
-                            this.engine.set_template(parts, read, Some(trailers))
+                            this.engine.seal_template(read, Some(Box::new(trailers)))
                         }
-                        // Longer than the cap: sent once, what was read followed by the rest.
-                        Tail::Open => Request::from_parts(
-                            parts,
-                            B::from_partial(PartialBody::new(read, None, body)),
-                        ),
+                        // Longer than the cap: sent once, untouched, what was read followed by
+                        // the rest. Without a template there is nothing to retry from.
+                        Tail::Open => {
+                            let Some(template) = this.engine.template.take() else {
+                                return Poll::Ready(Err(polled_after_completion()));
+                            };
+                            template
+                                .into_request(B::from_partial(PartialBody::new(read, None, body)))
+                        }
                         Tail::Failed(error) => {
                             this.state.set(State::Done);
                             return Poll::Ready(Err(error.into()));
@@ -330,33 +338,27 @@ impl<T> Next<T> {
 }
 
 impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
-    /// Keep the request for replay and build its first attempt.
-    fn set_template<B: ReplayBody>(
+    /// Complete the held template with the buffered body, and build the first attempt from it.
+    /// (A future polled after completion has no template: an empty request it will never send.)
+    fn seal_template<B: ReplayBody>(
         &mut self,
-        parts: request::Parts,
         body: Bytes,
-        trailers: Option<HeaderMap>,
+        trailers: Option<Box<HeaderMap>>,
     ) -> Request<B> {
-        let mut headers = parts.headers;
-        if !self.grpc && !is_idempotent(&parts.method) {
-            ensure_idempotency_key(&mut headers);
+        let grpc = self.grpc;
+        let Some(template) = self.template.as_mut() else {
+            return Request::new(B::from_bytes(Bytes::new()));
+        };
+        if !grpc && !is_idempotent(&template.method) {
+            ensure_idempotency_key(&mut template.headers);
         }
         // The first attempt's number goes into the template: each attempt's copy of the headers
         // then has its number already, and a retry replaces it in place (adding a header to a
         // copy, which has no spare room, would grow it).
-        stamp_attempt(&mut headers, 0, self.grpc);
-        let template = Template {
-            method: parts.method,
-            uri: parts.uri,
-            version: parts.version,
-            headers,
-            extensions: parts.extensions,
-            body,
-            trailers,
-        };
-        let request = template.request();
-        self.template = Some(template);
-        request
+        stamp_attempt(&mut template.headers, 0, grpc);
+        template.body = body;
+        template.trailers = trailers;
+        template.request()
     }
 
     /// A retry, rebuilt from the template, its deadline header re-stamped with the time left.
@@ -473,12 +475,36 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
 }
 
 impl Template {
+    /// Hold a request's head while its body is read.
+    fn hold(parts: request::Parts) -> Self {
+        Self {
+            method: parts.method,
+            uri: parts.uri,
+            version: parts.version,
+            headers: parts.headers,
+            extensions: parts.extensions,
+            body: Bytes::new(),
+            trailers: None,
+        }
+    }
+
+    /// The held head with `body`, as it came.
+    fn into_request<B>(self, body: B) -> Request<B> {
+        let mut request = Request::new(body);
+        *request.method_mut() = self.method;
+        *request.uri_mut() = self.uri;
+        *request.version_mut() = self.version;
+        *request.headers_mut() = self.headers;
+        *request.extensions_mut() = self.extensions;
+        request
+    }
+
     fn request<B: ReplayBody>(&self) -> Request<B> {
         let body = match &self.trailers {
             None => B::from_bytes(self.body.clone()),
             Some(trailers) => B::from_partial(PartialBody::new(
                 self.body.clone(),
-                Some(trailers.clone()),
+                Some(HeaderMap::clone(trailers)),
                 B::from_bytes(Bytes::new()),
             )),
         };
