@@ -31,13 +31,15 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, header};
 use http_body_util::Full;
-use stormguard::ClientLayer;
 use stormguard::budget::RetryBudget;
+use stormguard::deadline::{Deadline, propagate};
 use stormguard::jitter::Constant;
+use stormguard::retry::{ensure_idempotency_key, stamp_attempt};
+use stormguard::{ClientLayer, DEFAULT_CLIENT_TIMEOUT};
 use tokio::runtime::Runtime;
 use tower::retry::Policy;
 use tower::retry::budget::{Budget, TpsBudget};
-use tower::{Layer, Service, service_fn};
+use tower::{Layer, Service, ServiceExt, service_fn};
 use tower_resilience::circuitbreaker::CircuitBreakerLayer;
 use tower_resilience::retry::{RetryBudgetBuilder, RetryLayer as ResilienceRetryLayer};
 
@@ -201,6 +203,34 @@ where
         "tower_retry_tps",
         tower::retry::RetryLayer::new(TpsPolicy::new(path)).layer(inner.clone()),
     );
+
+    if path == Path::Success {
+        // The same tower retry, made to write what DESIGN.md asks the retry engine to put on
+        // every request (an `Idempotency-Key` on a POST, `x-retry-attempt`), with stormguard's
+        // own header functions: the cost of the contract alone, without any of the engine.
+        let retry = tower::retry::RetryLayer::new(TpsPolicy::new(path));
+        visit.variant(
+            "tower_retry_contract",
+            retry.layer(inner.clone()).map_request(|mut request: Req| {
+                ensure_idempotency_key(request.headers_mut());
+                stamp_attempt(request.headers_mut(), 0, false);
+                request
+            }),
+        );
+        // And what the client stack adds to that: a deadline in the extensions and its
+        // `x-request-timeout-ms`.
+        let retry = tower::retry::RetryLayer::new(TpsPolicy::new(path));
+        visit.variant(
+            "tower_client_contract",
+            retry.layer(inner.clone()).map_request(|mut request: Req| {
+                Deadline::after(DEFAULT_CLIENT_TIMEOUT).apply_to(&mut request);
+                propagate::stamp(&mut request, propagate::DEFAULT_MARGIN);
+                ensure_idempotency_key(request.headers_mut());
+                stamp_attempt(request.headers_mut(), 0, false);
+                request
+            }),
+        );
+    }
 
     // Each variant gets budgets of its own.
     let token_bucket = || {
@@ -466,13 +496,71 @@ impl Visit for Scaling {
     }
 }
 
-/// Whether the command line's filter (if any) selects the `threads` group.
-fn threads_selected() -> bool {
+/// Whether the command line's filter (if any) selects `group`.
+fn selected(group: &str) -> bool {
     let mut free = std::env::args()
         .skip(1)
         .filter(|arg| !arg.starts_with('-'))
         .peekable();
-    free.peek().is_none() || free.any(|filter| "threads".contains(&filter))
+    free.peek().is_none() || free.any(|filter| group.contains(&filter))
+}
+
+/// Rounds of interleaved one-thread runs, for the overhead ratios of targets 1 and 2.
+const ROUNDS: usize = 15;
+
+/// About how long each variant runs in a round.
+const ROUND_RUN: Duration = Duration::from_millis(20);
+
+/// The one-thread overheads measured in rounds: every variant runs for about [`ROUND_RUN`] in each
+/// round (in an order that rotates from round to round), and each round gives every ratio from its
+/// own runs. Criterion measures the variants seconds apart, and this machine's speed drifts by
+/// more than the differences between some of them; a ratio taken within a round sees one machine.
+#[derive(Default)]
+struct Rounds {
+    runners: Vec<(&'static str, Runner)>,
+}
+
+/// Sends `n` requests through one variant on a thread of its own; returns the time taken.
+type Runner = Box<dyn FnMut(u64) -> Duration>;
+
+impl Visit for Rounds {
+    fn variant<S, B>(&mut self, name: &'static str, service: S)
+    where
+        S: Service<Req, Response = Response<B>> + Clone + Send + 'static,
+        S::Error: fmt::Debug,
+    {
+        self.runners
+            .push((name, Box::new(move |n| in_parallel(&service, 1, n))));
+    }
+}
+
+impl Rounds {
+    /// Nanoseconds per request, per variant, per round.
+    fn run(mut self) -> Vec<(&'static str, Vec<f64>)> {
+        const PROBE: u64 = 2_000;
+        let counts: Vec<u64> = self
+            .runners
+            .iter_mut()
+            .map(|(_, run)| {
+                let probe = run(PROBE).as_secs_f64().max(1e-9);
+                (PROBE as f64 * ROUND_RUN.as_secs_f64() / probe).max(1_000.0) as u64
+            })
+            .collect();
+        let variants = self.runners.len();
+        let mut times = vec![Vec::with_capacity(ROUNDS); variants];
+        for round in 0..ROUNDS {
+            for k in 0..variants {
+                let i = (k + round) % variants;
+                let elapsed = (self.runners[i].1)(counts[i]);
+                times[i].push(elapsed.as_nanos() as f64 / counts[i] as f64);
+            }
+        }
+        self.runners
+            .iter()
+            .map(|(name, _)| *name)
+            .zip(times)
+            .collect()
+    }
 }
 
 fn failure(c: &mut Criterion) {
@@ -571,9 +659,11 @@ fn verdict(met: bool) -> &'static str {
 /// The targets of docs/PERFORMANCE.md, from the medians criterion just wrote and the paired
 /// scaling runs.
 fn report(scaling: &Scaling) {
-    const VARIANTS: [&str; 6] = [
+    const VARIANTS: [&str; 8] = [
         "bare",
         "tower_retry_tps",
+        "tower_retry_contract",
+        "tower_client_contract",
         "resilience_retry",
         "resilience_retry_breaker",
         "stormguard_retry",
@@ -663,6 +753,95 @@ fn report(scaling: &Scaling) {
     }
 }
 
+/// The overhead ratios of targets 1 and 2, and against the contract rows, round by round.
+fn report_rounds(rounds: &[(&'static str, Vec<f64>)]) {
+    let Some((_, bare)) = rounds.iter().find(|(name, _)| *name == "bare") else {
+        return;
+    };
+    let overheads = |wanted: &str| {
+        rounds
+            .iter()
+            .find(|(name, _)| *name == wanted)
+            .map(|(_, times)| {
+                times
+                    .iter()
+                    .zip(bare)
+                    .map(|(t, b)| t - b)
+                    .collect::<Vec<_>>()
+            })
+    };
+    let middle = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        let mid = values.get(values.len() / 2).copied().unwrap_or(f64::NAN);
+        let low = values.first().copied().unwrap_or(f64::NAN);
+        let high = values.last().copied().unwrap_or(f64::NAN);
+        (mid, low, high)
+    };
+    println!(
+        "\n== one thread, {ROUNDS} interleaved rounds: overhead over bare, median [min .. max] ns"
+    );
+    for (name, _) in rounds {
+        if let Some(values) = overheads(name) {
+            let (mid, low, high) = middle(values);
+            println!("{name:<26} {mid:>8.1} [{low:.1} .. {high:.1}]");
+        }
+    }
+    let ratio = |top: &str, bottom: &str| {
+        let (top, bottom) = (overheads(top)?, overheads(bottom)?);
+        Some(middle(
+            top.iter().zip(&bottom).map(|(t, b)| t / b).collect(),
+        ))
+    };
+    let lines = [
+        (
+            "target 1: stormguard_client / tower_retry_tps",
+            "stormguard_client",
+            "tower_retry_tps",
+            "<= 1",
+        ),
+        (
+            "target 2: resilience_retry / stormguard_retry",
+            "resilience_retry",
+            "stormguard_retry",
+            ">= 1.5",
+        ),
+        (
+            "stormguard_retry / tower_retry_contract",
+            "stormguard_retry",
+            "tower_retry_contract",
+            "",
+        ),
+        (
+            "stormguard_client / tower_client_contract",
+            "stormguard_client",
+            "tower_client_contract",
+            "",
+        ),
+        (
+            "resilience_retry / tower_retry_contract",
+            "resilience_retry",
+            "tower_retry_contract",
+            "",
+        ),
+        (
+            "tower_client_contract / tower_retry_tps",
+            "tower_client_contract",
+            "tower_retry_tps",
+            "",
+        ),
+    ];
+    for (label, top, bottom, target) in lines {
+        if let Some((mid, low, high)) = ratio(top, bottom) {
+            let verdict = match target {
+                "<= 1" => verdict(mid <= 1.0),
+                ">= 1.5" => verdict(mid >= 1.5),
+                _ => "",
+            };
+            println!("{label:<48} x{mid:.2} [{low:.2} .. {high:.2}] {target} {verdict}");
+        }
+    }
+}
+
 fn main() {
     if let Some(target) = std::env::var_os("STORMGUARD_BENCH_PROFILE") {
         profile(&target.to_string_lossy());
@@ -679,9 +858,17 @@ fn main() {
     criterion.final_summary();
     if std::env::args().any(|arg| arg == "--bench") {
         let mut scaling = Scaling::default();
-        if threads_selected() {
+        if selected("threads") {
             each_variant(service_fn(healthy), Path::Success, &mut scaling);
         }
+        let rounds = if selected("success") {
+            let mut rounds = Rounds::default();
+            each_variant(service_fn(healthy), Path::Success, &mut rounds);
+            rounds.run()
+        } else {
+            Vec::new()
+        };
         report(&scaling);
+        report_rounds(&rounds);
     }
 }

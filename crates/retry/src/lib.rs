@@ -72,7 +72,9 @@
 //!   can then shed retries first (`stormguard_budget::RetryBudgetLayer`).
 //! * **Idempotency**: a request whose method is not idempotent (POST, PATCH ...) and that may be
 //!   sent more than once gets an [`IDEMPOTENCY_KEY`] header, the same UUID on every attempt,
-//!   unless the caller set one. gRPC calls (always POST on the wire) do not.
+//!   unless the caller set one. gRPC calls (always POST on the wire) do not. Keys are version 4
+//!   UUIDs made without a system call: per-thread random bits with a scrambled counter in the
+//!   last 48 (unique within a thread, see [`ensure_idempotency_key`]).
 //!
 //! # Responses
 //!

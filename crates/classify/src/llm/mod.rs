@@ -51,9 +51,10 @@ pub(crate) use body::ErrorBody;
 ///   `errors: [{"reason": "rateLimitExceeded"}]`;
 ///   also wrapped in an array, `[{"error": {...}}]`, as some Google endpoints send it.
 ///
-/// The body is parsed once with `serde_json` (whose recursion limit of 128 bounds nesting) and
-/// then read at fixed paths: nothing here recurses, loops over more than a few array items, or
-/// reads past [`ERROR_BODY_LIMIT`](crate::ERROR_BODY_LIMIT) bytes. A body that is empty, not
+/// The body is read in one `serde_json` pass (whose recursion limit of 128 bounds nesting) that
+/// keeps only the fields at those paths, borrowed from the body (a typical error body is read
+/// without allocating), looks at no more than 16 items of any array, and reads nothing past
+/// [`ERROR_BODY_LIMIT`](crate::ERROR_BODY_LIMIT) bytes. A body that is empty, not
 /// JSON, truncated or of another shape yields nothing, and the status decides alone.
 ///
 /// Then, by precedence: a daily quota is fatal `quota_exhausted`; quota, billing, spend-limit,
