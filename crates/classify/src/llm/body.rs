@@ -217,13 +217,17 @@ impl Kind {
     }
 }
 
-/// ASCII case-insensitive substring search, no allocation.
+/// ASCII case-insensitive substring search, no allocation. Only positions whose byte matches the
+/// needle's first are compared further: a token is tried against some 40 needles.
 fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
     let (haystack, needle) = (haystack.as_bytes(), needle.as_bytes());
-    needle.is_empty()
-        || haystack
-            .windows(needle.len())
-            .any(|window| window.eq_ignore_ascii_case(needle))
+    let Some((first, rest)) = needle.split_first() else {
+        return true;
+    };
+    let first = first.to_ascii_lowercase();
+    haystack.windows(needle.len()).any(|window| {
+        window[0].to_ascii_lowercase() == first && window[1..].eq_ignore_ascii_case(rest)
+    })
 }
 
 /// Does the text of a `google.rpc.QuotaFailure` violation (or of an `ErrorInfo`'s metadata) name a
