@@ -35,6 +35,7 @@ use stormguard::budget::RetryBudget;
 use stormguard::deadline::{Deadline, propagate};
 use stormguard::jitter::Constant;
 use stormguard::retry::{ensure_idempotency_key, stamp_attempt};
+use stormguard::throttle::AdaptiveThrottle;
 use stormguard::{ClientLayer, DEFAULT_CLIENT_TIMEOUT};
 use tokio::runtime::Runtime;
 use tower::retry::Policy;
@@ -287,7 +288,14 @@ where
                 .budget(generous())
                 .backoff(backoff.clone());
             visit.variant("stormguard_retry", retry.layer(inner.clone()));
-            let client = ClientLayer::default().budget(generous()).backoff(backoff);
+            // Every request is rejected once: with the default K = 2 the throttle's drop
+            // probability sits exactly at its threshold and random-walks (a drop counts as a
+            // request without an accept), so the failure path gets K = 3, as it gets budgets that
+            // never refuse.
+            let client = ClientLayer::default()
+                .budget(generous())
+                .throttle(AdaptiveThrottle::new(3.0, AdaptiveThrottle::DEFAULT_WINDOW))
+                .backoff(backoff);
             visit.variant("stormguard_client", client.layer(inner));
         }
     }
@@ -295,6 +303,10 @@ where
 
 /// Requests that had to wait on the runtime (see [`send`]); expected to stay zero.
 static WAITED: AtomicU64 = AtomicU64::new(0);
+
+/// Requests sent by [`in_parallel`] that did not end in a 200 (an error, or a failure the retry
+/// gave up on); reported by the profiling mode.
+static NOT_OK: AtomicU64 = AtomicU64::new(0);
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -416,7 +428,10 @@ where
                     barrier.wait();
                     let start = Instant::now();
                     for _ in 0..iters {
-                        let _ = black_box(send(&runtime, &mut service, chat_request()));
+                        let response = black_box(send(&runtime, &mut service, chat_request()));
+                        if !response.is_ok_and(|response| response.status() == StatusCode::OK) {
+                            NOT_OK.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     (start, Instant::now())
                 })
@@ -600,8 +615,12 @@ impl Visit for Profile {
         let elapsed = in_parallel(&service, self.threads, self.requests);
         let per_second = (self.threads as u64 * self.requests) as f64 / elapsed.as_secs_f64();
         println!(
-            "{} threads x {} requests in {elapsed:?}: {per_second:.0} requests/s",
-            self.threads, self.requests
+            "{} threads x {} requests in {elapsed:?}: {per_second:.0} requests/s, {} not 200, \
+             {} waited",
+            self.threads,
+            self.requests,
+            NOT_OK.load(Ordering::Relaxed),
+            WAITED.load(Ordering::Relaxed)
         );
     }
 }
