@@ -28,6 +28,11 @@
 //! window drop out whole, one slice at a time: there is no reset cliff where a full budget
 //! appears at once.
 //!
+//! A retry that is granted but then never sent (its caller gave up during the backoff) is given
+//! back: [`RetryBudget::try_withdraw`] returns a receipt, and [`RetryBudget::refund`] takes it out
+//! of the slice it was counted in, as if it had never been granted. The retry engine and the
+//! reqwest middleware do this when a request is dropped between the grant and the retry.
+//!
 //! **Why deposits are per success, not per request.** Finagle, Linkerd and tower deposit on every
 //! request. Then a backend that fails every request still earns its clients `ratio` retries per
 //! request: 20% more load on a service that is down, for as long as it is down. Depositing on
@@ -98,5 +103,7 @@ pub mod attempt;
 mod budget;
 pub mod server;
 
-pub use budget::{BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget};
+pub use budget::{
+    BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget, Withdrawal,
+};
 pub use server::RetryBudgetLayer;

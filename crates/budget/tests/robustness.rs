@@ -19,12 +19,13 @@ struct Tally {
     deposits: u64,
     granted: u64,
     refused: u64,
+    refunded: u64,
 }
 
-/// Four threads, each doing `OPS` rounds of "deposit, and every other round try a retry", on a
-/// paused clock that the main thread moves 1 s forward eight times while they run (10 s window,
-/// so every event stays inside it).
-fn mixed_run(ratio: f32) -> (BudgetSnapshot, Tally) {
+/// Four threads, each doing `OPS` rounds of "deposit, and every other round try a retry" (giving
+/// back every `refund_every`-th retry granted, if set), on a paused clock that the main thread
+/// moves 1 s forward eight times while they run (10 s window, so every event stays inside it).
+fn mixed_run(ratio: f32, refund_every: Option<u64>) -> (BudgetSnapshot, Tally) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -49,10 +50,15 @@ fn mixed_run(ratio: f32) -> (BudgetSnapshot, Tally) {
                         budget.deposit();
                         tally.deposits += 1;
                         if round % 2 == 0 {
-                            if budget.withdraw() {
-                                tally.granted += 1;
-                            } else {
-                                tally.refused += 1;
+                            match budget.try_withdraw() {
+                                Some(withdrawal) => {
+                                    tally.granted += 1;
+                                    if refund_every.is_some_and(|n| tally.granted % n == 0) {
+                                        budget.refund(withdrawal);
+                                        tally.refunded += 1;
+                                    }
+                                }
+                                None => tally.refused += 1,
                             }
                         }
                         progress.fetch_add(1, Ordering::Relaxed);
@@ -76,6 +82,7 @@ fn mixed_run(ratio: f32) -> (BudgetSnapshot, Tally) {
                 deposits: sum.deposits + tally.deposits,
                 granted: sum.granted + tally.granted,
                 refused: sum.refused + tally.refused,
+                refunded: sum.refunded + tally.refunded,
             })
     });
     // The budget's clock is the runtime's: read it there.
@@ -88,7 +95,7 @@ fn mixed_run(ratio: f32) -> (BudgetSnapshot, Tally) {
 #[test]
 fn mixed_deposits_and_withdrawals_from_four_threads_account_exactly() {
     for (ratio, expected_total) in [(0.25_f32, 20_000_u64), (0.1, 8_000), (1.0, 80_000)] {
-        let (snapshot, tally) = mixed_run(ratio);
+        let (snapshot, tally) = mixed_run(ratio, None);
         assert_eq!(tally.deposits, THREADS * OPS);
         assert_eq!(tally.granted + tally.refused, THREADS * OPS / 2);
         assert!(
@@ -105,6 +112,30 @@ fn mixed_deposits_and_withdrawals_from_four_threads_account_exactly() {
             expected_total - tally.granted,
             "ratio {ratio}"
         );
+    }
+}
+
+/// Refunds racing grants: every third retry granted is given back at once. The retries that stand
+/// (granted minus refunded) never exceed `ratio x deposits`, the snapshot counts exactly those,
+/// and the refunded ones are available again (more are granted than without refunds).
+#[test]
+fn refunds_from_four_threads_give_back_exactly_what_they_took() {
+    for (ratio, expected_total) in [(0.25_f32, 20_000_u64), (0.1, 8_000)] {
+        let (snapshot, tally) = mixed_run(ratio, Some(3));
+        let standing = tally.granted - tally.refunded;
+        assert!(tally.refunded > 0, "ratio {ratio}: nothing refunded");
+        assert_eq!(tally.granted + tally.refused, THREADS * OPS / 2);
+        assert!(
+            standing <= expected_total,
+            "ratio {ratio}: {standing} standing of {expected_total}"
+        );
+        assert!(
+            tally.granted > expected_total,
+            "ratio {ratio}: refunds were not reused"
+        );
+        assert_eq!(snapshot.withdrawals, standing, "ratio {ratio}");
+        assert_eq!(snapshot.rejected, tally.refused, "ratio {ratio}");
+        assert_eq!(snapshot.balance, expected_total - standing, "ratio {ratio}");
     }
 }
 

@@ -8,7 +8,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{RetryBudget, Withdrawal};
 use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::{Classify, LlmClassifier, Outcome, Reason};
 use stormguard_deadline::propagate::{DEFAULT_MARGIN, X_REQUEST_TIMEOUT_MS, format_timeout_ms};
@@ -256,16 +256,23 @@ where
                 hint_policy: &self.hint_policy,
                 budget: &self.budget,
             };
-            let delay = match rules.decide(&outcome, attempts, scheduled, deadline, took) {
-                Ok(delay) => delay,
+            let granted = match rules.decide(&outcome, attempts, scheduled, deadline, took) {
+                Ok(granted) => granted,
                 Err(cause) => return give_up(result, cause),
+            };
+            // Given back unless the retry goes out: the caller may drop this future during the
+            // delay.
+            let unspent = Unspent {
+                budget: &self.budget,
+                withdrawal: Some(granted.withdrawal),
             };
             let Some(next_request) = spare else {
                 // Only when the body could not be cloned after all: the caller decides.
                 return result;
             };
             drop(result);
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep(granted.delay).await;
+            unspent.spend();
             request = next_request;
             previous = attempts;
         }
@@ -376,6 +383,27 @@ where
             Outcome::retryable(Reason::Timeout).with_accepted(false)
         } else {
             self.classifier.classify_error(error)
+        }
+    }
+}
+
+/// A retry withdrawn from the budget and not yet sent: refunded if dropped unspent.
+struct Unspent<'a> {
+    budget: &'a RetryBudget,
+    withdrawal: Option<Withdrawal>,
+}
+
+impl Unspent<'_> {
+    /// The retry goes out: the withdrawal stands.
+    fn spend(mut self) {
+        self.withdrawal = None;
+    }
+}
+
+impl Drop for Unspent<'_> {
+    fn drop(&mut self) {
+        if let Some(withdrawal) = self.withdrawal.take() {
+            self.budget.refund(withdrawal);
         }
     }
 }

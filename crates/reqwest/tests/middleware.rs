@@ -373,3 +373,30 @@ async fn connection_refused_is_retried_within_the_budget() {
     assert!(error.is_connect(), "{error}");
     assert_eq!(budget.snapshot().withdrawals, 2);
 }
+
+#[tokio::test]
+async fn dropping_the_request_during_the_backoff_refunds_the_retry() {
+    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
+    let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
+    // A backoff of up to a minute (seeded: the same delay every run): the retry waits in it.
+    let backoff = FullJitter::new(Duration::from_secs(60), Duration::from_secs(60)).with_seed(7);
+    let client = client(fast().budget(budget.clone()).backoff(backoff));
+    let mut send = Box::pin(client.post(&url).body(CHAT).send());
+    // Drive the request until the 503 came back and the retry was granted: it is then sleeping.
+    while budget.snapshot().withdrawals == 0 {
+        tokio::select! {
+            result = &mut send => panic!("finished before the retry: {result:?}"),
+            () = tokio::task::yield_now() => {}
+        }
+    }
+    assert_eq!(server.seen().len(), 1);
+    let granted = budget.snapshot();
+    drop(send);
+    let after = budget.snapshot();
+    assert_eq!(
+        (after.withdrawals, after.balance),
+        (0, granted.balance + 1),
+        "the retry that was never sent is given back"
+    );
+    assert_eq!(server.seen().len(), 1);
+}

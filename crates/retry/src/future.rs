@@ -12,6 +12,7 @@ use http::{Extensions, HeaderMap, Method, Request, Response, Uri, Version, reque
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_adaptive_throttle::Throttled;
+use stormguard_budget::Withdrawal;
 use stormguard_classify::{BoxError, Classify, ERROR_BODY_LIMIT, Outcome, is_grpc};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::Backoff;
@@ -29,7 +30,8 @@ pin_project! {
     /// The response future of [`Retry`](crate::Retry).
     ///
     /// Dropping it cancels the request wherever it is: an attempt in flight is dropped with it,
-    /// a backoff sleep simply ends, and nothing further is sent or withdrawn from the budget.
+    /// a backoff sleep simply ends, nothing further is sent, and a retry withdrawn from the budget
+    /// but not yet sent is given back.
     pub struct ResponseFuture<S, B, RB, C, Bk>
     where
         S: Service<Request<B>>,
@@ -90,6 +92,17 @@ struct Engine<C, Bk: Backoff> {
     attempt_started: Option<Instant>,
     /// How long the last finished attempt took; only tracked under a deadline.
     last_attempt: Duration,
+    /// The budget's receipt for a retry granted and not yet sent: given back if the retry never
+    /// goes out (the future is dropped during the backoff, or the service fails first).
+    unspent: Option<Withdrawal>,
+}
+
+impl<C, Bk: Backoff> Drop for Engine<C, Bk> {
+    fn drop(&mut self) {
+        if let Some(withdrawal) = self.unspent.take() {
+            self.config.budget.refund(withdrawal);
+        }
+    }
 }
 
 /// A request's parts and buffered body, from which each attempt is rebuilt.
@@ -143,6 +156,7 @@ where
             schedule: None,
             attempt_started: None,
             last_attempt: Duration::ZERO,
+            unspent: None,
         };
         let state = if !may_retry || request.body().size_hint().lower() > cap {
             // Too big to buffer (or nothing to retry): sent once, untouched.
@@ -377,6 +391,8 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
         if self.attempts > 0 || self.template.is_none() {
             stamp_attempt(request.headers_mut(), self.attempts, self.grpc);
         }
+        // The retry goes out: its withdrawal is spent.
+        self.unspent = None;
         self.attempts = self.attempts.saturating_add(1);
         if self.deadline.is_some() {
             self.attempt_started = Some(Instant::now());
@@ -468,7 +484,10 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
             self.deadline,
             self.last_attempt,
         ) {
-            Ok(delay) => Plan::Retry(delay),
+            Ok(granted) => {
+                self.unspent = Some(granted.withdrawal);
+                Plan::Retry(granted.delay)
+            }
             Err(cause) => Plan::GiveUp(cause),
         }
     }

@@ -35,7 +35,8 @@
 //!    * the retry budget grants a withdrawal (asked last, so that nothing is withdrawn for a
 //!      retry the other checks rule out, and before sleeping, so that a denied retry costs no
 //!      time). The budget allows `ratio × successes + floor` retries per window (SRE book: 10%):
-//!      during an outage successes stop, and so do retries.
+//!      during an outage successes stop, and so do retries. A request dropped before its retry
+//!      goes out (during the sleep, say) gives the withdrawal back.
 //!
 //!    Then it sleeps, re-stamps the downstream deadline header
 //!    ([`propagate::refresh`](stormguard_deadline::propagate::refresh)), and sends the request
@@ -145,5 +146,5 @@ pub use body::{PartialBody, ReplayBody, ResponseBody};
 pub use error::{GaveUp, GiveUpCause};
 pub use future::ResponseFuture;
 pub use layer::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY, RetryLayer};
-pub use rules::RetryRules;
+pub use rules::{Granted, RetryRules};
 pub use service::Retry;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{RetryBudget, Withdrawal};
 use stormguard_classify::Outcome;
 use stormguard_deadline::Deadline;
 use stormguard_jitter::{HintDecision, HintPolicy};
@@ -23,9 +23,21 @@ pub struct RetryRules<'a> {
     pub budget: &'a RetryBudget,
 }
 
+/// A retry the rules allow: when to send it, and the budget's receipt for it. A caller that ends
+/// up not sending it (it was dropped during the delay, the service failed first) gives the receipt
+/// back with [`RetryBudget::refund`]; sending the retry spends it.
+#[derive(Debug)]
+pub struct Granted {
+    /// How long to wait before the retry.
+    pub delay: Duration,
+    /// The budget's receipt for the retry.
+    pub withdrawal: Withdrawal,
+}
+
 impl RetryRules<'_> {
     /// After `attempts` attempts, the last of which took `last_attempt` and ended in the retryable
-    /// `outcome`: the delay before the next attempt, or why there is none. `scheduled` is the
+    /// `outcome`: the delay before the next attempt (with the budget's receipt), or why there is
+    /// none. `scheduled` is the
     /// backoff's next delay, used when the server gave no hint.
     ///
     /// Checks, cheapest first and the one with a side effect last: attempts left; the hint (one
@@ -39,7 +51,7 @@ impl RetryRules<'_> {
         scheduled: Duration,
         deadline: Option<Deadline>,
         last_attempt: Duration,
-    ) -> Result<Duration, GiveUpCause> {
+    ) -> Result<Granted, GiveUpCause> {
         let verdict = (|| {
             if attempts >= self.max_attempts {
                 return Err(GiveUpCause::AttemptsExhausted);
@@ -59,21 +71,21 @@ impl RetryRules<'_> {
                     return Err(GiveUpCause::Deadline);
                 }
             }
-            if !self.budget.withdraw() {
+            let Some(withdrawal) = self.budget.try_withdraw() else {
                 tracing::warn!(
                     attempts,
                     reason = outcome.reason().as_str(),
                     "retry budget exhausted: not retrying"
                 );
                 return Err(GiveUpCause::BudgetExhausted);
-            }
-            Ok(delay)
+            };
+            Ok(Granted { delay, withdrawal })
         })();
         let reason = outcome.reason().as_str();
-        match verdict {
-            Ok(delay) => tracing::warn!(
+        match &verdict {
+            Ok(granted) => tracing::warn!(
                 retry_attempt = attempts,
-                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                delay_ms = u64::try_from(granted.delay.as_millis()).unwrap_or(u64::MAX),
                 reason,
                 "retrying request"
             ),

@@ -5,10 +5,13 @@
 mod support;
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Request;
+use http::{Request, Response};
 use http_body_util::Full;
 use stormguard_adaptive_throttle::Throttled;
 use stormguard_budget::RetryBudget;
@@ -421,11 +424,55 @@ async fn dropping_the_future_during_backoff_cancels_the_request() {
     );
 
     drop(future);
+    // The retry was never sent: its withdrawal is given back at once.
+    let after = budget.snapshot();
+    assert_eq!(
+        (after.withdrawals, after.balance),
+        (0, during.balance + 1),
+        "the unsent retry is refunded"
+    );
     // Past the 5 s backoff, still inside the budget's 10 s window.
     tokio::time::sleep(Duration::from_secs(9)).await;
 
     assert_eq!(log.len(), 1, "nothing may be sent after the drop");
-    assert_eq!(budget.snapshot(), during);
+    assert_eq!(budget.snapshot(), after);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_the_service_fails_to_get_ready_for_is_refunded() {
+    // The backend answers 503 once; then it fails `poll_ready`, so the granted retry never goes
+    // out: the engine returns the readiness error and gives the withdrawal back.
+    #[derive(Clone)]
+    struct ReadyOnce {
+        calls: Arc<AtomicUsize>,
+    }
+    impl Service<Request<Full<Bytes>>> for ReadyOnce {
+        type Response = Response<Full<Bytes>>;
+        type Error = BoxError;
+        type Future = std::future::Ready<Result<Self::Response, BoxError>>;
+        fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> Poll<Result<(), BoxError>> {
+            if self.calls.load(Ordering::SeqCst) == 0 {
+                Poll::Ready(Ok(()))
+            } else {
+                Poll::Ready(Err("backend closed".into()))
+            }
+        }
+        fn call(&mut self, _: Request<Full<Bytes>>) -> Self::Future {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok(status(503)))
+        }
+    }
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (budget, layer) = budgeted();
+    let client = layer
+        .backoff(Constant::new(Duration::ZERO))
+        .layer(ReadyOnce {
+            calls: calls.clone(),
+        });
+    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    assert_eq!(error.to_string(), "backend closed");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(budget.snapshot().withdrawals, 0);
 }
 
 /// An error that reports another as its source.

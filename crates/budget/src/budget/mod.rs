@@ -108,6 +108,17 @@ struct Shared {
     ratio: f32,
 }
 
+/// A granted retry ([`RetryBudget::try_withdraw`]): spent when dropped, given back with
+/// [`RetryBudget::refund`].
+#[derive(Debug)]
+#[must_use = "dropping a withdrawal spends it; refund it if the retry is not sent"]
+pub struct Withdrawal {
+    /// The slice the grant was counted in.
+    epoch: u64,
+    /// Which budget granted it (the address of its shared state).
+    budget: usize,
+}
+
 /// The sums over the window that ends at one epoch.
 #[derive(Clone, Copy, Debug, Default)]
 struct WindowSums {
@@ -157,7 +168,32 @@ impl RetryBudget {
     /// Ask for one retry. `true`: it is granted and counted. `false`: the budget is spent, nothing
     /// was withdrawn, and the refusal is counted in [`BudgetSnapshot::rejected`].
     pub fn withdraw(&self) -> bool {
-        self.0.withdraw()
+        self.0.withdraw().is_some()
+    }
+
+    /// [`withdraw`](Self::withdraw), keeping the receipt: a retry that is granted but then not
+    /// sent (the caller gave up during the backoff, the service failed before the retry went out)
+    /// can be given back with [`refund`](Self::refund). Dropping the receipt spends the retry.
+    pub fn try_withdraw(&self) -> Option<Withdrawal> {
+        let epoch = self.0.withdraw()?;
+        Some(Withdrawal {
+            epoch,
+            budget: Arc::as_ptr(&self.0) as usize,
+        })
+    }
+
+    /// Give back a retry that was granted and not sent: it no longer counts against the window,
+    /// exactly as if it had never been granted. A receipt whose slice has left the window already
+    /// counts for nothing and is ignored, as is one from another budget.
+    pub fn refund(&self, withdrawal: Withdrawal) {
+        if withdrawal.budget != Arc::as_ptr(&self.0) as usize {
+            return;
+        }
+        let epoch = withdrawal.epoch;
+        // Only the slice the grant was counted in, and only while it still holds that epoch: a
+        // refund can never lower another slice's count, so it can never let the window hold more
+        // than it granted.
+        self.0.slot(epoch).retries.0.withdrawals.decrement(epoch);
     }
 
     /// The current balance and the window's counts.
@@ -301,7 +337,8 @@ impl Shared {
     /// boundary may see one retry too many and refuse: the protocol errs toward refusing, never
     /// toward overdrawing. It is lock-free: a CAS only fails because another thread's succeeded,
     /// and a restart only happens because the clock moved to a later slice.
-    fn withdraw(&self) -> bool {
+    /// Returns the epoch the grant was counted in.
+    fn withdraw(&self) -> Option<u64> {
         let mut epoch = self.claim(self.epoch_now());
         loop {
             let withdrawals = &self.slot(epoch).retries.0.withdrawals;
@@ -322,14 +359,14 @@ impl Shared {
                     <= self.reserve_units + self.deposit_units * u128::from(sums.deposits);
             if !fits {
                 self.slot(epoch).retries.0.rejected.increment(epoch);
-                return false;
+                return None;
             }
             if !withdrawals.swap_if(current, window::Tagged::new(epoch, held + 1)) {
                 continue;
             }
             let latest = self.latest.0.load(Ordering::SeqCst);
             if latest == epoch {
-                return true;
+                return Some(epoch);
             }
             // A withdrawal in a later slice may have summed this one's slice before the CAS:
             // take it back and try again in that slice.
@@ -368,6 +405,34 @@ mod tests {
             (snap.balance, snap.deposits, snap.withdrawals, snap.rejected),
             (0, 100, 20, 1)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refund_gives_back_exactly_one_retry_while_its_slice_is_in_the_window() {
+        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        let first = budget.try_withdraw().unwrap();
+        let second = budget.try_withdraw().unwrap();
+        assert_eq!(budget.snapshot().balance, 8);
+        budget.refund(first);
+        let snap = budget.snapshot();
+        assert_eq!((snap.balance, snap.withdrawals), (9, 1));
+
+        // A receipt from another budget changes nothing in this one.
+        let other = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        let foreign = other.try_withdraw().unwrap();
+        budget.refund(foreign);
+        assert_eq!(budget.snapshot().balance, 9);
+
+        // Once its slice has left the window the grant counts for nothing: refunding it then
+        // must not lower the count of whatever the slot holds now.
+        advance(Duration::from_secs(10)).await;
+        let now = budget.try_withdraw().unwrap();
+        assert_eq!(budget.snapshot().withdrawals, 1);
+        budget.refund(second);
+        assert_eq!(budget.snapshot().withdrawals, 1);
+        budget.refund(now);
+        assert_eq!(budget.snapshot().withdrawals, 0);
+        assert_eq!(drain(&budget), 10);
     }
 
     #[tokio::test(start_paused = true)]
