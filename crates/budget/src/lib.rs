@@ -53,7 +53,9 @@
 //! last retry exactly one gets it (tower's `TpsBudget` sums and adds in two separate steps, and
 //! concurrent withdrawals pass the limit together). Counters live on separate cache lines. The
 //! full argument, including slice boundaries, is on the (private) withdrawal code; tests race
-//! threads against it, also while the clock crosses slice boundaries.
+//! threads against it, also while the clock crosses slice boundaries, and a loom model
+//! (`tests/loom.rs`, run with `RUSTFLAGS="--cfg stormguard_loom"`) checks every interleaving of
+//! racing withdrawals, deposits and refunds within a slice.
 //!
 //! # Defaults
 //!
@@ -102,6 +104,7 @@
 pub mod attempt;
 mod budget;
 pub mod server;
+mod sync;
 
 pub use budget::{
     BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget, Withdrawal,

@@ -2,9 +2,9 @@
 
 mod window;
 
+use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;

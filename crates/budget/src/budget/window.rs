@@ -6,7 +6,7 @@
 //! swap, so rotating a slot into a new epoch and counting into it is a single atomic step and two
 //! threads can never both reset (or one reset and one lose) the same slot.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Number of sub-buckets the window is divided into: each covers `ttl / SLICES`.
 pub(crate) const SLICES: usize = 10;

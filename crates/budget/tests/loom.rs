@@ -1,0 +1,94 @@
+//! Model checking of the budget's lock-free core with loom: every interleaving of two threads
+//! (and every value each atomic read may see under the orderings used) is explored.
+//!
+//! Run with `RUSTFLAGS="--cfg stormguard_loom" cargo test -p stormguard-budget --test loom
+//! --release` (a separate target directory avoids rebuilding everything else). Without the flag
+//! this file is empty.
+//!
+//! The models stay within one slice of the window (a 1 h window, read within milliseconds of the
+//! budget's creation): the clock is not a loom object. Slice boundaries are covered by the
+//! threaded tests (tests/concurrency.rs, tests/robustness.rs), which move a paused clock under
+//! racing threads.
+#![cfg(stormguard_loom)]
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use loom::thread;
+use stormguard_budget::RetryBudget;
+
+/// A budget with exactly `retries` retries to give: ratio 1, no floor, `retries` successes.
+fn budget_of(retries: u32) -> RetryBudget {
+    let budget = RetryBudget::new(Duration::from_secs(3600), 0, 1.0);
+    for _ in 0..retries {
+        budget.deposit();
+    }
+    budget
+}
+
+#[test]
+fn two_threads_racing_for_the_last_retry_get_it_once() {
+    loom::model(|| {
+        let budget = budget_of(1);
+        let other = budget.clone();
+        let racer = thread::spawn(move || other.withdraw());
+        let here = budget.withdraw();
+        let there = racer.join().unwrap();
+        assert!(here ^ there, "granted here {here}, there {there}");
+        let snapshot = budget.snapshot();
+        assert_eq!((snapshot.withdrawals, snapshot.rejected), (1, 1));
+        assert_eq!(snapshot.balance, 0);
+    });
+}
+
+#[test]
+fn a_withdrawal_racing_a_deposit_is_granted_only_against_it() {
+    loom::model(|| {
+        let budget = budget_of(0);
+        let depositor = budget.clone();
+        let deposit = thread::spawn(move || depositor.deposit());
+        let granted = budget.withdraw();
+        deposit.join().unwrap();
+        let snapshot = budget.snapshot();
+        assert_eq!(snapshot.deposits, 1);
+        // Granted: the deposit was seen and is now spent. Refused: it is still there.
+        let expected = if granted { (1, 0, 0) } else { (0, 1, 1) };
+        assert_eq!(
+            (snapshot.withdrawals, snapshot.rejected, snapshot.balance),
+            expected
+        );
+    });
+}
+
+#[test]
+fn a_refund_racing_a_withdrawal_never_lets_two_retries_stand() {
+    loom::model(|| {
+        let budget = budget_of(1);
+        let first = budget.try_withdraw().unwrap();
+        let other = budget.clone();
+        let racer = thread::spawn(move || other.try_withdraw().is_some());
+        budget.refund(first);
+        let granted = racer.join().unwrap();
+        let snapshot = budget.snapshot();
+        // The racer got the retry only if it came after the refund; either way one retry at most
+        // stands, and the balance is what is left of the one.
+        assert_eq!(snapshot.withdrawals, u64::from(granted));
+        assert_eq!(snapshot.rejected, u64::from(!granted));
+        assert_eq!(snapshot.balance, u64::from(!granted));
+    });
+}
+
+#[test]
+fn two_threads_withdrawing_two_each_from_three_get_exactly_three() {
+    loom::model(|| {
+        let budget = budget_of(3);
+        let other = budget.clone();
+        let racer =
+            thread::spawn(move || u64::from(other.withdraw()) + u64::from(other.withdraw()));
+        let here = u64::from(budget.withdraw()) + u64::from(budget.withdraw());
+        let there = racer.join().unwrap();
+        assert_eq!(here + there, 3);
+        let snapshot = budget.snapshot();
+        assert_eq!((snapshot.withdrawals, snapshot.rejected), (3, 1));
+    });
+}
