@@ -137,8 +137,13 @@ impl Deadline {
         match extensions.get_mut::<Deadline>() {
             // In place: the entry keeps the margin its header was stamped with, if any.
             Some(existing) => existing.instant = existing.instant.min(self.instant),
+            // A fresh entry was stamped by nobody yet, whatever copy it came from: only the
+            // client layer's stamp marks it (so `refresh` leaves unstamped requests alone).
             None => {
-                extensions.insert(self);
+                extensions.insert(Deadline {
+                    stamped_margin: None,
+                    ..self
+                });
             }
         }
     }
@@ -204,10 +209,17 @@ mod tests {
         refresh(&mut request);
         assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "3800");
 
-        // Never stamped: refresh leaves the request alone.
+        // Never stamped: refresh leaves the request alone, also when its deadline was copied
+        // from a stamped request.
         let mut plain = http::Request::new(());
         Deadline::after(Duration::from_secs(5)).apply_to(&mut plain);
         refresh(&mut plain);
         assert!(plain.headers().is_empty());
+        let mut copied = http::Request::new(());
+        Deadline::of(&request)
+            .expect("deadline")
+            .apply_to(&mut copied);
+        refresh(&mut copied);
+        assert!(copied.headers().is_empty());
     }
 }

@@ -85,11 +85,11 @@ pub fn format_grpc_timeout(d: Duration) -> HeaderValue {
         .unwrap_or((b'H', u128::from(GRPC_MAX_VALUE)));
     // At most 8 digits: fits a u64. The unit goes in the top byte of the cache key.
     let value = u64::try_from(value).unwrap_or(GRPC_MAX_VALUE);
-    LAST_GRPC_TIMEOUT.with(|last| {
-        last.get_or_render(u64::from(unit) << 56 | value, || {
-            header_value(format!("{value}{}", char::from(unit)))
-        })
-    })
+    let render = || header_value(format!("{value}{}", char::from(unit)));
+    // `try_with`: a thread whose locals are being torn down renders afresh.
+    LAST_GRPC_TIMEOUT
+        .try_with(|last| last.get_or_render(u64::from(unit) << 56 | value, render))
+        .unwrap_or_else(|_| render())
 }
 
 /// Parses a `grpc-timeout` value: 1 to 8 ASCII digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
@@ -127,7 +127,9 @@ pub fn parse_grpc_timeout(v: &[u8]) -> Option<Duration> {
 /// Formats `d` as whole milliseconds, rounded down (`x-request-timeout-ms`).
 pub fn format_timeout_ms(d: Duration) -> HeaderValue {
     let millis = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    LAST_TIMEOUT_MS.with(|last| last.get_or_render(millis, || render_millis(millis)))
+    LAST_TIMEOUT_MS
+        .try_with(|last| last.get_or_render(millis, || render_millis(millis)))
+        .unwrap_or_else(|_| render_millis(millis))
 }
 
 fn render_millis(millis: u64) -> HeaderValue {

@@ -213,6 +213,13 @@ where
 
         let mut schedule = self.backoff.schedule();
         let mut previous: u32 = 0;
+        // The budget's receipt for the retry about to be sent: given back if it is not sent after
+        // all (the caller drops this future during the delay, the deadline passes, the throttle
+        // drops it), spent once it goes out.
+        let mut unspent = Unspent {
+            budget: &self.budget,
+            withdrawal: None,
+        };
         loop {
             if deadline.is_some_and(|deadline| deadline.is_expired()) {
                 return Err(Error::middleware(DeadlineExceeded::new()));
@@ -225,6 +232,7 @@ where
             };
             stamp(&mut request, previous, deadline);
             self.throttle.try_acquire().map_err(Error::middleware)?;
+            unspent.spend();
 
             let started = Instant::now();
             let Attempt { result, outcome } = self
@@ -260,19 +268,13 @@ where
                 Ok(granted) => granted,
                 Err(cause) => return give_up(result, cause),
             };
-            // Given back unless the retry goes out: the caller may drop this future during the
-            // delay.
-            let unspent = Unspent {
-                budget: &self.budget,
-                withdrawal: Some(granted.withdrawal),
-            };
+            unspent.withdrawal = Some(granted.withdrawal);
             let Some(next_request) = spare else {
                 // Only when the body could not be cloned after all: the caller decides.
                 return result;
             };
             drop(result);
             tokio::time::sleep(granted.delay).await;
-            unspent.spend();
             request = next_request;
             previous = attempts;
         }
@@ -395,7 +397,7 @@ struct Unspent<'a> {
 
 impl Unspent<'_> {
     /// The retry goes out: the withdrawal stands.
-    fn spend(mut self) {
+    fn spend(&mut self) {
         self.withdrawal = None;
     }
 }

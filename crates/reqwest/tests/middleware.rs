@@ -400,3 +400,36 @@ async fn dropping_the_request_during_the_backoff_refunds_the_retry() {
     );
     assert_eq!(server.seen().len(), 1);
 }
+
+#[tokio::test]
+async fn a_retry_the_throttle_drops_is_refunded() {
+    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
+    // A throttle that lets the first attempt through (nothing recorded yet) and, once that
+    // attempt was rejected, drops with probability 1/2: the seed is picked so that the retry's
+    // draw drops, replaying the same draws on a probe throttle first.
+    let throttle = |seed| {
+        AdaptiveThrottle::new(2.0, Duration::from_secs(60))
+            .with_min_rate(0.0)
+            .with_max_probability(1.0)
+            .with_seed(seed)
+    };
+    let seed = (0..64)
+        .find(|&seed| {
+            let probe = throttle(seed);
+            let first = probe.try_acquire().is_ok();
+            probe.record(false);
+            first && probe.try_acquire().is_err()
+        })
+        .unwrap();
+    let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
+    let client = client(fast().throttle(throttle(seed)).budget(budget.clone()));
+
+    let error = client.post(&url).body(CHAT).send().await.unwrap_err();
+    let reqwest_middleware::Error::Middleware(error) = error else {
+        panic!("expected a middleware error, got {error:?}");
+    };
+    assert!(error.is::<Throttled>(), "{error}");
+    assert_eq!(server.seen().len(), 1);
+    let snapshot = budget.snapshot();
+    assert_eq!((snapshot.withdrawals, snapshot.rejected), (0, 0));
+}

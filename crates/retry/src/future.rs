@@ -95,6 +95,9 @@ struct Engine<C, Bk: Backoff> {
     /// The budget's receipt for a retry granted and not yet sent: given back if the retry never
     /// goes out (the future is dropped during the backoff, or the service fails first).
     unspent: Option<Withdrawal>,
+    /// The receipt for the retry in flight: spent once it is known to have gone out, given back if
+    /// the throttle below dropped it before it did.
+    in_flight: Option<Withdrawal>,
 }
 
 impl<C, Bk: Backoff> Drop for Engine<C, Bk> {
@@ -157,6 +160,7 @@ where
             attempt_started: None,
             last_attempt: Duration::ZERO,
             unspent: None,
+            in_flight: None,
         };
         let state = if !may_retry || request.body().size_hint().lower() > cap {
             // Too big to buffer (or nothing to retry): sent once, untouched.
@@ -391,8 +395,10 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
         if self.attempts > 0 || self.template.is_none() {
             stamp_attempt(request.headers_mut(), self.attempts, self.grpc);
         }
-        // The retry goes out: its withdrawal is spent.
-        self.unspent = None;
+        // The retry is handed to the service: its withdrawal stands unless the service turns out
+        // to have dropped it unsent (see `judge_error`). Dropping this future from now on spends
+        // it: the request may be on its way.
+        self.in_flight = self.unspent.take();
         self.attempts = self.attempts.saturating_add(1);
         if self.deadline.is_some() {
             self.attempt_started = Some(Instant::now());
@@ -442,7 +448,14 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
     fn judge_error(&mut self, error: BoxError) -> Next<BoxError> {
         // stormguard's own local rejections are final: retrying a throttled request would defeat
         // the throttle, and a request past its deadline cannot succeed.
-        if chain_contains::<Throttled>(&*error) || chain_contains::<DeadlineExceeded>(&*error) {
+        if chain_contains::<Throttled>(&*error) {
+            // Dropped before it reached the backend: a retry that was never sent is given back.
+            if let Some(withdrawal) = self.in_flight.take() {
+                self.config.budget.refund(withdrawal);
+            }
+            return Next::Return(error);
+        }
+        if chain_contains::<DeadlineExceeded>(&*error) {
             return Next::Return(error);
         }
         let outcome = self.config.classifier.classify_error(&*error);

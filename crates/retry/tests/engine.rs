@@ -439,6 +439,23 @@ async fn dropping_the_future_during_backoff_cancels_the_request() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_retry_the_throttle_below_drops_is_refunded() {
+    // Attempt 1 is answered 503; the retry is dropped locally by a throttle under the engine
+    // (as in the client stack): it never left, so its withdrawal is given back.
+    let (log, backend) = instant(|attempt, _| match attempt {
+        0 => Ok(status(503)),
+        _ => Err(BoxError::from(Throttled)),
+    });
+    let (budget, layer) = budgeted();
+    let client = layer.backoff(Constant::new(Duration::ZERO)).layer(backend);
+    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    assert!(error.is::<Throttled>(), "{error}");
+    assert_eq!(log.len(), 2);
+    let snapshot = budget.snapshot();
+    assert_eq!((snapshot.withdrawals, snapshot.rejected), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_retry_the_service_fails_to_get_ready_for_is_refunded() {
     // The backend answers 503 once; then it fails `poll_ready`, so the granted retry never goes
     // out: the engine returns the readiness error and gives the withdrawal back.

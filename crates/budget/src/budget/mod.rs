@@ -98,6 +98,9 @@ struct Shared {
     deposit_units: u128,
     /// Units the floor grants per window (`min_per_sec × ttl × UNIT`).
     reserve_units: u128,
+    /// This budget's number among all budgets the process created: a refund is taken only by the
+    /// budget that granted it (an address could be reused by a later budget).
+    id: u64,
     /// The latest epoch any withdrawal has worked in. Only moves forward. A withdrawal that finds
     /// it moved past its own epoch after counting itself takes the withdrawal back (see
     /// `withdraw`).
@@ -108,6 +111,9 @@ struct Shared {
     ratio: f32,
 }
 
+/// Numbers budgets for [`Withdrawal`]s (std's atomic even under loom: it is no part of the model).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A granted retry ([`RetryBudget::try_withdraw`]): spent when dropped, given back with
 /// [`RetryBudget::refund`].
 #[derive(Debug)]
@@ -115,8 +121,8 @@ struct Shared {
 pub struct Withdrawal {
     /// The slice the grant was counted in.
     epoch: u64,
-    /// Which budget granted it (the address of its shared state).
-    budget: usize,
+    /// Which budget granted it ([`Shared::id`]).
+    budget: u64,
 }
 
 /// The sums over the window that ends at one epoch.
@@ -150,6 +156,7 @@ impl RetryBudget {
             slice_nanos: (ttl / SLICES as u32).as_nanos().max(1),
             deposit_units,
             reserve_units,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             latest: Padded(AtomicU64::new(0)),
             slots: Default::default(),
             ttl,
@@ -178,7 +185,7 @@ impl RetryBudget {
         let epoch = self.0.withdraw()?;
         Some(Withdrawal {
             epoch,
-            budget: Arc::as_ptr(&self.0) as usize,
+            budget: self.0.id,
         })
     }
 
@@ -186,7 +193,7 @@ impl RetryBudget {
     /// exactly as if it had never been granted. A receipt whose slice has left the window already
     /// counts for nothing and is ignored, as is one from another budget.
     pub fn refund(&self, withdrawal: Withdrawal) {
-        if withdrawal.budget != Arc::as_ptr(&self.0) as usize {
+        if withdrawal.budget != self.0.id {
             return;
         }
         let epoch = withdrawal.epoch;
