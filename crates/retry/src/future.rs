@@ -92,17 +92,23 @@ struct Engine<C, Bk: Backoff> {
     attempt_started: Option<Instant>,
     /// How long the last finished attempt took; only tracked under a deadline.
     last_attempt: Duration,
-    /// The budget's receipt for a retry granted and not yet sent: given back if the retry never
-    /// goes out (the future is dropped during the backoff, or the service fails first).
-    unspent: Option<Withdrawal>,
-    /// The receipt for the retry in flight: spent once it is known to have gone out, given back if
-    /// the throttle below dropped it before it did.
-    in_flight: Option<Withdrawal>,
+    /// The budget's receipt for the latest retry granted.
+    receipt: Option<Receipt>,
+}
+
+/// Where the latest granted retry stands, for giving its withdrawal back if it never goes out.
+enum Receipt {
+    /// Granted, not yet handed to the service: given back if the future is dropped (during the
+    /// backoff, or because the service failed to get ready).
+    Unsent(Withdrawal),
+    /// Handed to the service: spent (it may be on its way), unless the throttle below answers
+    /// that it dropped it unsent.
+    InFlight(Withdrawal),
 }
 
 impl<C, Bk: Backoff> Drop for Engine<C, Bk> {
     fn drop(&mut self) {
-        if let Some(withdrawal) = self.unspent.take() {
+        if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
             self.config.budget.refund(withdrawal);
         }
     }
@@ -159,8 +165,7 @@ where
             schedule: None,
             attempt_started: None,
             last_attempt: Duration::ZERO,
-            unspent: None,
-            in_flight: None,
+            receipt: None,
         };
         let state = if !may_retry || request.body().size_hint().lower() > cap {
             // Too big to buffer (or nothing to retry): sent once, untouched.
@@ -395,10 +400,10 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
         if self.attempts > 0 || self.template.is_none() {
             stamp_attempt(request.headers_mut(), self.attempts, self.grpc);
         }
-        // The retry is handed to the service: its withdrawal stands unless the service turns out
-        // to have dropped it unsent (see `judge_error`). Dropping this future from now on spends
-        // it: the request may be on its way.
-        self.in_flight = self.unspent.take();
+        // The retry is handed to the service (see `Receipt::InFlight`).
+        if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
+            self.receipt = Some(Receipt::InFlight(withdrawal));
+        }
         self.attempts = self.attempts.saturating_add(1);
         if self.deadline.is_some() {
             self.attempt_started = Some(Instant::now());
@@ -450,7 +455,7 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
         // the throttle, and a request past its deadline cannot succeed.
         if chain_contains::<Throttled>(&*error) {
             // Dropped before it reached the backend: a retry that was never sent is given back.
-            if let Some(withdrawal) = self.in_flight.take() {
+            if let Some(Receipt::InFlight(withdrawal)) = self.receipt.take() {
                 self.config.budget.refund(withdrawal);
             }
             return Next::Return(error);
@@ -498,7 +503,7 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
             self.last_attempt,
         ) {
             Ok(granted) => {
-                self.unspent = Some(granted.withdrawal);
+                self.receipt = Some(Receipt::Unsent(granted.withdrawal));
                 Plan::Retry(granted.delay)
             }
             Err(cause) => Plan::GiveUp(cause),
