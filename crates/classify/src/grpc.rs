@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use http::{HeaderMap, HeaderValue, StatusCode};
 
+use crate::decimal::parse_decimal;
 use crate::headers;
 use crate::hint::{self, Pushback};
 use crate::outcome::{Outcome, Reason};
@@ -143,13 +144,13 @@ impl GrpcCode {
     /// is `UNKNOWN`, as the gRPC HTTP/2 protocol document asks of clients.
     pub fn from_header(value: &HeaderValue) -> Self {
         let bytes = value.as_bytes().trim_ascii();
-        if bytes.is_empty() || bytes.len() > 2 || !bytes.iter().all(u8::is_ascii_digit) {
-            return GrpcCode::Unknown;
-        }
-        let number = bytes
-            .iter()
-            .fold(0_i32, |acc, digit| acc * 10 + i32::from(digit - b'0'));
-        Self::from_i32(number).unwrap_or(GrpcCode::Unknown)
+        // At most two digits: "014" is not a status code the protocol sends.
+        parse_decimal(bytes)
+            .ok()
+            .filter(|_| bytes.len() <= 2)
+            .and_then(|number| i32::try_from(number).ok())
+            .and_then(Self::from_i32)
+            .unwrap_or(GrpcCode::Unknown)
     }
 
     /// The code a client infers from the HTTP status of a gRPC response that carries no
@@ -193,28 +194,16 @@ impl fmt::Display for GrpcCode {
 /// `+format` (`application/grpc+proto`), parameters (`;...`) or the gRPC-Web suffix `-web`
 /// (whose trailers-only responses also carry `grpc-status` in the headers). Case-insensitive.
 pub fn is_grpc(headers: &HeaderMap) -> bool {
-    const PREFIX: &[u8; 16] = b"application/grpc";
+    const PREFIX: &[u8] = b"application/grpc";
     let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
         return false;
     };
     let bytes = value.as_bytes();
-    // Case-insensitive in two 8-byte words (this runs on every request, in several layers):
-    // OR-ing 0x20 into a byte maps only `A`..=`Z` and `a`..=`z` to a lowercase letter, and only
-    // `/` and the control byte 0x0F (which header values cannot hold) to `/`.
-    let Some((head, _)) = bytes.split_first_chunk::<16>() else {
-        return false;
-    };
-    let word = |bytes: &[u8; 16], at: usize| {
-        let mut chunk = [0; 8];
-        chunk.copy_from_slice(&bytes[at..at + 8]);
-        u64::from_ne_bytes(chunk) | 0x2020_2020_2020_2020
-    };
-    if word(head, 0) != word(PREFIX, 0) || word(head, 8) != word(PREFIX, 8) {
+    if bytes.len() < PREFIX.len() || !bytes[..PREFIX.len()].eq_ignore_ascii_case(PREFIX) {
         return false;
     }
     match &bytes[PREFIX.len()..] {
-        [] => true,
-        [b'+' | b';' | b' ' | b'\t', ..] => true,
+        [] | [b'+' | b';' | b' ' | b'\t', ..] => true,
         rest => rest.len() >= 4 && rest[..4].eq_ignore_ascii_case(b"-web"),
     }
 }
@@ -287,14 +276,14 @@ pub(crate) fn classify(parts: &http::response::Parts, now: SystemTime) -> Outcom
 pub struct GrpcClassifier;
 
 impl GrpcClassifier {
-    /// Classifies a gRPC response head, dating HTTP-date hints from `now`.
-    pub fn classify_at(&self, parts: &http::response::Parts, now: SystemTime) -> Outcome {
+    /// Classifies a gRPC response head, dating HTTP-date hints from `now` (deterministic tests).
+    pub fn classify_http_at(&self, parts: &http::response::Parts, now: SystemTime) -> Outcome {
         classify(parts, now)
     }
 }
 
 impl crate::Classify for GrpcClassifier {
-    fn classify_response(&self, parts: &http::response::Parts, _body: &[u8]) -> Outcome {
+    fn classify_http(&self, parts: &http::response::Parts, _body: &[u8]) -> Outcome {
         if parts.status == StatusCode::OK && parts.headers.get(headers::GRPC_STATUS).is_none() {
             return Outcome::success();
         }
@@ -388,7 +377,7 @@ mod tests {
             .body(())
             .unwrap()
             .into_parts();
-        let outcome = GrpcClassifier.classify_response(&parts, b"");
+        let outcome = GrpcClassifier.classify_http(&parts, b"");
         assert!(outcome.is_retryable());
         assert_eq!(
             outcome.retry_after(),
@@ -396,6 +385,6 @@ mod tests {
         );
         assert!(!GrpcClassifier.needs_body(&parts));
         let (ok, ()) = http::Response::new(()).into_parts();
-        assert!(GrpcClassifier.classify_response(&ok, b"").is_success());
+        assert!(GrpcClassifier.classify_http(&ok, b"").is_success());
     }
 }

@@ -4,8 +4,8 @@
 //!
 //! Hints are returned as parsed, bounded only by [`HINT_CEILING`] (one day) so that no later
 //! arithmetic can overflow. Whether a hint is too long to wait for is not decided here: the retry
-//! engine compares it with its maximum (stormguard-jitter's `HintPolicy`, default
-//! [`DEFAULT_MAX_HINT`]) and gives up on hints above it.
+//! engine's hint policy (stormguard-jitter's `HintPolicy`, whose maximum defaults to
+//! [`DEFAULT_MAX_HINT`]) gives up on hints above it.
 //!
 //! Sources:
 //! - `retry-after`: RFC 9110 section 10.2.3 (delay-seconds or HTTP-date) and section 5.6.7 (the
@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
 
+use crate::decimal::parse_decimal;
 use crate::headers;
 
 /// Upper bound of every parsed hint (one day). Values above it are reported as this ceiling: long
@@ -28,8 +29,10 @@ use crate::headers;
 /// overflows.
 pub const HINT_CEILING: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Default longest hint worth waiting for (60 s, as jitter's `HintPolicy` default): a server that
-/// asks for more is treated as "do not retry" by the retry engine.
+/// Default longest server hint worth waiting for: 60 s. A longer wait outlives most callers'
+/// patience and deadlines; the failure is better reported at once, with the hint, to whoever can
+/// reschedule the work. The retry engine treats a longer hint as "do not retry" (stormguard-jitter's
+/// `HintPolicy` uses this as its default maximum).
 pub const DEFAULT_MAX_HINT: Duration = Duration::from_secs(60);
 
 /// Longest header value any parser looks at; longer values are hostile and give no hint.
@@ -53,17 +56,9 @@ fn from_nanos_clamped(nanos: u128) -> Duration {
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
-/// Parses ASCII digits into a u64, `None` if empty, not all digits or overflowing.
+/// ASCII digits as a u64: `None` if empty, not all digits or overflowing.
 fn digits_u64(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
-    }
-    digits.iter().try_fold(0_u64, |acc, &byte| {
-        if !byte.is_ascii_digit() {
-            return None;
-        }
-        acc.checked_mul(10)?.checked_add(u64::from(byte - b'0'))
-    })
+    parse_decimal(digits).ok()
 }
 
 /// `retry-after` (RFC 9110 section 10.2.3): either delay-seconds (`120`) or an HTTP-date in any

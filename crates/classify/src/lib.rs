@@ -33,9 +33,9 @@
 //!   `grpc-retry-pushback-ms` > body `RetryInfo` > `x-ratelimit-reset-*` /
 //!   `anthropic-ratelimit-*-reset`. See [`hint`].
 //!
-//! Hints are reported as parsed (bounded by [`hint::HINT_CEILING`], one day): the retry engine,
-//! not the classifier, decides that a hint above its maximum ([`Classify::max_hint`], default 60
-//! s) means "do not retry".
+//! Hints are reported as parsed (bounded by [`hint::HINT_CEILING`], one day): the retry engine's
+//! hint policy, not the classifier, decides that a hint above its maximum (default
+//! [`hint::DEFAULT_MAX_HINT`], 60 s) means "do not retry".
 //!
 //! # Decisions worth knowing
 //! - *Accepted* means "the backend did the work and answered". Rate limits, overload,
@@ -58,10 +58,24 @@
 //!
 //! # Using a classifier
 //! Layers take any [`Classify`] (or a [`MakeClassify`], which picks a classifier per request;
-//! every `Classify` is one). An engine that wants the body asks
-//! [`needs_body`](Classify::needs_body), buffers at most [`ERROR_BODY_LIMIT`] bytes, and still hands
-//! the caller the full response. Layers that only see `Result` get failures as errors through
+//! every `Classify` is one). [`body::classify_response`] classifies a response the way every
+//! stormguard layer does: from the head when [`needs_body`](Classify::needs_body) says so, else
+//! from the head and at most [`ERROR_BODY_LIMIT`] bytes of the body, handing the caller the whole
+//! response all the same. Layers that only see `Result` get failures as errors through
 //! [`ClassifyLayer`].
+//!
+//! # The vocabulary every layer shares
+//! Every stormguard crate depends on this one, and takes from it what must be spelled once:
+//!
+//! - [`headers`]: every header name stormguard reads or writes, and the "do not retry" mark;
+//! - [`Failure`], [`chain`] and [`outcome_of`]: how stormguard's errors say what they are (an
+//!   [`Outcome`] in their source chain), found by one bounded walk down the chain;
+//! - [`refusal_response`] and [`error_response`]: the one shape of an answer stormguard gives in
+//!   place of a backend's (HTTP and gRPC);
+//! - [`decimal`]: the one parser of numbers from the network;
+//! - [`window`]: the lock-free sliding window the retry budget and the adaptive throttle count in;
+//! - [`random`]: where every randomised part draws its numbers, and how it is seeded;
+//! - [`body`]: reading the start of a body without taking it from its next reader.
 //!
 //! ```
 //! use http::Response;
@@ -71,7 +85,7 @@
 //! let (parts, ()) = Response::builder().status(529).body(()).unwrap().into_parts();
 //! let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
 //! assert!(classifier.needs_body(&parts));
-//! let outcome = classifier.classify_response(&parts, body);
+//! let outcome = classifier.classify_http(&parts, body);
 //! assert!(outcome.is_retryable());
 //! assert!(!outcome.is_accepted());
 //! assert_eq!(outcome.reason(), Reason::Overloaded);
@@ -81,25 +95,30 @@
 //! assert!(classifier.classify_error(&io).is_retryable());
 //! ```
 
+pub mod body;
 mod classify;
+pub mod decimal;
 mod failure;
 mod grpc;
 pub mod headers;
 pub mod hint;
 mod llm;
 mod outcome;
+pub mod random;
+mod refusal;
 mod status;
+mod sync;
 mod transport;
-
-use std::time::Duration;
+pub mod window;
 
 pub use self::classify::{ClassifiedError, ClassifyLayer, ClassifyService, ResponseFuture};
-pub use self::failure::Failure;
+pub use self::failure::{Failure, MAX_CHAIN, chain, outcome_of};
 pub use self::grpc::{GrpcClassifier, GrpcCode, is_grpc};
 pub use self::llm::LlmClassifier;
 pub use self::outcome::{Outcome, Reason, Verdict};
+pub use self::refusal::{error_response, refusal_response};
 pub use self::status::{HttpClassifier, status_outcome};
-pub use self::transport::{MAX_CHAIN, TransportClassifier, classify_io};
+pub use self::transport::{TransportClassifier, classify_io};
 
 /// The error type across stormguard layers, as tower uses it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -112,7 +131,7 @@ pub const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// Classifies responses and errors into [`Outcome`]s. Layers take any `Classify`.
 pub trait Classify: Clone + Send + Sync + 'static {
     /// Classify a response head plus the buffered (possibly empty, possibly truncated) body.
-    fn classify_response(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome;
+    fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome;
 
     /// Classify an error returned by the service instead of a response (walk `source()` chain).
     fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Outcome;
@@ -121,12 +140,6 @@ pub trait Classify: Clone + Send + Sync + 'static {
     /// classifying? Default: true for 4xx and 5xx responses that are not gRPC.
     fn needs_body(&self, parts: &http::response::Parts) -> bool {
         parts.status.as_u16() >= 400 && !is_grpc(&parts.headers)
-    }
-
-    /// The longest server hint worth waiting for; the retry engine gives up on outcomes whose
-    /// [`retry_after`](Outcome::retry_after) exceeds it. Default [`hint::DEFAULT_MAX_HINT`] (60 s).
-    fn max_hint(&self) -> Duration {
-        hint::DEFAULT_MAX_HINT
     }
 }
 
@@ -146,8 +159,8 @@ pub trait Classify: Clone + Send + Sync + 'static {
 /// #[derive(Clone)]
 /// enum Either { Http(HttpClassifier), Llm(LlmClassifier) }
 /// # impl stormguard_classify::Classify for Either {
-/// #     fn classify_response(&self, parts: &http::response::Parts, body: &[u8]) -> stormguard_classify::Outcome {
-/// #         match self { Either::Http(c) => c.classify_response(parts, body), Either::Llm(c) => c.classify_response(parts, body) }
+/// #     fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> stormguard_classify::Outcome {
+/// #         match self { Either::Http(c) => c.classify_http(parts, body), Either::Llm(c) => c.classify_http(parts, body) }
 /// #     }
 /// #     fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> stormguard_classify::Outcome {
 /// #         stormguard_classify::TransportClassifier.classify_error(error)

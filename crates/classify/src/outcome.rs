@@ -230,6 +230,8 @@ pub enum Reason {
     Grpc(GrpcCode),
     /// The request was dropped locally by client-side throttling.
     Throttled,
+    /// A retry was refused (or shed by a server) because retries exceed their budget.
+    RetryBudgetExhausted,
     /// The request's deadline expired.
     DeadlineExceeded,
     /// An error nobody could identify.
@@ -262,12 +264,14 @@ impl Reason {
             Reason::ClientError => "client_error",
             Reason::Grpc(code) => code.metric_label(),
             Reason::Throttled => "throttled",
+            Reason::RetryBudgetExhausted => "retry_budget_exhausted",
             Reason::DeadlineExceeded => "deadline_exceeded",
             Reason::Other => "other",
         }
     }
 
-    const fn description(self) -> &'static str {
+    /// The reason in a few lowercase words (its `Display`, but for gRPC codes).
+    pub(crate) const fn description(self) -> &'static str {
         match self {
             Reason::Success => "success",
             Reason::RateLimited => "rate limited by the server",
@@ -290,7 +294,8 @@ impl Reason {
             Reason::ServerSaidNoRetry => "server asked not to retry",
             Reason::ClientError => "client error",
             Reason::Grpc(_) => "grpc status",
-            Reason::Throttled => "throttled locally",
+            Reason::Throttled => "throttled locally: the backend is rejecting",
+            Reason::RetryBudgetExhausted => "retry budget exhausted",
             Reason::DeadlineExceeded => "deadline exceeded",
             Reason::Other => "unidentified error",
         }
@@ -310,7 +315,7 @@ impl fmt::Display for Reason {
 mod tests {
     use super::*;
 
-    const ALL_REASONS: [Reason; 24] = [
+    const ALL_REASONS: [Reason; 25] = [
         Reason::Success,
         Reason::RateLimited,
         Reason::Overloaded,
@@ -333,6 +338,7 @@ mod tests {
         Reason::ClientError,
         Reason::Grpc(GrpcCode::Unavailable),
         Reason::Throttled,
+        Reason::RetryBudgetExhausted,
         Reason::DeadlineExceeded,
         Reason::Other,
     ];

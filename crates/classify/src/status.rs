@@ -131,14 +131,14 @@ pub(crate) fn classify(parts: &http::response::Parts, now: SystemTime) -> Outcom
 pub struct HttpClassifier;
 
 impl HttpClassifier {
-    /// Classifies a response head, dating HTTP-date hints from `now`.
-    pub fn classify_at(&self, parts: &http::response::Parts, now: SystemTime) -> Outcome {
+    /// Classifies a response head, dating HTTP-date hints from `now` (deterministic tests).
+    pub fn classify_http_at(&self, parts: &http::response::Parts, now: SystemTime) -> Outcome {
         classify(parts, now)
     }
 }
 
 impl crate::Classify for HttpClassifier {
-    fn classify_response(&self, parts: &http::response::Parts, _body: &[u8]) -> Outcome {
+    fn classify_http(&self, parts: &http::response::Parts, _body: &[u8]) -> Outcome {
         if parts.status.as_u16() < 400 {
             return Outcome::success();
         }

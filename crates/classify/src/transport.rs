@@ -3,41 +3,23 @@
 use std::error::Error;
 use std::io;
 
-use crate::failure::Failure;
+use crate::failure::{Failure, chain};
 use crate::outcome::{Outcome, Reason};
-
-/// The longest `source()` chain walked.
-pub const MAX_CHAIN: usize = 32;
 
 /// Classifies a service error (see the table of [`TransportClassifier`]).
 pub fn classify_error(error: &(dyn Error + 'static)) -> Outcome {
     let mut io_fallback: Option<Outcome> = None;
-    let mut current: Option<&(dyn Error + 'static)> = Some(error);
-    let mut links = 0;
-    while let Some(link) = current {
-        if links == MAX_CHAIN {
-            break;
-        }
-        links += 1;
+    for link in chain(error) {
         if let Some(failure) = link.downcast_ref::<Failure>() {
             return failure.outcome();
         }
         if link.is::<tower::timeout::error::Elapsed>() || link.is::<tokio::time::error::Elapsed>() {
             return Outcome::retryable(Reason::Timeout);
         }
+        // An io error decides only if nothing more specific follows in the error it wraps.
         if let Some(io_error) = link.downcast_ref::<io::Error>() {
-            let outcome = classify_io(io_error.kind());
-            match io_error.get_ref() {
-                // Look through the wrapper: the inner error may say more (a timeout, a Failure).
-                Some(inner) => {
-                    io_fallback.get_or_insert(outcome);
-                    current = Some(inner);
-                    continue;
-                }
-                None => return io_fallback.unwrap_or(outcome),
-            }
+            io_fallback.get_or_insert(classify_io(io_error.kind()));
         }
-        current = link.source();
     }
     io_fallback.unwrap_or(Outcome::retryable(Reason::Other))
 }
@@ -59,12 +41,13 @@ pub const fn classify_io(kind: io::ErrorKind) -> Outcome {
 /// matters; [`HttpClassifier`](crate::HttpClassifier), [`GrpcClassifier`](crate::GrpcClassifier)
 /// and [`LlmClassifier`](crate::LlmClassifier) classify errors the same way.
 ///
-/// The classifier walks the error's `source()` chain (at most [`MAX_CHAIN`] links, so a
-/// pathological chain cannot hang it) and stops at the first link it recognises:
+/// The classifier walks the error's `source()` chain ([`chain`](crate::chain): at most
+/// [`MAX_CHAIN`](crate::MAX_CHAIN) links, so a pathological chain cannot hang it) and stops at the
+/// first link it recognises:
 ///
 /// | error | verdict | accepted | reason |
 /// |---|---|---|---|
-/// | [`Failure`](crate::Failure) (from [`ClassifyLayer`](crate::ClassifyLayer)) | its own outcome | | |
+/// | [`Failure`](crate::Failure) (every stormguard error carries one) | its own outcome | | |
 /// | `tower::timeout::error::Elapsed`, `tokio::time::error::Elapsed` | retryable | no | `timeout` |
 /// | `io::Error` `TimedOut` | retryable | no | `timeout` |
 /// | `io::Error` `ConnectionRefused`, `ConnectionReset`, `ConnectionAborted`, `BrokenPipe`, `NotConnected`, `UnexpectedEof`, `AddrNotAvailable`, `HostUnreachable`, `NetworkUnreachable`, `NetworkDown`, `Interrupted`, `WouldBlock`, `WriteZero` | retryable | no | `transport` |
@@ -84,7 +67,7 @@ pub const fn classify_io(kind: io::ErrorKind) -> Outcome {
 pub struct TransportClassifier;
 
 impl crate::Classify for TransportClassifier {
-    fn classify_response(&self, _parts: &http::response::Parts, _body: &[u8]) -> Outcome {
+    fn classify_http(&self, _parts: &http::response::Parts, _body: &[u8]) -> Outcome {
         Outcome::success()
     }
 
@@ -277,11 +260,7 @@ mod tests {
             .body(())
             .unwrap()
             .into_parts();
-        assert!(
-            TransportClassifier
-                .classify_response(&parts, b"")
-                .is_success()
-        );
+        assert!(TransportClassifier.classify_http(&parts, b"").is_success());
         assert!(!TransportClassifier.needs_body(&parts));
     }
 }

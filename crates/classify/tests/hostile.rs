@@ -165,7 +165,7 @@ proptest! {
         if outcome.is_success() {
             prop_assert!(outcome.is_accepted());
         }
-        let _ = classifier.classify_response(&parts, &body);
+        let _ = classifier.classify_http(&parts, &body);
         let _ = classifier.needs_body(&parts);
     }
 

@@ -195,7 +195,7 @@ proptest! {
         let parts = parts(http_status, map);
         let now = now_from(now);
         let llm = LlmClassifier::default().classify_http_at(&parts, b"", now);
-        let grpc = GrpcClassifier.classify_at(&parts, now);
+        let grpc = GrpcClassifier.classify_http_at(&parts, now);
         well_formed(llm)?;
         well_formed(grpc)?;
         // The LLM classifier applies the gRPC rules to gRPC responses, body or not.
@@ -256,8 +256,8 @@ proptest! {
         let parts = parts(status, map);
         let now = now_from(now);
         well_formed(LlmClassifier::default().classify_http_at(&parts, &body, now))?;
-        well_formed(HttpClassifier.classify_at(&parts, now))?;
-        well_formed(GrpcClassifier.classify_at(&parts, now))?;
+        well_formed(HttpClassifier.classify_http_at(&parts, now))?;
+        well_formed(GrpcClassifier.classify_http_at(&parts, now))?;
     }
 }
 
@@ -316,7 +316,7 @@ fn conflicting_grpc_signals_resolve_to_less_traffic() {
         headers::GRPC_RETRY_PUSHBACK_MS,
         HeaderValue::from_static("-1"),
     );
-    let outcome = GrpcClassifier.classify_at(&parts(200, map.clone()), now_from(0));
+    let outcome = GrpcClassifier.classify_http_at(&parts(200, map.clone()), now_from(0));
     assert!(outcome.is_fatal());
     assert_eq!(outcome.retry_after(), None);
 
@@ -324,7 +324,7 @@ fn conflicting_grpc_signals_resolve_to_less_traffic() {
         headers::GRPC_RETRY_PUSHBACK_MS,
         HeaderValue::from_str(&"9".repeat(40)).unwrap(),
     );
-    let outcome = GrpcClassifier.classify_at(&parts(200, map), now_from(0));
+    let outcome = GrpcClassifier.classify_http_at(&parts(200, map), now_from(0));
     assert!(outcome.is_retryable());
     assert_eq!(outcome.retry_after(), Some(HINT_CEILING));
 }
@@ -346,7 +346,7 @@ fn a_stop_pushback_is_not_undone_by_should_retry_on_a_fatal_code() {
             HeaderValue::from_static("-1"),
         );
         map.insert(headers::X_SHOULD_RETRY, HeaderValue::from_static("true"));
-        let outcome = GrpcClassifier.classify_at(&parts(200, map), now_from(0));
+        let outcome = GrpcClassifier.classify_http_at(&parts(200, map), now_from(0));
         assert!(
             !outcome.is_retryable(),
             "grpc-status {code} + pushback -1 + x-should-retry: true gave {outcome:?}"

@@ -36,7 +36,7 @@ where
         let this = self.project();
         let response = ready!(this.inner.poll(cx)).map_err(Into::into)?;
         let (parts, body) = response.into_parts();
-        let outcome = this.classifier.classify_response(&parts, &[]);
+        let outcome = this.classifier.classify_http(&parts, &[]);
         if outcome.is_success() {
             return Poll::Ready(Ok(http::Response::from_parts(parts, body)));
         }

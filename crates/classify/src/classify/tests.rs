@@ -151,10 +151,10 @@ enum PathClassifier {
 }
 
 impl Classify for PathClassifier {
-    fn classify_response(&self, parts: &http::response::Parts, body: &[u8]) -> crate::Outcome {
+    fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> crate::Outcome {
         match self {
-            PathClassifier::Health(c) => c.classify_response(parts, body),
-            PathClassifier::Llm(c) => c.classify_response(parts, body),
+            PathClassifier::Health(c) => c.classify_http(parts, body),
+            PathClassifier::Llm(c) => c.classify_http(parts, body),
         }
     }
 

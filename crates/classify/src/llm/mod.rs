@@ -2,13 +2,13 @@
 
 mod body;
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use http::StatusCode;
 
 use crate::grpc::{self, is_grpc};
 use crate::headers;
-use crate::hint::{self, DEFAULT_MAX_HINT};
+use crate::hint;
 use crate::outcome::Outcome;
 use crate::status::{self, status_outcome};
 
@@ -66,13 +66,6 @@ pub(crate) use body::ErrorBody;
 /// for gRPC): no allocation, no clock read. The classifier is `Copy`, so cloning it per request
 /// costs nothing.
 ///
-/// # Maximum hint
-/// [`max_hint`](LlmClassifier::max_hint) (default [`DEFAULT_MAX_HINT`], 60 s) is the longest
-/// server hint worth waiting for. The classifier does not apply it: outcomes carry hints as parsed
-/// (bounded by [`HINT_CEILING`](crate::hint::HINT_CEILING)), and the retry engine, reading
-/// [`Classify::max_hint`](crate::Classify::max_hint), gives up on longer ones (through
-/// stormguard-jitter's `HintPolicy`).
-///
 /// ```
 /// use http::Response;
 /// use stormguard_classify::{LlmClassifier, Reason};
@@ -95,36 +88,13 @@ pub(crate) use body::ErrorBody;
 /// assert!(outcome.is_fatal());
 /// assert_eq!(outcome.reason(), Reason::QuotaExhausted);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LlmClassifier {
-    max_hint: Duration,
-}
-
-impl Default for LlmClassifier {
-    fn default() -> Self {
-        LlmClassifier::new()
-    }
-}
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LlmClassifier;
 
 impl LlmClassifier {
-    /// The default classifier (maximum hint [`DEFAULT_MAX_HINT`]).
+    /// The classifier (it has no settings: a unit struct, `Copy`).
     pub const fn new() -> Self {
-        LlmClassifier {
-            max_hint: DEFAULT_MAX_HINT,
-        }
-    }
-
-    /// Sets the longest server hint worth waiting for (see the type docs; it does not change the
-    /// hints outcomes carry).
-    #[must_use]
-    pub const fn with_max_hint(mut self, max_hint: Duration) -> Self {
-        self.max_hint = max_hint;
-        self
-    }
-
-    /// The longest server hint worth waiting for.
-    pub const fn max_hint(&self) -> Duration {
-        self.max_hint
+        LlmClassifier
     }
 
     /// Classifies a response head plus its buffered (possibly empty, possibly truncated) body.
@@ -175,8 +145,8 @@ fn is_plain_success(parts: &http::response::Parts) -> bool {
 }
 
 impl crate::Classify for LlmClassifier {
-    fn classify_response(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
-        self.classify_http(parts, body)
+    fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
+        LlmClassifier::classify_http(self, parts, body)
     }
 
     fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Outcome {
@@ -185,10 +155,6 @@ impl crate::Classify for LlmClassifier {
 
     fn needs_body(&self, parts: &http::response::Parts) -> bool {
         parts.status.as_u16() >= 400 && !is_grpc(&parts.headers)
-    }
-
-    fn max_hint(&self) -> Duration {
-        self.max_hint
     }
 }
 

@@ -353,7 +353,7 @@ fn classify_http_without_clock_agrees_on_status_and_body() {
 }
 
 #[test]
-fn classify_response_is_classify_http() {
+fn the_trait_method_is_the_inherent_one() {
     let classifier = LlmClassifier::default();
     let (parts, ()) = http::Response::builder()
         .status(429)
@@ -361,7 +361,7 @@ fn classify_response_is_classify_http() {
         .unwrap()
         .into_parts();
     assert_eq!(
-        Classify::classify_response(&classifier, &parts, OPENAI_QUOTA.as_bytes()),
+        Classify::classify_http(&classifier, &parts, OPENAI_QUOTA.as_bytes()),
         Outcome::fatal(Reason::QuotaExhausted)
     );
 }
@@ -388,20 +388,15 @@ fn needs_body_only_for_http_errors() {
 }
 
 #[test]
-fn max_hint_is_configurable_and_does_not_cut_hints() {
-    let classifier = LlmClassifier::default().with_max_hint(Duration::from_secs(5));
-    assert_eq!(Classify::max_hint(&classifier), Duration::from_secs(5));
-    assert_eq!(
-        Classify::max_hint(&LlmClassifier::default()),
-        Duration::from_secs(60)
-    );
+fn hints_are_reported_as_parsed_not_cut() {
+    let classifier = LlmClassifier::default();
     let (parts, ()) = http::Response::builder()
         .status(503)
         .header("retry-after", "120")
         .body(())
         .unwrap()
         .into_parts();
-    // Reported as parsed: the retry engine compares it with the maximum.
+    // Reported as parsed: the retry engine's hint policy compares it with its maximum.
     assert_eq!(
         classifier
             .classify_http_at(&parts, b"", now())

@@ -1,0 +1,123 @@
+//! The answer stormguard gives in place of a backend's: one shape for every refusal.
+//!
+//! A server layer that sheds a request (an expired deadline, a retry beyond the budget), and a
+//! gateway that answers for an upstream call that failed without a response, both answer with
+//! [`refusal_response`]. The status follows the outcome's reason; every refusal is marked "do not
+//! retry" ([`mark_do_not_retry`]): whoever refused already did all the retrying the system can
+//! afford, and retrying at one layer only is what keeps 3 x 3 = 9 attempts per call from happening.
+
+use std::error::Error;
+
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::grpc::GrpcCode;
+use crate::headers::{APPLICATION_GRPC, GRPC_MESSAGE, GRPC_STATUS, mark_do_not_retry};
+use crate::outcome::{Outcome, Reason};
+
+/// The response for a request stormguard answers itself, because of `outcome`:
+///
+/// | reason | HTTP | gRPC |
+/// |---|---|---|
+/// | `throttled`, `retry_budget_exhausted` | 503 | `UNAVAILABLE` |
+/// | `deadline_exceeded`, `timeout` | 504 | `DEADLINE_EXCEEDED` |
+/// | `bad_request` (a request body that could not be read) | 400 | `INVALID_ARGUMENT` |
+/// | any other (an upstream failure) | 502 | `UNAVAILABLE` |
+///
+/// HTTP answers carry the status and `x-should-retry: false` (honoured by the official OpenAI and
+/// Anthropic SDKs). gRPC answers are trailers-only, as gRPC's "PROTOCOL-HTTP2" specification
+/// prescribes for errors raised before any message: HTTP 200, `content-type: application/grpc`,
+/// `grpc-status`, `grpc-message` (the reason in words) and `grpc-retry-pushback-ms: -1` (gRFC A6:
+/// do not retry). The body is `B::default()`.
+///
+/// ```
+/// use stormguard_classify::{Outcome, Reason, refusal_response};
+///
+/// let expired = Outcome::fatal(Reason::DeadlineExceeded);
+/// let http: http::Response<()> = refusal_response(&expired, false);
+/// assert_eq!(http.status(), 504);
+/// assert_eq!(http.headers()["x-should-retry"], "false");
+///
+/// let grpc: http::Response<()> = refusal_response(&expired, true);
+/// assert_eq!(grpc.status(), 200);
+/// assert_eq!(grpc.headers()["grpc-status"], "4");
+/// assert_eq!(grpc.headers()["grpc-message"], "deadline exceeded");
+/// assert_eq!(grpc.headers()["grpc-retry-pushback-ms"], "-1");
+/// ```
+pub fn refusal_response<B: Default>(outcome: &Outcome, grpc: bool) -> Response<B> {
+    let reason = outcome.reason();
+    let (status, code) = match reason {
+        Reason::Throttled | Reason::RetryBudgetExhausted => {
+            (StatusCode::SERVICE_UNAVAILABLE, GrpcCode::Unavailable)
+        }
+        Reason::DeadlineExceeded | Reason::Timeout => {
+            (StatusCode::GATEWAY_TIMEOUT, GrpcCode::DeadlineExceeded)
+        }
+        Reason::BadRequest => (StatusCode::BAD_REQUEST, GrpcCode::InvalidArgument),
+        _ => (StatusCode::BAD_GATEWAY, GrpcCode::Unavailable),
+    };
+    let mut response = Response::new(B::default());
+    let headers = response.headers_mut();
+    if grpc {
+        headers.insert(header::CONTENT_TYPE, APPLICATION_GRPC);
+        headers.insert(GRPC_STATUS, HeaderValue::from(code.as_i32()));
+        headers.insert(GRPC_MESSAGE, HeaderValue::from_static(reason.description()));
+    } else {
+        *response.status_mut() = status;
+    }
+    mark_do_not_retry(response.headers_mut(), grpc);
+    response
+}
+
+/// What a gateway should answer when its upstream call failed with `error` instead of returning
+/// a response: [`refusal_response`] for the error's classification (its [`Failure`](crate::Failure)
+/// when stormguard raised it, else what [`TransportClassifier`](crate::TransportClassifier) makes
+/// of it). A request stormguard throttled gets 503, one whose deadline passed 504, any other
+/// failure 502; all of them are marked "do not retry".
+///
+/// Pass `grpc = true` when answering a gRPC request ([`is_grpc`](crate::is_grpc) of its headers).
+pub fn error_response<B: Default>(error: &(dyn Error + 'static), grpc: bool) -> Response<B> {
+    refusal_response(&crate::transport::classify_error(error), grpc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Failure;
+    use crate::headers::{GRPC_RETRY_PUSHBACK_MS, X_SHOULD_RETRY};
+
+    fn status(reason: Reason) -> StatusCode {
+        refusal_response::<()>(&Outcome::fatal(reason), false).status()
+    }
+
+    #[test]
+    fn each_reason_gets_its_status_and_every_answer_says_do_not_retry() {
+        assert_eq!(status(Reason::Throttled), 503);
+        assert_eq!(status(Reason::RetryBudgetExhausted), 503);
+        assert_eq!(status(Reason::DeadlineExceeded), 504);
+        assert_eq!(status(Reason::BadRequest), 400);
+        assert_eq!(status(Reason::Transport), 502);
+        assert_eq!(status(Reason::ServerError), 502);
+        for reason in [Reason::Throttled, Reason::Transport] {
+            let http: Response<()> = refusal_response(&Outcome::fatal(reason), false);
+            assert_eq!(http.headers()[X_SHOULD_RETRY], "false");
+            assert!(http.headers().get(GRPC_STATUS).is_none());
+            let grpc: Response<()> = refusal_response(&Outcome::fatal(reason), true);
+            assert_eq!(grpc.status(), 200);
+            assert_eq!(grpc.headers()[header::CONTENT_TYPE], "application/grpc");
+            assert_eq!(grpc.headers()[GRPC_STATUS], "14");
+            assert_eq!(grpc.headers()[GRPC_RETRY_PUSHBACK_MS], "-1");
+            assert!(grpc.headers().get(X_SHOULD_RETRY).is_none());
+        }
+    }
+
+    #[test]
+    fn error_responses_read_the_failure_in_the_chain() {
+        let throttled = Failure::new(Outcome::fatal(Reason::Throttled));
+        let wrapped = std::io::Error::other(throttled);
+        let response: Response<()> = error_response(&wrapped, false);
+        assert_eq!(response.status(), 503);
+
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(error_response::<()>(&refused, false).status(), 502);
+    }
+}
