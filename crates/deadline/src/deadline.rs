@@ -34,51 +34,15 @@ const FAR_FUTURES: [Duration; 3] = [
 /// assert_eq!(deadline.remaining(), Duration::from_secs(2));
 /// # }
 /// ```
-///
-/// Two deadlines are equal, and ordered, by their instant alone.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Deadline {
     instant: Instant,
-    /// The margin the request's propagation header was stamped with, once a client layer stamped
-    /// it ([`propagate`](crate::propagate)): the retry engine re-stamps each attempt with it. Kept
-    /// here rather than in an extension of its own, which would cost an allocation for every
-    /// copy of the request's head.
-    pub(crate) stamped_margin: Option<Duration>,
-}
-
-impl PartialEq for Deadline {
-    fn eq(&self, other: &Self) -> bool {
-        self.instant == other.instant
-    }
-}
-
-impl Eq for Deadline {}
-
-impl PartialOrd for Deadline {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Deadline {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.instant.cmp(&other.instant)
-    }
-}
-
-impl std::hash::Hash for Deadline {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.instant.hash(state);
-    }
 }
 
 impl Deadline {
     /// A deadline at `instant`.
     pub fn at(instant: Instant) -> Self {
-        Self {
-            instant,
-            stamped_margin: None,
-        }
+        Self { instant }
     }
 
     /// A deadline `timeout` from now. A timeout too large to represent becomes a deadline in the far
@@ -134,18 +98,8 @@ impl Deadline {
 
     /// Stores this deadline in extensions, keeping the tighter one if there already is one.
     pub fn apply_to_extensions(self, extensions: &mut http::Extensions) {
-        match extensions.get_mut::<Deadline>() {
-            // In place: the entry keeps the margin its header was stamped with, if any.
-            Some(existing) => existing.instant = existing.instant.min(self.instant),
-            // A fresh entry was stamped by nobody yet, whatever copy it came from: only the
-            // client layer's stamp marks it (so `refresh` leaves unstamped requests alone).
-            None => {
-                extensions.insert(Deadline {
-                    stamped_margin: None,
-                    ..self
-                });
-            }
-        }
+        let tighter = Self::from_extensions(extensions).map_or(self, |existing| existing.min(self));
+        extensions.insert(tighter);
     }
 }
 
@@ -192,34 +146,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_stamped_margin_survives_a_tighter_deadline_and_leaves_equality_alone() {
-        use crate::propagate::{X_REQUEST_TIMEOUT_MS, refresh, stamp};
+    async fn stamping_again_later_writes_the_smaller_time_left() {
+        use crate::propagate::stamp;
+        use stormguard_classify::headers::X_REQUEST_TIMEOUT_MS;
 
         let mut request = http::Request::new(());
         Deadline::after(Duration::from_secs(30)).apply_to(&mut request);
         assert!(stamp(&mut request, Duration::from_millis(200)));
         assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "29800");
-        // Equal by instant, whatever the margin.
-        let stamped = Deadline::of(&request).expect("deadline");
-        assert_eq!(stamped, Deadline::after(Duration::from_secs(30)));
 
-        // A tighter deadline applied later keeps the margin: the next refresh re-stamps with it.
+        // A tighter deadline applied later, then a stamp 1 s on: 5 s - 1 s - 200 ms.
         Deadline::after(Duration::from_secs(5)).apply_to(&mut request);
         tokio::time::advance(Duration::from_secs(1)).await;
-        refresh(&mut request);
+        assert!(stamp(&mut request, Duration::from_millis(200)));
         assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "3800");
 
-        // Never stamped: refresh leaves the request alone, also when its deadline was copied
-        // from a stamped request.
-        let mut plain = http::Request::new(());
-        Deadline::after(Duration::from_secs(5)).apply_to(&mut plain);
-        refresh(&mut plain);
-        assert!(plain.headers().is_empty());
+        // A copy of the deadline on another request stamps the same time left.
         let mut copied = http::Request::new(());
         Deadline::of(&request)
             .expect("deadline")
             .apply_to(&mut copied);
-        refresh(&mut copied);
-        assert!(copied.headers().is_empty());
+        assert!(stamp(&mut copied, Duration::from_millis(200)));
+        assert_eq!(copied.headers()[X_REQUEST_TIMEOUT_MS], "3800");
     }
 }

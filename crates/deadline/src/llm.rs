@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::DEFAULT_TIMEOUT;
+
 /// Bytes of prompt text per token, the usual rule of thumb for English text with BPE tokenizers
 /// (OpenAI's and Anthropic's documentation both quote about 4 characters per token).
 pub const BYTES_PER_TOKEN: u64 = 4;
@@ -12,8 +14,11 @@ pub const BYTES_PER_TOKEN: u64 = 4;
 /// default completion limit, so a request without `max_tokens` still gets room for a long answer.
 pub const ASSUMED_OUTPUT_TOKENS: u64 = 4096;
 
-/// Largest request body read for an estimate: 1 MiB. Bigger bodies (and bodies of unknown length)
-/// are not read; their deadline is [`LlmDeadline::max`].
+/// Largest request body worth reading for an estimate: 1 MiB, far above the JSON of any prompt
+/// that fits a model's context window. A reader of request bodies (the client retry engine) passes
+/// bigger bodies, and bodies of unknown length, as unread (`None`) to
+/// [`TimeoutSource::timeout`](crate::client::TimeoutSource::timeout), which gives them
+/// [`LlmDeadline::max`].
 pub const LLM_BODY_LIMIT: usize = 1024 * 1024;
 
 /// Top-level fields naming the output-token limit: OpenAI Chat Completions (`max_tokens`,
@@ -58,11 +63,14 @@ const PROMPT_FIELDS: [&str; 6] = [
 ///   (thousands of tokens per second); 1 ms per token stays conservative under load.
 /// - `base` = **10 s**: queueing at the provider and time to first token, which alone reaches
 ///   seconds for large and reasoning models.
-/// - `max` = **600 s**: the default request timeout of the official OpenAI and Anthropic SDKs
-///   (10 minutes); no default client waits longer.
+/// - `max` = **600 s** ([`DEFAULT_TIMEOUT`]): the default request timeout of the official OpenAI
+///   and Anthropic SDKs (10 minutes); no default client waits longer.
 ///
 /// When the body is not JSON or names no limit, [`ASSUMED_OUTPUT_TOKENS`] are assumed; a body
-/// that cannot be read (above [`LLM_BODY_LIMIT`] or of unknown length) gets `max`.
+/// that was not read (above [`LLM_BODY_LIMIT`] or of unknown length) gets `max`.
+///
+/// As a [`TimeoutSource`](crate::client::TimeoutSource) it reads the body: the client retry engine,
+/// which buffers request bodies for replay anyway, makes the estimate.
 ///
 /// ```
 /// use std::time::Duration;
@@ -92,7 +100,7 @@ impl Default for LlmDeadline {
             base: Duration::from_secs(10),
             per_prompt_token: Duration::from_millis(1),
             per_output_token: Duration::from_millis(28),
-            max: Duration::from_secs(600),
+            max: DEFAULT_TIMEOUT,
         }
     }
 }

@@ -3,18 +3,15 @@
 #![allow(clippy::unwrap_used)]
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header::CONTENT_TYPE};
-use http_body::{Body, Frame, SizeHint};
-use http_body_util::{BodyExt, Full};
-use stormguard_deadline::propagate::{self, GRPC_TIMEOUT, X_REQUEST_TIMEOUT_MS};
-use stormguard_deadline::{Deadline, DeadlineExceeded, DeadlineLayer, LlmDeadline};
+use stormguard_classify::headers::{GRPC_TIMEOUT, X_REQUEST_TIMEOUT_MS};
+use stormguard_classify::{Outcome, Reason, outcome_of};
+use stormguard_deadline::propagate;
+use stormguard_deadline::{Deadline, DeadlineExceeded, DeadlineLayer};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceExt, service_fn};
 
@@ -57,6 +54,10 @@ where
     let start = Instant::now();
     let error = send(client, request).await.unwrap_err();
     assert!(error.is::<DeadlineExceeded>(), "{error}");
+    assert_eq!(
+        outcome_of(error.as_ref()),
+        Some(Outcome::fatal(Reason::DeadlineExceeded).with_accepted(false))
+    );
     start.elapsed()
 }
 
@@ -155,7 +156,13 @@ async fn remaining_time_minus_the_margin_is_propagated() {
         call(DeadlineLayer::new(two_seconds), Request::new(())).await,
         "1950|"
     );
+    assert_eq!(
+        DeadlineLayer::new(two_seconds).margin(),
+        propagate::DEFAULT_MARGIN
+    );
+    assert!(DeadlineLayer::new(two_seconds).propagation());
     let margin = DeadlineLayer::new(two_seconds).with_margin(Duration::from_millis(200));
+    assert_eq!(margin.margin(), Duration::from_millis(200));
     assert_eq!(call(margin, Request::new(())).await, "1800|");
 
     // gRPC: grpc-timeout only.
@@ -173,7 +180,8 @@ async fn remaining_time_minus_the_margin_is_propagated() {
     );
 
     // Propagation off.
-    let off = DeadlineLayer::new(two_seconds).without_propagation();
+    let off = DeadlineLayer::new(two_seconds).with_propagation(false);
+    assert!(!off.propagation());
     assert_eq!(call(off, Request::new(())).await, "|");
 
     // A caller-set header is replaced by the (tighter) truth.
@@ -188,12 +196,13 @@ async fn remaining_time_minus_the_margin_is_propagated() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn refresh_restamps_what_is_left_before_each_attempt() {
-    // An inner layer that, like a retry engine, waits 700 ms and then refreshes the header.
+async fn stamping_before_each_attempt_sends_what_is_left() {
+    // An inner layer that, like the retry engine, waits 700 ms and then stamps the next attempt
+    // with its own margin.
     let retrying = service_fn(|mut request: Request<()>| async move {
         let first = told(request.headers());
         tokio::time::sleep(Duration::from_millis(700)).await;
-        propagate::refresh(&mut request);
+        assert!(propagate::stamp(&mut request, propagate::DEFAULT_MARGIN));
         Ok::<_, Infallible>(Response::new(format!(
             "{first} then {}",
             told(request.headers())
@@ -203,18 +212,21 @@ async fn refresh_restamps_what_is_left_before_each_attempt() {
     let response = send(&mut client, Request::new(())).await.unwrap();
     assert_eq!(response.into_body(), "1950| then 1250|");
 
-    // A request no deadline layer stamped is left alone.
+    // By hand: each stamp writes the time left then, minus the margin it is given.
     let mut request = due_in(Duration::from_secs(2), ());
-    propagate::refresh(&mut request);
-    assert!(request.headers().is_empty());
-
-    // `stamp` by hand records the margin for later refreshes.
     assert!(propagate::stamp(&mut request, Duration::from_millis(100)));
     assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "1900");
     tokio::time::advance(Duration::from_millis(400)).await;
-    propagate::refresh(&mut request);
+    assert!(propagate::stamp(&mut request, Duration::from_millis(100)));
     assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "1500");
-    assert!(!propagate::stamp(&mut Request::new(()), Duration::ZERO));
+    // Past the deadline, zero is left.
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert!(propagate::stamp(&mut request, Duration::from_millis(100)));
+    assert_eq!(request.headers()[X_REQUEST_TIMEOUT_MS], "0");
+    // No deadline, no stamp.
+    let mut plain = Request::new(());
+    assert!(!propagate::stamp(&mut plain, Duration::ZERO));
+    assert!(plain.headers().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -227,6 +239,7 @@ async fn respond_mode_answers_504_or_grpc_deadline_exceeded() {
     let response = result.unwrap();
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(response.body(), "");
+    assert_eq!(response.headers()["x-should-retry"], "false");
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 
     let mut request = Request::new(());
@@ -236,6 +249,8 @@ async fn respond_mode_answers_504_or_grpc_deadline_exceeded() {
     let response = send(&mut client, request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["grpc-status"], "4");
+    assert_eq!(response.headers()["grpc-message"], "deadline exceeded");
+    assert_eq!(response.headers()["grpc-retry-pushback-ms"], "-1");
     assert_eq!(response.headers()[CONTENT_TYPE], "application/grpc");
 }
 
@@ -254,163 +269,4 @@ async fn a_function_of_the_request_picks_the_timeout() {
     assert_eq!(told_for("/v1/embeddings").await, "4950|");
     assert_eq!(told_for("/v1/chat/completions").await, "119950|");
     assert_eq!(told_for("/health").await, "|");
-}
-
-/// An LLM backend: reports the body it received and the timeout it was told.
-fn llm_backend(
-    work: Duration,
-) -> impl Service<Request<Full<Bytes>>, Response = Response<String>, Error = BoxError> + Clone {
-    service_fn(move |request: Request<Full<Bytes>>| async move {
-        tokio::time::sleep(work).await;
-        let header = told(request.headers());
-        let body = request.into_body().collect().await?.to_bytes();
-        Ok(Response::new(format!("{header} {}", body.len())))
-    })
-}
-
-fn chat(prompt_chars: usize, max_tokens: u64) -> String {
-    format!(
-        r#"{{"model":"m","max_tokens":{max_tokens},"messages":[{{"role":"user","content":"{}"}}]}}"#,
-        "x".repeat(prompt_chars)
-    )
-}
-
-#[tokio::test(start_paused = true)]
-async fn llm_deadline_grows_with_prompt_and_output_size() {
-    let mut client = DeadlineLayer::llm(LlmDeadline::default()).layer(llm_backend(Duration::ZERO));
-    let mut send = async |body: String| {
-        let length = body.len();
-        let request = Request::new(Full::from(body));
-        let answer = send(&mut client, request).await.unwrap().into_body();
-        (answer, length)
-    };
-    // 4,000 output tokens, 20,000-character prompt (5,001 tokens with the role):
-    // 10 s + 5.001 s + 112 s = 127.001 s, minus the 50 ms margin.
-    let (long, length) = send(chat(20_000, 4000)).await;
-    assert_eq!(long, format!("126951| {length}"));
-    // 50 output tokens, 20 characters (6 tokens): 10 s + 6 ms + 1.4 s.
-    let (short, length) = send(chat(20, 50)).await;
-    assert_eq!(short, format!("11356| {length}"));
-}
-
-#[tokio::test(start_paused = true)]
-async fn llm_deadline_is_enforced_at_the_estimate() {
-    let estimate = LlmDeadline {
-        base: Duration::from_secs(1),
-        per_prompt_token: Duration::ZERO,
-        per_output_token: Duration::from_millis(10),
-        max: Duration::from_secs(60),
-    };
-    let mut client = DeadlineLayer::llm(estimate).layer(llm_backend(Duration::from_secs(30)));
-    let request = Request::new(Full::from(r#"{"max_tokens": 100}"#));
-    assert_eq!(
-        expires_after(&mut client, request).await,
-        Duration::from_secs(2)
-    );
-
-    // A tighter deadline already on the request still wins.
-    let request = due_in(
-        Duration::from_millis(700),
-        Full::from(r#"{"max_tokens": 100}"#),
-    );
-    assert_eq!(
-        expires_after(&mut client, request).await,
-        Duration::from_millis(700)
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn bodies_too_big_to_read_get_the_maximum_and_arrive_intact() {
-    let mut client = DeadlineLayer::llm(LlmDeadline::default())
-        .with_body_limit(1000)
-        .layer(llm_backend(Duration::ZERO));
-    let body = chat(2000, 50);
-    let length = body.len();
-    let response = send(&mut client, Request::new(Full::from(body)))
-        .await
-        .unwrap();
-    assert_eq!(response.into_body(), format!("599950| {length}"));
-}
-
-/// A body of unknown length (a stream), or one that lies about its length.
-struct Streamed {
-    chunks: Vec<Bytes>,
-    hint: SizeHint,
-}
-
-impl From<Bytes> for Streamed {
-    fn from(bytes: Bytes) -> Self {
-        Self {
-            hint: SizeHint::with_exact(bytes.len() as u64),
-            chunks: vec![bytes],
-        }
-    }
-}
-
-impl Body for Streamed {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.chunks.pop().map(|chunk| Ok(Frame::data(chunk))))
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.hint
-    }
-}
-
-fn streamed_backend()
--> impl Service<Request<Streamed>, Response = Response<String>, Error = BoxError> + Clone {
-    service_fn(|request: Request<Streamed>| async move {
-        let header = told(request.headers());
-        let body = request.into_body().collect().await?.to_bytes();
-        Ok(Response::new(format!("{header} {}", body.len())))
-    })
-}
-
-#[tokio::test(start_paused = true)]
-async fn streamed_bodies_are_not_read_and_get_the_maximum() {
-    let mut client = DeadlineLayer::llm(LlmDeadline::default()).layer(streamed_backend());
-    let body = Streamed {
-        chunks: vec![Bytes::from(chat(10, 50))],
-        hint: SizeHint::default(),
-    };
-    let response = send(&mut client, Request::new(body)).await.unwrap();
-    assert_eq!(
-        response.into_body(),
-        format!("599950| {}", chat(10, 50).len())
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_body_that_breaks_the_limit_after_announcing_less_fails_the_request() {
-    let mut hint = SizeHint::new();
-    hint.set_upper(10);
-    let body = Streamed {
-        chunks: vec![Bytes::from(vec![b'x'; 5000])],
-        hint,
-    };
-    let mut client = DeadlineLayer::llm(LlmDeadline::default())
-        .with_body_limit(1000)
-        .layer(streamed_backend());
-    let error = send(&mut client, Request::new(body)).await.unwrap_err();
-    assert!(!error.is::<DeadlineExceeded>());
-
-    let mut responder = DeadlineLayer::llm(LlmDeadline::default())
-        .with_body_limit(1000)
-        .respond_with_504()
-        .layer(service_fn(|_: Request<Streamed>| async {
-            Ok::<_, Infallible>(Response::new(String::from("handler ran")))
-        }));
-    let body = Streamed {
-        chunks: vec![Bytes::from(vec![b'x'; 5000])],
-        hint,
-    };
-    let response = send(&mut responder, Request::new(body)).await.unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(response.body(), "");
 }

@@ -4,9 +4,11 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
 use proptest::prelude::*;
+use stormguard_classify::headers::{
+    GRPC_TIMEOUT, X_ENVOY_EXPECTED_RQ_TIMEOUT_MS, X_REQUEST_TIMEOUT_MS,
+};
 use stormguard_deadline::propagate::{
-    GRPC_TIMEOUT, X_ENVOY_EXPECTED_RQ_TIMEOUT_MS, X_REQUEST_TIMEOUT_MS, format_grpc_timeout,
-    format_timeout_ms, incoming_timeout, parse_grpc_timeout, parse_timeout_ms,
+    format_grpc_timeout, format_timeout_ms, incoming_timeout, parse_grpc_timeout, parse_timeout_ms,
 };
 
 /// Length of one unit of a formatted `grpc-timeout`.
@@ -122,9 +124,8 @@ fn milliseconds_round_down() {
 }
 
 #[test]
-fn a_repeated_timeout_reuses_its_rendering_and_a_new_one_is_rendered_afresh() {
-    // The last rendering is kept per thread: same value in, same text out, and a change of value
-    // or of unit is never answered from the cache.
+fn alternating_values_and_units_render_correctly() {
+    // Repeated, changed and repeated-again values each render as themselves.
     let sequence = [1500, 1500, 1501, 1500, 0, 0, 1500];
     for millis in sequence {
         let expected = millis.to_string();
@@ -133,7 +134,7 @@ fn a_repeated_timeout_reuses_its_rendering_and_a_new_one_is_rendered_afresh() {
             expected.as_str()
         );
     }
-    // 12,345,678 in two units: the number alone must not find the other's text.
+    // 12,345,678 in two units: the same number renders with its own unit each time.
     for (duration, expected) in [
         (Duration::from_nanos(12_345_678), "12345678n"),
         (Duration::from_nanos(12_345_678), "12345678n"),

@@ -10,10 +10,10 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
-use stormguard_deadline::propagate::{
-    GRPC_TIMEOUT, X_ENVOY_EXPECTED_RQ_TIMEOUT_MS, X_REQUEST_TIMEOUT_MS, incoming_timeout,
-    parse_grpc_timeout, parse_timeout_ms,
+use stormguard_classify::headers::{
+    GRPC_TIMEOUT, X_ENVOY_EXPECTED_RQ_TIMEOUT_MS, X_REQUEST_TIMEOUT_MS,
 };
+use stormguard_deadline::propagate::{incoming_timeout, parse_grpc_timeout, parse_timeout_ms};
 use stormguard_deadline::{ASSUMED_OUTPUT_TOKENS, Deadline, LlmDeadline, ServerDeadlineLayer};
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -285,8 +285,8 @@ fn deeply_nested_bodies_neither_overflow_the_stack_nor_lose_their_text() {
     );
 }
 
-/// Bodies past 64 KiB are read whole (up to the 1 MiB read limit of the layer): a 256 KiB prompt
-/// is 65,536 tokens, and the estimate is exact.
+/// Bodies past 64 KiB (and within the 1 MiB `LLM_BODY_LIMIT`) are estimated whole: a 256 KiB
+/// prompt is 65,536 tokens, and the estimate is exact.
 #[test]
 fn a_quarter_mebibyte_prompt_is_counted_exactly() {
     let llm = LlmDeadline::default();

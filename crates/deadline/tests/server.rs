@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{HeaderValue, Request, Response, StatusCode, header::CONTENT_TYPE};
-use stormguard_deadline::propagate::{
+use stormguard_classify::headers::{
     GRPC_TIMEOUT, X_ENVOY_EXPECTED_RQ_TIMEOUT_MS, X_REQUEST_TIMEOUT_MS,
 };
 use stormguard_deadline::{Deadline, ServerDeadlineLayer};
@@ -242,28 +242,41 @@ async fn works_as_an_axum_router_layer() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn llm_estimate_works_as_an_axum_router_layer() {
+async fn the_client_layer_works_as_an_axum_router_layer() {
     use axum::body::Body;
     use axum::routing::post;
     use axum::{Extension, Router};
-    use stormguard_deadline::{DeadlineLayer, LlmDeadline};
+    use stormguard_deadline::DeadlineLayer;
 
     async fn chat(Extension(deadline): Extension<Deadline>, body: String) -> String {
         format!("{} {}", deadline.remaining().as_millis(), body.len())
     }
+    async fn slow() -> &'static str {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        "too late"
+    }
     let app = Router::new()
         .route("/v1/messages", post(chat))
-        .layer(DeadlineLayer::llm(LlmDeadline::default()).respond_with_504());
+        .route("/slow", post(slow))
+        .layer(DeadlineLayer::new(Duration::from_secs(38)).respond_with_504());
 
     let body = r#"{"max_tokens": 1000, "messages": [{"role": "user", "content": "12345678"}]}"#;
-    let request = Request::post("/v1/messages")
-        .header(CONTENT_TYPE, "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let response = app.oneshot(request).await.unwrap();
+    let request = |path: &str| {
+        Request::post(path)
+            .header(CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let response = app.clone().oneshot(request("/v1/messages")).await.unwrap();
     let answer = axum::body::to_bytes(response.into_body(), 1024)
         .await
         .unwrap();
-    // 10 s + 3 prompt tokens ("user" + 8 characters) + 1000 x 28 ms; the body arrives whole.
-    assert_eq!(answer, format!("{} {}", 10_000 + 3 + 28_000, body.len()));
+    // The handler sees the layer's deadline; the body arrives whole.
+    assert_eq!(answer, format!("38000 {}", body.len()));
+
+    let start = Instant::now();
+    let response = app.oneshot(request("/slow")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    assert_eq!(start.elapsed(), Duration::from_secs(38));
 }

@@ -5,16 +5,14 @@ use http::request::Parts;
 use tower_layer::Layer;
 
 use super::{ClientDeadline, FromFn, Settings};
-use crate::LlmDeadline;
 use crate::enforce::{Respond, ReturnError};
-use crate::llm::LLM_BODY_LIMIT;
 use crate::propagate::DEFAULT_MARGIN;
 
 /// Client side: sets a request's [`Deadline`](crate::Deadline), enforces it and propagates it
 /// downstream. See the [module docs](crate::client).
 ///
-/// `T` is where the timeout comes from (a fixed [`Duration`], a [`FromFn`] or an [`LlmDeadline`]);
-/// `M` what the service hands back when the deadline passes ([`ReturnError`] or, after
+/// `T` is where the timeout comes from (a fixed [`Duration`] or a [`FromFn`]); `M` what the
+/// service hands back when the deadline passes ([`ReturnError`] or, after
 /// [`respond_with_504`](Self::respond_with_504), [`Respond`]).
 #[derive(Clone, Debug)]
 pub struct DeadlineLayer<T = Duration, M = ReturnError> {
@@ -29,23 +27,12 @@ impl DeadlineLayer {
         Self::with_source(timeout)
     }
 
-    /// A fixed timeout (same as [`new`](Self::new)).
-    pub fn fixed(timeout: Duration) -> Self {
-        Self::with_source(timeout)
-    }
-
     /// A timeout computed from the request head; `None` sets no new deadline.
     pub fn from_fn<F>(f: F) -> DeadlineLayer<FromFn<F>>
     where
         F: Fn(&Parts) -> Option<Duration>,
     {
-        DeadlineLayer::with_source(FromFn(f))
-    }
-
-    /// A timeout estimated from the LLM request's JSON body (see [`LlmDeadline`]). The body is read
-    /// (up to 1 MiB, [`LLM_BODY_LIMIT`]) and rebuilt with `B::from(Bytes)`.
-    pub fn llm(estimate: LlmDeadline) -> DeadlineLayer<LlmDeadline> {
-        DeadlineLayer::with_source(estimate)
+        DeadlineLayer::with_source(FromFn::new(f))
     }
 }
 
@@ -55,8 +42,7 @@ impl<T> DeadlineLayer<T> {
             source,
             settings: Settings {
                 margin: DEFAULT_MARGIN,
-                propagate: true,
-                body_limit: LLM_BODY_LIMIT,
+                propagation: true,
             },
             mode: PhantomData,
         }
@@ -71,10 +57,21 @@ impl<T, M> DeadlineLayer<T, M> {
         self
     }
 
-    /// Do not stamp `grpc-timeout` / `x-request-timeout-ms` on outgoing requests.
-    pub fn without_propagation(mut self) -> Self {
-        self.settings.propagate = false;
+    /// The safety margin subtracted from the remaining time in the propagation header.
+    pub fn margin(&self) -> Duration {
+        self.settings.margin
+    }
+
+    /// Whether to stamp `grpc-timeout` / `x-request-timeout-ms` on outgoing requests (default
+    /// true).
+    pub fn with_propagation(mut self, propagation: bool) -> Self {
+        self.settings.propagation = propagation;
         self
+    }
+
+    /// Whether outgoing requests are stamped with the time left.
+    pub fn propagation(&self) -> bool {
+        self.settings.propagation
     }
 
     /// Answer an expired deadline with a response (HTTP 504, gRPC `DEADLINE_EXCEEDED`) instead of
@@ -85,15 +82,6 @@ impl<T, M> DeadlineLayer<T, M> {
             settings: self.settings,
             mode: PhantomData,
         }
-    }
-}
-
-impl<M> DeadlineLayer<LlmDeadline, M> {
-    /// Largest body read for the estimate (default 1 MiB); bigger bodies get
-    /// [`LlmDeadline::max`].
-    pub fn with_body_limit(mut self, limit: usize) -> Self {
-        self.settings.body_limit = limit;
-        self
     }
 }
 

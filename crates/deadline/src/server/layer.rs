@@ -3,6 +3,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use super::ServerDeadline;
+use crate::DEFAULT_TIMEOUT;
 
 /// Default time a server gives a request that names no timeout: 300 s (5 minutes).
 ///
@@ -12,11 +13,6 @@ use super::ServerDeadline;
 /// bounding work nobody may be waiting for any more. A plain 60 s default would cut long
 /// generations half way, which is the failure this crate exists to prevent.
 pub const DEFAULT_SERVER_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// Default longest timeout a caller may ask for: 600 s (10 minutes), the default request timeout of
-/// the official OpenAI and Anthropic SDKs. A caller asking for a day does not get to pin the server
-/// for a day.
-pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Server side: reads the caller's deadline, sheds requests that arrive expired, and times out the
 /// rest. See the [module docs](crate::server).
@@ -33,12 +29,13 @@ pub(crate) struct ServerSettings {
 }
 
 impl Default for ServerDeadlineLayer {
-    /// Default 300 s, maximum 600 s, shed only requests with no time left.
+    /// Default 300 s ([`DEFAULT_SERVER_TIMEOUT`]), maximum 600 s ([`DEFAULT_TIMEOUT`]), shed only
+    /// requests with no time left.
     fn default() -> Self {
         Self {
             settings: ServerSettings {
                 default: DEFAULT_SERVER_TIMEOUT,
-                max: DEFAULT_MAX_TIMEOUT,
+                max: DEFAULT_TIMEOUT,
                 min_remaining: Duration::ZERO,
             },
         }
@@ -51,16 +48,25 @@ impl ServerDeadlineLayer {
         Self::default()
     }
 
-    /// Timeout for requests that carry no (valid) deadline header. It is capped by the maximum too.
+    /// Timeout for requests that carry no (valid) deadline header (default 300 s,
+    /// [`DEFAULT_SERVER_TIMEOUT`]). It is capped by the maximum too.
+    ///
+    /// It has no getter of the bare name: `default` is [`Default::default`].
     pub fn with_default(mut self, timeout: Duration) -> Self {
         self.settings.default = timeout;
         self
     }
 
-    /// Longest timeout a caller may ask for; longer ones are cut to it.
+    /// Longest timeout a caller may ask for; longer ones are cut to it (default 600 s,
+    /// [`DEFAULT_TIMEOUT`]: a caller asking for a day does not get to pin the server for a day).
     pub fn with_max(mut self, max: Duration) -> Self {
         self.settings.max = max;
         self
+    }
+
+    /// The longest timeout a caller may ask for.
+    pub fn max(&self) -> Duration {
+        self.settings.max
     }
 
     /// Shed requests that arrive with less than this much time left (default zero: only those
@@ -68,6 +74,11 @@ impl ServerDeadlineLayer {
     pub fn with_min_remaining(mut self, min_remaining: Duration) -> Self {
         self.settings.min_remaining = min_remaining;
         self
+    }
+
+    /// The least time left a request must arrive with to be served.
+    pub fn min_remaining(&self) -> Duration {
+        self.settings.min_remaining
     }
 }
 

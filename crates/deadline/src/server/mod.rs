@@ -7,11 +7,13 @@
 //!    `x-request-timeout-ms` and `x-envoy-expected-rq-timeout-ms`
 //!    ([`propagate::incoming_timeout`](crate::propagate::incoming_timeout)). Malformed or hostile values are
 //!    ignored (as if absent), never a panic;
-//! 2. **caps** it at a maximum (default 600 s, [`DEFAULT_MAX_TIMEOUT`]): a client must not pin the
-//!    server for a day; without a header the default applies (300 s, [`DEFAULT_SERVER_TIMEOUT`]);
+//! 2. **caps** it at a maximum (default 600 s, [`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT)): a
+//!    client must not pin the server for a day; without a header the default applies (300 s,
+//!    [`DEFAULT_SERVER_TIMEOUT`]);
 //! 3. **sheds** a request that arrives already expired (or with less than the configured minimum
 //!    left) without calling the handler: HTTP `504`, or for gRPC a trailers-only `200` with
-//!    `grpc-status: 4` (`DEADLINE_EXCEEDED`);
+//!    `grpc-status: 4` (`DEADLINE_EXCEEDED`), both marked "do not retry" (see
+//!    [`enforce::Respond`](crate::enforce::Respond));
 //! 4. **stores** the [`Deadline`] in the request extensions, so the handler's own outgoing calls
 //!    inherit it (axum: `Extension<Deadline>`; wrap the outgoing client in a
 //!    [`DeadlineLayer`](crate::DeadlineLayer) and apply the deadline to the outgoing request: an
@@ -38,17 +40,18 @@
 
 mod layer;
 
-pub use layer::{DEFAULT_MAX_TIMEOUT, DEFAULT_SERVER_TIMEOUT, ServerDeadlineLayer};
+pub use layer::{DEFAULT_SERVER_TIMEOUT, ServerDeadlineLayer};
 
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use layer::ServerSettings;
+use stormguard_classify::is_grpc;
 use tower_service::Service;
 
 use crate::Deadline;
 use crate::enforce::{Respond, ResponseFuture};
-use crate::propagate::{incoming_timeout, is_grpc};
+use crate::propagate::incoming_timeout;
 
 /// The service of [`ServerDeadlineLayer`]. See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -101,10 +104,11 @@ where
         let timeout = incoming_timeout(request.headers())
             .unwrap_or(settings.default)
             .min(settings.max);
-        Deadline::after(timeout).apply_to(&mut request);
+        // A tighter deadline set by an outer layer is kept.
+        let own = Deadline::after(timeout);
+        let deadline = Deadline::of(&request).map_or(own, |outer| outer.min(own));
+        deadline.apply_to(&mut request);
         let grpc = is_grpc(request.headers());
-        // Set just above, so present; a tighter deadline set by an outer layer is kept.
-        let deadline = Deadline::of(&request).unwrap_or_else(|| Deadline::after(timeout));
         let remaining = deadline.remaining();
         if remaining.is_zero() || remaining < settings.min_remaining {
             return ResponseFuture::expired(grpc);
