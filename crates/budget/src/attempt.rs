@@ -1,63 +1,52 @@
-//! How many times an incoming request has already been tried, from the headers clients send.
-//!
-//! | header | sent by | value |
-//! |---|---|---|
-//! | [`X_RETRY_ATTEMPT`] | stormguard's retry engine (HTTP) | previous attempts: `0` on the first try |
-//! | [`GRPC_PREVIOUS_RPC_ATTEMPTS`] | gRPC clients with retries (gRFC A6), stormguard (gRPC) | previous attempts |
-//! | [`X_STAINLESS_RETRY_COUNT`] | the official OpenAI and Anthropic SDKs | retries so far: `0` on the first try |
-//! | [`X_ENVOY_ATTEMPT_COUNT`] | Envoy (`include_attempt_count_in_request`) | attempt number: `1` on the first try |
-//!
-//! [`previous_attempts`] reads all four and returns the largest count, so a request that a proxy
-//! retried counts as a retry even if the SDK behind it sent its first attempt.
-//!
-//! ## Hostile values
-//!
-//! Headers come from the network. A header that is present but does not hold a valid count
-//! (empty, negative, not a number, not UTF-8, or `x-envoy-attempt-count: 0`, which Envoy never
-//! sends) counts as **one previous attempt**: a client that sends a retry header is saying it is
-//! retrying, and for a server under pressure the safe reading is the one that lets the retry budget
-//! shed it. The opposite choice would let any client skip the budget by sending garbage. A number
-//! too large for a `u32` (30 digits) saturates at `u32::MAX`. No value panics, overflows or makes
-//! parsing take longer than the header is long.
-//!
-//! ```
-//! use http::{HeaderMap, HeaderValue};
-//! use stormguard_budget::attempt::{self, previous_attempts};
-//!
-//! let mut headers = HeaderMap::new();
-//! assert_eq!(previous_attempts(&headers), 0);
-//! headers.insert(attempt::X_ENVOY_ATTEMPT_COUNT, HeaderValue::from_static("3"));
-//! assert_eq!(previous_attempts(&headers), 2);
-//! headers.insert(attempt::X_RETRY_ATTEMPT, HeaderValue::from_static("-1"));
-//! assert_eq!(previous_attempts(&headers), 2);
-//! ```
+//! How many times an incoming request has already been tried, from the headers clients send: see
+//! [`previous_attempts`].
 
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderValue};
+use stormguard_classify::decimal::{DecimalError, parse_decimal};
+use stormguard_classify::headers::{
+    GRPC_PREVIOUS_RPC_ATTEMPTS, X_ENVOY_ATTEMPT_COUNT, X_RETRY_ATTEMPT, X_STAINLESS_RETRY_COUNT,
+};
 
-/// `x-retry-attempt: N`: the number of attempts made before this one (`0` = first try). Set by
-/// stormguard's retry engine on HTTP requests.
-pub const X_RETRY_ATTEMPT: HeaderName = HeaderName::from_static("x-retry-attempt");
+/// What a present but invalid attempt header counts as: one previous attempt (see
+/// [`previous_attempts`]).
+const INVALID_HEADER_ATTEMPTS: u32 = 1;
 
-/// `grpc-previous-rpc-attempts: N`: the number of attempts made before this one, as defined by
-/// gRFC A6 (gRPC retry design) and sent by gRPC clients with retries enabled.
-pub const GRPC_PREVIOUS_RPC_ATTEMPTS: HeaderName =
-    HeaderName::from_static("grpc-previous-rpc-attempts");
-
-/// `x-stainless-retry-count: N`: the retries made so far (`0` = first try), sent by the official
-/// OpenAI and Anthropic SDKs on every request.
-pub const X_STAINLESS_RETRY_COUNT: HeaderName = HeaderName::from_static("x-stainless-retry-count");
-
-/// `x-envoy-attempt-count: N`: the attempt number, counting from `1` (first try), set by Envoy when
-/// a route enables `include_attempt_count_in_request`. Previous attempts are `N - 1`.
-pub const X_ENVOY_ATTEMPT_COUNT: HeaderName = HeaderName::from_static("x-envoy-attempt-count");
-
-/// What a present but invalid attempt header counts as: one previous attempt (see the module docs).
-pub const INVALID_HEADER_ATTEMPTS: u32 = 1;
-
-/// Previous attempts of an incoming request (`0` = first try): the largest count found in
-/// [`X_RETRY_ATTEMPT`], [`GRPC_PREVIOUS_RPC_ATTEMPTS`], [`X_STAINLESS_RETRY_COUNT`] and
-/// [`X_ENVOY_ATTEMPT_COUNT`] (every value of each, if repeated). `0` when none is present; a
-/// present but invalid value counts as [`INVALID_HEADER_ATTEMPTS`] (one).
+/// Previous attempts of an incoming request (`0` = first try), from the headers clients send:
+///
+/// | header | sent by | value |
+/// |---|---|---|
+/// | `x-retry-attempt` | stormguard's retry engine (HTTP) | previous attempts: `0` on the first try |
+/// | `grpc-previous-rpc-attempts` | gRPC clients with retries (gRFC A6), stormguard (gRPC) | previous attempts |
+/// | `x-stainless-retry-count` | the official OpenAI and Anthropic SDKs | retries so far: `0` on the first try |
+/// | `x-envoy-attempt-count` | Envoy (`include_attempt_count_in_request`) | attempt number: `1` on the first try |
+///
+/// (The names are [`stormguard_classify::headers`]' constants.) It reads all four, every value of
+/// each if repeated, and returns the largest count, so a request that a proxy retried counts as a
+/// retry even if the SDK behind it sent its first attempt. `0` when none is present.
+///
+/// # Hostile values
+///
+/// Headers come from the network. A header that is present but does not hold a valid count
+/// (empty, negative, not a number, not UTF-8, or `x-envoy-attempt-count: 0`, which Envoy never
+/// sends) counts as **one previous attempt**: a client that sends a retry header is saying it is
+/// retrying, and for a server under pressure the safe reading is the one that lets the retry budget
+/// shed it. The opposite choice would let any client skip the budget by sending garbage. Spaces
+/// and tabs around the digits are allowed; a number too large for a `u32` (30 digits) saturates at
+/// `u32::MAX`. Digits are read by [`parse_decimal`], which never panics or overflows and reads each
+/// byte once.
+///
+/// ```
+/// use http::{HeaderMap, HeaderValue};
+/// use stormguard_budget::previous_attempts;
+/// use stormguard_classify::headers::{X_ENVOY_ATTEMPT_COUNT, X_RETRY_ATTEMPT};
+///
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(previous_attempts(&headers), 0);
+/// headers.insert(X_ENVOY_ATTEMPT_COUNT, HeaderValue::from_static("3"));
+/// assert_eq!(previous_attempts(&headers), 2);
+/// headers.insert(X_RETRY_ATTEMPT, HeaderValue::from_static("-1"));
+/// assert_eq!(previous_attempts(&headers), 2);
+/// ```
 pub fn previous_attempts(headers: &HeaderMap) -> u32 {
     let previous = [
         X_RETRY_ATTEMPT,
@@ -81,23 +70,22 @@ pub fn previous_attempts(headers: &HeaderMap) -> u32 {
 /// A non-negative decimal count, optionally surrounded by spaces or tabs; saturates at
 /// `u32::MAX`. `None` for anything else, including an empty value.
 fn parse_count(value: &HeaderValue) -> Option<u32> {
-    let digits = value.as_bytes().trim_ascii_start().trim_ascii_end();
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
+    // A header value holds no whitespace but spaces and tabs, so this trims exactly those.
+    match parse_decimal(value.as_bytes().trim_ascii()) {
+        Ok(count) => Some(u32::try_from(count).unwrap_or(u32::MAX)),
+        Err(DecimalError::TooLarge) => Some(u32::MAX),
+        Err(DecimalError::NotANumber) => None,
     }
-    Some(digits.iter().fold(0u32, |count, digit| {
-        count
-            .saturating_mul(10)
-            .saturating_add(u32::from(digit - b'0'))
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::*;
+    use http::HeaderName;
     use proptest::prelude::*;
+
+    use super::*;
 
     fn headers(pairs: &[(HeaderName, &[u8])]) -> HeaderMap {
         let mut map = HeaderMap::new();

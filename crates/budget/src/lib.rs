@@ -15,7 +15,9 @@
 //!
 //! # The algorithm
 //!
-//! [`RetryBudget`] keeps a sliding window of `ttl` (10 s by default) in 10 slices of `ttl / 10`.
+//! [`RetryBudget`] keeps a sliding window of `ttl` (10 s by default) in 10 slices of `ttl / 10`:
+//! the workspace's one lock-free sliding window, [`stormguard_classify::window::SlidingWindow`],
+//! with three counters per slice (deposits, withdrawals, refusals).
 //! Each **successful response** [deposits](RetryBudget::deposit) into the current slice; each
 //! retry [withdraws](RetryBudget::withdraw) from it, and is granted only if the retries in the
 //! window, counting this one, stay within
@@ -45,17 +47,18 @@
 //! per deposit" (tower's `TpsBudget` truncates `1 / ratio` to an integer, and grants 10 retries
 //! for 10 deposits at 0.6).
 //!
-//! **Lock-free and never overdrawn.** `deposit` and `withdraw` take no lock. Each slice's counters
+//! **Lock-free and never overdrawn.** `deposit` and `withdraw` take no lock. The window's counters
 //! are single atomic words that pack the slice's number with the count, so moving a slot on to a
-//! new slice and counting into it is one compare-and-swap, and two threads cannot both reset it.
-//! A withdrawal sums the window and then commits with a compare-and-swap on the current slice's
-//! count that fails if any other withdrawal got in between, so of several threads racing for the
-//! last retry exactly one gets it (tower's `TpsBudget` sums and adds in two separate steps, and
-//! concurrent withdrawals pass the limit together). Counters live on separate cache lines. The
-//! full argument, including slice boundaries, is on the (private) withdrawal code; tests race
-//! threads against it, also while the clock crosses slice boundaries, and a loom model
-//! (`tests/loom.rs`, run with `RUSTFLAGS="--cfg stormguard_loom"`) checks every interleaving of
-//! racing withdrawals, deposits and refunds within a slice.
+//! new slice and counting into it is one compare-and-swap, and two threads cannot both reset it;
+//! each slice's counters sit on cache lines of their own (see the window's docs). A withdrawal
+//! sums the window and then commits with a compare-and-swap on the current slice's count that
+//! fails if any other withdrawal got in between, so of several threads racing for the last retry
+//! exactly one gets it (tower's `TpsBudget` sums and adds in two separate steps, and concurrent
+//! withdrawals pass the limit together). The full argument, including slice boundaries, is on the
+//! (private) withdrawal code; tests race threads against it, also while the clock crosses slice
+//! boundaries, and a loom model (`tests/loom.rs`, run with `RUSTFLAGS="--cfg stormguard_loom"`,
+//! which puts the window's atomics and the budget's own on loom's models) checks every
+//! interleaving of racing withdrawals, deposits and refunds within a slice.
 //!
 //! # Defaults
 //!
@@ -69,13 +72,14 @@
 //!
 //! # On the server
 //!
-//! Clients do not always behave. [`RetryBudgetLayer`] puts the same budget in front of a server
+//! Clients do not always behave. [`ShedRetriesLayer`] puts the same budget in front of a server
 //! (an axum `Router`, any tower `Service` over `http`): it reads how many times a request was
-//! already tried ([`attempt::previous_attempts`]: `x-retry-attempt`,
-//! `grpc-previous-rpc-attempts`, `x-stainless-retry-count`, `x-envoy-attempt-count`), deposits
-//! the server's successful responses, and answers retries beyond the budget itself, without
-//! calling the handler: `503` with `x-should-retry: false`, or for gRPC `UNAVAILABLE` with
-//! `grpc-retry-pushback-ms: -1`. First attempts always pass. See [`server`].
+//! already tried ([`previous_attempts`]: `x-retry-attempt`, `grpc-previous-rpc-attempts`,
+//! `x-stainless-retry-count`, `x-envoy-attempt-count`), deposits the server's successful
+//! responses, and answers retries beyond the budget itself, without calling the handler, with
+//! stormguard's one refusal ([`stormguard_classify::refusal_response`]): `503` with
+//! `x-should-retry: false`, or for gRPC `UNAVAILABLE` with `grpc-retry-pushback-ms: -1`. First
+//! attempts always pass. See [`shed`].
 //!
 //! # Example
 //!
@@ -101,12 +105,13 @@
 //! [`RetryBudget`] also implements tower's `retry::budget::Budget`, so a `tower::retry::Policy`
 //! can use it in place of `TpsBudget`.
 
-pub mod attempt;
+mod attempt;
 mod budget;
-pub mod server;
+pub mod shed;
 mod sync;
 
+pub use attempt::previous_attempts;
 pub use budget::{
     BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget, Withdrawal,
 };
-pub use server::RetryBudgetLayer;
+pub use shed::{ShedRetries, ShedRetriesLayer};

@@ -1,4 +1,4 @@
-//! `RetryBudgetLayer` in front of a real axum server: shedding starts where the budget says and
+//! `ShedRetriesLayer` in front of a real axum server: shedding starts where the budget says and
 //! stops when traffic recovers.
 #![allow(clippy::unwrap_used)]
 
@@ -15,7 +15,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use stormguard_budget::{RetryBudget, RetryBudgetLayer, attempt};
+use stormguard_budget::{RetryBudget, ShedRetriesLayer};
+use stormguard_classify::headers::X_RETRY_ATTEMPT;
 
 struct Server {
     base: String,
@@ -44,7 +45,7 @@ impl Server {
                     (StatusCode::SERVICE_UNAVAILABLE, "try later")
                 }),
             )
-            .layer(RetryBudgetLayer::new(budget));
+            .layer(ShedRetriesLayer::new(budget));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -58,7 +59,7 @@ impl Server {
     async fn get(&self, path: &str, retry_attempt: Option<u32>) -> Response<Bytes> {
         let mut request = Request::get(format!("{}{path}", self.base));
         if let Some(previous) = retry_attempt {
-            request = request.header(attempt::X_RETRY_ATTEMPT, previous);
+            request = request.header(X_RETRY_ATTEMPT, previous);
         }
         let response = self
             .client

@@ -1,5 +1,7 @@
 //! Model checking of the budget's lock-free core with loom: every interleaving of two threads
-//! (and every value each atomic read may see under the orderings used) is explored.
+//! (and every value each atomic read may see under the orderings used) is explored. Under the flag
+//! both the budget's own `latest` epoch and the sliding window's counters (from
+//! `stormguard-classify`) are loom's model atomics.
 //!
 //! Run with `RUSTFLAGS="--cfg stormguard_loom" cargo test -p stormguard-budget --test loom
 //! --release` (a separate target directory avoids rebuilding everything else). Without the flag

@@ -2,13 +2,10 @@
 
 use std::time::Duration;
 
-use crate::seed::SeedSource;
-use crate::strategy::uniform;
+use stormguard_classify::hint::DEFAULT_MAX_HINT;
+use stormguard_classify::random::RandomSource;
 
-/// Default longest server hint worth waiting for: 60 s. A longer wait outlives most callers'
-/// patience and deadlines; the failure is better reported at once, with the hint, to whoever can
-/// reschedule the work.
-pub const DEFAULT_MAX_HINT: Duration = Duration::from_secs(60);
+use crate::strategy::uniform;
 
 /// Default share of the hint added as jitter, at most: 10%.
 pub const DEFAULT_HINT_JITTER_RATIO: f64 = 0.1;
@@ -28,7 +25,8 @@ pub const DEFAULT_HINT_JITTER_CEILING: Duration = Duration::from_secs(1);
 ///   an immediate retry.)
 /// - **A hint above the maximum means "do not retry"** ([`HintDecision::TooLong`]), never a silently
 ///   shortened wait: a retry sent before the server's stated time is one it has announced it will
-///   reject. The default maximum is 60 s ([`DEFAULT_MAX_HINT`]). The result of a hint at or below
+///   reject. The default maximum is 60 s ([`stormguard_classify::hint::DEFAULT_MAX_HINT`], where
+///   the choice is explained). The result of a hint at or below
 ///   the maximum never exceeds the maximum either: the added jitter is clipped there.
 ///
 /// ```
@@ -50,17 +48,19 @@ pub struct HintPolicy {
     max: Duration,
     ratio: f64,
     ceiling: Duration,
-    seeds: SeedSource,
+    random: RandomSource,
 }
 
 impl Default for HintPolicy {
-    /// Maximum 60 s; jitter `U(0, min(10% of hint, 1 s))`.
+    /// Maximum 60 s ([`DEFAULT_MAX_HINT`]); jitter
+    /// `U(0, min(10% of hint, 1 s))` ([`DEFAULT_HINT_JITTER_RATIO`],
+    /// [`DEFAULT_HINT_JITTER_CEILING`]); unseeded.
     fn default() -> Self {
         Self {
             max: DEFAULT_MAX_HINT,
             ratio: DEFAULT_HINT_JITTER_RATIO,
             ceiling: DEFAULT_HINT_JITTER_CEILING,
-            seeds: SeedSource::default(),
+            random: RandomSource::new(),
         }
     }
 }
@@ -91,13 +91,23 @@ impl HintPolicy {
 
     /// Makes the added jitter deterministic across runs (successive hints still differ).
     pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seeds = SeedSource::with_seed(seed);
+        self.random = RandomSource::seeded(seed);
         self
     }
 
     /// The longest hint that is still followed.
     pub fn max(&self) -> Duration {
         self.max
+    }
+
+    /// The jitter's `(ratio, ceiling)`, the ratio as clamped by [`with_jitter`](Self::with_jitter).
+    pub fn jitter(&self) -> (f64, Duration) {
+        (self.ratio, self.ceiling)
+    }
+
+    /// The seed given to [`with_seed`](Self::with_seed), if any.
+    pub fn seed(&self) -> Option<u64> {
+        self.random.seed()
     }
 
     /// Turns a server hint into a delay, or into "do not retry".
@@ -114,7 +124,7 @@ impl HintPolicy {
         let extra = if spread.is_zero() {
             Duration::ZERO
         } else {
-            uniform(&mut self.seeds.rng(), Duration::ZERO, spread)
+            uniform(&mut self.random.rng(), Duration::ZERO, spread)
         };
         // `hint <= max`, so clipping at `max` never goes below the hint.
         HintDecision::RetryAfter(hint.saturating_add(extra).min(self.max))
@@ -183,6 +193,16 @@ mod tests {
     }
 
     #[test]
+    fn defaults_are_sixty_seconds_and_ten_percent_up_to_one_second() {
+        let policy = HintPolicy::default();
+        assert_eq!(policy.max(), DEFAULT_MAX_HINT);
+        assert_eq!(policy.max(), Duration::from_secs(60));
+        assert_eq!(policy.jitter(), (0.1, Duration::from_secs(1)));
+        let custom = policy.with_jitter(7.0, Duration::from_millis(5));
+        assert_eq!(custom.jitter(), (1.0, Duration::from_millis(5)));
+    }
+
+    #[test]
     fn hint_above_max_is_too_long_never_shortened() {
         let policy = HintPolicy::default();
         assert_eq!(
@@ -224,6 +244,7 @@ mod tests {
     fn seeded_policies_replay() {
         let a = HintPolicy::default().with_seed(5);
         let b = HintPolicy::default().with_seed(5);
+        assert_eq!((a.seed(), HintPolicy::default().seed()), (Some(5), None));
         for _ in 0..10 {
             assert_eq!(
                 a.apply(Duration::from_secs(4)),

@@ -17,7 +17,7 @@
 //! | [`EqualJitter`] | `c/2 + U(0, c/2)` with `c = min(cap, base * 2^n)` |
 //! | [`DecorrelatedJitter`] | `min(cap, U(base, 3 * previous))` |
 //! | [`SmoothDecorrelatedJitter`] | increments of a smooth exponential curve at randomised points (the idea of Polly's "decorrelated jitter V2") |
-//! | [`NoJitter`] | `min(cap, base * 2^n)` |
+//! | [`Exponential`] (no jitter) | `min(cap, base * 2^n)` |
 //! | [`Constant`] | `delay` |
 //!
 //! Each implements [`Backoff`], so a retry engine is generic over them: it asks for one
@@ -25,16 +25,20 @@
 //! No delay ever exceeds [`Backoff::cap`], and no input (attempt 1000, a base near
 //! `Duration::MAX`) overflows or panics.
 //!
-//! Randomness comes from `fastrand`. Unseeded backoffs seed each schedule from fastrand's
-//! thread-local generator; `with_seed(u64)` makes the *sequence of schedules* replay exactly on
-//! every run, while successive schedules still differ (requests that failed together must not
-//! retry together).
+//! Randomness comes from `rand` (its `SmallRng`), through
+//! [`stormguard_classify::random::RandomSource`], the one source every randomised stormguard part
+//! draws from. Unseeded, each schedule (and each hint's or start's jitter) gets a generator seeded
+//! from the thread's generator; `with_seed(u64)`, on every randomised part here, makes the
+//! *sequence of schedules* replay exactly on every run, while successive schedules still differ
+//! (requests that failed together must not retry together).
 //!
 //! A server's own hint (`Retry-After` and friends) replaces the computed delay through
 //! [`HintPolicy`]: a small bounded jitter is added (never earlier than the server asked), and a hint
-//! above the maximum (60 s by default) means "do not retry" ([`HintDecision::TooLong`]).
+//! above the maximum means "do not retry" ([`HintDecision::TooLong`]). The default maximum, 60 s,
+//! is [`stormguard_classify::hint::DEFAULT_MAX_HINT`].
 //!
-//! [`JitterLayer`] spreads *first* attempts as well: it delays each request's start by `U(0, max)`.
+//! [`SpreadLayer`] spreads *first* attempts as well: it delays each request's start by
+//! `U(0, max)`.
 //!
 //! # Example
 //!
@@ -54,27 +58,26 @@
 //! ```
 
 mod hint;
-mod seed;
 pub mod spread;
 mod strategy;
 
 use std::time::Duration;
 
-pub use hint::{
-    DEFAULT_HINT_JITTER_CEILING, DEFAULT_HINT_JITTER_RATIO, DEFAULT_MAX_HINT, HintDecision,
-    HintPolicy,
-};
-pub use spread::{Jitter, JitterLayer};
+pub use hint::{DEFAULT_HINT_JITTER_CEILING, DEFAULT_HINT_JITTER_RATIO, HintDecision, HintPolicy};
+pub use spread::{Spread, SpreadLayer};
 pub use strategy::{
     Constant, ConstantSchedule, DEFAULT_BASE, DEFAULT_CAP, Decorrelated, DecorrelatedJitter,
-    DecorrelatedSchedule, Equal, EqualJitter, EqualJitterSchedule, Full, FullJitter,
-    FullJitterSchedule, Jittered, JitteredSchedule, NoJitter, NoJitterSchedule, Shape,
+    DecorrelatedSchedule, Equal, EqualJitter, EqualJitterSchedule, Exponential,
+    ExponentialSchedule, Full, FullJitter, FullJitterSchedule, Jittered, JitteredSchedule, Shape,
     SmoothDecorrelated, SmoothDecorrelatedJitter, SmoothDecorrelatedSchedule, SmoothState,
 };
 
 /// A backoff strategy: hands out one schedule of delays per request.
 ///
-/// Implementations are cheap to clone and share their seed state between clones.
+/// Implementations are cheap to clone. Clones of a randomised backoff share its [`RandomSource`],
+/// so clones of a seeded backoff keep handing out distinct schedules.
+///
+/// [`RandomSource`]: stormguard_classify::random::RandomSource
 pub trait Backoff: Clone + Send + Sync + 'static {
     /// The per-request sequence of delays.
     type Schedule: Iterator<Item = Duration> + Send + 'static;

@@ -7,7 +7,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 pin_project! {
-    /// Response future of [`Jitter`](super::Jitter): sleeps for the drawn delay, then calls the
+    /// Response future of [`Spread`](super::Spread): sleeps for the drawn delay, then calls the
     /// inner service that was made ready in `poll_ready`.
     pub struct ResponseFuture<S, Request>
     where

@@ -1,30 +1,38 @@
 use std::time::Duration;
 
+use stormguard_classify::random::RandomSource;
 use tower_layer::Layer;
 
-use super::Jitter;
-use crate::seed::SeedSource;
+use super::Spread;
 
 /// Delays the start of each request by `U(0, max)`: see the [module docs](crate::spread).
+///
+/// Cheap to clone; every clone, and every service it builds, draws from one [`RandomSource`], so a
+/// seeded layer hands its services distinct delays that replay on every run.
 #[derive(Clone, Debug)]
-pub struct JitterLayer {
+pub struct SpreadLayer {
     max: Duration,
-    seeds: SeedSource,
+    random: RandomSource,
 }
 
-impl JitterLayer {
+impl SpreadLayer {
     /// Each request starts after a uniform random delay in `[0, max)`.
     pub fn new(max: Duration) -> Self {
         Self {
             max,
-            seeds: SeedSource::default(),
+            random: RandomSource::new(),
         }
     }
 
     /// Makes the sequence of delays deterministic across runs.
     pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seeds = SeedSource::with_seed(seed);
+        self.random = RandomSource::seeded(seed);
         self
+    }
+
+    /// The seed given to [`with_seed`](Self::with_seed), if any.
+    pub fn seed(&self) -> Option<u64> {
+        self.random.seed()
     }
 
     /// The exclusive upper bound of the delay.
@@ -33,10 +41,10 @@ impl JitterLayer {
     }
 }
 
-impl<S> Layer<S> for JitterLayer {
-    type Service = Jitter<S>;
+impl<S> Layer<S> for SpreadLayer {
+    type Service = Spread<S>;
 
-    fn layer(&self, inner: S) -> Jitter<S> {
-        Jitter::with_source(inner, self.max, self.seeds.clone())
+    fn layer(&self, inner: S) -> Spread<S> {
+        Spread::drawing_from(inner, self.max, self.random.clone())
     }
 }

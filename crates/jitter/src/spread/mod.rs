@@ -2,7 +2,7 @@
 //!
 //! Fleets that restart together, cron jobs firing on the minute and clients woken by the same event
 //! all send their first request in the same instant. Backoff jitter only helps *retries*; this layer
-//! spreads the first attempt too. A request passing through [`Jitter`] waits a uniform random delay
+//! spreads the first attempt too. A request passing through [`Spread`] waits a uniform random delay
 //! in `[0, max)` (drawn per request), then goes to the inner service.
 //!
 //! # Readiness
@@ -12,17 +12,17 @@
 //! middlewares: a fresh clone stays behind for the next `poll_ready`) and calls it once the delay is
 //! over. This is why `S: Clone` is required, and it means whatever the inner service reserved in
 //! `poll_ready` (a concurrency-limit permit, a rate-limit token, a connection) is held during the
-//! sleep. Put the `JitterLayer` *outside* such limits when waiting requests should not hold them.
+//! sleep. Put the [`SpreadLayer`] *outside* such limits when waiting requests should not hold them.
 //!
 //! ```
 //! use std::time::Duration;
 //! use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
-//! use stormguard_jitter::JitterLayer;
+//! use stormguard_jitter::SpreadLayer;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), std::convert::Infallible> {
 //! let mut service = ServiceBuilder::new()
-//!     .layer(JitterLayer::new(Duration::from_millis(200)))
+//!     .layer(SpreadLayer::new(Duration::from_millis(200)))
 //!     .service(service_fn(|x: u32| async move { Ok::<_, std::convert::Infallible>(x + 1) }));
 //! let start = tokio::time::Instant::now();
 //! assert_eq!(service.ready().await?.call(1).await?, 2);
@@ -35,38 +35,49 @@ mod future;
 mod layer;
 
 pub use future::ResponseFuture;
-pub use layer::JitterLayer;
+pub use layer::SpreadLayer;
 
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use stormguard_classify::random::RandomSource;
 use tower_service::Service;
 
-use crate::seed::SeedSource;
 use crate::strategy::uniform;
 
 /// Delays each request's start by `U(0, max)`. See the [module docs](self).
 #[derive(Clone, Debug)]
-pub struct Jitter<S> {
+pub struct Spread<S> {
     inner: S,
     max: Duration,
-    seeds: SeedSource,
+    random: RandomSource,
 }
 
-impl<S> Jitter<S> {
+impl<S> Spread<S> {
     /// Wraps `inner`; each request waits a uniform random delay in `[0, max)`.
     pub fn new(inner: S, max: Duration) -> Self {
-        Self::with_source(inner, max, SeedSource::default())
+        Self::drawing_from(inner, max, RandomSource::new())
     }
 
-    pub(crate) fn with_source(inner: S, max: Duration, seeds: SeedSource) -> Self {
-        Self { inner, max, seeds }
+    /// Wraps `inner`, drawing the delays from `random` (a layer's source, shared by its services).
+    pub(super) fn drawing_from(inner: S, max: Duration, random: RandomSource) -> Self {
+        Self { inner, max, random }
     }
 
     /// Makes the sequence of delays deterministic across runs.
     pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seeds = SeedSource::with_seed(seed);
+        self.random = RandomSource::seeded(seed);
         self
+    }
+
+    /// The seed given to [`with_seed`](Self::with_seed), if any.
+    pub fn seed(&self) -> Option<u64> {
+        self.random.seed()
+    }
+
+    /// The exclusive upper bound of the delay.
+    pub fn max(&self) -> Duration {
+        self.max
     }
 
     /// The inner service.
@@ -88,11 +99,11 @@ impl<S> Jitter<S> {
         let Some(below_max) = self.max.checked_sub(Duration::from_nanos(1)) else {
             return Duration::ZERO;
         };
-        uniform(&mut self.seeds.rng(), Duration::ZERO, below_max)
+        uniform(&mut self.random.rng(), Duration::ZERO, below_max)
     }
 }
 
-impl<S, Request> Service<Request> for Jitter<S>
+impl<S, Request> Service<Request> for Spread<S>
 where
     S: Service<Request> + Clone,
 {
@@ -130,11 +141,11 @@ mod tests {
 
     /// The delays a layer seeded with `seed` draws, recomputed independently.
     fn expected_draws(seed: u64, max: Duration, n: usize) -> Vec<Duration> {
-        let seeds = SeedSource::with_seed(seed);
+        let random = RandomSource::seeded(seed);
         (0..n)
             .map(|_| {
                 uniform(
-                    &mut seeds.rng(),
+                    &mut random.rng(),
                     Duration::ZERO,
                     max - Duration::from_nanos(1),
                 )
@@ -151,7 +162,7 @@ mod tests {
             log.lock().unwrap().push((i, Instant::now()));
             ready(Ok::<_, Infallible>(i))
         });
-        let mut service = JitterLayer::new(max).with_seed(77).layer(inner);
+        let mut service = SpreadLayer::new(max).with_seed(77).layer(inner);
         let expected = expected_draws(77, max, 50);
 
         for (i, delay) in expected.iter().enumerate() {
@@ -168,7 +179,10 @@ mod tests {
                 waited <= *delay + Duration::from_millis(1),
                 "request {i}: {waited:?}"
             );
-            assert!(waited < max);
+            // The draw is below `max`; rounded up to the timer's millisecond, the start is at most
+            // `max`.
+            assert!(*delay < max, "request {i}: drew {delay:?}");
+            assert!(waited <= max, "request {i}: {waited:?}");
         }
     }
 
@@ -176,7 +190,7 @@ mod tests {
     async fn delays_spread_across_the_window() {
         let max = Duration::from_secs(1);
         let t0 = Instant::now();
-        let service = JitterLayer::new(max)
+        let service = SpreadLayer::new(max)
             .with_seed(5)
             .layer(service_fn(move |()| {
                 ready(Ok::<_, Infallible>(t0.elapsed()))
@@ -200,7 +214,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn zero_max_calls_at_once() {
         let t0 = Instant::now();
-        let mut service = Jitter::new(
+        let mut service = Spread::new(
             service_fn(move |()| ready(Ok::<_, Infallible>(t0.elapsed()))),
             Duration::ZERO,
         );
@@ -237,7 +251,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_readied_service_makes_the_delayed_call() {
-        let mut service = JitterLayer::new(Duration::from_millis(100))
+        let mut service = SpreadLayer::new(Duration::from_millis(100))
             .with_seed(1)
             .layer(Reserving { reserved: false });
         for i in 0..20 {

@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use rand::rngs::SmallRng;
+
 use super::jittered::{Jittered, JitteredSchedule, Shape};
 use super::uniform;
 
@@ -29,7 +31,7 @@ impl Shape for Decorrelated {
 
     fn next(
         previous: &mut Duration,
-        rng: &mut fastrand::Rng,
+        rng: &mut SmallRng,
         base: Duration,
         cap: Duration,
     ) -> Duration {

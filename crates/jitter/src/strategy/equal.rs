@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use rand::rngs::SmallRng;
+
 use super::jittered::{Jittered, JitteredSchedule, Shape};
 use super::{exponential_ceiling, uniform};
 
@@ -26,7 +28,7 @@ impl Shape for Equal {
         0
     }
 
-    fn next(attempt: &mut u32, rng: &mut fastrand::Rng, base: Duration, cap: Duration) -> Duration {
+    fn next(attempt: &mut u32, rng: &mut SmallRng, base: Duration, cap: Duration) -> Duration {
         let ceiling = exponential_ceiling(base, cap, *attempt);
         *attempt = attempt.saturating_add(1);
         let half = ceiling / 2;

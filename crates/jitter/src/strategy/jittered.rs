@@ -2,9 +2,11 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use rand::rngs::SmallRng;
+use stormguard_classify::random::RandomSource;
+
 use super::{DEFAULT_BASE, DEFAULT_CAP};
 use crate::Backoff;
-use crate::seed::SeedSource;
 
 /// How a randomised strategy draws its delays: the one thing that tells [`FullJitter`],
 /// [`EqualJitter`], [`DecorrelatedJitter`] and [`SmoothDecorrelatedJitter`] apart. Implement it to
@@ -21,13 +23,10 @@ pub trait Shape: Send + Sync + 'static {
     /// The state before the first delay.
     fn start(base: Duration) -> Self::State;
 
-    /// The next delay, never above `cap`; advances `state`.
-    fn next(
-        state: &mut Self::State,
-        rng: &mut fastrand::Rng,
-        base: Duration,
-        cap: Duration,
-    ) -> Duration;
+    /// The next delay, never above `cap`; advances `state`. `rng` is the schedule's own generator,
+    /// from the backoff's [`RandomSource`] (draw with `rand::RngExt`).
+    fn next(state: &mut Self::State, rng: &mut SmallRng, base: Duration, cap: Duration)
+    -> Duration;
 }
 
 /// A randomised backoff of shape `K` growing from `base`, never above `cap`. Use it through its
@@ -37,7 +36,7 @@ pub trait Shape: Send + Sync + 'static {
 pub struct Jittered<K> {
     base: Duration,
     cap: Duration,
-    seeds: SeedSource,
+    random: RandomSource,
     shape: PhantomData<fn() -> K>,
 }
 
@@ -47,15 +46,21 @@ impl<K> Jittered<K> {
         Self {
             base,
             cap,
-            seeds: SeedSource::default(),
+            random: RandomSource::new(),
             shape: PhantomData,
         }
     }
 
-    /// Makes the sequence of schedules deterministic; successive schedules still differ.
+    /// Makes the sequence of schedules deterministic (the same on every run); successive
+    /// schedules still differ. Unseeded, each schedule is seeded from the thread's generator.
     pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seeds = SeedSource::with_seed(seed);
+        self.random = RandomSource::seeded(seed);
         self
+    }
+
+    /// The seed given to [`with_seed`](Self::with_seed), if any.
+    pub fn seed(&self) -> Option<u64> {
+        self.random.seed()
     }
 
     /// The `base` it was built with: the first ceiling for the exponential shapes, the floor for
@@ -78,7 +83,7 @@ impl<K> Clone for Jittered<K> {
         Self {
             base: self.base,
             cap: self.cap,
-            seeds: self.seeds.clone(),
+            random: self.random.clone(),
             shape: PhantomData,
         }
     }
@@ -90,7 +95,7 @@ impl<K> fmt::Debug for Jittered<K> {
             .field("shape", &std::any::type_name::<K>())
             .field("base", &self.base)
             .field("cap", &self.cap)
-            .field("seeds", &self.seeds)
+            .field("random", &self.random)
             .finish()
     }
 }
@@ -100,7 +105,7 @@ impl<K: Shape> Backoff for Jittered<K> {
 
     fn schedule(&self) -> JitteredSchedule<K> {
         JitteredSchedule {
-            rng: self.seeds.rng(),
+            rng: self.random.rng(),
             base: self.base,
             cap: self.cap,
             state: K::start(self.base),
@@ -114,7 +119,7 @@ impl<K: Shape> Backoff for Jittered<K> {
 
 /// One request's delays from a [`Jittered`] backoff. Never ends.
 pub struct JitteredSchedule<K: Shape> {
-    rng: fastrand::Rng,
+    rng: SmallRng,
     base: Duration,
     cap: Duration,
     state: K::State,

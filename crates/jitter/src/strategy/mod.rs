@@ -14,7 +14,7 @@ mod smooth;
 pub use constant::{Constant, ConstantSchedule};
 pub use decorrelated::{Decorrelated, DecorrelatedJitter, DecorrelatedSchedule};
 pub use equal::{Equal, EqualJitter, EqualJitterSchedule};
-pub use exponential::{NoJitter, NoJitterSchedule};
+pub use exponential::{Exponential, ExponentialSchedule};
 pub use full::{Full, FullJitter, FullJitterSchedule};
 pub use jittered::{Jittered, JitteredSchedule, Shape};
 pub use smooth::{
@@ -22,6 +22,9 @@ pub use smooth::{
 };
 
 use std::time::Duration;
+
+use rand::RngExt;
+use rand::rngs::SmallRng;
 
 /// Default first delay of every exponential strategy: 500 ms, the initial retry delay of OpenAI's
 /// official Python and Node SDKs (the AWS SDKs start at 1 s).
@@ -42,11 +45,11 @@ pub(crate) fn exponential_ceiling(base: Duration, cap: Duration, attempt: u32) -
 }
 
 /// A uniform draw from `[low, high]` (inclusive), `low` when `high <= low`.
-pub(crate) fn uniform(rng: &mut fastrand::Rng, low: Duration, high: Duration) -> Duration {
+pub(crate) fn uniform(rng: &mut SmallRng, low: Duration, high: Duration) -> Duration {
     if high <= low {
         return low;
     }
-    from_nanos(rng.u128(low.as_nanos()..=high.as_nanos()))
+    from_nanos(rng.random_range(low.as_nanos()..=high.as_nanos()))
 }
 
 /// `u128` nanoseconds back to a `Duration`, saturating at `Duration::MAX`.

@@ -1,5 +1,8 @@
 use std::time::Duration;
 
+use rand::RngExt;
+use rand::rngs::SmallRng;
+
 use super::jittered::{Jittered, JitteredSchedule, Shape};
 
 /// Steepness of the curve's start: `tanh(sqrt(P * t))` rises from 0 to ~1 within the first retry.
@@ -54,14 +57,14 @@ impl Shape for SmoothDecorrelated {
 
     fn next(
         state: &mut SmoothState,
-        rng: &mut fastrand::Rng,
+        rng: &mut SmallRng,
         base: Duration,
         cap: Duration,
     ) -> Duration {
         if state.attempt > LAST_COMPUTED_ATTEMPT {
             return cap;
         }
-        let t = f64::from(state.attempt) + rng.f64();
+        let t = f64::from(state.attempt) + rng.random::<f64>();
         state.attempt += 1;
         let current = curve(t);
         let increment = current - state.previous;

@@ -4,13 +4,14 @@ use std::task::{Context, Poll, ready};
 
 use http::Response;
 use pin_project_lite::pin_project;
+use stormguard_classify::refusal_response;
 
-use super::{is_success, shed_response};
+use super::{SHED, is_success};
 use crate::RetryBudget;
 
 pin_project! {
-    /// Response future of [`RetryBudgetService`](super::RetryBudgetService): the handler's
-    /// response (depositing it in the budget if it is a success), or the shed response.
+    /// Response future of [`ShedRetries`](super::ShedRetries): the handler's response (depositing
+    /// it in the budget if it is a success), or the refusal of a shed retry.
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,
@@ -26,7 +27,8 @@ pin_project! {
             budget: RetryBudget,
         },
         Shed {
-            grpc_content_type: Option<http::HeaderValue>,
+            // Whether the refusal is a gRPC one.
+            grpc: bool,
         },
     }
 }
@@ -38,10 +40,10 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    /// `grpc_content_type`: the request's gRPC content type, `None` for plain HTTP.
-    pub(super) fn shed(grpc_content_type: Option<http::HeaderValue>) -> Self {
+    /// `grpc`: whether the shed request is a gRPC one.
+    pub(super) fn shed(grpc: bool) -> Self {
         Self {
-            state: State::Shed { grpc_content_type },
+            state: State::Shed { grpc },
         }
     }
 }
@@ -64,9 +66,7 @@ where
                 }
                 Poll::Ready(result)
             }
-            StateProj::Shed { grpc_content_type } => {
-                Poll::Ready(Ok(shed_response(grpc_content_type.clone())))
-            }
+            StateProj::Shed { grpc } => Poll::Ready(Ok(refusal_response(&SHED, *grpc))),
         }
     }
 }

@@ -1,18 +1,18 @@
 use tower_layer::Layer;
 
-use super::RetryBudgetService;
+use super::ShedRetries;
 use crate::RetryBudget;
 
-/// Server-side retry budget: sheds retried requests beyond the budget without calling the
-/// handler. See the [module docs](crate::server) for what is shed and how.
+/// Sheds retried requests beyond the server's retry budget without calling the handler. See the
+/// [module docs](crate::shed) for what is shed and how.
 ///
 /// Cheap to clone; every clone, and every service it builds, shares one [`RetryBudget`].
 #[derive(Clone, Debug, Default)]
-pub struct RetryBudgetLayer {
+pub struct ShedRetriesLayer {
     budget: RetryBudget,
 }
 
-impl RetryBudgetLayer {
+impl ShedRetriesLayer {
     /// A layer drawing on `budget` (which may also be shared with other layers or read for
     /// metrics through [`RetryBudget::snapshot`]).
     pub fn new(budget: RetryBudget) -> Self {
@@ -25,10 +25,10 @@ impl RetryBudgetLayer {
     }
 }
 
-impl<S> Layer<S> for RetryBudgetLayer {
-    type Service = RetryBudgetService<S>;
+impl<S> Layer<S> for ShedRetriesLayer {
+    type Service = ShedRetries<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RetryBudgetService::new(inner, self.budget.clone())
+        ShedRetries::new(inner, self.budget.clone())
     }
 }

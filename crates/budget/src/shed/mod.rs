@@ -1,19 +1,22 @@
 //! Server side: shed retried requests once retries exceed the budget.
 //!
 //! A server behind many clients cannot make them retry less, but it can refuse their retries
-//! cheaply when retries stop being a small fraction of its traffic. [`RetryBudgetLayer`] keeps a
+//! cheaply when retries stop being a small fraction of its traffic. [`ShedRetriesLayer`] keeps a
 //! [`RetryBudget`] of the server's own successes:
 //!
 //! * every response that is a success (2xx, and for gRPC no error `grpc-status` in the headers)
 //!   is deposited;
-//! * every request that says it is a retry (see [`attempt::previous_attempts`]) withdraws one
-//!   retry; when the budget refuses, the request is answered at once, **without calling the
-//!   handler**, with a response that tells the client not to retry again:
+//! * every request that says it is a retry (see [`previous_attempts`]) withdraws one retry; when
+//!   the budget refuses, the request is answered at once, **without calling the handler**, with
+//!   stormguard's one refusal ([`refusal_response`](stormguard_classify::refusal_response) for
+//!   the reason `retry_budget_exhausted`),
+//!   which tells the client not to retry again:
 //!   * HTTP: `503 Service Unavailable` with `x-should-retry: false` (honoured by the official
 //!     OpenAI and Anthropic SDKs and by stormguard's own retry engine);
 //!   * gRPC (request `content-type: application/grpc...`): a trailers-only response, HTTP `200`
-//!     with the request's gRPC content type, `grpc-status: 14` (UNAVAILABLE) and
-//!     `grpc-retry-pushback-ms: -1`, which tells a gRFC A6 client not to retry;
+//!     with `content-type: application/grpc`, `grpc-status: 14` (UNAVAILABLE),
+//!     `grpc-message: retry budget exhausted` and `grpc-retry-pushback-ms: -1`, which tells a
+//!     gRFC A6 client not to retry;
 //! * first attempts are never shed here: they are the traffic the budget exists to protect.
 //!
 //! A handler's errors pass through unchanged (so an axum `Router`, which needs `Infallible`,
@@ -22,13 +25,13 @@
 //! ```
 //! use std::time::Duration;
 //! use axum::{Router, routing::get};
-//! use stormguard_budget::{RetryBudget, RetryBudgetLayer};
+//! use stormguard_budget::{RetryBudget, ShedRetriesLayer};
 //!
 //! // Retries may be at most 10% of recent successes, with no floor.
 //! let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
 //! let app: Router = Router::new()
 //!     .route("/v1/chat/completions", get(|| async { "ok" }))
-//!     .layer(RetryBudgetLayer::new(budget.clone()));
+//!     .layer(ShedRetriesLayer::new(budget.clone()));
 //! # let _ = app;
 //! ```
 
@@ -37,23 +40,27 @@ mod layer;
 
 use std::task::{Context, Poll};
 
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
-use stormguard_classify::{GrpcCode, headers, is_grpc};
+use http::{Request, Response};
+use stormguard_classify::{Outcome, Reason, headers, is_grpc};
 use tower_service::Service;
 
 pub use self::future::ResponseFuture;
-pub use self::layer::RetryBudgetLayer;
-use crate::{RetryBudget, attempt};
+pub use self::layer::ShedRetriesLayer;
+use crate::{RetryBudget, previous_attempts};
 
-/// The service built by [`RetryBudgetLayer`]: passes first attempts and budgeted retries to
+/// What a shed retry is, for [`refusal_response`](stormguard_classify::refusal_response): refused
+/// for the retry budget, and not accepted (the handler never saw it).
+const SHED: Outcome = Outcome::fatal(Reason::RetryBudgetExhausted).with_accepted(false);
+
+/// The service built by [`ShedRetriesLayer`]: passes first attempts and budgeted retries to
 /// `inner`, sheds the other retries, deposits successes.
 #[derive(Clone, Debug)]
-pub struct RetryBudgetService<S> {
+pub struct ShedRetries<S> {
     inner: S,
     budget: RetryBudget,
 }
 
-impl<S> RetryBudgetService<S> {
+impl<S> ShedRetries<S> {
     /// Wrap `inner`, drawing on `budget`.
     pub fn new(inner: S, budget: RetryBudget) -> Self {
         Self { inner, budget }
@@ -80,7 +87,7 @@ impl<S> RetryBudgetService<S> {
     }
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RetryBudgetService<S>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ShedRetries<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: Default,
@@ -94,27 +101,17 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let previous_attempts = attempt::previous_attempts(request.headers());
-        if previous_attempts > 0 && !self.budget.withdraw() {
-            let grpc = grpc_content_type(request.headers());
+        let previous = previous_attempts(request.headers());
+        if previous > 0 && !self.budget.withdraw() {
+            let grpc = is_grpc(request.headers());
             tracing::debug!(
-                previous_attempts,
-                grpc = grpc.is_some(),
+                previous_attempts = previous,
+                grpc,
                 "retry shed: server retry budget exhausted"
             );
             return ResponseFuture::shed(grpc);
         }
         ResponseFuture::called(self.inner.call(request), self.budget.clone())
-    }
-}
-
-/// The request's content type if it is a gRPC request (echoed in the shed response, so gRPC-Web
-/// and `+proto` clients get their own type back).
-fn grpc_content_type(headers: &HeaderMap) -> Option<HeaderValue> {
-    if is_grpc(headers) {
-        headers.get(header::CONTENT_TYPE).cloned()
-    } else {
-        None
     }
 }
 
@@ -129,30 +126,6 @@ fn is_success<B>(response: &Response<B>) -> bool {
             .is_none_or(|status| status.as_bytes().trim_ascii() == b"0")
 }
 
-/// The answer to a shed retry. `grpc_content_type`: the request's gRPC content type, or `None`
-/// for HTTP.
-fn shed_response<B: Default>(grpc_content_type: Option<HeaderValue>) -> Response<B> {
-    let mut response = Response::new(B::default());
-    let grpc = grpc_content_type.is_some();
-    match grpc_content_type {
-        Some(content_type) => {
-            let fields = response.headers_mut();
-            fields.insert(header::CONTENT_TYPE, content_type);
-            fields.insert(
-                headers::GRPC_STATUS,
-                HeaderValue::from(GrpcCode::Unavailable.as_i32()),
-            );
-            fields.insert(
-                headers::GRPC_MESSAGE,
-                HeaderValue::from_static("retry budget exhausted"),
-            );
-        }
-        None => *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE,
-    }
-    headers::mark_do_not_retry(response.headers_mut(), grpc);
-    response
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -161,6 +134,8 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
+    use http::{HeaderValue, StatusCode, header};
+    use stormguard_classify::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
     use tower::{ServiceExt, service_fn};
     use tower_layer::Layer;
 
@@ -171,7 +146,7 @@ mod tests {
     fn app(
         budget: &RetryBudget,
         calls: &Arc<AtomicU32>,
-    ) -> RetryBudgetService<
+    ) -> ShedRetries<
         impl Service<Request<()>, Response = Response<String>, Error = std::convert::Infallible> + Clone,
     > {
         let calls = calls.clone();
@@ -196,13 +171,13 @@ mod tests {
                 Ok(response)
             }
         });
-        RetryBudgetLayer::new(budget.clone()).layer(handler)
+        ShedRetriesLayer::new(budget.clone()).layer(handler)
     }
 
     fn request(path: &str, previous_attempts: Option<&'static str>) -> Request<()> {
         let mut builder = Request::builder().uri(path);
         if let Some(previous) = previous_attempts {
-            builder = builder.header(attempt::X_RETRY_ATTEMPT, previous);
+            builder = builder.header(X_RETRY_ATTEMPT, previous);
         }
         builder.body(()).unwrap()
     }
@@ -300,16 +275,19 @@ mod tests {
         let request = Request::builder()
             .uri("/grpc/")
             .header(header::CONTENT_TYPE, "application/grpc+proto")
-            .header(attempt::GRPC_PREVIOUS_RPC_ATTEMPTS, "1")
+            .header(GRPC_PREVIOUS_RPC_ATTEMPTS, "1")
             .body(())
             .unwrap();
         let shed = send(&mut service, request).await;
         assert_eq!(shed.status(), StatusCode::OK);
-        assert_eq!(
-            shed.headers()[header::CONTENT_TYPE],
-            "application/grpc+proto"
-        );
+        // Every refusal stormguard writes says `application/grpc`, whatever the request's flavour.
+        assert_eq!(shed.headers()[header::CONTENT_TYPE], "application/grpc");
         assert_eq!(shed.headers()[headers::GRPC_STATUS], "14");
+        assert_eq!(
+            shed.headers()[headers::GRPC_MESSAGE],
+            "retry budget exhausted"
+        );
+        assert_eq!(shed.body(), "");
         assert_eq!(shed.headers()[headers::GRPC_RETRY_PUSHBACK_MS], "-1");
         assert_eq!(shed.headers().get(headers::X_SHOULD_RETRY), None);
         assert_eq!(calls.load(Ordering::Relaxed), 0);
@@ -350,7 +328,7 @@ mod tests {
     async fn errors_pass_through_and_do_not_deposit() {
         let budget = RetryBudget::new(Duration::from_secs(10), 0, 1.0);
         let mut service =
-            RetryBudgetLayer::new(budget.clone()).layer(service_fn(|_: Request<()>| async {
+            ShedRetriesLayer::new(budget.clone()).layer(service_fn(|_: Request<()>| async {
                 Err::<Response<String>, _>("connection reset")
             }));
         let error = service

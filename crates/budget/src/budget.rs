@@ -1,15 +1,12 @@
 //! [`RetryBudget`]: retries capped at a ratio of recent successes, shared and lock-free.
 
-mod window;
-
-use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use stormguard_classify::window::{Age, SlidingWindow, Tagged};
 
-use self::window::{Age, Padded, SLICES, Slot};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Default window: deposits and withdrawals count for 10 seconds, as in Finagle's `RetryBudget`,
 /// Linkerd's `retryBudget` and tower's `TpsBudget`. Long enough to smooth a burst of retries over
@@ -41,6 +38,19 @@ const MAX_TTL: Duration = Duration::from_secs(3600);
 /// Largest ratio `new` accepts (tower's `TpsBudget` allows the same range: up to 1000 retries per
 /// success).
 const MAX_RATIO: f32 = 1000.0;
+
+/// Slices the window is cut into: each covers `ttl / 10`, so counts leave the window a tenth of it
+/// at a time.
+const SLICES: usize = 10;
+
+/// The window's counters per slice: successes deposited, retries granted, retries refused.
+const COUNTERS: usize = 3;
+/// Counter of successful responses deposited.
+const DEPOSITS: usize = 0;
+/// Counter of retries granted (and not refunded).
+const WITHDRAWALS: usize = 1;
+/// Counter of retries refused.
+const REJECTED: usize = 2;
 
 /// Fixed-point unit: one retry costs a million units, a success earns `ratio` million units. Exact
 /// for any ratio with up to 6 decimals; otherwise each deposit is rounded by at most half a unit,
@@ -91,9 +101,8 @@ pub struct BudgetSnapshot {
 }
 
 struct Shared {
-    /// Epoch 0 starts here; epoch `n` covers `[start + n × slice, start + (n + 1) × slice)`.
-    start: Instant,
-    slice_nanos: u128,
+    /// Deposits, withdrawals and refusals per slice of `ttl / 10`.
+    window: SlidingWindow<COUNTERS>,
     /// Units one success earns (`ratio × UNIT`, rounded).
     deposit_units: u128,
     /// Units the floor grants per window (`min_per_sec × ttl × UNIT`).
@@ -104,8 +113,7 @@ struct Shared {
     /// The latest epoch any withdrawal has worked in. Only moves forward. A withdrawal that finds
     /// it moved past its own epoch after counting itself takes the withdrawal back (see
     /// `withdraw`).
-    latest: Padded<AtomicU64>,
-    slots: [Slot; SLICES],
+    latest: AtomicU64,
     ttl: Duration,
     min_per_sec: u32,
     ratio: f32,
@@ -123,15 +131,6 @@ pub struct Withdrawal {
     epoch: u64,
     /// Which budget granted it ([`Shared::id`]).
     budget: u64,
-}
-
-/// The sums over the window that ends at one epoch.
-#[derive(Clone, Copy, Debug, Default)]
-struct WindowSums {
-    deposits: u64,
-    /// Withdrawals in the window's earlier slices (the current one is read separately).
-    earlier_withdrawals: u64,
-    rejected: u64,
 }
 
 impl RetryBudget {
@@ -152,13 +151,12 @@ impl RetryBudget {
         // min_per_sec × ttl retries, each worth UNIT = 1e6: min_per_sec × ttl in microseconds.
         let reserve_units = u128::from(min_per_sec) * ttl.as_micros();
         Self(Arc::new(Shared {
-            start: Instant::now(),
-            slice_nanos: (ttl / SLICES as u32).as_nanos().max(1),
+            // Slices of at least a millisecond, as the window requires: `ttl` is at least 10 ms.
+            window: SlidingWindow::new(ttl, SLICES),
             deposit_units,
             reserve_units,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            latest: Padded(AtomicU64::new(0)),
-            slots: Default::default(),
+            latest: AtomicU64::new(0),
             ttl,
             min_per_sec,
             ratio,
@@ -167,9 +165,8 @@ impl RetryBudget {
 
     /// Record one successful response. Call it for successes only, not for every request.
     pub fn deposit(&self) {
-        let shared = &*self.0;
-        let epoch = shared.epoch_now();
-        shared.slot(epoch).deposits.0.increment(epoch);
+        let window = &self.0.window;
+        window.add(window.epoch_now(), DEPOSITS);
     }
 
     /// Ask for one retry. `true`: it is granted and counted. `false`: the budget is spent, nothing
@@ -200,30 +197,22 @@ impl RetryBudget {
         // Only the slice the grant was counted in, and only while it still holds that epoch: a
         // refund can never lower another slice's count, so it can never let the window hold more
         // than it granted.
-        self.0.slot(epoch).retries.0.withdrawals.decrement(epoch);
+        self.0.window.counter(epoch, WITHDRAWALS).decrement(epoch);
     }
 
     /// The current balance and the window's counts.
     pub fn snapshot(&self) -> BudgetSnapshot {
         let shared = &*self.0;
-        let epoch = shared
-            .epoch_now()
-            .max(shared.latest.0.load(Ordering::SeqCst));
-        let sums = shared.sums(epoch);
-        let current = shared
-            .slot(epoch)
-            .retries
-            .0
-            .withdrawals
-            .load()
-            .count_at(epoch);
-        let withdrawals = sums.earlier_withdrawals + u64::from(current);
+        let window = &shared.window;
+        let epoch = window.epoch_now().max(shared.latest.load(Ordering::SeqCst));
+        let deposits = window.sum(epoch, DEPOSITS);
+        let withdrawals = window.sum(epoch, WITHDRAWALS);
         BudgetSnapshot {
-            balance: u64::try_from(shared.available_units(sums.deposits, withdrawals) / UNIT)
+            balance: u64::try_from(shared.available_units(deposits, withdrawals) / UNIT)
                 .unwrap_or(u64::MAX),
-            deposits: sums.deposits,
+            deposits,
             withdrawals,
-            rejected: sums.rejected,
+            rejected: window.sum(epoch, REJECTED),
         }
     }
 
@@ -274,38 +263,10 @@ impl tower::retry::budget::Budget for RetryBudget {
 }
 
 impl Shared {
-    fn epoch_now(&self) -> u64 {
-        let elapsed = Instant::now().saturating_duration_since(self.start);
-        u64::try_from(elapsed.as_nanos() / self.slice_nanos).unwrap_or(u64::MAX)
-    }
-
-    fn slot(&self, epoch: u64) -> &Slot {
-        // The remainder is below SLICES, so the cast is lossless.
-        &self.slots[(epoch % SLICES as u64) as usize]
-    }
-
     /// Announce that a withdrawal works in `epoch`; returns the epoch to work in (the latest any
     /// withdrawal has announced, which is never before this one).
     fn claim(&self, epoch: u64) -> u64 {
-        self.latest.0.fetch_max(epoch, Ordering::SeqCst).max(epoch)
-    }
-
-    /// Sums over the window ending at `epoch`, leaving out that epoch's own withdrawals.
-    fn sums(&self, epoch: u64) -> WindowSums {
-        let mut sums = WindowSums::default();
-        for back in 0..SLICES as u64 {
-            let Some(slice) = epoch.checked_sub(back) else {
-                break;
-            };
-            let slot = self.slot(slice);
-            sums.deposits += u64::from(slot.deposits.0.load().count_at(slice));
-            sums.rejected += u64::from(slot.retries.0.rejected.load().count_at(slice));
-            if back > 0 {
-                sums.earlier_withdrawals +=
-                    u64::from(slot.retries.0.withdrawals.load().count_at(slice));
-            }
-        }
-        sums
+        self.latest.fetch_max(epoch, Ordering::SeqCst).max(epoch)
     }
 
     /// Units left after `withdrawals` retries against `deposits` successes plus the floor.
@@ -329,7 +290,8 @@ impl Shared {
     /// summed it. `latest` closes that gap. Every withdrawal first raises `latest` to its epoch,
     /// then sums, then does its CAS, then reads `latest` again; if `latest` is still its epoch the
     /// grant stands, otherwise it takes its count back and starts over in the newer epoch. All
-    /// these operations are `SeqCst`, so they sit in one total order. Take a withdrawal `Y` that
+    /// these operations are `SeqCst` (the window's counters use `SeqCst` throughout), so they sit
+    /// in one total order. Take a withdrawal `Y` that
     /// stands in epoch `e` and a withdrawal `X` in a later epoch `f` whose window covers `e`: `Y`
     /// read `latest == e` after its CAS, `X` raised `latest` to `f > e` before summing, and
     /// `latest` only grows, so `Y`'s CAS precedes `X`'s sum and `X` counted `Y`. If `X`'s sum
@@ -346,9 +308,9 @@ impl Shared {
     /// and a restart only happens because the clock moved to a later slice.
     /// Returns the epoch the grant was counted in.
     fn withdraw(&self) -> Option<u64> {
-        let mut epoch = self.claim(self.epoch_now());
+        let mut epoch = self.claim(self.window.epoch_now());
         loop {
-            let withdrawals = &self.slot(epoch).retries.0.withdrawals;
+            let withdrawals = self.window.counter(epoch, WITHDRAWALS);
             let current = withdrawals.load();
             let held = match current.age(epoch) {
                 Age::Current(count) => count,
@@ -359,19 +321,19 @@ impl Shared {
                     continue;
                 }
             };
-            let sums = self.sums(epoch);
-            let after = sums.earlier_withdrawals + u64::from(held) + 1;
+            let deposits = self.window.sum(epoch, DEPOSITS);
+            let after = self.window.sum_before(epoch, WITHDRAWALS) + u64::from(held) + 1;
             let fits = held < u32::MAX
                 && UNIT * u128::from(after)
-                    <= self.reserve_units + self.deposit_units * u128::from(sums.deposits);
+                    <= self.reserve_units + self.deposit_units * u128::from(deposits);
             if !fits {
-                self.slot(epoch).retries.0.rejected.increment(epoch);
+                self.window.add(epoch, REJECTED);
                 return None;
             }
-            if !withdrawals.swap_if(current, window::Tagged::new(epoch, held + 1)) {
+            if !withdrawals.swap_if(current, Tagged::new(epoch, held + 1)) {
                 continue;
             }
-            let latest = self.latest.0.load(Ordering::SeqCst);
+            let latest = self.latest.load(Ordering::SeqCst);
             if latest == epoch {
                 return Some(epoch);
             }
