@@ -24,9 +24,13 @@
 //! With K = 2 (the book's value) nothing is dropped while the backend accepts at least half of
 //! what it receives, and under overload the client settles at sending K times what the backend
 //! accepts. A local drop fails fast with [`Throttled`], is never retried, and never reaches the
-//! backend. "Accepted" comes from the classifier
+//! backend; it carries its outcome (fatal, [`Reason::Throttled`](stormguard_classify::Reason),
+//! not accepted) as a [`Failure`](stormguard_classify::Failure) in its source chain, so every
+//! stormguard classifier recognises it. "Accepted" comes from the classifier
 //! ([`Outcome::is_accepted`](stormguard_classify::Outcome::is_accepted)), not from success: a 400
-//! is an accept; a 503, a 429 or a timeout is not.
+//! is an accept, and so is a 429 whose body says `insufficient_quota` (the backend answered: the
+//! quota is spent); a 503, a 429 rate limit or a timeout is not. The layer reads a failed
+//! response's error body to tell them apart, as the retry engine does.
 //!
 //! A drop is counted when it happens; a request that was sent is counted when its outcome is
 //! recorded. The book counts it when it is sent; with answers that take seconds (LLM
@@ -47,9 +51,9 @@
 //!   backend recovers, only the few requests that pass can see it, each accept lets only about K
 //!   more through, and the drops themselves keep `requests` high, so the pass rate compounds back
 //!   slowly. With the two-minute window, a client at 1,000 requests per second that lived through
-//!   a 10 s outage stays above 5% drops for about 520 s (measured).
+//!   a 10 s outage stays above 5% drops for about 610 s (measured).
 //!
-//! The defaults ([`AdaptiveThrottle::default`]) handle both:
+//! The defaults ([`ThrottleConfig::default`]) handle both:
 //!
 //! - a **2 s window** in 20 slices of 100 ms. Counts age out slice by slice, with no reset. A
 //!   total outage after healthy traffic starts dropping after 1 s and reaches the cap after 1.9 s;
@@ -69,25 +73,29 @@
 //!
 //! Measured for a client offering 1,000 requests per second, 20 s healthy, then a 10 s total
 //! outage, then healthy (this crate's `two_speeds` tests): in the outage's first second every
-//! request reaches the backend, in its second 46%, and from its third second on 0.5% to 1.5%
-//! (1,533 of the outage's 10,000 requests in all). After the recovery, the drop probability is
-//! below 5% for good after 1.4 s: the recovery run needs about a second of 1% probes to see ten
-//! accepts. Without the run, the same window and cap take 5.4 to 7.6 s to compound back (20
-//! seeds).
+//! request reaches the backend, in its second 45%, and from its third second on 0.4% to 1.3%
+//! (1,531 of the outage's 10,000 requests in all; 1,511 to 1,571 over 20 seeds). After the
+//! recovery, the drop probability is below 5% for good after 1.1 s: the recovery run needs about
+//! a second of 1% probes to see ten accepts. Without the run, the same window and cap take 5.7 to
+//! 8.6 s to compound back (20 seeds).
 //!
 //! The trade-offs: the short window remembers only the last 2 s, so the throttle follows a change
 //! of regime within seconds but does not smooth over longer cycles; an outage costs the backend
 //! its first 1 to 2 s of traffic and 1% afterwards; and recovery time follows the probe rate, 1%
 //! of the offered load. Over 20 seeds, a client at 10,000 requests per second is back within
-//! 0.2 s, one at 1,000 within 0.4 to 1.8 s, one at 100 (one probe per second) within 1 to 9 s.
-//! Change any of it with [`AdaptiveThrottle::new`] and the `with_*` options.
+//! 0.2 s, one at 1,000 within 0.7 to 2.3 s (1 s median over 100 seeds), one at 100 (one probe
+//! per second) within 2 to 9 s.
+//! Change any of it with the `with_*` methods of [`ThrottleConfig`], before the throttle is made:
+//! a throttle's settings are fixed, and shared by all its clones.
 //!
 //! # Example
 //!
 //! ```
-//! use stormguard_adaptive_throttle::{AdaptiveThrottle, Throttled};
+//! use std::time::Duration;
+//! use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, Throttled};
 //!
-//! let throttle = AdaptiveThrottle::default();
+//! let config = ThrottleConfig::default().with_window(Duration::from_secs(5));
+//! let throttle = AdaptiveThrottle::new(config);
 //! match throttle.try_acquire() {
 //!     Ok(()) => {
 //!         // ... send the request, then tell the throttle whether the backend accepted it:
@@ -98,29 +106,36 @@
 //! let snapshot = throttle.snapshot();
 //! assert_eq!((snapshot.requests, snapshot.accepts), (1, 1));
 //! assert_eq!(snapshot.probability, 0.0);
+//! assert_eq!(snapshot.window, Duration::from_secs(5));
 //! ```
 //!
 //! As a layer, with the throttle shared so that its numbers can be watched:
 //!
 //! ```
 //! use stormguard_adaptive_throttle::{AdaptiveThrottle, AdaptiveThrottleLayer};
-//! use tower::ServiceBuilder;
+//! use tower::{ServiceBuilder, ServiceExt};
 //!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), stormguard_classify::BoxError> {
 //! let throttle = AdaptiveThrottle::default();
 //! let service = ServiceBuilder::new()
 //!     .layer(AdaptiveThrottleLayer::new(throttle.clone()))
 //!     .service_fn(|_request: http::Request<String>| async {
 //!         Ok::<_, std::convert::Infallible>(http::Response::new(String::from("ok")))
 //!     });
-//! # drop(service);
-//! println!("drop probability: {}", throttle.probability());
+//! let response = service.oneshot(http::Request::new(String::new())).await?;
+//! assert_eq!(response.status(), 200);
+//! assert_eq!(throttle.snapshot().accepts, 1);
+//! # Ok(())
+//! # }
 //! ```
 
+mod config;
 mod error;
 mod service;
 mod throttle;
-mod window;
 
+pub use config::ThrottleConfig;
 pub use error::Throttled;
 pub use service::{AdaptiveThrottleLayer, AdaptiveThrottleService, ResponseFuture};
 pub use throttle::{AdaptiveThrottle, ThrottleSnapshot};

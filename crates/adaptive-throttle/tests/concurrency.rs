@@ -9,7 +9,7 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleSnapshot};
+use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, ThrottleSnapshot};
 
 const THREADS: usize = 4;
 const PER_THREAD: u64 = 50_000;
@@ -88,7 +88,11 @@ fn hammer(
 /// the 2 s window).
 #[test]
 fn counts_are_exact_under_contention() {
-    let throttle = AdaptiveThrottle::new(2.0, Duration::from_secs(2));
+    let throttle = AdaptiveThrottle::new(
+        ThrottleConfig::default()
+            .with_k(2.0)
+            .with_window(Duration::from_secs(2)),
+    );
     let (counted, snapshot) = hammer(&throttle, Duration::from_millis(1_500), |i| i % 3 != 0);
     assert!(counted.attempts >= THREADS as u64 * PER_THREAD);
     assert_eq!(counted.passed, counted.attempts);
@@ -107,7 +111,7 @@ fn drops_are_counted_exactly_under_contention() {
     assert_eq!(snapshot.accepts, 0);
     assert_eq!(
         snapshot.probability,
-        AdaptiveThrottle::DEFAULT_MAX_PROBABILITY
+        ThrottleConfig::DEFAULT_MAX_PROBABILITY
     );
     // Once past the minimum rate (10 requests) everything is drawn at 99%.
     let passed = counted.passed as f64 / counted.attempts as f64;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleSnapshot};
+use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, ThrottleSnapshot};
 
 const TICK: Duration = Duration::from_millis(1);
 
@@ -76,9 +76,13 @@ async fn dead_backend(throttle: &AdaptiveThrottle, cap: f64, seconds: u32) -> Ta
 /// per window (`1 / (requests + 1)` of 2,000 requests), i.e. about 0.05% of the offered load.
 #[tokio::test(start_paused = true)]
 async fn dead_backend_gets_what_the_plain_formula_lets_through() {
-    let throttle = AdaptiveThrottle::new(2.0, Duration::from_secs(2))
-        .with_max_probability(1.0)
-        .with_seed(1);
+    let throttle = AdaptiveThrottle::new(
+        ThrottleConfig::default()
+            .with_k(2.0)
+            .with_window(Duration::from_secs(2))
+            .with_max_probability(1.0)
+            .with_seed(1),
+    );
     let tally = dead_backend(&throttle, 1.0, 60).await;
     tally.assert_matches("plain formula, dead backend, 58 s");
     assert!(tally.sent / 58_000.0 < 0.001, "{}", tally.sent);
@@ -91,8 +95,8 @@ async fn dead_backend_gets_what_the_plain_formula_lets_through() {
 /// recover.
 #[tokio::test(start_paused = true)]
 async fn dead_backend_gets_one_percent_under_the_default_cap() {
-    let throttle = AdaptiveThrottle::default().with_seed(2);
-    let tally = dead_backend(&throttle, AdaptiveThrottle::DEFAULT_MAX_PROBABILITY, 60).await;
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(2));
+    let tally = dead_backend(&throttle, ThrottleConfig::DEFAULT_MAX_PROBABILITY, 60).await;
     tally.assert_matches("default cap, dead backend, 58 s");
     let fraction = tally.sent / 58_000.0;
     assert!((0.008..0.012).contains(&fraction), "{fraction}");
@@ -102,9 +106,11 @@ async fn dead_backend_gets_one_percent_under_the_default_cap() {
 /// Envoy's default cap of 80% lets a fifth of the offered load through to a dead backend.
 #[tokio::test(start_paused = true)]
 async fn a_cap_of_eighty_percent_sends_a_fifth() {
-    let throttle = AdaptiveThrottle::default()
-        .with_max_probability(0.8)
-        .with_seed(3);
+    let throttle = AdaptiveThrottle::new(
+        ThrottleConfig::default()
+            .with_max_probability(0.8)
+            .with_seed(3),
+    );
     let tally = dead_backend(&throttle, 0.8, 20).await;
     tally.assert_matches("cap 0.8, dead backend, 18 s");
     let fraction = tally.sent / 18_000.0;
@@ -115,7 +121,7 @@ async fn a_cap_of_eighty_percent_sends_a_fifth() {
 /// is dropped, however long it lasts.
 #[tokio::test(start_paused = true)]
 async fn half_accepted_drops_nothing() {
-    let throttle = AdaptiveThrottle::default().with_seed(4);
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(4));
     for ms in 0_u32..60_000 {
         assert!(throttle.try_acquire().is_ok(), "dropped at {ms} ms");
         // Every other request is accepted, starting with the first.
@@ -133,7 +139,7 @@ async fn half_accepted_drops_nothing() {
 /// drops `(1000 - 2 * 200) / 1000` = 60% locally.
 #[tokio::test(start_paused = true)]
 async fn overload_settles_at_k_times_the_accepted_rate() {
-    let throttle = AdaptiveThrottle::default().with_seed(5);
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(5));
     // Token bucket: 0.2 tokens per millisecond, at most ten banked.
     let mut tokens = 0.0_f64;
     let (mut sent, mut accepted, mut p_sum) = (0_u32, 0_u32, 0.0);
@@ -175,7 +181,7 @@ async fn overload_settles_at_k_times_the_accepted_rate() {
 #[tokio::test(start_paused = true)]
 async fn nothing_is_dropped_below_the_minimum_rate() {
     // 4 requests per second (8 in the 2 s window) against the default minimum of 5 per second.
-    let slow = AdaptiveThrottle::default().with_seed(6);
+    let slow = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(6));
     for i in 0..400 {
         assert!(slow.try_acquire().is_ok(), "request {i} dropped at 4 req/s");
         slow.record(false);
@@ -185,7 +191,7 @@ async fn nothing_is_dropped_below_the_minimum_rate() {
     assert!((7..=8).contains(&slow.snapshot().requests));
 
     // 20 requests per second: about 40 in the window, all failed, P_drop = n / (n + 1).
-    let fast = AdaptiveThrottle::default().with_seed(6);
+    let fast = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(6));
     let mut dropped = 0;
     for _ in 0..400 {
         if fast.try_acquire().is_ok() {
@@ -203,7 +209,8 @@ async fn nothing_is_dropped_below_the_minimum_rate() {
     assert!(dropped > 300, "{dropped}");
 
     // The same slow traffic with no minimum rate: n failed in the window, P_drop = n / (n + 1).
-    let no_minimum = AdaptiveThrottle::default().with_min_rate(0.0).with_seed(6);
+    let no_minimum =
+        AdaptiveThrottle::new(ThrottleConfig::default().with_min_rate(0.0).with_seed(6));
     for _ in 0..20 {
         if no_minimum.try_acquire().is_ok() {
             no_minimum.record(false);
@@ -220,9 +227,11 @@ async fn nothing_is_dropped_below_the_minimum_rate() {
 #[tokio::test(start_paused = true)]
 async fn seeded_throttles_drop_the_same_requests() {
     async fn drops(seed: u64) -> Vec<bool> {
-        let throttle = AdaptiveThrottle::default()
-            .with_max_probability(0.5)
-            .with_seed(seed);
+        let throttle = AdaptiveThrottle::new(
+            ThrottleConfig::default()
+                .with_max_probability(0.5)
+                .with_seed(seed),
+        );
         let mut drops = Vec::new();
         for _ in 0..5_000 {
             let dropped = throttle.try_acquire().is_err();

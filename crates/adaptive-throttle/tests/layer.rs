@@ -4,14 +4,22 @@
 
 use std::convert::Infallible;
 use std::future::poll_fn;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use stormguard_adaptive_throttle::{AdaptiveThrottle, AdaptiveThrottleLayer, Throttled};
-use stormguard_classify::{BoxError, Classify, LlmClassifier, MakeClassify, Outcome};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use stormguard_adaptive_throttle::{
+    AdaptiveThrottle, AdaptiveThrottleLayer, ThrottleConfig, Throttled,
+};
+use stormguard_classify::{
+    BoxError, Classify, ERROR_BODY_LIMIT, LlmClassifier, MakeClassify, Outcome, Reason,
+};
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -21,15 +29,37 @@ const TICK: Duration = Duration::from_millis(1);
 fn backend(
     status: StatusCode,
     seen: Arc<AtomicU32>,
-) -> impl Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone {
+) -> impl Service<Request<String>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
+    answering(status, "backend body", seen)
+}
+
+/// A backend that answers every request with `status` and `body` (labelled
+/// `application/json`), and counts the requests it saw.
+fn answering(
+    status: StatusCode,
+    body: &'static str,
+    seen: Arc<AtomicU32>,
+) -> impl Service<Request<String>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
     service_fn(move |_request: Request<String>| {
         seen.fetch_add(1, Ordering::Relaxed);
         async move {
-            let mut response = Response::new(String::from("backend body"));
-            *response.status_mut() = status;
+            let response = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .unwrap();
             Ok::<_, Infallible>(response)
         }
     })
+}
+
+/// The whole body of a response, as the caller reads it.
+async fn read_body<B>(body: B) -> Bytes
+where
+    B: Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    body.collect().await.unwrap().to_bytes()
 }
 
 /// What a second of 1,000 requests per second through a service looked like.
@@ -42,7 +72,7 @@ struct Tally {
 
 async fn offer<S>(service: &mut S, requests: u32) -> Tally
 where
-    S: Service<Request<String>, Response = Response<String>, Error = BoxError>,
+    S: Service<Request<String>, Error = BoxError>,
 {
     let mut tally = Tally::default();
     for _ in 0..requests {
@@ -67,7 +97,7 @@ where
 #[tokio::test(start_paused = true)]
 async fn a_dead_backend_is_spared() {
     let seen = Arc::new(AtomicU32::new(0));
-    let throttle = AdaptiveThrottle::default().with_seed(1);
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(1));
     let mut service = AdaptiveThrottleLayer::new(throttle.clone())
         .layer(backend(StatusCode::SERVICE_UNAVAILABLE, seen.clone()));
 
@@ -100,12 +130,12 @@ async fn accepted_comes_from_the_classifier() {
         (StatusCode::INTERNAL_SERVER_ERROR, true),
     ] {
         let seen = Arc::new(AtomicU32::new(0));
-        let throttle = AdaptiveThrottle::default().with_seed(2);
+        let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(2));
         let mut service = AdaptiveThrottleLayer::new(throttle.clone()).layer(backend(status, seen));
         let tally = offer(&mut service, 3_000).await;
         assert_eq!(tally.throttled > 0, drops, "{status}: {tally:?}");
-        let accepted = LlmClassifier::default()
-            .classify_response(
+        let accepted = LlmClassifier
+            .classify_http(
                 &Response::builder()
                     .status(status)
                     .body(())
@@ -123,9 +153,9 @@ async fn accepted_comes_from_the_classifier() {
 /// handed back unchanged.
 #[tokio::test(start_paused = true)]
 async fn errors_are_classified_and_passed_through() {
-    let throttle = AdaptiveThrottle::default().with_seed(3);
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(3));
     let refused = service_fn(|_request: Request<String>| async {
-        Err::<Response<String>, _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+        Err::<Response<Full<Bytes>>, _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
     });
     let mut service = AdaptiveThrottleLayer::new(throttle.clone()).layer(refused);
     let mut refused_errors = 0;
@@ -160,38 +190,107 @@ struct BodyWatcher {
 }
 
 impl Classify for BodyWatcher {
-    fn classify_response(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
+    fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
         self.longest_body
             .fetch_max(body.len() as u64, Ordering::Relaxed);
         self.responses.fetch_add(1, Ordering::Relaxed);
-        LlmClassifier::default().classify_response(parts, body)
+        LlmClassifier.classify_http(parts, body)
     }
 
     fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Outcome {
-        LlmClassifier::default().classify_error(error)
+        LlmClassifier.classify_error(error)
     }
 }
 
-/// The layer classifies the head only (an empty body), and the caller gets the response, body
-/// and all, untouched.
+/// A success is classified from its head alone (an empty body), its body untouched; a failure
+/// from its head and the start of its body (at most `ERROR_BODY_LIMIT` bytes). Either way the
+/// caller reads the whole body, every byte as the backend sent it.
 #[tokio::test(start_paused = true)]
-async fn classification_reads_the_head_only() {
-    let watcher = BodyWatcher::default();
-    let seen = Arc::new(AtomicU32::new(0));
-    let mut service = AdaptiveThrottleLayer::new(AdaptiveThrottle::default())
-        .with_classifier(watcher.clone())
-        .layer(backend(StatusCode::BAD_GATEWAY, seen));
-    let response = service
-        .ready()
-        .await
-        .unwrap()
-        .call(Request::new(String::new()))
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(response.body(), "backend body");
-    assert_eq!(watcher.responses.load(Ordering::Relaxed), 1);
-    assert_eq!(watcher.longest_body.load(Ordering::Relaxed), 0);
+async fn error_bodies_are_read_to_classify_and_handed_on_whole() {
+    let long_error: &'static str = "x".repeat(100 * 1024).leak();
+    for (status, body, read) in [
+        (StatusCode::OK, "generated", 0),
+        (StatusCode::BAD_GATEWAY, "backend body", 12),
+        (StatusCode::BAD_GATEWAY, long_error, ERROR_BODY_LIMIT as u64),
+    ] {
+        let watcher = BodyWatcher::default();
+        let seen = Arc::new(AtomicU32::new(0));
+        let mut service = AdaptiveThrottleLayer::new(AdaptiveThrottle::default())
+            .with_classifier(watcher.clone())
+            .layer(answering(status, body, seen));
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(String::new()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status);
+        assert_eq!(response.body().was_read(), read > 0, "{status}");
+        assert_eq!(read_body(response.into_body()).await, body.as_bytes());
+        assert_eq!(watcher.responses.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            watcher.longest_body.load(Ordering::Relaxed),
+            read,
+            "{status}"
+        );
+    }
+}
+
+/// OpenAI's answer when the account's quota is spent ("Error codes" page of the OpenAI API
+/// reference): a 429, like a rate limit, but final.
+const OPENAI_QUOTA: &str = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+
+/// OpenAI's rate limit: a 429 that a later request may pass.
+const OPENAI_RATE_LIMIT: &str = r#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+
+/// The layer judges a response by its error body, as the retry engine does: a 429 whose body says
+/// `insufficient_quota` is an accept (the backend answered: the quota is spent, and throttling
+/// would only hide that answer behind local drops), a 429 rate limit is a rejection. The caller
+/// reads the body the backend sent.
+#[tokio::test(start_paused = true)]
+async fn a_quota_429_is_an_accept_and_a_rate_limit_429_is_not() {
+    for (body, accepted) in [(OPENAI_QUOTA, true), (OPENAI_RATE_LIMIT, false)] {
+        let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(10));
+        let seen = Arc::new(AtomicU32::new(0));
+        let mut service = AdaptiveThrottleLayer::new(throttle.clone()).layer(answering(
+            StatusCode::TOO_MANY_REQUESTS,
+            body,
+            seen.clone(),
+        ));
+
+        // One call: one request, accepted or not.
+        let response = service
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(String::new()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(read_body(response.into_body()).await, body.as_bytes());
+        let snapshot = throttle.snapshot();
+        assert_eq!(
+            (snapshot.requests, snapshot.accepts),
+            (1, u64::from(accepted)),
+            "{body}"
+        );
+
+        // Three seconds at 1,000 requests per second: quota answers are never throttled, rate
+        // limits are.
+        let tally = offer(&mut service, 3_000).await;
+        assert_eq!(tally.other_errors, 0);
+        if accepted {
+            assert_eq!((tally.responses, tally.throttled), (3_000, 0));
+            let snapshot = throttle.snapshot();
+            assert_eq!(snapshot.requests, snapshot.accepts);
+            assert_eq!(snapshot.probability, 0.0);
+        } else {
+            assert!(tally.throttled > 2_000, "{tally:?}");
+            assert_eq!(throttle.snapshot().accepts, 0);
+        }
+        assert_eq!(seen.load(Ordering::Relaxed), 1 + tally.responses);
+    }
 }
 
 /// Counts every answer as accepted.
@@ -199,7 +298,7 @@ async fn classification_reads_the_head_only() {
 struct Lenient;
 
 impl Classify for Lenient {
-    fn classify_response(&self, _parts: &http::response::Parts, _body: &[u8]) -> Outcome {
+    fn classify_http(&self, _parts: &http::response::Parts, _body: &[u8]) -> Outcome {
         Outcome::success()
     }
 
@@ -219,10 +318,10 @@ enum Picked {
 }
 
 impl Classify for Picked {
-    fn classify_response(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
+    fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
         match self {
-            Self::Lenient(c) => c.classify_response(parts, body),
-            Self::Llm(c) => c.classify_response(parts, body),
+            Self::Lenient(c) => c.classify_http(parts, body),
+            Self::Llm(c) => c.classify_http(parts, body),
         }
     }
 
@@ -241,7 +340,7 @@ impl MakeClassify for ByPath {
         if request.uri().path() == "/batch" {
             Picked::Lenient(Lenient)
         } else {
-            Picked::Llm(LlmClassifier::default())
+            Picked::Llm(LlmClassifier)
         }
     }
 }
@@ -251,7 +350,7 @@ impl MakeClassify for ByPath {
 #[tokio::test(start_paused = true)]
 async fn the_classifier_can_be_picked_per_request() {
     for (path, accepted) in [("/batch", true), ("/v1/chat/completions", false)] {
-        let throttle = AdaptiveThrottle::default().with_seed(6);
+        let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(6));
         let seen = Arc::new(AtomicU32::new(0));
         let mut service = AdaptiveThrottleLayer::new(throttle.clone())
             .with_classifier(ByPath)
@@ -273,9 +372,11 @@ async fn the_classifier_can_be_picked_per_request() {
 /// A drop resolves on its first poll, without calling the inner service.
 #[tokio::test(start_paused = true)]
 async fn a_drop_never_reaches_the_backend() {
-    let throttle = AdaptiveThrottle::default()
-        .with_max_probability(1.0)
-        .with_seed(4);
+    let throttle = AdaptiveThrottle::new(
+        ThrottleConfig::default()
+            .with_max_probability(1.0)
+            .with_seed(4),
+    );
     // 100,000 failures in the window: P_drop = 100000 / 100001.
     for _ in 0..100_000 {
         if throttle.try_acquire().is_ok() {
@@ -294,6 +395,10 @@ async fn a_drop_never_reaches_the_backend() {
             error.to_string(),
             "request throttled locally: backend is rejecting"
         );
+        // Any classifier tells what it is without knowing the type: final, never sent.
+        let outcome = LlmClassifier.classify_error(&*error);
+        assert_eq!(outcome.reason(), Reason::Throttled);
+        assert!(outcome.is_fatal() && !outcome.is_accepted());
     }
     assert_eq!(seen.load(Ordering::Relaxed), 0);
     assert!(throttle.snapshot().requests >= 100_100);
@@ -305,7 +410,7 @@ async fn a_drop_never_reaches_the_backend() {
 async fn a_call_dropped_before_it_answers_counts_as_not_accepted() {
     let throttle = AdaptiveThrottle::default();
     let hanging = service_fn(|_request: Request<String>| {
-        std::future::pending::<Result<Response<String>, Infallible>>()
+        std::future::pending::<Result<Response<Full<Bytes>>, Infallible>>()
     });
     let mut service = AdaptiveThrottleLayer::new(throttle.clone()).layer(hanging);
     let mut call = tokio_test::task::spawn(service.call(Request::new(String::new())));
@@ -320,6 +425,49 @@ async fn a_call_dropped_before_it_answers_counts_as_not_accepted() {
     assert_eq!((snapshot.requests, snapshot.accepts), (1, 0));
 }
 
+/// A body whose first frame never comes.
+struct Hanging;
+
+impl Body for Hanging {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Pending
+    }
+}
+
+/// A call dropped while its error body is being read (the backend sent a 503 head, then nothing)
+/// counts once, as a request that was not accepted.
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_while_its_error_body_is_read_counts_as_not_accepted() {
+    let throttle = AdaptiveThrottle::default();
+    let seen = Arc::new(AtomicU32::new(0));
+    let stalled = service_fn({
+        let seen = seen.clone();
+        move |_request: Request<String>| {
+            seen.fetch_add(1, Ordering::Relaxed);
+            async {
+                let mut response = Response::new(Hanging);
+                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                Ok::<_, Infallible>(response)
+            }
+        }
+    });
+    let mut service = AdaptiveThrottleLayer::new(throttle.clone()).layer(stalled);
+    let mut call = tokio_test::task::spawn(service.call(Request::new(String::new())));
+    assert_pending!(call.poll());
+    assert_pending!(call.poll());
+    assert_eq!(seen.load(Ordering::Relaxed), 1, "the backend answered");
+    assert_eq!(throttle.snapshot().requests, 0, "not classified yet");
+    drop(call);
+    let snapshot = throttle.snapshot();
+    assert_eq!((snapshot.requests, snapshot.accepts), (1, 0));
+}
+
 /// Answers that take 5 s (a long generation) do not look like rejections: a client sending 100
 /// requests per second for 30 s, with up to 500 in flight, never drops one.
 #[tokio::test(start_paused = true)]
@@ -327,7 +475,7 @@ async fn slow_answers_do_not_look_like_rejections() {
     let throttle = AdaptiveThrottle::default();
     let slow = service_fn(|_request: Request<String>| async {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        Ok::<_, Infallible>(Response::new(String::from("generated")))
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"generated"))))
     });
     let service = AdaptiveThrottleLayer::new(throttle.clone()).layer(slow);
     let mut calls = Vec::new();
@@ -353,9 +501,9 @@ async fn slow_answers_do_not_look_like_rejections() {
 struct Gate(Arc<AtomicU32>);
 
 impl Service<Request<String>> for Gate {
-    type Response = Response<String>;
+    type Response = Response<Full<Bytes>>;
     type Error = std::io::Error;
-    type Future = std::future::Ready<Result<Response<String>, std::io::Error>>;
+    type Future = std::future::Ready<Result<Response<Full<Bytes>>, std::io::Error>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         match self.0.load(Ordering::Relaxed) {
@@ -366,7 +514,7 @@ impl Service<Request<String>> for Gate {
     }
 
     fn call(&mut self, _request: Request<String>) -> Self::Future {
-        std::future::ready(Ok(Response::new(String::new())))
+        std::future::ready(Ok(Response::new(Full::default())))
     }
 }
 

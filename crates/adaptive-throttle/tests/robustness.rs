@@ -8,7 +8,7 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleSnapshot};
+use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, ThrottleSnapshot};
 
 const THREADS: usize = 4;
 const PER_THREAD: u64 = 40_000;
@@ -69,7 +69,7 @@ fn hammer(
                 while !done.load(Ordering::Relaxed) {
                     let snapshot = throttle.snapshot();
                     let p = snapshot.probability;
-                    if !(0.0..=AdaptiveThrottle::DEFAULT_MAX_PROBABILITY).contains(&p) {
+                    if !(0.0..=ThrottleConfig::DEFAULT_MAX_PROBABILITY).contains(&p) {
                         anomalies.push(format!("probability {p}"));
                     }
                     if snapshot.accepts > snapshot.requests && anomalies.len() < 5 {
@@ -108,7 +108,7 @@ fn hammer(
 /// `accepts == accepted records`, exactly.
 #[test]
 fn requests_are_exactly_drops_plus_records_while_dropping() {
-    let throttle = AdaptiveThrottle::default().with_recovery_run(0);
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_recovery_run(0));
     let (tally, snapshot, anomalies) = hammer(&throttle, 4);
     println!("{tally:?} -> {snapshot:?}");
     assert!(tally.drops > 0, "the throttle never dropped: {tally:?}");
@@ -118,7 +118,7 @@ fn requests_are_exactly_drops_plus_records_while_dropping() {
     // P = (requests - 2 accepts) / (requests + 1), from the exact counts.
     let expected = (snapshot.requests as f64 - 2.0 * snapshot.accepts as f64)
         / (snapshot.requests as f64 + 1.0);
-    let expected = expected.clamp(0.0, AdaptiveThrottle::DEFAULT_MAX_PROBABILITY);
+    let expected = expected.clamp(0.0, ThrottleConfig::DEFAULT_MAX_PROBABILITY);
     assert!((snapshot.probability - expected).abs() < 1e-12);
     let probability_anomalies: Vec<_> = anomalies
         .iter()
@@ -130,13 +130,13 @@ fn requests_are_exactly_drops_plus_records_while_dropping() {
     );
 }
 
-/// A snapshot taken while other threads record never shows more accepts than requests: every
-/// accept is recorded after its request.
+/// A backend that accepts everything is never throttled, however many threads record while
+/// others draw, and a snapshot taken meanwhile never shows more accepts than requests.
 #[test]
 fn concurrent_snapshots_never_show_more_accepts_than_requests() {
     for _ in 0..5 {
         // Everything accepted: requests and accepts grow in lockstep, the tightest case.
-        let throttle = AdaptiveThrottle::default().with_recovery_run(0);
+        let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_recovery_run(0));
         let (tally, snapshot, anomalies) = hammer(&throttle, 1);
         assert_eq!(tally.drops, 0);
         assert_eq!(snapshot.requests, tally.records);

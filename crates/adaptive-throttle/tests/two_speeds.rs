@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use stormguard_adaptive_throttle::AdaptiveThrottle;
+use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig};
+use stormguard_classify::random::RandomSource;
 
 const TICK: Duration = Duration::from_millis(1);
 const PER_SECOND: u32 = 1_000;
@@ -88,7 +89,7 @@ fn print_table(title: &str, seconds: &[(i64, Second)]) {
 /// the outage is never dropped.
 #[tokio::test(start_paused = true)]
 async fn default_cuts_an_outage_within_3_s_and_recovers_within_5_s() {
-    let throttle = AdaptiveThrottle::default().with_seed(7);
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(7));
     let mut table = Vec::new();
 
     for at in -20..0 {
@@ -137,11 +138,15 @@ async fn default_cuts_an_outage_within_3_s_and_recovers_within_5_s() {
 /// The SRE book's plain configuration: K = 2 over two minutes, no cap, no minimum rate, no
 /// recovery run.
 fn plain_two_minutes() -> AdaptiveThrottle {
-    AdaptiveThrottle::new(2.0, Duration::from_secs(120))
-        .with_max_probability(1.0)
-        .with_min_rate(0.0)
-        .with_recovery_run(0)
-        .with_seed(11)
+    AdaptiveThrottle::new(
+        ThrottleConfig::default()
+            .with_k(2.0)
+            .with_window(Duration::from_secs(120))
+            .with_max_probability(1.0)
+            .with_min_rate(0.0)
+            .with_recovery_run(0)
+            .with_seed(11),
+    )
 }
 
 /// With the backend accepting everything, how long until the drop probability is below `below`.
@@ -175,7 +180,7 @@ async fn plain_two_minute_window_stays_blocked_long_after_recovery() {
     let mut blocked = Vec::new();
     for throttle in [
         plain_two_minutes(),
-        AdaptiveThrottle::default().with_seed(11),
+        AdaptiveThrottle::new(ThrottleConfig::default().with_seed(11)),
     ] {
         for _ in 0..10 {
             second(&throttle, |_| false).await;
@@ -203,7 +208,7 @@ async fn plain_two_minute_window_stays_blocked_long_after_recovery() {
 #[tokio::test(start_paused = true)]
 async fn plain_two_minute_window_masks_an_outage_behind_healthy_history() {
     let plain = plain_two_minutes();
-    let default = AdaptiveThrottle::default().with_seed(11);
+    let default = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(11));
     let mut sent_into_outage = Vec::new();
     for throttle in [&plain, &default] {
         for _ in 0..20 {
@@ -232,8 +237,8 @@ async fn plain_two_minute_window_masks_an_outage_behind_healthy_history() {
 /// with 5% of requests not accepted at random, the default throttle drops nothing.
 #[tokio::test(start_paused = true)]
 async fn five_percent_errors_drop_nothing() {
-    let throttle = AdaptiveThrottle::default().with_seed(3);
-    let mut backend = fastrand::Rng::with_seed(5);
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(3));
+    let backend = RandomSource::seeded(5);
     let mut failed = 0;
     for at in 0..60 {
         let s = second(&throttle, |_| {
@@ -284,9 +289,11 @@ impl Client {
 async fn recovery_time_follows_the_probe_rate() {
     let mut measured = Vec::new();
     for (rate, run) in [(100, 10), (1_000, 10), (10_000, 10), (1_000, 0)] {
-        let throttle = AdaptiveThrottle::default()
-            .with_recovery_run(run)
-            .with_seed(13);
+        let throttle = AdaptiveThrottle::new(
+            ThrottleConfig::default()
+                .with_recovery_run(run)
+                .with_seed(13),
+        );
         let mut client = Client::new(rate);
         for ms in 0..30_000 {
             client

@@ -4,110 +4,138 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
+use http_body::Body;
 use pin_project_lite::pin_project;
+use stormguard_classify::body::{ClassifyResponse, ResponseBody, classify_response};
 use stormguard_classify::{BoxError, Classify};
 
 use crate::{AdaptiveThrottle, Throttled};
 
 pin_project! {
-    /// Response future of [`AdaptiveThrottleService`](super::AdaptiveThrottleService): either the
-    /// inner call, whose outcome is recorded with the throttle when it completes, or a local drop
-    /// that resolves at once to a [`Throttled`] error.
+    /// Response future of [`AdaptiveThrottleService`](super::AdaptiveThrottleService): a local
+    /// drop that resolves at once to a [`Throttled`] error, or the inner call, whose outcome is
+    /// recorded with the throttle once the response (with the start of its body, for a failure)
+    /// or the error is classified.
     ///
-    /// A call dropped before it completes (a deadline ran out, the caller gave up) is recorded as
-    /// not accepted: a backend that hangs must not look healthy.
-    pub struct ResponseFuture<F, C> {
+    /// A call dropped before it is recorded (a deadline ran out, the caller gave up, while
+    /// waiting for the backend or while reading its error body) is recorded as not accepted: a
+    /// backend that hangs must not look healthy.
+    pub struct ResponseFuture<F, C, RB>
+    where
+        RB: Body,
+    {
         #[pin]
-        kind: Kind<F, C>,
+        state: State<F, C, RB>,
+        // The outcome still owed to the throttle.
+        pending: Pending,
     }
 }
 
 pin_project! {
-    #[project = KindProj]
-    enum Kind<F, C> {
-        Called {
+    #[project = StateProj]
+    enum State<F, C, RB>
+    where
+        RB: Body,
+    {
+        // Dropped locally: the inner service was never called.
+        Dropped,
+        // Waiting for the inner service.
+        Calling {
             #[pin]
             future: F,
-            outcome: PendingOutcome<C>,
+            classifier: C,
         },
-        Dropped,
+        // Reading the start of a failed response's body to classify it.
+        Classifying {
+            classify: ClassifyResponse<RB, C>,
+        },
     }
 }
 
-/// The outcome still owed to the throttle for a request it let through. Recorded as not accepted
-/// if dropped unrecorded.
-struct PendingOutcome<C> {
-    throttle: AdaptiveThrottle,
-    classifier: C,
-    recorded: bool,
+/// The outcome owed to the throttle for a request it let through: recorded once, and as not
+/// accepted if the future is dropped before that.
+struct Pending {
+    throttle: Option<AdaptiveThrottle>,
 }
 
-impl<C> PendingOutcome<C> {
+impl Pending {
     fn record(&mut self, accepted: bool) {
-        if !self.recorded {
-            self.recorded = true;
-            self.throttle.record(accepted);
+        if let Some(throttle) = self.throttle.take() {
+            throttle.record(accepted);
         }
     }
 }
 
-impl<C> Drop for PendingOutcome<C> {
+impl Drop for Pending {
     fn drop(&mut self) {
         self.record(false);
     }
 }
 
-impl<F, C> ResponseFuture<F, C> {
+impl<F, C, RB: Body> ResponseFuture<F, C, RB> {
     pub(super) fn called(future: F, throttle: AdaptiveThrottle, classifier: C) -> Self {
         Self {
-            kind: Kind::Called {
-                future,
-                outcome: PendingOutcome {
-                    throttle,
-                    classifier,
-                    recorded: false,
-                },
+            state: State::Calling { future, classifier },
+            pending: Pending {
+                throttle: Some(throttle),
             },
         }
     }
 
     pub(super) fn dropped() -> Self {
         Self {
-            kind: Kind::Dropped,
+            state: State::Dropped,
+            pending: Pending { throttle: None },
         }
     }
 }
 
-impl<F, C, RB, E> Future for ResponseFuture<F, C>
+impl<F, C, RB, E> Future for ResponseFuture<F, C, RB>
 where
     F: Future<Output = Result<http::Response<RB>, E>>,
     E: Into<BoxError>,
     C: Classify,
+    RB: Body<Data = Bytes>,
 {
-    type Output = Result<http::Response<RB>, BoxError>;
+    type Output = Result<http::Response<ResponseBody<RB>>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Dropped => Poll::Ready(Err(Box::new(Throttled))),
-            KindProj::Called { future, outcome } => match ready!(future.poll(cx)) {
-                Ok(response) => {
-                    // Head only: the body may be a long stream, and "accepted" is a property of
-                    // the status and headers.
-                    let (parts, body) = response.into_parts();
-                    let accepted = outcome
-                        .classifier
-                        .classify_response(&parts, &[])
-                        .is_accepted();
-                    outcome.record(accepted);
-                    Poll::Ready(Ok(http::Response::from_parts(parts, body)))
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Dropped => return Poll::Ready(Err(Box::new(Throttled))),
+                StateProj::Calling { future, classifier } => match ready!(future.poll(cx)) {
+                    Ok(response) => {
+                        let classify = classify_response(classifier, response);
+                        this.state.set(State::Classifying { classify });
+                    }
+                    Err(error) => {
+                        let error: BoxError = error.into();
+                        this.pending
+                            .record(classifier.classify_error(&*error).is_accepted());
+                        return Poll::Ready(Err(error));
+                    }
+                },
+                StateProj::Classifying { classify } => {
+                    let (response, outcome) = ready!(Pin::new(classify).poll(cx));
+                    this.pending.record(outcome.is_accepted());
+                    return Poll::Ready(Ok(response));
                 }
-                Err(error) => {
-                    let error: BoxError = error.into();
-                    let accepted = outcome.classifier.classify_error(&*error).is_accepted();
-                    outcome.record(accepted);
-                    Poll::Ready(Err(error))
-                }
-            },
+            }
         }
+    }
+}
+
+impl<F, C, RB: Body> std::fmt::Debug for ResponseFuture<F, C, RB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            State::Dropped => "throttled",
+            State::Calling { .. } => "calling",
+            State::Classifying { .. } => "reading the error body",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
     }
 }

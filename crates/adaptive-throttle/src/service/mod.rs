@@ -3,8 +3,16 @@
 //! Before each call the service draws against the shared [`AdaptiveThrottle`]. A drop returns
 //! [`Throttled`](crate::Throttled) at once, without calling the inner service; otherwise the
 //! request goes through and, when it completes, the classifier's
-//! [`is_accepted`](stormguard_classify::Outcome::is_accepted) answer for the response head (or the
-//! error) is recorded. The body is never read: "accepted" is decided on the status and headers.
+//! [`is_accepted`](stormguard_classify::Outcome::is_accepted) answer for it is recorded.
+//!
+//! Responses are judged the way the retry engine judges them, by
+//! [`classify_response`](stormguard_classify::body::classify_response): from the head, and also
+//! from the first [`ERROR_BODY_LIMIT`](stormguard_classify::ERROR_BODY_LIMIT) bytes of the body
+//! when the classifier asks for them ([`needs_body`](stormguard_classify::Classify::needs_body):
+//! by default, failed responses that are not gRPC). So a `429` whose body says `insufficient_quota` is an accept (the backend answered:
+//! the quota is spent), while a `429` rate limit is a rejection. The caller receives the whole
+//! response all the same, its body as a [`ResponseBody`]. Errors are judged with the classifier's
+//! `classify_error`.
 //!
 //! `poll_ready` passes the inner service's readiness through unchanged, like tower's `Filter`:
 //! a request that is then dropped leaves the inner service ready for the next call.
@@ -14,6 +22,9 @@ mod layer;
 
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use http_body::Body;
+use stormguard_classify::body::ResponseBody;
 use stormguard_classify::{BoxError, LlmClassifier, MakeClassify};
 use tower_service::Service;
 
@@ -68,10 +79,11 @@ where
     S: Service<http::Request<B>, Response = http::Response<RB>>,
     S::Error: Into<BoxError>,
     C: MakeClassify,
+    RB: Body<Data = Bytes>,
 {
-    type Response = http::Response<RB>;
+    type Response = http::Response<ResponseBody<RB>>;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, C::Classifier>;
+    type Future = ResponseFuture<S::Future, C::Classifier, RB>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)
