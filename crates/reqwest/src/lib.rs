@@ -1,38 +1,39 @@
-//! stormguard's client protections for [reqwest] users, as [reqwest-middleware] middleware.
+//! stormguard's client engine for [reqwest] users, as [reqwest-middleware] middleware.
 //!
-//! A plain retry loop around an LLM API turns a provider's bad minute into a retry storm: every
-//! client retries every failure at the same fixed interval, quota errors are retried as if they
-//! could heal, and a long generation that timed out is started again from scratch.
-//! [`StormguardMiddleware`] puts the same protections in front of a reqwest client as
-//! stormguard's tower `ClientLayer`, built from the same shared pieces:
+//! [`StormguardMiddleware`] converts each `reqwest::Request` to an `http::Request`, drives
+//! stormguard's [`ClientLayer`] over a service that calls the rest of the middleware chain
+//! (`Next`), and converts the answer back. There is one retry engine in stormguard, and this is
+//! it: one deadline across all attempts, request replay, adaptive throttling, classification of
+//! LLM error bodies, the retry budget, jittered backoff and server hints, attempt numbers and
+//! idempotency keys, and `x-should-retry: false` on what it gives up on, exactly as the tower
+//! `ClientLayer` does them. Configure it with the same [`ClientLayer`] builder.
 //!
-//! - classification ([`stormguard_classify::LlmClassifier`]): 408/5xx/529 and rate limits are
-//!   retryable, `insufficient_quota`, `context_length_exceeded`, 401/403/... are not; the JSON
-//!   error body of a non-2xx response is read (up to 64 KiB) to tell them apart, and the caller
-//!   still gets the whole body;
-//! - a retry budget ([`stormguard_budget::RetryBudget`]): retries stay below a ratio of successes,
-//!   so an outage gets almost no retries (the SRE book, "Handling Overload");
-//! - jittered exponential backoff ([`stormguard_jitter::FullJitter`], AWS Architecture Blog,
-//!   "Exponential Backoff And Jitter"), replaced by the server's `retry-after-ms` / `Retry-After`
-//!   hint when there is one (RFC 9110 section 10.2.3);
-//! - client-side adaptive throttling ([`stormguard_adaptive_throttle::AdaptiveThrottle`], the SRE
-//!   book, "Handling Overload"): when the backend rejects most requests, attempts are dropped
-//!   locally before they reach it;
-//! - one deadline for all attempts ([`stormguard_deadline::Deadline`]), sent downstream as
-//!   `x-request-timeout-ms`;
-//! - `x-retry-attempt` on every attempt, one `Idempotency-Key` per POST (or other
-//!   non-idempotent) request, and `x-should-retry: false` on a failed response it gave up on or
-//!   that can never succeed, so that no layer above multiplies the retries.
+//! What the conversion keeps: the method, URL, headers, version and body of the request, its
+//! per-request timeout (`RequestBuilder::timeout`), and the middleware [`Extensions`]
+//! (`http::Extensions`), which every attempt hands on to the rest of the chain and which come
+//! back to the caller with what the chain put in them. A [`Deadline`] the caller put into those
+//! extensions (`RequestBuilder::with_extension`, from `reqwest-middleware`'s `RequestBuilder`)
+//! bounds the request when it is tighter than the layer's timeout. The response keeps its URL.
+//!
+//! Errors: an error the engine handed back as it came (a failure it does not retry: fatal, or a
+//! body it could not replay) is returned unchanged, so that `reqwest`'s `is_connect()` and
+//! `is_timeout()` keep working on it. stormguard's own outcomes (a request throttled locally, an
+//! expired deadline, a retryable failure it gave up on) come back as
+//! [`Error::Middleware`](reqwest_middleware::Error::Middleware) holding the engine's
+//! [`stormguard_retry::Error`] (downcast it with `anyhow`'s `downcast_ref`), whose source chain
+//! leads to the original error.
 //!
 //! # Example
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! use stormguard_reqwest::StormguardMiddleware;
+//! use stormguard_retry::ClientLayer;
 //!
 //! # async fn run() -> Result<(), reqwest_middleware::Error> {
+//! let layer = ClientLayer::default().with_timeout(Duration::from_secs(120));
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-//!     .with(StormguardMiddleware::default().timeout(Duration::from_secs(120)))
+//!     .with(StormguardMiddleware::new(layer))
 //!     .build();
 //! let response = client
 //!     .post("http://127.0.0.1:8080/v1/chat/completions")
@@ -46,9 +47,115 @@
 //!
 //! [reqwest]: https://docs.rs/reqwest
 //! [reqwest-middleware]: https://docs.rs/reqwest-middleware
+//! [`Deadline`]: stormguard_deadline::Deadline
 
-mod error_body;
-mod middleware;
+mod next;
 
-pub use middleware::{DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT, StormguardMiddleware};
-pub use stormguard_classify::ERROR_BODY_LIMIT;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{Error, Middleware, Next, Result};
+use stormguard_classify::{Classify, LlmClassifier, Reason};
+use stormguard_deadline::Deadline;
+use stormguard_jitter::{Backoff, FullJitter};
+use stormguard_retry::ClientLayer;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::next::{NextService, RequestBody};
+
+/// reqwest-middleware [`Middleware`] that sends every request through stormguard's client engine
+/// (see the [crate docs](crate)). `StormguardMiddleware::default()` uses
+/// `ClientLayer::default()`; [`new`](Self::new) takes any configured [`ClientLayer`]. The budget
+/// and the throttle are shared by every clone of the layer: hand the same ones to the tower
+/// clients and reqwest clients that call one backend.
+#[derive(Clone, Debug)]
+pub struct StormguardMiddleware<C = LlmClassifier, Bk = FullJitter> {
+    layer: ClientLayer<C, Bk>,
+}
+
+impl Default for StormguardMiddleware {
+    fn default() -> Self {
+        Self::new(ClientLayer::default())
+    }
+}
+
+impl<C, Bk> StormguardMiddleware<C, Bk> {
+    /// Middleware driving `layer`.
+    pub fn new(layer: ClientLayer<C, Bk>) -> Self {
+        Self { layer }
+    }
+
+    /// The engine's configuration (its budget and throttle, for their snapshots).
+    pub fn layer(&self) -> &ClientLayer<C, Bk> {
+        &self.layer
+    }
+}
+
+impl<C: Classify, Bk: Backoff> StormguardMiddleware<C, Bk> {
+    async fn execute(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> Result<Response> {
+        let timeout = request.timeout().copied();
+        let mut request = http::Request::try_from(request)?.map(RequestBody::new);
+        if let Some(deadline) = Deadline::from_extensions(extensions) {
+            deadline.apply_to(&mut request);
+        }
+        let shared = Arc::new(Mutex::new(std::mem::take(extensions)));
+        let mut client = self
+            .layer
+            .layer(NextService::new(next, Arc::clone(&shared), timeout));
+        let result = match poll_fn(|cx| client.poll_ready(cx)).await {
+            Ok(()) => client.call(request).await,
+            Err(error) => Err(error),
+        };
+        *extensions = std::mem::take(&mut *shared.lock().unwrap_or_else(PoisonError::into_inner));
+        match result {
+            Ok(response) => Ok(next::into_reqwest(response)),
+            Err(error) => Err(into_middleware_error(error)),
+        }
+    }
+}
+
+/// An error the engine passed on untouched goes back as the chain returned it; stormguard's own
+/// outcomes go back as the engine's error.
+fn into_middleware_error(error: stormguard_retry::Error) -> Error {
+    let ours = error.gave_up().is_some()
+        || matches!(error.reason(), Reason::Throttled | Reason::DeadlineExceeded);
+    if ours {
+        return Error::middleware(error);
+    }
+    match error.downcast_source::<Error>() {
+        Ok(original) => original,
+        Err(error) => Error::middleware(error),
+    }
+}
+
+/// The trait is declared with `async_trait`; this is the signature it expands to, written out so
+/// that no macro crate is needed.
+impl<C, Bk> Middleware for StormguardMiddleware<C, Bk>
+where
+    C: Classify,
+    Bk: Backoff,
+{
+    fn handle<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        req: Request,
+        extensions: &'life1 mut Extensions,
+        next: Next<'life2>,
+    ) -> Pin<Box<dyn Future<Output = Result<Response>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(self.execute(req, extensions, next))
+    }
+}

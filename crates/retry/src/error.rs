@@ -1,9 +1,12 @@
-//! [`GaveUp`]: the error returned when the engine stops retrying a retryable error.
+//! [`Error`]: why a request through the engine ended without a response, and [`GiveUpCause`].
 
-use std::error::Error;
+use std::error::Error as StdError;
 use std::fmt;
 
-use stormguard_classify::{BoxError, MAX_CHAIN, Reason};
+use http::Response;
+use stormguard_adaptive_throttle::Throttled;
+use stormguard_classify::{BoxError, Failure, Outcome, Reason, refusal_response};
+use stormguard_deadline::DeadlineExceeded;
 
 /// Why the engine stopped retrying a retryable failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,92 +45,200 @@ impl fmt::Display for GiveUpCause {
     }
 }
 
-/// The engine gave up on a retryable error: the last attempt's error (its [`source`]) would
-/// have been retried, but attempts, budget, deadline or the server's hint said stop.
+/// A request through the [`Client`](crate::Client) that ended without a response: the throttle
+/// dropped it, its deadline passed, the engine gave up retrying a failed call, or the call failed
+/// in a way no retry helps.
 ///
-/// Finding a `GaveUp` in an error's source chain means "already retried here, do not retry
-/// again": a server layer answering for this error should say so to its own client
-/// (`x-should-retry: false`). Errors the engine never retries (fatal ones, and stormguard's own
-/// local rejections) come back unwrapped. Failed *responses* the engine gives up on come back as
-/// responses, marked in their headers (see the crate docs).
+/// It says what it is in stormguard's vocabulary: its source is a
+/// [`Failure`] with the request's [`Outcome`] (and the error that caused it, if any, below that),
+/// so [`outcome_of`](stormguard_classify::outcome_of), any classifier's `classify_error` and
+/// [`error_response`](stormguard_classify::error_response) read it without knowing this type.
+/// The outcome of a request the engine gave up on is *fatal*: it was retried here as much as the
+/// budget allows, and no layer above should retry it again.
 ///
-/// [`source`]: std::error::Error::source
+/// A gateway answers for it with [`to_response`](Self::to_response) (or, with the `axum`
+/// feature, by returning it from a handler: it implements `IntoResponse` the same way): 503 for a
+/// throttled request, 504 for an expired deadline, 502 for an upstream failure, each marked
+/// `x-should-retry: false`.
 #[derive(Debug)]
-pub struct GaveUp {
+pub struct Error {
+    failure: Failure,
     attempts: u32,
-    reason: Reason,
-    cause: GiveUpCause,
-    source: BoxError,
+    gave_up: Option<GiveUpCause>,
 }
 
-impl GaveUp {
-    pub(crate) fn new(attempts: u32, reason: Reason, cause: GiveUpCause, source: BoxError) -> Self {
+impl Error {
+    /// The adaptive throttle dropped the attempt locally: it never reached the backend.
+    pub(crate) fn throttled(attempts: u32) -> Self {
+        let outcome = Outcome::fatal(Reason::Throttled).with_accepted(false);
+        Self::new(Failure::with_source(outcome, Box::new(Throttled)), attempts)
+    }
+
+    /// The request's deadline passed.
+    pub(crate) fn deadline_exceeded(attempts: u32) -> Self {
+        let outcome = Outcome::fatal(Reason::DeadlineExceeded).with_accepted(false);
+        let source = Box::new(DeadlineExceeded::new());
+        Self::new(Failure::with_source(outcome, source), attempts)
+    }
+
+    /// The request's own body could not be read: it was never sent.
+    pub(crate) fn unreadable_body(source: BoxError) -> Self {
+        let outcome = Outcome::fatal(Reason::BadRequest).with_accepted(false);
+        Self::new(Failure::with_source(outcome, source), 0)
+    }
+
+    /// The call failed with `source`, classified as `outcome`, and the engine did not retry it.
+    pub(crate) fn failed(outcome: Outcome, source: BoxError, attempts: u32) -> Self {
+        Self::new(Failure::with_source(outcome, source), attempts)
+    }
+
+    /// The engine gave up retrying the retryable failure `source`.
+    pub(crate) fn given_up(
+        last: Outcome,
+        source: BoxError,
+        attempts: u32,
+        cause: GiveUpCause,
+    ) -> Self {
+        // Final from here on: fatal, whatever the last attempt's verdict was.
+        let outcome = Outcome::fatal(last.reason()).with_accepted(last.is_accepted());
         Self {
-            attempts,
-            reason,
-            cause,
-            source,
+            gave_up: Some(cause),
+            ..Self::new(Failure::with_source(outcome, source), attempts)
         }
     }
 
-    /// Attempts sent, the first one included.
+    fn new(failure: Failure, attempts: u32) -> Self {
+        Self {
+            failure,
+            attempts,
+            gave_up: None,
+        }
+    }
+
+    /// What went wrong, as every stormguard layer classifies it.
+    pub fn outcome(&self) -> Outcome {
+        self.failure.outcome()
+    }
+
+    /// Why: [`Reason::Throttled`], [`Reason::DeadlineExceeded`], or the last failure's reason.
+    pub fn reason(&self) -> Reason {
+        self.failure.outcome().reason()
+    }
+
+    /// Attempts sent, the first one included (0 when none was).
     pub fn attempts(&self) -> u32 {
         self.attempts
     }
 
-    /// The classification of the last failure.
-    pub fn reason(&self) -> Reason {
-        self.reason
+    /// Why the engine stopped retrying, when it did: `None` for a local refusal, an expired
+    /// deadline, or a failure it never retried (fatal, or a body it could not replay).
+    pub fn gave_up(&self) -> Option<GiveUpCause> {
+        self.gave_up
     }
 
-    /// Why the engine stopped.
-    pub fn cause(&self) -> GiveUpCause {
-        self.cause
+    /// The error that caused it: the last attempt's error, or the local refusal
+    /// ([`Throttled`], [`DeadlineExceeded`]).
+    pub fn into_source(self) -> Option<BoxError> {
+        self.failure.into_source()
     }
 
-    /// The last attempt's error.
-    pub fn into_source(self) -> BoxError {
-        self.source
+    /// The error that caused it, if it is a `T`; else this error, unchanged.
+    pub fn downcast_source<T: StdError + 'static>(self) -> Result<T, Self> {
+        let Self {
+            failure,
+            attempts,
+            gave_up,
+        } = self;
+        let outcome = failure.outcome();
+        let failure = match failure.into_source().map(|source| source.downcast::<T>()) {
+            Some(Ok(source)) => return Ok(*source),
+            Some(Err(source)) => Failure::with_source(outcome, source),
+            None => Failure::new(outcome),
+        };
+        Err(Self {
+            failure,
+            attempts,
+            gave_up,
+        })
+    }
+
+    /// The answer a gateway gives its own caller for this error
+    /// ([`refusal_response`](stormguard_classify::refusal_response) of its outcome): 503, 504 or
+    /// 502, marked "do not retry" (gRPC: `UNAVAILABLE` or `DEADLINE_EXCEEDED` with
+    /// `grpc-retry-pushback-ms: -1`).
+    pub fn to_response<B: Default>(&self, grpc: bool) -> Response<B> {
+        refusal_response(&self.outcome(), grpc)
     }
 }
 
-impl fmt::Display for GaveUp {
+impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "gave up after {} attempt{} ({}); last failure: {}",
-            self.attempts,
-            if self.attempts == 1 { "" } else { "s" },
-            self.cause,
-            self.reason.as_str(),
-        )
-    }
-}
-
-impl Error for GaveUp {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        Some(&*self.source)
-    }
-}
-
-/// Whether a `T` sits anywhere in `error`'s source chain, the error itself included.
-///
-/// `std::io::Error` needs a special step: its `source()` skips the error it wraps (it returns
-/// the wrapped error's own source), so the wrapped error is reached through `get_ref`. The walk
-/// stops after [`MAX_CHAIN`] links, whatever a hostile `source()` does.
-pub(crate) fn chain_contains<T: Error + 'static>(error: &(dyn Error + 'static)) -> bool {
-    let mut next = Some(error);
-    for _ in 0..MAX_CHAIN {
-        let Some(current) = next else {
-            return false;
-        };
-        if current.is::<T>() {
-            return true;
+        let attempts = self.attempts;
+        let plural = if attempts == 1 { "" } else { "s" };
+        match (self.gave_up, self.reason()) {
+            (Some(cause), reason) => write!(
+                f,
+                "gave up after {attempts} attempt{plural} ({cause}); last failure: {reason}"
+            ),
+            (None, Reason::Throttled) => f.write_str("request throttled locally: the backend is rejecting"),
+            (None, Reason::DeadlineExceeded) => {
+                write!(f, "deadline exceeded after {attempts} attempt{plural}")
+            }
+            (None, reason) if attempts == 0 => write!(f, "request not sent: {reason}"),
+            (None, reason) => write!(f, "request failed after {attempts} attempt{plural}: {reason}"),
         }
-        next = match current.downcast_ref::<std::io::Error>() {
-            Some(io) => io.get_ref().map(|inner| inner as &(dyn Error + 'static)),
-            None => current.source(),
-        };
     }
-    false
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.failure)
+    }
+}
+
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for Error {
+    /// [`Error::to_response`] for an HTTP caller.
+    fn into_response(self) -> axum::response::Response {
+        self.to_response(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stormguard_classify::{chain, outcome_of};
+
+    use super::*;
+
+    #[test]
+    fn local_refusals_say_what_they_are_and_keep_their_typed_error() {
+        let throttled = Error::throttled(1);
+        assert_eq!(outcome_of(&throttled).map(|o| o.reason()), Some(Reason::Throttled));
+        assert!(chain(&throttled).any(|link| link.is::<Throttled>()));
+        assert_eq!(throttled.to_response::<()>(false).status(), 503);
+
+        let expired = Error::deadline_exceeded(2);
+        assert!(chain(&expired).any(|link| link.is::<DeadlineExceeded>()));
+        assert_eq!(expired.to_response::<()>(false).status(), 504);
+        assert_eq!(expired.to_string(), "deadline exceeded after 2 attempts");
+    }
+
+    #[test]
+    fn a_give_up_is_final_for_whoever_classifies_it_next() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let last = Outcome::retryable(Reason::Transport);
+        let error = Error::given_up(last, Box::new(refused), 3, GiveUpCause::BudgetExhausted);
+        let outcome = outcome_of(&error).expect("an outcome");
+        assert!(outcome.is_fatal());
+        assert!(!outcome.is_accepted());
+        assert_eq!(outcome.reason(), Reason::Transport);
+        assert_eq!(error.gave_up(), Some(GiveUpCause::BudgetExhausted));
+        assert_eq!(error.to_response::<()>(false).status(), 502);
+        assert_eq!(error.to_response::<()>(false).headers()["x-should-retry"], "false");
+        assert!(chain(&error).any(|link| link.is::<std::io::Error>()));
+        assert_eq!(
+            error.to_string(),
+            "gave up after 3 attempts (retry budget exhausted); last failure: connection failed"
+        );
+    }
 }

@@ -1,4 +1,15 @@
-//! [`ResponseFuture`]: one request through the engine, as a hand-written state machine.
+//! [`ResponseFuture`]: one request through the engine, as a state machine.
+//!
+//! ```text
+//! Buffering ──▶ Calling ──▶ Classifying ──▶ (output)
+//!   (body)        ▲   │ error     │ retryable
+//!                 │   └──────┬────┘
+//!               Ready ◀── Backoff
+//! ```
+//!
+//! The states only wait; what happens between them is decided by [`Attempts`], which holds the
+//! request's bookkeeping (its template, the attempts sent, the deadline, the budget's receipt,
+//! what is owed to the throttle). The deadline is enforced over every state by one timer.
 
 use std::fmt;
 use std::future::Future;
@@ -8,196 +19,168 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Extensions, HeaderMap, Method, Request, Response, Uri, Version, request, response};
+use http::request::Parts;
+use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
-use stormguard_adaptive_throttle::Throttled;
 use stormguard_budget::Withdrawal;
-use stormguard_classify::{BoxError, Classify, ERROR_BODY_LIMIT, Outcome, is_grpc};
-use stormguard_deadline::{Deadline, DeadlineExceeded};
-use stormguard_jitter::Backoff;
+use stormguard_classify::body::{
+    ClassifyResponse, PartialBody, Prefix, ResponseBody, Tail, classify_response,
+};
+use stormguard_classify::headers::mark_do_not_retry;
+use stormguard_classify::{BoxError, Classify, Outcome, Reason, is_grpc};
+use stormguard_deadline::{Deadline, propagate};
+use stormguard_jitter::{Backoff, HintDecision};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
-use crate::body::{Collected, PartialBody, ReplayBody, ResponseBody, Tail};
-use crate::error::{GaveUp, GiveUpCause, chain_contains};
+use crate::body::ReplayBody;
+use crate::error::{Error, GiveUpCause};
 use crate::layer::Config;
-use crate::rules::RetryRules;
-use stormguard_classify::headers::mark_do_not_retry;
+
+/// What the future hands back.
+type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
 
 pin_project! {
-    /// The response future of [`Retry`](crate::Retry).
+    /// The response future of [`Client`](crate::Client).
     ///
-    /// Dropping it cancels the request wherever it is: an attempt in flight is dropped with it,
-    /// a backoff sleep simply ends, nothing further is sent, and a retry withdrawn from the budget
-    /// but not yet sent is given back.
+    /// Dropping it cancels the request wherever it is: an attempt in flight is dropped with it
+    /// (and counted by the throttle as not accepted), a backoff simply ends, nothing further is
+    /// sent, and a retry the budget granted but that was never sent is given back.
     pub struct ResponseFuture<S, B, RB, C, Bk>
     where
         S: Service<Request<B>>,
+        RB: Body,
         Bk: Backoff,
     {
         #[pin]
-        state: State<S::Future, B, RB>,
+        state: State<S::Future, B, RB, C>,
+        // The deadline's timer, made the first time the request has to wait: a call that answers
+        // at once never touches the timer wheel.
+        #[pin]
+        timer: Option<Sleep>,
         service: S,
-        engine: Engine<C, Bk>,
+        attempts: Attempts<C, Bk>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, B, RB> {
-        // Reading the request body (up to the replay cap) before the first attempt. The head
-        // waits in the engine's template, the readied service in `ResponseFuture::service` (it
-        // stays ready until called).
-        Buffering {
-            body: Option<B>,
-            read: Collected,
-        },
-        // Waiting for a fresh clone of the service to be ready for a retry.
-        PollReady,
+    enum State<F, B, RB, C>
+    where
+        RB: Body,
+    {
+        // Reading the request body to replay it; the readied service waits for it.
+        Buffering { read: Prefix<B> },
+        // Waiting for the service to be ready for a retry.
+        Ready,
         // An attempt is in flight.
-        Calling {
-            #[pin]
-            future: F,
-        },
-        // Reading the start of an error response's body for the classifier.
-        ReadingErrorBody {
-            parts: Option<response::Parts>,
-            body: Option<Pin<Box<RB>>>,
-            read: Collected,
-        },
+        Calling { #[pin] future: F },
+        // Classifying the answer, reading the start of a failed response's body if need be.
+        Classifying { answer: ClassifyResponse<RB, C> },
         // Waiting out the delay before a retry.
-        Backoff {
-            #[pin]
-            sleep: Sleep,
-        },
-        // The output was returned.
+        Backoff { #[pin] sleep: Sleep },
+        // Ended before anything was sent: the error waits for the first poll.
+        Refused { error: Option<Error> },
+        // The output was handed back.
         Done,
     }
 }
 
-/// The per-request bookkeeping, apart from the pinned state.
-struct Engine<C, Bk: Backoff> {
+/// What comes after a state: another state, or the end.
+enum Step<F, B, RB: Body, C> {
+    Next(State<F, B, RB, C>),
+    Finish(Output<RB>),
+}
+
+/// The bookkeeping of one request across its attempts.
+struct Attempts<C, Bk: Backoff> {
     config: Arc<Config<C, Bk>>,
-    /// What every attempt is rebuilt from; `None` = the body cannot be replayed: one attempt.
+    /// What every attempt is rebuilt from; `None` when the request can be sent only once (its
+    /// body too large or endless to buffer).
     template: Option<Template>,
-    /// Attempts sent so far.
-    attempts: u32,
+    /// Attempts handed to the service so far.
+    sent: u32,
     /// The backoff schedule, made on the first retry (a request that succeeds never needs one).
     schedule: Option<Bk::Schedule>,
     deadline: Option<Deadline>,
     grpc: bool,
-    /// When the attempt in flight started; only tracked under a deadline.
-    attempt_started: Option<Instant>,
-    /// How long the last finished attempt took; only tracked under a deadline.
+    /// When the attempt in flight was sent (tracked under a deadline only).
+    started: Option<Instant>,
+    /// How long the last finished attempt took (tracked under a deadline only).
     last_attempt: Duration,
-    /// The budget's receipt for the latest retry granted.
+    /// The budget's receipt for the latest retry, until it is known to have reached the backend.
     receipt: Option<Receipt>,
+    /// An attempt got through the throttle and its outcome is still owed to it.
+    throttle_owed: bool,
 }
 
-/// Where the latest granted retry stands, for giving its withdrawal back if it never goes out.
+/// Where the latest granted retry stands.
 enum Receipt {
-    /// Granted, not yet handed to the service: given back if the future is dropped (during the
-    /// backoff, or because the service failed to get ready).
+    /// Granted, not yet handed to the service: given back if it never is.
     Unsent(Withdrawal),
-    /// Handed to the service: spent (it may be on its way), unless the throttle below answers
-    /// that it dropped it unsent.
-    InFlight(Withdrawal),
+    /// Handed to the service: spent, unless a layer below answers that it dropped it unsent.
+    Sent(Withdrawal),
 }
 
-impl<C, Bk: Backoff> Drop for Engine<C, Bk> {
-    fn drop(&mut self) {
-        if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
-            self.config.budget.refund(withdrawal);
-        }
-    }
-}
-
-/// A request's parts and buffered body, from which each attempt is rebuilt.
-///
-/// It lives inline in the response future, which moves a few times per request: what is rare
-/// (trailers) is boxed to keep it small.
+/// A request's head and buffered body, from which each attempt is rebuilt.
 struct Template {
-    method: Method,
-    uri: Uri,
-    version: Version,
-    headers: HeaderMap,
-    extensions: Extensions,
+    head: Parts,
     body: Bytes,
-    /// Request trailers, if the body had any (rare: they are replayed after the bytes).
-    trailers: Option<Box<HeaderMap>>,
-}
-
-/// What to do after an attempt.
-enum Next<T> {
-    /// Hand `T` to the caller.
-    Return(T),
-    /// Sleep this long, then retry.
-    Retry(Duration),
-}
-
-/// The answer to "may this retryable failure be retried?".
-enum Plan {
-    Retry(Duration),
-    /// The body was sent as a stream: only the caller can send the request again.
-    NotReplayable,
-    GiveUp(GiveUpCause),
+    /// Request trailers, if the body had any (replayed after the bytes).
+    trailers: Option<HeaderMap>,
 }
 
 impl<S, B, RB, C, Bk> ResponseFuture<S, B, RB, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     B: ReplayBody,
+    RB: Body,
     C: Classify,
     Bk: Backoff,
 {
     /// `service` must be ready: it serves the first attempt (now, or once the body is read).
     pub(crate) fn new(mut service: S, config: Arc<Config<C, Bk>>, request: Request<B>) -> Self {
-        let cap = u64::try_from(config.max_replay_body).unwrap_or(u64::MAX);
-        let may_retry = config.max_attempts > 1;
-        let mut engine = Engine {
-            deadline: Deadline::of(&request),
-            grpc: is_grpc(request.headers()),
-            config,
-            template: None,
-            attempts: 0,
-            schedule: None,
-            attempt_started: None,
-            last_attempt: Duration::ZERO,
-            receipt: None,
-        };
-        let state = if !may_retry || request.body().size_hint().lower() > cap {
-            // Too big to buffer (or nothing to retry): sent once, untouched.
-            State::Calling {
-                future: engine.start(&mut service, request),
+        let (mut head, body) = request.into_parts();
+        let cap = config.max_replay_body;
+        let reads_body = config.timeout.as_ref().is_some_and(|source| source.reads_body());
+        // Buffer what could be sent again, or what the deadline estimate reads.
+        let buffer = (config.max_attempts > 1 || reads_body)
+            && body.size_hint().lower() <= u64::try_from(cap).unwrap_or(u64::MAX);
+        let mut attempts = Attempts::new(config, &head);
+        let state = if buffer && !body.is_end_stream() {
+            if reads_body {
+                // The layer's own deadline waits for the body; one already on the request holds.
+                attempts.deadline = Deadline::from_extensions(&head.extensions);
+            } else {
+                attempts.set_deadline(&mut head, None);
             }
-        } else if request.body().is_end_stream() {
-            let (parts, _) = request.into_parts();
-            engine.template = Some(Template::hold(parts));
-            let request = engine.seal_template(Bytes::new(), None);
-            State::Calling {
-                future: engine.start(&mut service, request),
-            }
-        } else {
-            let (parts, body) = request.into_parts();
-            engine.template = Some(Template::hold(parts));
+            attempts.template = Some(Template::new(head));
             State::Buffering {
-                body: Some(body),
-                read: Collected::default(),
+                read: Prefix::new(body, cap),
             }
+        } else if buffer {
+            attempts.set_deadline(&mut head, Some(&[]));
+            attempts.template = Some(Template::new(head));
+            let request = attempts.seal(Bytes::new(), None);
+            attempts.start(&mut service, request)
+        } else {
+            attempts.set_deadline(&mut head, None);
+            attempts.start(&mut service, Request::from_parts(head, body))
         };
         Self {
             state,
+            timer: None,
             service,
-            engine,
+            attempts,
         }
     }
 }
 
 impl<S, B, RB, C, Bk> Future for ResponseFuture<S, B, RB, C, Bk>
 where
-    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
     B: ReplayBody,
     B::Error: Into<BoxError>,
@@ -205,244 +188,285 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    type Output = Result<Response<ResponseBody<RB>>, BoxError>;
+    type Output = Output<RB>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            match this.state.as_mut().project() {
-                StateProj::Buffering { body, read } => {
-                    let Some(reading) = body.as_mut() else {
-                        return Poll::Ready(Err(polled_after_completion()));
-                    };
-                    let cap = this.engine.config.max_replay_body;
-                    let end = ready!(poll_request_prefix(reading, read, cap, cx));
-                    let Some(body) = body.take() else {
-                        return Poll::Ready(Err(polled_after_completion()));
-                    };
-                    let read = std::mem::take(read).into_bytes();
-                    let request = match end {
-                        Tail::Ended => this.engine.seal_template(read, None),
-                        Tail::Trailers(trailers) => {
-                            this.engine.seal_template(read, Some(Box::new(trailers)))
-                        }
-                        // Longer than the cap: sent once, untouched, what was read followed by
-                        // the rest. Without a template there is nothing to retry from.
-                        Tail::Open => {
-                            let Some(template) = this.engine.template.take() else {
-                                return Poll::Ready(Err(polled_after_completion()));
-                            };
-                            template
-                                .into_request(B::from_partial(PartialBody::new(read, None, body)))
-                        }
-                        Tail::Failed(error) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(Err(error.into()));
-                        }
-                    };
-                    let future = this.engine.start(this.service, request);
-                    this.state.set(State::Calling { future });
-                }
-                StateProj::PollReady => {
-                    if let Err(error) = ready!(this.service.poll_ready(cx)) {
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(error.into()));
+            let step = match this.state.as_mut().project() {
+                StateProj::Buffering { read } => match Pin::new(read).poll(cx) {
+                    Poll::Ready((bytes, tail, rest)) => {
+                        this.attempts.buffered(this.service, bytes, tail, rest)
                     }
-                    let Some(request) = this.engine.retry_request() else {
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(polled_after_completion()));
-                    };
-                    let future = this.engine.start(this.service, request);
-                    this.state.set(State::Calling { future });
-                }
-                StateProj::Calling { future } => {
-                    let result = ready!(future.poll(cx));
-                    let next = match result {
-                        Ok(response) => {
-                            let (parts, body) = response.into_parts();
-                            if this.engine.config.classifier.needs_body(&parts) {
-                                this.engine.attempt_finished();
-                                this.state.set(State::ReadingErrorBody {
-                                    parts: Some(parts),
-                                    body: Some(Box::pin(body)),
-                                    read: Collected::default(),
-                                });
-                                continue;
-                            }
-                            let outcome =
-                                this.engine.config.classifier.classify_response(&parts, &[]);
-                            if !outcome.is_success() {
-                                // Only a failure can lead to a retry, the one thing the
-                                // attempt's duration is for: a success skips the clock.
-                                this.engine.attempt_finished();
-                            }
-                            let response = Response::from_parts(parts, ResponseBody::new(body));
-                            this.engine.judge_response(outcome, response).map_return(Ok)
-                        }
-                        Err(error) => {
-                            this.engine.attempt_finished();
-                            this.engine.judge_error(error.into()).map_return(Err)
-                        }
-                    };
-                    match next {
-                        Next::Return(output) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(output);
-                        }
-                        Next::Retry(delay) => wait(this.state.as_mut(), this.service, delay),
+                    Poll::Pending => break,
+                },
+                StateProj::Ready => match this.service.poll_ready(cx) {
+                    Poll::Ready(Ok(())) => Step::Next(this.attempts.retry(this.service)),
+                    Poll::Ready(Err(error)) => {
+                        Step::Finish(Err(this.attempts.not_ready(error.into())))
                     }
+                    Poll::Pending => break,
+                },
+                StateProj::Calling { future } => match future.poll(cx) {
+                    Poll::Ready(result) => this.attempts.answered(result),
+                    Poll::Pending => break,
+                },
+                StateProj::Classifying { answer } => match Pin::new(answer).poll(cx) {
+                    Poll::Ready((response, outcome)) => this.attempts.judged(response, outcome),
+                    Poll::Pending => break,
+                },
+                StateProj::Backoff { sleep } => match sleep.poll(cx) {
+                    Poll::Ready(()) => Step::Next(State::Ready),
+                    Poll::Pending => break,
+                },
+                StateProj::Refused { error } => match error.take() {
+                    Some(error) => Step::Finish(Err(error)),
+                    None => panic!("stormguard's ResponseFuture polled after it completed"),
+                },
+                StateProj::Done => panic!("stormguard's ResponseFuture polled after it completed"),
+            };
+            match step {
+                Step::Next(state) => this.state.set(state),
+                Step::Finish(output) => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(output);
                 }
-                StateProj::ReadingErrorBody { parts, body, read } => {
-                    let Some(reading) = body.as_mut() else {
-                        return Poll::Ready(Err(polled_after_completion()));
-                    };
-                    let end = ready!(poll_error_prefix(reading.as_mut(), read, cx));
-                    let (Some(parts), Some(body)) = (parts.take(), body.take()) else {
-                        return Poll::Ready(Err(polled_after_completion()));
-                    };
-                    let read = std::mem::take(read);
-                    let seen = &read.as_slice()[..read.len().min(ERROR_BODY_LIMIT)];
-                    let outcome = this
-                        .engine
-                        .config
-                        .classifier
-                        .classify_response(&parts, seen);
-                    let body = PartialBody::after_read(read.into_bytes(), end, body);
-                    let response = Response::from_parts(parts, ResponseBody::buffered(body));
-                    match this.engine.judge_response(outcome, response) {
-                        Next::Return(response) => {
-                            this.state.set(State::Done);
-                            return Poll::Ready(Ok(response));
-                        }
-                        Next::Retry(delay) => wait(this.state.as_mut(), this.service, delay),
-                    }
-                }
-                StateProj::Backoff { sleep } => {
-                    ready!(sleep.poll(cx));
-                    refresh(this.service);
-                    this.state.set(State::PollReady);
-                }
-                StateProj::Done => return Poll::Ready(Err(polled_after_completion())),
             }
         }
+        // Waiting: the deadline bounds the wait, whatever the request waits for.
+        let Some(deadline) = this.attempts.deadline else {
+            return Poll::Pending;
+        };
+        if this.timer.is_none() {
+            this.timer
+                .set(Some(tokio::time::sleep_until(deadline.instant())));
+        }
+        if let Some(timer) = this.timer.as_pin_mut() {
+            ready!(timer.poll(cx));
+        }
+        // Dropping the state cancels what is in flight.
+        this.state.set(State::Done);
+        Poll::Ready(Err(this.attempts.expired()))
     }
 }
 
-/// Move on to the retry after `delay`. A zero delay skips the timer: tokio rounds every sleep up
-/// to its next 1 ms tick, so `sleep(0)` would still wait up to a millisecond.
-fn wait<S: Clone, F, B, RB>(
-    mut state: Pin<&mut State<F, B, RB>>,
-    service: &mut S,
-    delay: Duration,
-) {
-    if delay.is_zero() {
-        refresh(service);
-        state.set(State::PollReady);
-    } else {
-        state.set(State::Backoff {
-            sleep: tokio::time::sleep(delay),
-        });
-    }
-}
-
-/// A fresh handle for the retry (tower: a clone is not ready until polled).
-fn refresh<S: Clone>(service: &mut S) {
-    let fresh = service.clone();
-    *service = fresh;
-}
-
-impl<T> Next<T> {
-    fn map_return<U>(self, f: impl FnOnce(T) -> U) -> Next<U> {
-        match self {
-            Self::Return(value) => Next::Return(f(value)),
-            Self::Retry(delay) => Next::Retry(delay),
+impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
+    fn new(config: Arc<Config<C, Bk>>, head: &Parts) -> Self {
+        Self {
+            config,
+            template: None,
+            sent: 0,
+            schedule: None,
+            deadline: None,
+            grpc: is_grpc(&head.headers),
+            started: None,
+            last_attempt: Duration::ZERO,
+            receipt: None,
+            throttle_owed: false,
         }
     }
-}
 
-impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
-    /// Complete the held template with the buffered body, and build the first attempt from it.
-    /// (A future polled after completion has no template: an empty request it will never send.)
-    fn seal_template<B: ReplayBody>(
+    /// Sets the request's deadline from the layer's timeout (`body`: the buffered body, for a
+    /// timeout that reads it); a tighter deadline already on the request wins.
+    fn set_deadline(&mut self, head: &mut Parts, body: Option<&[u8]>) {
+        let timeout = self.config.timeout.as_ref();
+        if let Some(timeout) = timeout.and_then(|source| source.timeout(head, body)) {
+            Deadline::after(timeout).apply_to_extensions(&mut head.extensions);
+        }
+        self.deadline = Deadline::from_extensions(&head.extensions);
+    }
+
+    /// The request body was read up to the replay cap: the first attempt goes out.
+    fn buffered<S, B, F, RB>(
         &mut self,
-        body: Bytes,
-        trailers: Option<Box<HeaderMap>>,
-    ) -> Request<B> {
+        service: &mut S,
+        bytes: Bytes,
+        tail: Tail<B::Error>,
+        rest: B,
+    ) -> Step<F, B, RB, C>
+    where
+        S: Service<Request<B>, Response = Response<RB>, Future = F>,
+        B: ReplayBody,
+        B::Error: Into<BoxError>,
+        RB: Body,
+    {
+        let Some(mut template) = self.template.take() else {
+            return Step::Finish(Err(Error::unreadable_body("request body read twice".into())));
+        };
+        let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
+        let trailers = match tail {
+            Tail::Ended => None,
+            Tail::Trailers(trailers) => Some(trailers),
+            Tail::Failed(error) => return Step::Finish(Err(Error::unreadable_body(error.into()))),
+            // Longer than the cap: sent once, untouched, what was read followed by the rest.
+            Tail::Open => {
+                if reads_body {
+                    self.set_deadline(&mut template.head, None);
+                }
+                let body = B::from_partial(PartialBody::new(bytes, Tail::Open, rest));
+                return Step::Next(self.start(service, Request::from_parts(template.head, body)));
+            }
+        };
+        if reads_body {
+            self.set_deadline(&mut template.head, Some(&bytes));
+        }
+        self.template = Some(template);
+        let request = self.seal(bytes, trailers);
+        Step::Next(self.start(service, request))
+    }
+
+    /// Completes the template with the buffered body and builds the first attempt from it: a
+    /// non-idempotent request that may be sent more than once gets its idempotency key here,
+    /// once for all attempts.
+    fn seal<B: ReplayBody>(&mut self, body: Bytes, trailers: Option<HeaderMap>) -> Request<B> {
+        let may_retry = self.config.max_attempts > 1;
         let grpc = self.grpc;
         let Some(template) = self.template.as_mut() else {
-            return Request::new(B::from_bytes(Bytes::new()));
+            return Request::new(B::from_bytes(body));
         };
-        if !grpc && !is_idempotent(&template.method) {
-            ensure_idempotency_key(&mut template.headers);
+        if may_retry && !grpc && !is_idempotent(&template.head.method) {
+            ensure_idempotency_key(&mut template.head.headers);
         }
-        // The first attempt's number goes into the template: each attempt's copy of the headers
-        // then has its number already, and a retry replaces it in place (adding a header to a
-        // copy, which has no spare room, would grow it).
-        stamp_attempt(&mut template.headers, 0, grpc);
         template.body = body;
         template.trailers = trailers;
         template.request()
     }
 
-    /// A retry, rebuilt from the template, its deadline header re-stamped with the time left.
-    fn retry_request<B: ReplayBody>(&self) -> Option<Request<B>> {
-        let mut request = self.template.as_ref()?.request();
-        stormguard_deadline::propagate::refresh(&mut request);
-        Some(request)
-    }
-
-    /// Number the attempt, start the clock if there is a deadline, and send it.
-    fn start<S, B>(&mut self, service: &mut S, mut request: Request<B>) -> S::Future
+    /// Sends an attempt, if the deadline and the throttle let it go.
+    fn start<S, B, F, RB>(&mut self, service: &mut S, mut request: Request<B>) -> State<F, B, RB, C>
     where
-        S: Service<Request<B>>,
+        S: Service<Request<B>, Future = F>,
+        RB: Body,
     {
-        // A first attempt built from the template carries its number already.
-        if self.attempts > 0 || self.template.is_none() {
-            stamp_attempt(request.headers_mut(), self.attempts, self.grpc);
+        if self.deadline.is_some_and(|deadline| deadline.is_expired()) {
+            return self.refuse(Error::deadline_exceeded(self.sent));
         }
-        // The retry is handed to the service (see `Receipt::InFlight`).
-        if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
-            self.receipt = Some(Receipt::InFlight(withdrawal));
-        }
-        self.attempts = self.attempts.saturating_add(1);
-        if self.deadline.is_some() {
-            self.attempt_started = Some(Instant::now());
-        }
-        service.call(request)
-    }
-
-    fn attempt_finished(&mut self) {
-        if let Some(started) = self.attempt_started.take() {
-            self.last_attempt = started.elapsed();
-        }
-    }
-
-    fn judge_response<RB>(
-        &mut self,
-        outcome: Outcome,
-        mut response: Response<RB>,
-    ) -> Next<Response<RB>> {
-        if outcome.is_success() {
-            self.config.budget.deposit();
-            return Next::Return(response);
-        }
-        if !outcome.is_retryable() {
-            // Fatal: no retry can help, here or above. Marked when this layer was the one that
-            // could have retried (a replayable request).
-            if self.template.is_some() {
-                self.mark_final(&mut response);
+        if let Some(throttle) = &self.config.throttle {
+            if throttle.try_acquire().is_err() {
+                return self.refuse(Error::throttled(self.sent));
             }
-            return Next::Return(response);
+            self.throttle_owed = true;
+        }
+        stamp_attempt(request.headers_mut(), self.sent, self.grpc);
+        if self.config.propagation {
+            propagate::stamp(&mut request, self.config.margin);
+        }
+        if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
+            self.receipt = Some(Receipt::Sent(withdrawal));
+        }
+        self.sent = self.sent.saturating_add(1);
+        if self.deadline.is_some() {
+            self.started = Some(Instant::now());
+        }
+        State::Calling {
+            future: service.call(request),
+        }
+    }
+
+    /// The request ends without this attempt: a retry granted for it is given back.
+    fn refuse<F, B, RB: Body>(&mut self, error: Error) -> State<F, B, RB, C> {
+        self.give_back();
+        State::Refused { error: Some(error) }
+    }
+
+    /// The service is ready: the retry goes out, rebuilt from the template.
+    fn retry<S, B, F, RB>(&mut self, service: &mut S) -> State<F, B, RB, C>
+    where
+        S: Service<Request<B>, Future = F>,
+        B: ReplayBody,
+        RB: Body,
+    {
+        match self.template.as_ref().map(Template::request) {
+            Some(request) => self.start(service, request),
+            None => self.refuse(Error::unreadable_body("no request to send".into())),
+        }
+    }
+
+    /// The service failed to get ready for a retry, which therefore never went out.
+    fn not_ready(&mut self, error: BoxError) -> Error {
+        self.give_back();
+        let outcome = self.config.classifier.classify_error(&*error);
+        Error::failed(outcome, error, self.sent)
+    }
+
+    /// The deadline passed while the request waited.
+    fn expired(&mut self) -> Error {
+        self.abandon();
+        Error::deadline_exceeded(self.sent)
+    }
+
+    /// An attempt came back: a response is classified next, an error is judged now.
+    fn answered<F, B, RB, E>(&mut self, result: Result<Response<RB>, E>) -> Step<F, B, RB, C>
+    where
+        RB: Body,
+        E: Into<BoxError>,
+    {
+        self.attempt_finished();
+        let error = match result {
+            Ok(response) => {
+                let answer = classify_response(&self.config.classifier, response);
+                return Step::Next(State::Classifying { answer });
+            }
+            Err(error) => error.into(),
+        };
+        let outcome = self.config.classifier.classify_error(&*error);
+        self.record(&outcome);
+        if !outcome.is_retryable() {
+            return Step::Finish(Err(Error::failed(outcome, error, self.sent)));
         }
         match self.plan(&outcome) {
-            Plan::Retry(delay) => Next::Retry(delay),
-            Plan::NotReplayable => Next::Return(response),
+            Plan::Retry(delay) => Step::Next(self.wait(delay)),
+            Plan::NotReplayable => Step::Finish(Err(Error::failed(outcome, error, self.sent))),
+            Plan::GiveUp(cause) => {
+                Step::Finish(Err(Error::given_up(outcome, error, self.sent, cause)))
+            }
+        }
+    }
+
+    /// A response was classified: hand it back, or retry.
+    fn judged<F, B, RB: Body>(
+        &mut self,
+        mut response: Response<ResponseBody<RB>>,
+        outcome: Outcome,
+    ) -> Step<F, B, RB, C> {
+        self.record(&outcome);
+        if outcome.is_success() {
+            self.config.budget.deposit();
+            return Step::Finish(Ok(response));
+        }
+        if !outcome.is_retryable() {
+            // Fatal: no retry helps, here or above. Marked when this layer could have retried.
+            if self.could_retry() {
+                self.mark_final(&mut response);
+            }
+            return Step::Finish(Ok(response));
+        }
+        match self.plan(&outcome) {
+            Plan::Retry(delay) => Step::Next(self.wait(delay)),
+            Plan::NotReplayable => Step::Finish(Ok(response)),
             Plan::GiveUp(cause) => {
                 self.mark_final(&mut response);
                 response.extensions_mut().insert(cause);
-                Next::Return(response)
+                Step::Finish(Ok(response))
             }
         }
+    }
+
+    /// Waits `delay` before the retry; a zero delay skips the timer (tokio rounds every sleep up
+    /// to its next 1 ms tick, so `sleep(0)` would still wait).
+    fn wait<F, B, RB: Body>(&self, delay: Duration) -> State<F, B, RB, C> {
+        if delay.is_zero() {
+            State::Ready
+        } else {
+            State::Backoff {
+                sleep: tokio::time::sleep(delay),
+            }
+        }
+    }
+
+    /// Whether this layer could have sent the request again.
+    fn could_retry(&self) -> bool {
+        self.template.is_some() && self.config.max_attempts > 1
     }
 
     fn mark_final<RB>(&self, response: &mut Response<RB>) {
@@ -450,193 +474,176 @@ impl<C: Classify, Bk: Backoff> Engine<C, Bk> {
         mark_do_not_retry(response.headers_mut(), grpc);
     }
 
-    fn judge_error(&mut self, error: BoxError) -> Next<BoxError> {
-        // stormguard's own local rejections are final: retrying a throttled request would defeat
-        // the throttle, and a request past its deadline cannot succeed.
-        if chain_contains::<Throttled>(&*error) {
-            // Dropped before it reached the backend: a retry that was never sent is given back.
-            if let Some(Receipt::InFlight(withdrawal)) = self.receipt.take() {
-                self.config.budget.refund(withdrawal);
-            }
-            return Next::Return(error);
+    /// Tells the throttle how the attempt ended, and settles the retry's receipt: a retry that a
+    /// layer below dropped locally never reached the backend, so the budget gets it back.
+    fn record(&mut self, outcome: &Outcome) {
+        if let Some(throttle) = &self.config.throttle
+            && std::mem::take(&mut self.throttle_owed)
+        {
+            throttle.record(outcome.is_accepted());
         }
-        if chain_contains::<DeadlineExceeded>(&*error) {
-            return Next::Return(error);
-        }
-        let outcome = self.config.classifier.classify_error(&*error);
-        if !outcome.is_retryable() {
-            return Next::Return(error);
-        }
-        match self.plan(&outcome) {
-            Plan::Retry(delay) => Next::Retry(delay),
-            Plan::NotReplayable => Next::Return(error),
-            Plan::GiveUp(cause) => Next::Return(Box::new(GaveUp::new(
-                self.attempts,
-                outcome.reason(),
-                cause,
-                error,
-            ))),
+        if let Some(Receipt::Sent(withdrawal)) = self.receipt.take()
+            && outcome.reason() == Reason::Throttled
+        {
+            self.config.budget.refund(withdrawal);
         }
     }
 
-    /// Decide whether a retryable failure is retried, and after how long ([`RetryRules`]).
+    fn attempt_finished(&mut self) {
+        if let Some(started) = self.started.take() {
+            self.last_attempt = started.elapsed();
+        }
+    }
+
+    /// Whether a retryable failure is retried, and after how long.
+    ///
+    /// Checks, cheapest first and the one with a side effect last: that this layer may send the
+    /// request again at all (a buffered body, more than one attempt allowed); attempts left; the server's hint (one above the policy's maximum ends the
+    /// request); the deadline (the retry must start after its delay and still have as long as
+    /// the last attempt took); the budget (a withdrawal). Each retry and each give-up is logged
+    /// at WARN with the attempt number and the reason.
     fn plan(&mut self, outcome: &Outcome) -> Plan {
-        if self.template.is_none() {
+        if !self.could_retry() {
             return Plan::NotReplayable;
         }
-        let backoff = &self.config.backoff;
-        let scheduled = self
-            .schedule
-            .get_or_insert_with(|| backoff.schedule())
-            .next()
-            .unwrap_or_else(|| backoff.cap());
-        let rules = RetryRules {
-            max_attempts: self.config.max_attempts,
-            hint_policy: &self.config.hint_policy,
-            budget: &self.config.budget,
-        };
-        match rules.decide(
-            outcome,
-            self.attempts,
-            scheduled,
-            self.deadline,
-            self.last_attempt,
-        ) {
-            Ok(granted) => {
-                self.receipt = Some(Receipt::Unsent(granted.withdrawal));
-                Plan::Retry(granted.delay)
+        let reason = outcome.reason().as_str();
+        match self.decide(outcome) {
+            Ok((delay, withdrawal)) => {
+                self.receipt = Some(Receipt::Unsent(withdrawal));
+                tracing::warn!(
+                    retry_attempt = self.sent,
+                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    reason,
+                    "retrying request"
+                );
+                Plan::Retry(delay)
             }
-            Err(cause) => Plan::GiveUp(cause),
+            Err(cause) => {
+                tracing::warn!(
+                    attempts = self.sent,
+                    reason,
+                    cause = cause.as_str(),
+                    "giving up on a retryable failure"
+                );
+                Plan::GiveUp(cause)
+            }
         }
+    }
+
+    fn decide(&mut self, outcome: &Outcome) -> Result<(Duration, Withdrawal), GiveUpCause> {
+        let config = &*self.config;
+        if self.sent >= config.max_attempts {
+            return Err(GiveUpCause::AttemptsExhausted);
+        }
+        let delay = match outcome.retry_after() {
+            Some(hint) => match config.hint_policy.apply(hint) {
+                HintDecision::RetryAfter(delay) => delay,
+                HintDecision::TooLong { .. } => return Err(GiveUpCause::HintTooLong),
+            },
+            None => {
+                let backoff = &config.backoff;
+                let schedule = self.schedule.get_or_insert_with(|| backoff.schedule());
+                schedule.next().unwrap_or_else(|| backoff.cap())
+            }
+        };
+        if let Some(deadline) = self.deadline {
+            let finish = Instant::now()
+                .checked_add(delay)
+                .and_then(|start| start.checked_add(self.last_attempt));
+            if finish.is_none_or(|finish| finish >= deadline.instant()) {
+                return Err(GiveUpCause::Deadline);
+            }
+        }
+        let Some(withdrawal) = config.budget.try_withdraw() else {
+            tracing::warn!(
+                attempts = self.sent,
+                reason = outcome.reason().as_str(),
+                "retry budget exhausted: not retrying"
+            );
+            return Err(GiveUpCause::BudgetExhausted);
+        };
+        Ok((delay, withdrawal))
     }
 }
 
+impl<C, Bk: Backoff> Attempts<C, Bk> {
+    /// Gives back a retry granted and never sent.
+    fn give_back(&mut self) {
+        if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
+            self.config.budget.refund(withdrawal);
+        }
+    }
+
+    /// The request ends wherever it is: an attempt in flight was not accepted, a retry not yet
+    /// sent is given back.
+    fn abandon(&mut self) {
+        if std::mem::take(&mut self.throttle_owed)
+            && let Some(throttle) = &self.config.throttle
+        {
+            throttle.record(false);
+        }
+        self.give_back();
+    }
+}
+
+impl<C, Bk: Backoff> Drop for Attempts<C, Bk> {
+    fn drop(&mut self) {
+        self.abandon();
+    }
+}
+
+/// The answer to "may this retryable failure be retried?".
+enum Plan {
+    Retry(Duration),
+    /// This layer cannot send the request again (its body was sent as a stream, or one attempt
+    /// is all it may send): the decision is the caller's.
+    NotReplayable,
+    GiveUp(GiveUpCause),
+}
+
 impl Template {
-    /// Hold a request's head while its body is read.
-    fn hold(parts: request::Parts) -> Self {
+    fn new(head: Parts) -> Self {
         Self {
-            method: parts.method,
-            uri: parts.uri,
-            version: parts.version,
-            headers: parts.headers,
-            extensions: parts.extensions,
+            head,
             body: Bytes::new(),
             trailers: None,
         }
     }
 
-    /// The held head with `body`, as it came.
-    fn into_request<B>(self, body: B) -> Request<B> {
-        let mut request = Request::new(body);
-        *request.method_mut() = self.method;
-        *request.uri_mut() = self.uri;
-        *request.version_mut() = self.version;
-        *request.headers_mut() = self.headers;
-        *request.extensions_mut() = self.extensions;
-        request
-    }
-
+    /// An attempt: the head and the buffered body, as they were.
     fn request<B: ReplayBody>(&self) -> Request<B> {
         let body = match &self.trailers {
             None => B::from_bytes(self.body.clone()),
             Some(trailers) => B::from_partial(PartialBody::new(
                 self.body.clone(),
-                Some(HeaderMap::clone(trailers)),
+                Tail::Trailers(trailers.clone()),
                 B::from_bytes(Bytes::new()),
             )),
         };
-        let mut request = Request::new(body);
-        *request.method_mut() = self.method.clone();
-        *request.uri_mut() = self.uri.clone();
-        *request.version_mut() = self.version;
-        *request.headers_mut() = self.headers.clone();
-        *request.extensions_mut() = self.extensions.clone();
-        request
+        Request::from_parts(self.head.clone(), body)
     }
-}
-
-/// Read a request body until it ends (`Ended`/`Trailers`: replayable) or what was read exceeds
-/// `cap` (`Open`: send once).
-fn poll_request_prefix<B: ReplayBody>(
-    body: &mut B,
-    read: &mut Collected,
-    cap: usize,
-    cx: &mut Context<'_>,
-) -> Poll<Tail<B::Error>> {
-    loop {
-        if body.is_end_stream() {
-            return Poll::Ready(Tail::Ended);
-        }
-        match ready!(Pin::new(&mut *body).poll_frame(cx)) {
-            None => return Poll::Ready(Tail::Ended),
-            Some(Err(error)) => return Poll::Ready(Tail::Failed(error)),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => {
-                    read.push(data);
-                    if read.len() > cap {
-                        return Poll::Ready(Tail::Open);
-                    }
-                }
-                Err(frame) => {
-                    if let Ok(trailers) = frame.into_trailers() {
-                        return Poll::Ready(Tail::Trailers(trailers));
-                    }
-                }
-            },
-        }
-    }
-}
-
-/// Read an error response's body until it ends or [`ERROR_BODY_LIMIT`] bytes were read.
-fn poll_error_prefix<RB: Body<Data = Bytes>>(
-    mut body: Pin<&mut RB>,
-    read: &mut Collected,
-    cx: &mut Context<'_>,
-) -> Poll<Tail<RB::Error>> {
-    loop {
-        if read.len() >= ERROR_BODY_LIMIT {
-            return Poll::Ready(Tail::Open);
-        }
-        if body.is_end_stream() {
-            return Poll::Ready(Tail::Ended);
-        }
-        match ready!(body.as_mut().poll_frame(cx)) {
-            None => return Poll::Ready(Tail::Ended),
-            Some(Err(error)) => return Poll::Ready(Tail::Failed(error)),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => read.push(data),
-                Err(frame) => {
-                    if let Ok(trailers) = frame.into_trailers() {
-                        return Poll::Ready(Tail::Trailers(trailers));
-                    }
-                }
-            },
-        }
-    }
-}
-
-fn polled_after_completion() -> BoxError {
-    "stormguard retry future polled after completion".into()
 }
 
 impl<S, B, RB, C, Bk> fmt::Debug for ResponseFuture<S, B, RB, C, Bk>
 where
     S: Service<Request<B>>,
+    RB: Body,
     Bk: Backoff,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
-            State::Buffering { .. } => "buffering request body",
-            State::PollReady => "waiting for service readiness",
+            State::Buffering { .. } => "buffering the request body",
+            State::Ready => "waiting for the service",
             State::Calling { .. } => "calling",
-            State::ReadingErrorBody { .. } => "reading error body",
+            State::Classifying { .. } => "classifying the answer",
             State::Backoff { .. } => "backing off",
+            State::Refused { .. } => "refused",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
-            .field("attempts", &self.engine.attempts)
-            .field("deadline", &self.engine.deadline)
+            .field("attempts", &self.attempts.sent)
+            .field("deadline", &self.attempts.deadline)
             .finish()
     }
 }

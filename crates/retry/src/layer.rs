@@ -1,19 +1,26 @@
-//! [`RetryLayer`]: the retry engine's configuration, applied to a service.
+//! [`ClientLayer`]: the engine's configuration, applied to a service.
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
+use http::request::Parts;
+use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_budget::RetryBudget;
 use stormguard_classify::{Classify, LlmClassifier};
+use stormguard_deadline::propagate::DEFAULT_MARGIN;
+use stormguard_deadline::client::{FromFn, TimeoutSource};
+use stormguard_deadline::{DEFAULT_TIMEOUT, LlmDeadline};
 use stormguard_jitter::{Backoff, FullJitter, HintPolicy};
 use tower_layer::Layer;
 
-use crate::Retry;
+use crate::Client;
 
 /// Default number of attempts per request, the first one included: 3, the per-request limit of
 /// the Google SRE book ("Handling Overload": "implement a per-request retry budget of up to three
-/// attempts"). Every layer that retries multiplies the attempts of the layers above it, so this
-/// stays small; the shared [`RetryBudget`] bounds the total.
+/// attempts"), and what the official OpenAI and Anthropic SDKs send (2 retries). Every layer that
+/// retries multiplies the attempts of the layers above it, so this stays small; the shared
+/// [`RetryBudget`] bounds the total.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
 /// Default largest request body the engine buffers to replay: 1 MiB. Chat-completion requests
@@ -21,160 +28,268 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// bigger than this are sent once, untouched, and never retried.
 pub const DEFAULT_MAX_REPLAY_BODY: usize = 1024 * 1024;
 
-/// What every [`Retry`] made by one layer shares.
-///
-/// Aligned to 128 bytes so that, inside its `Arc`, it does not share a cache line (nor the
-/// adjacent one that x86 prefetches with it) with the reference counts: every request clones and
-/// drops the `Arc`, and threads sharing one layer would otherwise evict each other's copy of the
-/// configuration they read on every request.
+/// Where a request's deadline comes from, shared by every service a layer makes.
+type SharedTimeout = Arc<dyn TimeoutSource + Send + Sync>;
+
+/// What every [`Client`] made by one layer shares.
 #[derive(Clone)]
-#[repr(align(128))]
 pub(crate) struct Config<C, Bk> {
     pub(crate) classifier: C,
     pub(crate) budget: RetryBudget,
     pub(crate) backoff: Bk,
-    pub(crate) max_attempts: u32,
     pub(crate) hint_policy: HintPolicy,
-    /// Whether `hint_policy` was set by the user; if not, it follows the classifier's
-    /// `max_hint`.
-    pub(crate) hint_policy_set: bool,
+    pub(crate) max_attempts: u32,
     pub(crate) max_replay_body: usize,
+    pub(crate) throttle: Option<AdaptiveThrottle>,
+    pub(crate) timeout: Option<SharedTimeout>,
+    pub(crate) margin: Duration,
+    pub(crate) propagation: bool,
 }
 
-/// Applies the retry engine to a service (see the [crate docs](crate)).
+/// The whole client pipeline for `http::Request<B>` services, as one [`Layer`] (see the
+/// [crate docs](crate) for what it does to each request):
 ///
-/// Defaults:
-/// * classifier [`LlmClassifier`]: HTTP status, gRPC status, transport errors and the JSON
-///   error bodies of LLM APIs;
-/// * budget [`RetryBudget::default()`], one per layer (clones of the layer share it; hand in one
-///   budget with [`budget`](Self::budget) to share it further);
-/// * backoff [`FullJitter::default()`]: `U(0, min(8 s, 500 ms × 2^n))`. The base and cap are the
-///   official OpenAI SDKs' (0.5 s .. 8 s); the AWS SDKs use 1 s .. 20 s, but a 20 s pause is as
-///   long as many LLM deadlines, and with three attempts the cap is seldom reached anyway;
+/// ```text
+/// request ─▶ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ adaptive throttle ─▶ backend
+///            one for all   replay the body, attempt headers,            every attempt; a drop
+///            attempts,     Idempotency-Key, x-should-retry: false       is final
+///            propagated    on what it gives up on
+/// ```
+///
+/// `ClientLayer::default()` is safe for LLM APIs out of the box:
+///
+/// * classifier [`LlmClassifier`]: HTTP status, gRPC status, transport errors and the JSON error
+///   bodies of LLM APIs;
+/// * budget [`RetryBudget::default()`] (retries up to 10% of successes, a floor of 1 per second,
+///   over 10 s), one per layer: clones of the layer share it, and
+///   [`with_budget`](Self::with_budget) shares one further;
+/// * backoff [`FullJitter::default()`]: `U(0, min(8 s, 500 ms × 2^n))`, the official OpenAI
+///   SDKs' base and cap (the AWS SDKs use 1 s .. 20 s, but a 20 s pause is as long as many LLM
+///   deadlines, and with three attempts the cap is seldom reached anyway);
 /// * [`DEFAULT_MAX_ATTEMPTS`] (3) attempts;
-/// * hint policy [`HintPolicy::default()`] with the classifier's
-///   [`max_hint`](Classify::max_hint) as its maximum (60 s for every stormguard classifier):
-///   honour server hints up to it, give up on longer ones;
-/// * request bodies up to [`DEFAULT_MAX_REPLAY_BODY`] (1 MiB) are replayed.
+/// * hint policy [`HintPolicy::default()`]: server hints honoured up to 60 s, longer ones end the
+///   request;
+/// * request bodies up to [`DEFAULT_MAX_REPLAY_BODY`] (1 MiB) replayed;
+/// * an [`AdaptiveThrottle::default()`] of its own;
+/// * a deadline of [`DEFAULT_TIMEOUT`] (600 s) across all attempts, propagated downstream with a
+///   [`DEFAULT_MARGIN`] (50 ms) safety margin.
 ///
-/// Each builder method changes one thing. The layer is a cheap `Clone` (its configuration sits
-/// in an `Arc`).
-pub struct RetryLayer<C = LlmClassifier, Bk = FullJitter> {
+/// Each `with_*` method changes one thing; each setting can be read back by the method of the
+/// same name without `with_`. The layer is a cheap `Clone` (its configuration sits in an `Arc`),
+/// and the budget and the throttle are shared by every clone and every service it builds: hand
+/// the same ones to several layers when several clients call one backend.
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_adaptive_throttle::AdaptiveThrottle;
+/// use stormguard_budget::RetryBudget;
+/// use stormguard_retry::ClientLayer;
+///
+/// let budget = RetryBudget::default();
+/// let throttle = AdaptiveThrottle::default();
+/// let layer = ClientLayer::default()
+///     .with_budget(budget.clone())
+///     .with_throttle(throttle.clone())
+///     .with_max_attempts(4)
+///     .with_timeout(Duration::from_secs(30));
+/// assert_eq!(layer.max_attempts(), 4);
+/// ```
+pub struct ClientLayer<C = LlmClassifier, Bk = FullJitter> {
     config: Arc<Config<C, Bk>>,
 }
 
-impl RetryLayer {
-    /// A layer with the defaults listed on [`RetryLayer`].
+impl ClientLayer {
+    /// A layer with the defaults listed on [`ClientLayer`].
     pub fn new() -> Self {
         Self::default()
     }
 }
 
-impl Default for RetryLayer {
+impl Default for ClientLayer {
     fn default() -> Self {
-        Self {
-            config: Arc::new(Config {
-                classifier: LlmClassifier::default(),
-                budget: RetryBudget::default(),
-                backoff: FullJitter::default(),
-                max_attempts: DEFAULT_MAX_ATTEMPTS,
-                hint_policy: HintPolicy::default().with_max(LlmClassifier::default().max_hint()),
-                hint_policy_set: false,
-                max_replay_body: DEFAULT_MAX_REPLAY_BODY,
-            }),
-        }
+        Self::from_config(Config {
+            classifier: LlmClassifier::default(),
+            budget: RetryBudget::default(),
+            backoff: FullJitter::default(),
+            hint_policy: HintPolicy::default(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_replay_body: DEFAULT_MAX_REPLAY_BODY,
+            throttle: Some(AdaptiveThrottle::default()),
+            timeout: Some(Arc::new(DEFAULT_TIMEOUT)),
+            margin: DEFAULT_MARGIN,
+            propagation: true,
+        })
     }
 }
 
-impl<C: Classify, Bk: Backoff> RetryLayer<C, Bk> {
-    fn into_config(self) -> Config<C, Bk> {
-        Arc::unwrap_or_clone(self.config)
-    }
-
-    fn with_config(config: Config<C, Bk>) -> Self {
+impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
+    fn from_config(config: Config<C, Bk>) -> Self {
         Self {
             config: Arc::new(config),
         }
     }
 
-    /// Classify outcomes with `classifier` instead. Unless a [`hint_policy`](Self::hint_policy)
-    /// was set, the longest server hint followed becomes the classifier's
-    /// [`max_hint`](Classify::max_hint).
-    pub fn classifier<C2: Classify>(self, classifier: C2) -> RetryLayer<C2, Bk> {
-        let config = self.into_config();
-        let hint_policy = if config.hint_policy_set {
-            config.hint_policy
-        } else {
-            HintPolicy::default().with_max(classifier.max_hint())
-        };
-        RetryLayer::with_config(Config {
-            classifier,
-            budget: config.budget,
-            backoff: config.backoff,
-            max_attempts: config.max_attempts,
-            hint_policy,
-            hint_policy_set: config.hint_policy_set,
-            max_replay_body: config.max_replay_body,
-        })
+    /// The configuration, to change one setting of it.
+    fn change(self, change: impl FnOnce(&mut Config<C, Bk>)) -> Self {
+        let mut config = Arc::unwrap_or_clone(self.config);
+        change(&mut config);
+        Self::from_config(config)
+    }
+
+    /// Decide what succeeded, what may be retried and what the backend accepted with
+    /// `classifier` (for the retry decision and the throttle alike).
+    pub fn with_classifier<C2: Classify>(self, classifier: C2) -> ClientLayer<C2, Bk> {
+        let config = Arc::unwrap_or_clone(self.config);
+        let backoff = config.backoff.clone();
+        ClientLayer::from_config(config.retyped(classifier, backoff))
+    }
+
+    /// Wait between attempts as `backoff` schedules, when the server gives no hint.
+    pub fn with_backoff<Bk2: Backoff>(self, backoff: Bk2) -> ClientLayer<C, Bk2> {
+        let config = Arc::unwrap_or_clone(self.config);
+        let classifier = config.classifier.clone();
+        ClientLayer::from_config(config.retyped(classifier, backoff))
     }
 
     /// Draw retries from `budget` (and deposit successes into it). Pass clones of one budget to
     /// every layer that talks to the same backend so that they share it.
-    pub fn budget(self, budget: RetryBudget) -> Self {
-        Self::with_config(Config {
-            budget,
-            ..self.into_config()
-        })
-    }
-
-    /// Wait between attempts as `backoff` schedules.
-    pub fn backoff<Bk2: Backoff>(self, backoff: Bk2) -> RetryLayer<C, Bk2> {
-        let config = self.into_config();
-        RetryLayer::with_config(Config {
-            classifier: config.classifier,
-            budget: config.budget,
-            backoff,
-            max_attempts: config.max_attempts,
-            hint_policy: config.hint_policy,
-            hint_policy_set: config.hint_policy_set,
-            max_replay_body: config.max_replay_body,
-        })
-    }
-
-    /// Send each request at most `attempts` times, the first included (0 counts as 1: no retry).
-    pub fn max_attempts(self, attempts: u32) -> Self {
-        Self::with_config(Config {
-            max_attempts: attempts.max(1),
-            ..self.into_config()
-        })
+    pub fn with_budget(self, budget: RetryBudget) -> Self {
+        self.change(|config| config.budget = budget)
     }
 
     /// Turn server hints (`retry-after` and friends) into delays with `policy`; a hint above
-    /// [`policy.max()`](HintPolicy::max) is not retried. An explicit policy wins over the
-    /// classifier's [`max_hint`](Classify::max_hint), which sets the maximum otherwise.
-    pub fn hint_policy(self, policy: HintPolicy) -> Self {
-        Self::with_config(Config {
-            hint_policy: policy,
-            hint_policy_set: true,
-            ..self.into_config()
-        })
+    /// [`policy.max()`](HintPolicy::max) is not retried.
+    pub fn with_hint_policy(self, policy: HintPolicy) -> Self {
+        self.change(|config| config.hint_policy = policy)
+    }
+
+    /// Send each request at most `attempts` times, the first included (0 counts as 1: no retry).
+    pub fn with_max_attempts(self, attempts: u32) -> Self {
+        self.change(|config| config.max_attempts = attempts.max(1))
     }
 
     /// Buffer and replay request bodies of up to `bytes` bytes; bigger ones are sent once.
-    pub fn max_replay_body(self, bytes: usize) -> Self {
-        Self::with_config(Config {
-            max_replay_body: bytes,
-            ..self.into_config()
-        })
+    pub fn with_max_replay_body(self, bytes: usize) -> Self {
+        self.change(|config| config.max_replay_body = bytes)
     }
 
-    /// The budget this layer draws from (for [`snapshot`](RetryBudget::snapshot)s).
-    pub fn retry_budget(&self) -> &RetryBudget {
+    /// Throttle every attempt with `throttle` (shared state: one per backend).
+    pub fn with_throttle(self, throttle: AdaptiveThrottle) -> Self {
+        self.change(|config| config.throttle = Some(throttle))
+    }
+
+    /// No adaptive throttle: every attempt the retry rules allow is sent.
+    pub fn without_throttle(self) -> Self {
+        self.change(|config| config.throttle = None)
+    }
+
+    /// One fixed deadline of `timeout` for each request, across all its attempts.
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        self.change(|config| config.timeout = Some(Arc::new(timeout)))
+    }
+
+    /// Each request's deadline from a function of its head (`None`: no deadline of the layer's
+    /// own).
+    pub fn with_timeout_fn<F>(self, timeout: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<Duration> + Send + Sync + 'static,
+    {
+        self.change(|config| config.timeout = Some(Arc::new(FromFn::new(timeout))))
+    }
+
+    /// Size each request's deadline from its LLM request body (prompt size and `max_tokens`; see
+    /// [`LlmDeadline`]): the body the engine buffers for replay is read for it, so a 4,000-token
+    /// generation gets a longer deadline than a 50-token one. A body too large to buffer gets
+    /// [`LlmDeadline::max`](LlmDeadline).
+    pub fn with_llm_deadline(self, estimate: LlmDeadline) -> Self {
+        self.change(|config| config.timeout = Some(Arc::new(estimate)))
+    }
+
+    /// No deadline of the layer's own: only one already on the request (from an incoming
+    /// request, or set by a layer above) is honoured, stamped and enforced.
+    pub fn without_timeout(self) -> Self {
+        self.change(|config| config.timeout = None)
+    }
+
+    /// Subtract `margin` from the time left before sending it downstream (default 50 ms), so that
+    /// the next hop gives up slightly before this one does.
+    pub fn with_margin(self, margin: Duration) -> Self {
+        self.change(|config| config.margin = margin)
+    }
+
+    /// Whether to send the time left downstream on every attempt (`x-request-timeout-ms`, gRPC
+    /// `grpc-timeout`; default `true`).
+    pub fn with_propagation(self, propagation: bool) -> Self {
+        self.change(|config| config.propagation = propagation)
+    }
+
+    /// The classifier.
+    pub fn classifier(&self) -> &C {
+        &self.config.classifier
+    }
+
+    /// The retry budget, shared by every service this layer builds (for its
+    /// [`snapshot`](RetryBudget::snapshot)).
+    pub fn budget(&self) -> &RetryBudget {
         &self.config.budget
+    }
+
+    /// The backoff.
+    pub fn backoff(&self) -> &Bk {
+        &self.config.backoff
+    }
+
+    /// The hint policy.
+    pub fn hint_policy(&self) -> &HintPolicy {
+        &self.config.hint_policy
+    }
+
+    /// Most attempts per request, the first included.
+    pub fn max_attempts(&self) -> u32 {
+        self.config.max_attempts
+    }
+
+    /// Largest request body buffered for replay.
+    pub fn max_replay_body(&self) -> usize {
+        self.config.max_replay_body
+    }
+
+    /// The adaptive throttle, shared by every service this layer builds (for its
+    /// [`snapshot`](AdaptiveThrottle::snapshot)); `None` without one.
+    pub fn throttle(&self) -> Option<&AdaptiveThrottle> {
+        self.config.throttle.as_ref()
+    }
+
+    /// The safety margin subtracted from the time left sent downstream.
+    pub fn margin(&self) -> Duration {
+        self.config.margin
+    }
+
+    /// Whether the time left is sent downstream.
+    pub fn propagation(&self) -> bool {
+        self.config.propagation
     }
 }
 
-impl<C, Bk> Clone for RetryLayer<C, Bk> {
+impl<C, Bk> Config<C, Bk> {
+    /// The same configuration with another classifier and backoff (and so, maybe, other types).
+    fn retyped<C2, Bk2>(self, classifier: C2, backoff: Bk2) -> Config<C2, Bk2> {
+        Config {
+            classifier,
+            budget: self.budget,
+            backoff,
+            hint_policy: self.hint_policy,
+            max_attempts: self.max_attempts,
+            max_replay_body: self.max_replay_body,
+            throttle: self.throttle,
+            timeout: self.timeout,
+            margin: self.margin,
+            propagation: self.propagation,
+        }
+    }
+}
+
+impl<C, Bk> Clone for ClientLayer<C, Bk> {
     fn clone(&self) -> Self {
         Self {
             config: Arc::clone(&self.config),
@@ -182,15 +297,15 @@ impl<C, Bk> Clone for RetryLayer<C, Bk> {
     }
 }
 
-impl<S, C, Bk> Layer<S> for RetryLayer<C, Bk> {
-    type Service = Retry<S, C, Bk>;
+impl<S, C, Bk> Layer<S> for ClientLayer<C, Bk> {
+    type Service = Client<S, C, Bk>;
 
-    fn layer(&self, inner: S) -> Retry<S, C, Bk> {
-        Retry::from_config(inner, Arc::clone(&self.config))
+    fn layer(&self, inner: S) -> Client<S, C, Bk> {
+        Client::from_config(inner, Arc::clone(&self.config))
     }
 }
 
-impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for RetryLayer<C, Bk> {
+impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for ClientLayer<C, Bk> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.config.fmt(f)
     }
@@ -198,14 +313,17 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for RetryLayer<C, Bk> {
 
 impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Config<C, Bk> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetryConfig")
+        f.debug_struct("ClientConfig")
             .field("classifier", &self.classifier)
             .field("budget", &self.budget)
             .field("backoff", &self.backoff)
-            .field("max_attempts", &self.max_attempts)
             .field("hint_policy", &self.hint_policy)
-            .field("hint_policy_set", &self.hint_policy_set)
+            .field("max_attempts", &self.max_attempts)
             .field("max_replay_body", &self.max_replay_body)
+            .field("throttle", &self.throttle)
+            .field("timeout", &self.timeout.is_some())
+            .field("margin", &self.margin)
+            .field("propagation", &self.propagation)
             .finish()
     }
 }

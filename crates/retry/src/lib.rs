@@ -1,26 +1,44 @@
-//! `stormguard-retry`: the retry engine. One tower layer that retries a request only when a retry
-//! can help, only as often as the backend can afford, never past the request's deadline, and
-//! only at this layer.
+//! `stormguard-retry`: the client engine. One tower layer, [`ClientLayer`], that gives every
+//! request one deadline, retries it only when a retry can help, only as often as the backend can
+//! afford, never past the deadline, only at this layer, and stops sending at all while the
+//! backend rejects most of what it gets.
 //!
 //! # The problem
 //!
 //! Naive retries turn a backend's bad minute into an outage: every client retries every failure
 //! a fixed number of times, so a 5% error rate multiplies the load just when the backend is
 //! weakest, fixed intervals bring the rejected clients back in lockstep, each layer that retries
-//! multiplies the attempts of the layers above it (3 × 3 = 9), and a `400 context_length_exceeded`
-//! or `429 insufficient_quota` is retried for nothing but cost.
+//! multiplies the attempts of the layers above it (3 × 3 = 9), a `400 context_length_exceeded`
+//! or `429 insufficient_quota` is retried for nothing but cost, and one timeout per attempt lets
+//! three attempts keep a caller waiting three times as long.
 //!
-//! # The algorithm
+//! # What happens to a request
 //!
-//! For every request, [`Retry`] sends the first attempt and classifies the result with a
-//! [`Classify`](stormguard_classify::Classify) implementation (default
-//! [`LlmClassifier`](stormguard_classify::LlmClassifier)). Then:
-//!
-//! 1. **Success**: deposit into the [`RetryBudget`](stormguard_budget::RetryBudget) (this is
-//!    where successes are counted) and return it.
-//! 2. **Fatal** (a 4xx that will not get better, a server that said `x-should-retry: false`):
-//!    return it as it is.
-//! 3. **Retryable**: retry only if every check below passes, in this order, else give up:
+//! 1. **Deadline.** The request gets one absolute [`Deadline`](stormguard_deadline::Deadline)
+//!    across all its attempts: a fixed timeout (default 600 s), a function of its head, or an
+//!    estimate from its LLM body (prompt size and `max_tokens`,
+//!    [`with_llm_deadline`](ClientLayer::with_llm_deadline)); a tighter deadline already on the
+//!    request wins. It is enforced over everything below, and every attempt carries the time left
+//!    downstream (`x-request-timeout-ms`, gRPC `grpc-timeout`) minus a small margin.
+//! 2. **Body.** A body whose size fits the replay cap (default 1 MiB) is read before the first
+//!    attempt, and every attempt gets the same bytes ([`ReplayBody`]). A larger or endless body
+//!    is sent once, untouched, and its failures are returned as they are: only the caller can
+//!    send it again.
+//! 3. **Each attempt** is first offered to the adaptive throttle
+//!    ([`AdaptiveThrottle`](stormguard_adaptive_throttle::AdaptiveThrottle), Google SRE
+//!    client-side throttling): while the backend rejects most of what it gets, attempts are
+//!    dropped locally, at once, and the request ends with [`Error`] (reason `throttled`): never
+//!    retried, never sent. An attempt that goes out carries its number (`x-retry-attempt: N`;
+//!    gRPC `grpc-previous-rpc-attempts: N` on retries, gRFC A6) and, for a method that is not
+//!    idempotent, the request's `Idempotency-Key` (a v4 UUID, the same on every attempt, never
+//!    replacing the caller's).
+//! 4. **Each result** is classified once, by the [`Classify`](stormguard_classify::Classify)
+//!    implementation (default [`LlmClassifier`](stormguard_classify::LlmClassifier)), reading the
+//!    first 64 KiB of a failed response's body (the JSON error of an LLM API) while the caller
+//!    still gets all of it. That one outcome tells the throttle whether the backend accepted the
+//!    attempt and decides the retry. A success is deposited into the
+//!    [`RetryBudget`](stormguard_budget::RetryBudget) and returned. A fatal failure is returned.
+//! 5. **A retryable failure** is retried only if every check passes, in this order:
 //!    * fewer than `max_attempts` attempts were sent (default 3, the per-request limit of the
 //!      Google SRE book, "Handling Overload");
 //!    * the delay: the next one from the [`Backoff`](stormguard_jitter::Backoff) schedule
@@ -28,19 +46,14 @@
 //!      Backoff And Jitter"), unless the server gave a hint (`retry-after-ms`, `retry-after`,
 //!      `grpc-retry-pushback-ms` ...), which the [`HintPolicy`](stormguard_jitter::HintPolicy)
 //!      turns into the delay; a hint above its maximum (default 60 s) means give up now;
-//!    * the **deadline rule**: under a [`Deadline`](stormguard_deadline::Deadline) found in the
-//!      request's extensions, retry only if `now + delay + (duration of the last attempt) <
-//!      deadline`. The engine never sleeps past the deadline, and never starts an attempt that
-//!      would need more time than is left (judged by how long the last one took);
+//!    * the deadline: retry only if `now + delay + (duration of the last attempt) < deadline`,
+//!      so the engine never sleeps past the deadline and never starts an attempt that would need
+//!      more time than is left;
 //!    * the retry budget grants a withdrawal (asked last, so that nothing is withdrawn for a
-//!      retry the other checks rule out, and before sleeping, so that a denied retry costs no
-//!      time). The budget allows `ratio × successes + floor` retries per window (SRE book: 10%):
-//!      during an outage successes stop, and so do retries. A request dropped before its retry
-//!      goes out (during the sleep, say) gives the withdrawal back.
-//!
-//!    Then it sleeps, re-stamps the downstream deadline header
-//!    ([`propagate::refresh`](stormguard_deadline::propagate::refresh)), and sends the request
-//!    again on a fresh clone of the service, driven to readiness first.
+//!      retry the other checks rule out). Retries stay within `ratio × successes + floor` per
+//!      window (SRE book: 10%): during an outage successes stop, and so do retries. A retry
+//!      that is never sent (the caller gave up during the backoff, the service failed to get
+//!      ready, a layer below dropped it) is given back.
 //!
 //! # Retry at one layer only
 //!
@@ -48,43 +61,24 @@
 //! hint too long), whoever is above must not retry it again. A failed response is returned with
 //! `x-should-retry: false` (honoured by the official OpenAI and Anthropic SDKs) or, for gRPC,
 //! `grpc-retry-pushback-ms: -1` (gRFC A6), and carries the [`GiveUpCause`] in its extensions; a
-//! failed call (an error instead of a response) is returned wrapped in [`GaveUp`]. Fatal failed
-//! responses get the same mark (no extension): the OpenAI SDKs, for one, would otherwise retry
-//! a `429 insufficient_quota` twice more. Only a request this layer could not have retried (a
-//! body too large to replay, `max_attempts(1)`) comes back unmarked: the decision stays with the
-//! caller.
+//! failed call is returned as an [`Error`] whose outcome is fatal. Fatal failed responses get the
+//! same mark: the OpenAI SDKs, for one, would otherwise retry a `429 insufficient_quota` twice
+//! more. Only a request this layer could not have retried (a body too large to replay,
+//! `with_max_attempts(1)`) comes back unmarked: the decision stays with the caller.
 //!
-//! stormguard's own local rejections are final and are returned unwrapped: an error whose source
-//! chain contains [`Throttled`](stormguard_adaptive_throttle::Throttled) (the adaptive throttle,
-//! which sits inside this layer, refused to send the attempt) or
-//! [`DeadlineExceeded`](stormguard_deadline::DeadlineExceeded). Retrying the first would defeat
-//! the throttle; the second cannot succeed.
+//! # Errors and responses
 //!
-//! # Requests
+//! The response body type is [`ResponseBody`](stormguard_classify::body::ResponseBody): the
+//! backend's body untouched for a success, or, for a failure whose body was read, the bytes read
+//! followed by the rest. A response is handed over as soon as its head arrives: the deadline
+//! covers each attempt up to its response head (and the error body read to classify a failure),
+//! and reading a successful body is the caller's to bound, so a streamed generation that has
+//! started is never cut short or restarted.
 //!
-//! * **Bodies** are replayed from buffered bytes ([`ReplayBody`]): a body whose exact size fits
-//!   [`max_replay_body`](RetryLayer::max_replay_body) (default 1 MiB) is read before the first
-//!   attempt, and each attempt gets the same `Bytes` (no copy). A body whose size is known to be
-//!   larger is sent once, untouched. A body of unknown size is read up to the cap: if it ends,
-//!   it is replayed; if not, it is sent once as the prefix read plus the unread rest, and its
-//!   failures are returned unmarked (the engine did not retry; only the caller can).
-//! * **Attempt numbers**: every HTTP attempt carries `x-retry-attempt: N` (N = attempts before
-//!   it, 0 on the first); gRPC retries carry `grpc-previous-rpc-attempts: N` (gRFC A6). A server
-//!   can then shed retries first (`stormguard_budget::RetryBudgetLayer`).
-//! * **Idempotency**: a request whose method is not idempotent (POST, PATCH ...) and that may be
-//!   sent more than once gets an [`IDEMPOTENCY_KEY`] header, the same UUID on every attempt,
-//!   unless the caller set one. gRPC calls (always POST on the wire) do not. Keys are version 4
-//!   UUIDs made without a system call: per-thread random bits with a scrambled counter in the
-//!   last 48 (unique within a thread, see [`ensure_idempotency_key`]).
-//!
-//! # Responses
-//!
-//! The response body type is [`ResponseBody`]. Successful responses pass through untouched.
-//! When the classifier asks for the body of a failure (`Classify::needs_body`: non-2xx,
-//! non-gRPC by default), the engine reads up to
-//! [`ERROR_BODY_LIMIT`](stormguard_classify::ERROR_BODY_LIMIT) (64 KiB) so that the classifier
-//! can tell `insufficient_quota` from `rate_limit_exceeded`, and the caller still receives the
-//! whole body. Once a response has been handed to the caller it is never retried.
+//! The error type is [`Error`]: throttled, deadline exceeded, given up on, or failed in a way no
+//! retry helps, with the underlying error as its source. It says what it is through
+//! stormguard-classify's vocabulary, and [`Error::to_response`] (or, with the `axum` feature,
+//! `IntoResponse`) answers for it the way a gateway should.
 //!
 //! # Observability
 //!
@@ -102,12 +96,11 @@
 //! use http::{Request, Response, StatusCode};
 //! use http_body_util::Full;
 //! use stormguard_budget::RetryBudget;
-//! use stormguard_retry::RetryLayer;
+//! use stormguard_retry::ClientLayer;
 //! use tower::{Layer, Service, ServiceExt};
 //!
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), stormguard_classify::BoxError> {
-//! # tokio::time::pause();
 //! // A backend that is overloaded once, then answers.
 //! let calls = Arc::new(AtomicU32::new(0));
 //! let seen = Arc::clone(&calls);
@@ -121,7 +114,7 @@
 //!
 //! // One budget for every client of this backend.
 //! let budget = RetryBudget::default();
-//! let mut client = RetryLayer::new().budget(budget.clone()).layer(backend);
+//! let mut client = ClientLayer::default().with_budget(budget.clone()).layer(backend);
 //!
 //! let request = Request::post("http://llm.invalid/v1/chat/completions")
 //!     .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))?;
@@ -138,13 +131,11 @@ mod body;
 mod error;
 mod future;
 mod layer;
-mod rules;
 mod service;
 
-pub use attempt::{IDEMPOTENCY_KEY, ensure_idempotency_key, is_idempotent, stamp_attempt};
-pub use body::{PartialBody, ReplayBody, ResponseBody};
-pub use error::{GaveUp, GiveUpCause};
+pub use attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
+pub use body::ReplayBody;
+pub use error::{Error, GiveUpCause};
 pub use future::ResponseFuture;
-pub use layer::{DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY, RetryLayer};
-pub use rules::{Granted, RetryRules};
-pub use service::Retry;
+pub use layer::{ClientLayer, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY};
+pub use service::Client;

@@ -1,4 +1,4 @@
-//! [`Retry`]: the retry engine wrapped around a service.
+//! [`Client`]: the engine wrapped around a service.
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,32 +7,24 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use stormguard_budget::RetryBudget;
+use stormguard_classify::body::ResponseBody;
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
-use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::RetryLayer;
-use crate::body::{ReplayBody, ResponseBody};
+use crate::body::ReplayBody;
+use crate::error::Error;
 use crate::future::ResponseFuture;
 use crate::layer::Config;
 
-/// A service that retries retryable failures of `S` within attempts, budget, hints and deadline
-/// (see the [crate docs](crate)). Made by [`RetryLayer`].
-pub struct Retry<S, C = LlmClassifier, Bk = FullJitter> {
+/// The client pipeline around `S`: made by [`ClientLayer`](crate::ClientLayer), which says what
+/// it does to each request.
+pub struct Client<S, C = LlmClassifier, Bk = FullJitter> {
     inner: S,
     config: Arc<Config<C, Bk>>,
 }
 
-impl<S> Retry<S> {
-    /// `inner` with the engine's defaults (see [`RetryLayer`]), and a budget of its own.
-    pub fn new(inner: S) -> Self {
-        RetryLayer::new().layer(inner)
-    }
-}
-
-impl<S, C, Bk> Retry<S, C, Bk> {
+impl<S, C, Bk> Client<S, C, Bk> {
     pub(crate) fn from_config(inner: S, config: Arc<Config<C, Bk>>) -> Self {
         Self { inner, config }
     }
@@ -51,14 +43,9 @@ impl<S, C, Bk> Retry<S, C, Bk> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// The budget retries are drawn from (for [`snapshot`](RetryBudget::snapshot)s).
-    pub fn retry_budget(&self) -> &RetryBudget {
-        &self.config.budget
-    }
 }
 
-impl<S, C, Bk, B, RB> Service<Request<B>> for Retry<S, C, Bk>
+impl<S, C, Bk, B, RB> Service<Request<B>> for Client<S, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone,
     S::Error: Into<BoxError>,
@@ -69,22 +56,26 @@ where
     Bk: Backoff,
 {
     type Response = Response<ResponseBody<RB>>;
-    type Error = BoxError;
+    type Error = Error;
     type Future = ResponseFuture<S, B, RB, C, Bk>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.inner.poll_ready(cx).map_err(|error| {
+            let error: BoxError = error.into();
+            let outcome = self.config.classifier.classify_error(&*error);
+            Error::failed(outcome, error, 0)
+        })
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // The readied service serves the first attempt; its clone stays for the next call.
+        // The readied service serves the request; its clone stays for the next call.
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
         ResponseFuture::new(ready, Arc::clone(&self.config), request)
     }
 }
 
-impl<S: Clone, C, Bk> Clone for Retry<S, C, Bk> {
+impl<S: Clone, C, Bk> Clone for Client<S, C, Bk> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -93,9 +84,9 @@ impl<S: Clone, C, Bk> Clone for Retry<S, C, Bk> {
     }
 }
 
-impl<S: fmt::Debug, C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Retry<S, C, Bk> {
+impl<S: fmt::Debug, C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Client<S, C, Bk> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Retry")
+        f.debug_struct("Client")
             .field("inner", &self.inner)
             .field("config", &self.config)
             .finish()

@@ -3,55 +3,60 @@
 use std::time::Duration;
 
 use stormguard_adaptive_throttle::{AdaptiveThrottle, AdaptiveThrottleLayer};
-use stormguard_budget::{RetryBudget, RetryBudgetLayer};
+use stormguard_budget::{RetryBudget, ShedRetriesLayer};
 use stormguard_deadline::{DeadlineLayer, ServerDeadlineLayer};
-use stormguard_jitter::JitterLayer;
-use stormguard_retry::RetryLayer;
+use stormguard_jitter::SpreadLayer;
 use tower::ServiceBuilder;
 use tower_layer::Stack;
 
 use crate::{ClientLayer, ServerLayer};
 
 /// Extension methods on [`tower::ServiceBuilder`] for stormguard's layers, so a stack reads in the
-/// order requests flow through it (outermost first).
+/// order requests flow through it (outermost first). None of them shares a name with one of
+/// `ServiceBuilder`'s own methods (its `retry` and `timeout` are tower's layers, not these).
 ///
 /// ```
 /// use std::time::Duration;
-/// use stormguard::ServiceBuilderExt;
-/// use stormguard::throttle::AdaptiveThrottle;
+/// use stormguard::{ClientLayer, ServiceBuilderExt};
 /// use tower::ServiceBuilder;
 ///
-/// let throttle = AdaptiveThrottle::default();
-/// let stack = ServiceBuilder::new()
-///     .deadline(Duration::from_secs(30)) // one deadline for all attempts
-///     .retry(stormguard::retry::RetryLayer::new()) // classify + budget + jitter
-///     .adaptive_throttle(throttle); // every attempt, inside the retry
-/// # let _ = stack;
+/// # #[derive(Clone)] struct Backend;
+/// # impl tower::Service<http::Request<http_body_util::Full<bytes::Bytes>>> for Backend {
+/// #     type Response = http::Response<http_body_util::Full<bytes::Bytes>>;
+/// #     type Error = std::convert::Infallible;
+/// #     type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+/// #     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> { std::task::Poll::Ready(Ok(())) }
+/// #     fn call(&mut self, _: http::Request<http_body_util::Full<bytes::Bytes>>) -> Self::Future { std::future::ready(Ok(http::Response::default())) }
+/// # }
+/// let client = ServiceBuilder::new()
+///     .spread(Duration::from_millis(100)) // spread the start of synchronised callers
+///     .stormguard_client(ClientLayer::default()) // deadline, retries, throttle
+///     .service(Backend);
+/// # let _ = client;
 /// ```
 pub trait ServiceBuilderExt<L>: Sized {
     /// The whole client pipeline ([`ClientLayer`]).
-    fn stormguard_client<C, Bk, T>(
+    fn stormguard_client<C, Bk>(
         self,
-        layer: ClientLayer<C, Bk, T>,
-    ) -> ServiceBuilder<Stack<ClientLayer<C, Bk, T>, L>>;
+        layer: ClientLayer<C, Bk>,
+    ) -> ServiceBuilder<Stack<ClientLayer<C, Bk>, L>>;
 
     /// The whole server pipeline ([`ServerLayer`]).
     fn stormguard_server(self, layer: ServerLayer) -> ServiceBuilder<Stack<ServerLayer, L>>;
 
-    /// A fixed deadline across all attempts, propagated downstream ([`DeadlineLayer::new`]).
+    /// A fixed deadline, enforced and propagated downstream ([`DeadlineLayer::new`]), for stacks
+    /// without the client pipeline (whose own deadline spans its attempts).
     fn deadline(self, timeout: Duration) -> ServiceBuilder<Stack<DeadlineLayer, L>>;
 
-    /// The retry engine ([`RetryLayer`]).
-    fn retry<C, Bk>(self, layer: RetryLayer<C, Bk>) -> ServiceBuilder<Stack<RetryLayer<C, Bk>, L>>;
-
-    /// Client-side adaptive throttling on `throttle` ([`AdaptiveThrottleLayer::new`]).
+    /// Client-side adaptive throttling on `throttle` ([`AdaptiveThrottleLayer::new`]), for stacks
+    /// without the client pipeline (which throttles every attempt itself).
     fn adaptive_throttle(
         self,
         throttle: AdaptiveThrottle,
     ) -> ServiceBuilder<Stack<AdaptiveThrottleLayer, L>>;
 
-    /// Delay each request's start by `U(0, max)` ([`JitterLayer`]).
-    fn start_jitter(self, max: Duration) -> ServiceBuilder<Stack<JitterLayer, L>>;
+    /// Delay each request's start by `U(0, max)` ([`SpreadLayer`]).
+    fn spread(self, max: Duration) -> ServiceBuilder<Stack<SpreadLayer, L>>;
 
     /// Server side: read, cap and enforce the caller's deadline ([`ServerDeadlineLayer`]).
     fn server_deadline(
@@ -59,15 +64,15 @@ pub trait ServiceBuilderExt<L>: Sized {
         layer: ServerDeadlineLayer,
     ) -> ServiceBuilder<Stack<ServerDeadlineLayer, L>>;
 
-    /// Server side: shed retries beyond `budget` ([`RetryBudgetLayer`]).
-    fn shed_retries(self, budget: RetryBudget) -> ServiceBuilder<Stack<RetryBudgetLayer, L>>;
+    /// Server side: shed retries beyond `budget` ([`ShedRetriesLayer`]).
+    fn shed_retries(self, budget: RetryBudget) -> ServiceBuilder<Stack<ShedRetriesLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
-    fn stormguard_client<C, Bk, T>(
+    fn stormguard_client<C, Bk>(
         self,
-        layer: ClientLayer<C, Bk, T>,
-    ) -> ServiceBuilder<Stack<ClientLayer<C, Bk, T>, L>> {
+        layer: ClientLayer<C, Bk>,
+    ) -> ServiceBuilder<Stack<ClientLayer<C, Bk>, L>> {
         self.layer(layer)
     }
 
@@ -79,10 +84,6 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(DeadlineLayer::new(timeout))
     }
 
-    fn retry<C, Bk>(self, layer: RetryLayer<C, Bk>) -> ServiceBuilder<Stack<RetryLayer<C, Bk>, L>> {
-        self.layer(layer)
-    }
-
     fn adaptive_throttle(
         self,
         throttle: AdaptiveThrottle,
@@ -90,8 +91,8 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(AdaptiveThrottleLayer::new(throttle))
     }
 
-    fn start_jitter(self, max: Duration) -> ServiceBuilder<Stack<JitterLayer, L>> {
-        self.layer(JitterLayer::new(max))
+    fn spread(self, max: Duration) -> ServiceBuilder<Stack<SpreadLayer, L>> {
+        self.layer(SpreadLayer::new(max))
     }
 
     fn server_deadline(
@@ -101,7 +102,7 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(layer)
     }
 
-    fn shed_retries(self, budget: RetryBudget) -> ServiceBuilder<Stack<RetryBudgetLayer, L>> {
-        self.layer(RetryBudgetLayer::new(budget))
+    fn shed_retries(self, budget: RetryBudget) -> ServiceBuilder<Stack<ShedRetriesLayer, L>> {
+        self.layer(ShedRetriesLayer::new(budget))
     }
 }

@@ -10,30 +10,32 @@
 //! SRE), never retries what cannot succeed (**classification** of HTTP, gRPC and LLM error bodies),
 //! and gives each request one **deadline** across all its attempts, propagated downstream.
 //!
-//! This crate is the facade: [`ClientLayer`] and [`ServerLayer`] compose the pieces with defaults
-//! that are safe for LLM APIs, and the pieces are re-exported under short paths:
+//! ## Start here
 //!
-//! | path | crate | what |
-//! |---|---|---|
-//! | [`classify`] | `stormguard-classify` | `Outcome`, `LlmClassifier`, hint parsing |
-//! | [`jitter`] | `stormguard-jitter` | `FullJitter` and friends, `HintPolicy`, `JitterLayer` |
-//! | [`budget`] | `stormguard-budget` | `RetryBudget`, server-side `RetryBudgetLayer` |
-//! | [`deadline`] | `stormguard-deadline` | `Deadline`, `DeadlineLayer`, `ServerDeadlineLayer` |
-//! | [`throttle`] | `stormguard-adaptive-throttle` | `AdaptiveThrottle`, `AdaptiveThrottleLayer` |
-//! | [`retry`] | `stormguard-retry` | `RetryLayer`, the retry engine |
+//! | you have | use |
+//! |---|---|
+//! | a hyper, tonic or other tower client | [`ClientLayer::default()`]`.layer(client)` |
+//! | an axum or tonic server, or a gateway | [`ServerLayer::default()`] on its routes |
+//! | a gateway answering for a failed upstream call | return the [`Error`] (feature `axum`: it is `IntoResponse`), or [`error_response`] |
+//! | a reqwest client | [`reqwest::StormguardMiddleware`] (feature `reqwest`) |
+//! | several clients of one backend | one [`budget::RetryBudget`] and one [`throttle::AdaptiveThrottle`], handed to each layer |
+//!
+//! The modules hold the pieces, each from its own crate, for changing one part of the pipeline
+//! or using it alone: [`classify`], [`jitter`], [`budget`], [`deadline`], [`throttle`],
+//! [`retry`].
 //!
 //! ## The client pipeline
 //!
 //! ```text
-//!            ┌──────────── ClientLayer ─────────────────────────────────────────┐
-//! request ─▶ │ deadline ─▶ retry (classify · budget · jitter) ─▶ throttle        │ ─▶ backend
+//!            ┌──────────── ClientLayer: one future per request ─────────────────┐
+//! request ─▶ │ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ throttle │ ─▶ backend
 //!            └──────────────────────────────────────────────────────────────────┘
 //! ```
 //!
-//! * **Deadline outside the retry**: one deadline spans all attempts; the engine never sleeps past
-//!   it and never starts an attempt that cannot finish.
-//! * **Throttle inside the retry**: every attempt is counted and may be dropped locally; a local
-//!   drop is final and never retried.
+//! * **One deadline** spans all attempts; the engine never sleeps past it and never starts an
+//!   attempt that cannot finish, and every attempt tells the next hop how much time is left.
+//! * **Every attempt is throttled**: while the backend rejects most of what it gets, attempts are
+//!   dropped locally and never retried.
 //! * **Retry at one layer only**: every layer that retries multiplies (SDK 3 x gateway 3 = 9
 //!   attempts). When stormguard retries, turn the SDK's retries off (OpenAI and Anthropic SDKs:
 //!   `max_retries=0`), and put `ServerLayer` on gateways: what stormguard gives up on carries
@@ -49,7 +51,7 @@
 //! use stormguard::ClientLayer;
 //! use tower::{Layer, ServiceExt};
 //!
-//! # async fn run() -> Result<(), stormguard::classify::BoxError> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
 //! let client = ClientLayer::default().layer(hyper);
 //! let request = http::Request::post("http://127.0.0.1:8080/v1/chat/completions")
@@ -67,7 +69,7 @@
 //!
 //! // Reads and enforces incoming deadlines, sheds retries beyond 10% of successes. A handler
 //! // that calls upstream through a `ClientLayer` inherits the incoming deadline, and answers
-//! // the pipeline's errors with `stormguard::error_response`.
+//! // the pipeline's errors by returning them (feature `axum`) or with `error_response`.
 //! let app: Router = Router::new()
 //!     .route("/v1/chat/completions", post(|| async { "ok" }))
 //!     .layer(ServerLayer::default());
@@ -86,47 +88,72 @@
 //!
 //! On a tonic server, `Server::builder().layer(stormguard::ServerLayer::default())`.
 //!
-//! ## Quickstart: reqwest
+//! ## Features
 //!
-//! Use `stormguard-reqwest`'s `StormguardMiddleware` with `reqwest-middleware`; it shares the
-//! [`budget::RetryBudget`] and [`throttle::AdaptiveThrottle`] types with [`ClientLayer`].
+//! * `axum`: replay of axum request bodies, and `IntoResponse` for [`Error`];
+//! * `tonic`: replay of tonic request bodies (a tonic `Channel`);
+//! * `reqwest`: the [`reqwest`] module, the same engine as reqwest-middleware middleware.
 
-mod client;
 mod ext;
-mod respond;
 mod server;
 
-pub use client::{Client, ClientLayer, DEFAULT_CLIENT_TIMEOUT};
 pub use ext::ServiceBuilderExt;
-pub use respond::error_response;
 pub use server::ServerLayer;
+pub use stormguard_classify::error_response;
+pub use stormguard_retry::{Client, ClientLayer, Error, GiveUpCause};
 
-/// Failure classification: [`stormguard_classify`].
+/// Failure classification ([`stormguard_classify`]): outcomes, classifiers, server hints.
 pub mod classify {
-    pub use stormguard_classify::*;
+    pub use stormguard_classify::body::ResponseBody;
+    pub use stormguard_classify::{
+        BoxError, Classify, ClassifyLayer, ERROR_BODY_LIMIT, Failure, GrpcClassifier, GrpcCode,
+        HttpClassifier, LlmClassifier, MakeClassify, Outcome, Reason, TransportClassifier,
+        Verdict, headers, hint, is_grpc, outcome_of, refusal_response,
+    };
 }
 
-/// Backoff schedules and server hints: [`stormguard_jitter`].
+/// Backoff schedules and server hints ([`stormguard_jitter`]).
 pub mod jitter {
-    pub use stormguard_jitter::*;
+    pub use stormguard_jitter::{
+        Backoff, Constant, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter, EqualJitter,
+        Exponential, FullJitter, HintDecision, HintPolicy, SmoothDecorrelatedJitter, Spread,
+        SpreadLayer,
+    };
 }
 
-/// The retry budget: [`stormguard_budget`].
+/// The retry budget, and shedding retries on a server ([`stormguard_budget`]).
 pub mod budget {
-    pub use stormguard_budget::*;
+    pub use stormguard_budget::{
+        BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget, ShedRetries,
+        ShedRetriesLayer, previous_attempts,
+    };
 }
 
-/// Deadlines across attempts: [`stormguard_deadline`].
+/// Deadlines across attempts and hops ([`stormguard_deadline`]).
 pub mod deadline {
-    pub use stormguard_deadline::*;
+    pub use stormguard_deadline::{
+        DEFAULT_TIMEOUT, Deadline, DeadlineExceeded, DeadlineLayer, LlmDeadline,
+        ServerDeadlineLayer, propagate,
+    };
 }
 
-/// Adaptive client-side throttling: [`stormguard_adaptive_throttle`].
+/// Adaptive client-side throttling ([`stormguard_adaptive_throttle`]).
 pub mod throttle {
-    pub use stormguard_adaptive_throttle::*;
+    pub use stormguard_adaptive_throttle::{
+        AdaptiveThrottle, AdaptiveThrottleLayer, ThrottleConfig, ThrottleSnapshot, Throttled,
+    };
 }
 
-/// The retry engine: [`stormguard_retry`].
+/// The client engine's parts ([`stormguard_retry`]): what [`ClientLayer`] is made of.
 pub mod retry {
-    pub use stormguard_retry::*;
+    pub use stormguard_retry::{
+        DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY, ReplayBody, ensure_idempotency_key,
+        is_idempotent, stamp_attempt,
+    };
+}
+
+/// The client engine as reqwest-middleware middleware ([`stormguard_reqwest`]).
+#[cfg(feature = "reqwest")]
+pub mod reqwest {
+    pub use stormguard_reqwest::StormguardMiddleware;
 }
