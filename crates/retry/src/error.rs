@@ -180,12 +180,17 @@ impl fmt::Display for Error {
                 f,
                 "gave up after {attempts} attempt{plural} ({cause}); last failure: {reason}"
             ),
-            (None, Reason::Throttled) => f.write_str("request throttled locally: the backend is rejecting"),
+            (None, Reason::Throttled) => {
+                f.write_str("request throttled locally: the backend is rejecting")
+            }
             (None, Reason::DeadlineExceeded) => {
                 write!(f, "deadline exceeded after {attempts} attempt{plural}")
             }
             (None, reason) if attempts == 0 => write!(f, "request not sent: {reason}"),
-            (None, reason) => write!(f, "request failed after {attempts} attempt{plural}: {reason}"),
+            (None, reason) => write!(
+                f,
+                "request failed after {attempts} attempt{plural}: {reason}"
+            ),
         }
     }
 }
@@ -213,7 +218,10 @@ mod tests {
     #[test]
     fn local_refusals_say_what_they_are_and_keep_their_typed_error() {
         let throttled = Error::throttled(1);
-        assert_eq!(outcome_of(&throttled).map(|o| o.reason()), Some(Reason::Throttled));
+        assert_eq!(
+            outcome_of(&throttled).map(|o| o.reason()),
+            Some(Reason::Throttled)
+        );
         assert!(chain(&throttled).any(|link| link.is::<Throttled>()));
         assert_eq!(throttled.to_response::<()>(false).status(), 503);
 
@@ -234,7 +242,10 @@ mod tests {
         assert_eq!(outcome.reason(), Reason::Transport);
         assert_eq!(error.gave_up(), Some(GiveUpCause::BudgetExhausted));
         assert_eq!(error.to_response::<()>(false).status(), 502);
-        assert_eq!(error.to_response::<()>(false).headers()["x-should-retry"], "false");
+        assert_eq!(
+            error.to_response::<()>(false).headers()["x-should-retry"],
+            "false"
+        );
         assert!(chain(&error).any(|link| link.is::<std::io::Error>()));
         assert_eq!(
             error.to_string(),

@@ -144,7 +144,10 @@ where
     pub(crate) fn new(mut service: S, config: Arc<Config<C, Bk>>, request: Request<B>) -> Self {
         let (mut head, body) = request.into_parts();
         let cap = config.max_replay_body;
-        let reads_body = config.timeout.as_ref().is_some_and(|source| source.reads_body());
+        let reads_body = config
+            .timeout
+            .as_ref()
+            .is_some_and(|source| source.reads_body());
         // Buffer what could be sent again, or what the deadline estimate reads.
         let buffer = (config.max_attempts > 1 || reads_body)
             && body.size_hint().lower() <= u64::try_from(cap).unwrap_or(u64::MAX);
@@ -233,13 +236,15 @@ where
                 }
             }
         }
-        // Waiting: the deadline bounds the wait, whatever the request waits for.
-        let Some(deadline) = this.attempts.deadline else {
+        // Waiting: the deadline bounds the wait, whatever the request waits for. (It may have
+        // been set, or tightened, since the timer was made: an estimate from the body.)
+        let Some(deadline) = this.attempts.deadline.map(|deadline| deadline.instant()) else {
             return Poll::Pending;
         };
-        if this.timer.is_none() {
-            this.timer
-                .set(Some(tokio::time::sleep_until(deadline.instant())));
+        match this.timer.as_mut().as_pin_mut() {
+            Some(timer) if timer.deadline() == deadline => {}
+            Some(timer) => timer.reset(deadline),
+            None => this.timer.set(Some(tokio::time::sleep_until(deadline))),
         }
         if let Some(timer) = this.timer.as_pin_mut() {
             ready!(timer.poll(cx));
@@ -291,7 +296,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         RB: Body,
     {
         let Some(mut template) = self.template.take() else {
-            return Step::Finish(Err(Error::unreadable_body("request body read twice".into())));
+            return Step::Finish(Err(Error::unreadable_body(
+                "request body read twice".into(),
+            )));
         };
         let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
         let trailers = match tail {

@@ -8,8 +8,8 @@ use http::request::Parts;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_budget::RetryBudget;
 use stormguard_classify::{Classify, LlmClassifier};
-use stormguard_deadline::propagate::DEFAULT_MARGIN;
 use stormguard_deadline::client::{FromFn, TimeoutSource};
+use stormguard_deadline::propagate::DEFAULT_MARGIN;
 use stormguard_deadline::{DEFAULT_TIMEOUT, LlmDeadline};
 use stormguard_jitter::{Backoff, FullJitter, HintPolicy};
 use tower_layer::Layer;
@@ -108,7 +108,7 @@ impl ClientLayer {
 impl Default for ClientLayer {
     fn default() -> Self {
         Self::from_config(Config {
-            classifier: LlmClassifier::default(),
+            classifier: LlmClassifier,
             budget: RetryBudget::default(),
             backoff: FullJitter::default(),
             hint_policy: HintPolicy::default(),

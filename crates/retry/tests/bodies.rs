@@ -16,8 +16,7 @@ use http_body_util::{BodyExt, Full};
 use stormguard_classify::BoxError;
 use stormguard_classify::headers::X_SHOULD_RETRY;
 use stormguard_jitter::Constant;
-use stormguard_retry::RetryLayer;
-use support::{Chunked, Log, Recording, scripted, status};
+use support::{Chunked, Log, Recording, retries_only, scripted, status};
 use tower::{Layer, Service, ServiceExt};
 
 fn chunks(count: usize, size: usize) -> Vec<Bytes> {
@@ -38,7 +37,7 @@ async fn unknown_length_body_that_ends_within_the_cap_is_replayed() {
     let backend = scripted(&log, Duration::ZERO, |n, _| {
         Ok(if n < 2 { status(503) } else { status(200) })
     });
-    let client = RetryLayer::new().max_replay_body(64).layer(backend);
+    let client = retries_only().with_max_replay_body(64).layer(backend);
 
     let response = client.oneshot(streaming_post(chunks(3, 10))).await.unwrap();
 
@@ -55,7 +54,7 @@ async fn unknown_length_body_that_ends_within_the_cap_is_replayed() {
 async fn unknown_length_body_past_the_cap_is_sent_once_whole() {
     let log = Log::default();
     let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
-    let client = RetryLayer::new().max_replay_body(16).layer(backend);
+    let client = retries_only().with_max_replay_body(16).layer(backend);
 
     // 30 bytes: the engine reads 20 (two chunks, past the cap of 16), then passes the rest on.
     let response = client.oneshot(streaming_post(chunks(3, 10))).await.unwrap();
@@ -86,15 +85,15 @@ async fn streamed_error_body_is_read_up_to_the_limit_and_the_rest_streams_on() {
         }
     });
     let classifier = Recording::default();
-    let client = RetryLayer::new()
-        .classifier(classifier.clone())
-        .max_attempts(1)
+    let client = retries_only()
+        .with_classifier(classifier.clone())
+        .with_max_attempts(1)
         .layer(backend);
 
     let response = client.oneshot(support::post("{}")).await.unwrap();
 
     assert_eq!(*classifier.bodies.lock().unwrap(), [64 * 1024]);
-    assert!(response.body().is_buffered());
+    assert!(response.body().was_read());
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body, total);
 }
@@ -160,8 +159,8 @@ async fn every_attempt_is_sent_on_a_ready_service() {
         ready: false,
         violations: Arc::clone(&violations),
     };
-    let mut client = RetryLayer::new()
-        .backoff(Constant::new(Duration::from_millis(10)))
+    let mut client = retries_only()
+        .with_backoff(Constant::new(Duration::from_millis(10)))
         .layer(strict);
 
     for _ in 0..3 {

@@ -13,15 +13,19 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use stormguard_adaptive_throttle::Throttled;
+use rand::RngExt;
+use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, Throttled};
 use stormguard_budget::RetryBudget;
-use stormguard_budget::attempt::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
-use stormguard_classify::headers::{GRPC_RETRY_PUSHBACK_MS, X_SHOULD_RETRY};
-use stormguard_classify::{BoxError, Reason};
+use stormguard_classify::headers::{
+    GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_RETRY_PUSHBACK_MS, IDEMPOTENCY_KEY, X_REQUEST_TIMEOUT_MS,
+    X_RETRY_ATTEMPT, X_SHOULD_RETRY,
+};
+use stormguard_classify::random::RandomSource;
+use stormguard_classify::{BoxError, Reason, chain};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
-use stormguard_jitter::{Constant, FullJitter};
-use stormguard_retry::{GaveUp, GiveUpCause, IDEMPOTENCY_KEY, RetryLayer};
-use support::{Log, Reply, body_bytes, instant, post, reply, scripted, status};
+use stormguard_jitter::{Constant, FullJitter, HintPolicy};
+use stormguard_retry::{ClientLayer, GiveUpCause};
+use support::{Log, Reply, body_bytes, instant, post, reply, retries_only, scripted, status};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
@@ -39,10 +43,10 @@ fn give_up_cause<B>(response: &http::Response<B>) -> Option<&GiveUpCause> {
     response.extensions().get::<GiveUpCause>()
 }
 
-/// A fresh default budget, and `RetryLayer::new()` drawing on it.
-fn budgeted() -> (RetryBudget, RetryLayer) {
+/// A fresh default budget, and the retries-only engine drawing on it.
+fn budgeted() -> (RetryBudget, ClientLayer) {
     let budget = RetryBudget::default();
-    (budget.clone(), RetryLayer::new().budget(budget))
+    (budget.clone(), retries_only().with_budget(budget))
 }
 
 /// A chat request whose caller set a deadline `after` from now.
@@ -142,7 +146,7 @@ async fn retry_after_ms_hint_sets_the_delay() {
             _ => status(200),
         })
     });
-    let client = RetryLayer::new().layer(backend);
+    let client = retries_only().layer(backend);
 
     let response = client.oneshot(post(CHAT)).await.unwrap();
 
@@ -162,9 +166,9 @@ async fn total_outage_amplification_is_bounded_by_the_budget_floor() {
     // Defaults: 10 s window, 1 retry per second floor, 10% of successes.
     let budget = RetryBudget::default();
     let floor = u64::from(budget.min_per_sec()) * budget.ttl().as_secs();
-    let client = RetryLayer::new()
-        .budget(budget.clone())
-        .backoff(FullJitter::default().with_seed(11))
+    let client = retries_only()
+        .with_budget(budget.clone())
+        .with_backoff(FullJitter::default().with_seed(11))
         .layer(backend);
 
     // 1,000 requests spread evenly over 10 s (100 per second), all inside one budget window.
@@ -202,14 +206,14 @@ async fn total_outage_amplification_is_bounded_by_the_budget_floor() {
 async fn five_percent_errors_get_every_retry_they_need() {
     const REQUESTS: usize = 2000;
     let log = Log::default();
-    let rng = std::sync::Arc::new(std::sync::Mutex::new(fastrand::Rng::with_seed(5)));
+    let rng = Arc::new(std::sync::Mutex::new(RandomSource::seeded(5).rng()));
     let backend = scripted(&log, Duration::from_millis(50), move |_, _| {
-        let fail = rng.lock().unwrap().f64() < 0.05;
+        let fail = rng.lock().unwrap().random::<f64>() < 0.05;
         Ok(if fail { status(503) } else { status(200) })
     });
     let (budget, layer) = budgeted();
     let client = layer
-        .backoff(FullJitter::default().with_seed(5))
+        .with_backoff(FullJitter::default().with_seed(5))
         .layer(backend);
 
     // 100 requests per second for 20 s.
@@ -257,7 +261,7 @@ async fn never_sleeps_past_the_deadline() {
     let (log, backend) = instant(|_, _| Ok(status(503)));
     let (budget, layer) = budgeted();
     let client = layer
-        .backoff(Constant::new(Duration::from_secs(2)))
+        .with_backoff(Constant::new(Duration::from_secs(2)))
         .layer(backend);
     let request = chat_due_in(Duration::from_secs(1));
 
@@ -277,8 +281,9 @@ async fn never_starts_an_attempt_that_cannot_finish() {
     // Each attempt takes 400 ms; backoff 300 ms.
     let client_with = |log: &Log| {
         let backend = scripted(log, Duration::from_millis(400), |_, _| Ok(status(503)));
-        RetryLayer::new()
-            .backoff(Constant::new(Duration::from_millis(300)))
+        retries_only()
+            .with_backoff(Constant::new(Duration::from_millis(300)))
+            .with_margin(Duration::ZERO)
             .layer(backend)
     };
 
@@ -291,11 +296,10 @@ async fn never_starts_an_attempt_that_cannot_finish() {
     assert_eq!(start.elapsed(), Duration::from_millis(400));
     assert_eq!(give_up_cause(&response), Some(&GiveUpCause::Deadline));
 
-    // 2 s: attempts at 0, 0.7 and 1.4 s, the last one ending at 1.8 s; the deadline header is
-    // re-stamped with the time left before each retry.
+    // 2 s: attempts at 0, 0.7 and 1.4 s, the last one ending at 1.8 s; every attempt is stamped
+    // with the time left when it is sent (no margin here).
     let log = Log::default();
-    let mut request = chat_due_in(Duration::from_secs(2));
-    stormguard_deadline::propagate::stamp(&mut request, Duration::ZERO);
+    let request = chat_due_in(Duration::from_secs(2));
     let start = Instant::now();
     let response = client_with(&log).oneshot(request).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(1800));
@@ -305,7 +309,7 @@ async fn never_starts_an_attempt_that_cannot_finish() {
     let timeouts: Vec<_> = seen
         .iter()
         .map(|s| {
-            s.header("x-request-timeout-ms")
+            s.header(X_REQUEST_TIMEOUT_MS.as_str())
                 .unwrap()
                 .parse::<u64>()
                 .unwrap()
@@ -322,7 +326,7 @@ async fn never_starts_an_attempt_that_cannot_finish() {
 async fn body_over_the_cap_is_sent_once_untouched() {
     let (log, backend) = instant(|_, _| Ok(status(503)));
     let (budget, layer) = budgeted();
-    let client = layer.max_replay_body(16).layer(backend);
+    let client = layer.with_max_replay_body(16).layer(backend);
 
     let response = client.oneshot(post(CHAT)).await.unwrap();
 
@@ -352,9 +356,9 @@ async fn error_bodies_are_read_for_the_classifier_and_kept_whole_for_the_caller(
             .unwrap())
     });
     let classifier = support::Recording::default();
-    let client = RetryLayer::new()
-        .classifier(classifier.clone())
-        .max_attempts(2)
+    let client = retries_only()
+        .with_classifier(classifier.clone())
+        .with_max_attempts(2)
         .layer(backend);
 
     let response = client.oneshot(post(CHAT)).await.unwrap();
@@ -362,7 +366,7 @@ async fn error_bodies_are_read_for_the_classifier_and_kept_whole_for_the_caller(
     assert_eq!(log.len(), 2);
     assert_eq!(*classifier.bodies.lock().unwrap(), [64 * 1024, 64 * 1024]);
     assert_eq!(no_retry_mark(&response), Some("false"));
-    assert!(response.body().is_buffered());
+    assert!(response.body().was_read());
     let body = body_bytes(response).await;
     assert_eq!(body.len(), 100 * 1024);
     assert_eq!(body, big);
@@ -374,7 +378,7 @@ async fn quota_exhausted_is_final_but_rate_limited_is_retried() {
     let limited = r#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
 
     let (log, backend) = instant(move |_, _| Ok(reply(429, &[], quota)));
-    let response = RetryLayer::new()
+    let response = retries_only()
         .layer(backend)
         .oneshot(post(CHAT))
         .await
@@ -393,14 +397,14 @@ async fn quota_exhausted_is_final_but_rate_limited_is_retried() {
             status(200)
         })
     });
-    let response = RetryLayer::new()
+    let response = retries_only()
         .layer(backend)
         .oneshot(post(CHAT))
         .await
         .unwrap();
     assert_eq!(log.len(), 2);
     assert_eq!(response.status(), 200);
-    assert!(!response.body().is_buffered());
+    assert!(!response.body().was_read());
 }
 
 #[tokio::test(start_paused = true)]
@@ -408,7 +412,7 @@ async fn dropping_the_future_during_backoff_cancels_the_request() {
     let (log, backend) = instant(|_, _| Ok(status(503)));
     let (budget, layer) = budgeted();
     let client = layer
-        .backoff(Constant::new(Duration::from_secs(5)))
+        .with_backoff(Constant::new(Duration::from_secs(5)))
         .layer(backend);
 
     let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT)));
@@ -447,9 +451,13 @@ async fn a_retry_the_throttle_below_drops_is_refunded() {
         _ => Err(BoxError::from(Throttled)),
     });
     let (budget, layer) = budgeted();
-    let client = layer.backoff(Constant::new(Duration::ZERO)).layer(backend);
+    let client = layer
+        .with_backoff(Constant::new(Duration::ZERO))
+        .layer(backend);
     let error = client.oneshot(post(CHAT)).await.unwrap_err();
-    assert!(error.is::<Throttled>(), "{error}");
+    assert!(chain(&error).any(|link| link.is::<Throttled>()), "{error}");
+    assert_eq!(error.reason(), Reason::Throttled);
+    assert_eq!(error.gave_up(), None);
     assert_eq!(log.len(), 2);
     let snapshot = budget.snapshot();
     assert_eq!((snapshot.withdrawals, snapshot.rejected), (0, 0));
@@ -482,12 +490,13 @@ async fn a_retry_the_service_fails_to_get_ready_for_is_refunded() {
     let calls = Arc::new(AtomicUsize::new(0));
     let (budget, layer) = budgeted();
     let client = layer
-        .backoff(Constant::new(Duration::ZERO))
+        .with_backoff(Constant::new(Duration::ZERO))
         .layer(ReadyOnce {
             calls: calls.clone(),
         });
     let error = client.oneshot(post(CHAT)).await.unwrap_err();
-    assert_eq!(error.to_string(), "backend closed");
+    assert_eq!(error.gave_up(), None);
+    assert_eq!(error.into_source().unwrap().to_string(), "backend closed");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(budget.snapshot().withdrawals, 0);
 }
@@ -508,28 +517,50 @@ impl std::error::Error for Wrapped {
     }
 }
 
+/// Whether `error` is a [`Throttled`].
+fn is_throttled(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.is::<Throttled>()
+}
+
+/// Whether `error` is a [`DeadlineExceeded`].
+fn is_deadline_exceeded(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.is::<DeadlineExceeded>()
+}
+
 #[tokio::test(start_paused = true)]
 async fn local_rejections_are_final() {
-    for (name, error) in [
+    type Is = fn(&(dyn std::error::Error + 'static)) -> bool;
+    for (name, error, is) in [
         (
             "throttled",
             (|| BoxError::from(Throttled)) as fn() -> BoxError,
+            is_throttled as Is,
         ),
-        ("deadline", || BoxError::from(DeadlineExceeded::new())),
+        (
+            "deadline",
+            || BoxError::from(DeadlineExceeded::new()),
+            is_deadline_exceeded,
+        ),
         // Deeper in the chain: inside an io::Error, and as the source of another error.
-        ("deadline in io", || {
-            BoxError::from(std::io::Error::other(DeadlineExceeded::new()))
-        }),
-        ("throttled as a source", || {
-            BoxError::from(Wrapped(Box::new(Throttled)))
-        }),
+        (
+            "deadline in io",
+            || BoxError::from(std::io::Error::other(DeadlineExceeded::new())),
+            is_deadline_exceeded,
+        ),
+        (
+            "throttled as a source",
+            || BoxError::from(Wrapped(Box::new(Throttled))),
+            is_throttled,
+        ),
     ] {
         let (log, backend) = instant(move |_, _| Err::<Reply, _>(error()));
         let (budget, layer) = budgeted();
         let client = layer.layer(backend);
         let error = client.oneshot(post(CHAT)).await.unwrap_err();
         assert_eq!(log.len(), 1, "{name}");
-        assert!(!error.is::<GaveUp>(), "{name}: returned as it was");
+        // Returned as it was: not given up on, the original error in its chain.
+        assert_eq!(error.gave_up(), None, "{name}");
+        assert!(chain(&error).any(is), "{name}: {error}");
         assert_eq!(budget.snapshot().withdrawals, 0, "{name}");
     }
 }
@@ -539,17 +570,15 @@ async fn transport_errors_are_retried_then_given_up() {
     let (log, backend) = instant(|_, _| {
         Err::<Reply, _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into())
     });
-    let client = RetryLayer::new().layer(backend);
+    let client = retries_only().layer(backend);
 
     let error = client.oneshot(post(CHAT)).await.unwrap_err();
 
     assert_eq!(log.len(), 3);
-    let gave_up = error.downcast_ref::<GaveUp>().expect("a GaveUp error");
-    assert_eq!(gave_up.attempts(), 3);
-    assert_eq!(gave_up.cause(), GiveUpCause::AttemptsExhausted);
-    assert_eq!(gave_up.reason(), Reason::Transport);
-    let source = std::error::Error::source(gave_up).unwrap();
-    let io = source.downcast_ref::<std::io::Error>().unwrap();
+    assert_eq!(error.attempts(), 3);
+    assert_eq!(error.gave_up(), Some(GiveUpCause::AttemptsExhausted));
+    assert_eq!(error.reason(), Reason::Transport);
+    let io = error.downcast_source::<std::io::Error>().unwrap();
     assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
 }
 
@@ -558,7 +587,7 @@ async fn exhausted_budget_gives_up_at_once() {
     let (log, backend) = instant(|_, _| Ok(status(503)));
     // No floor and no successes yet: nothing to withdraw.
     let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
-    let client = RetryLayer::new().budget(budget.clone()).layer(backend);
+    let client = retries_only().with_budget(budget.clone()).layer(backend);
 
     let start = Instant::now();
     let response = client.oneshot(post(CHAT)).await.unwrap();
@@ -583,8 +612,8 @@ async fn grpc_attempts_use_grpc_headers() {
             "",
         ))
     });
-    let client = RetryLayer::new()
-        .backoff(Constant::new(Duration::from_millis(10)))
+    let client = retries_only()
+        .with_backoff(Constant::new(Duration::from_millis(10)))
         .layer(backend);
     let request = Request::post("http://svc.test/pkg.Service/Method")
         .header("content-type", "application/grpc")
@@ -611,7 +640,7 @@ async fn grpc_attempts_use_grpc_headers() {
 #[tokio::test(start_paused = true)]
 async fn idempotency_key_only_where_needed_and_never_replaced() {
     let (log, backend) = instant(|n, _| Ok(if n % 2 == 0 { status(503) } else { status(200) }));
-    let client = RetryLayer::new().layer(backend);
+    let client = retries_only().layer(backend);
 
     let mut request = post(CHAT);
     request.headers_mut().insert(
@@ -649,7 +678,7 @@ async fn success_responses_pass_through_unread() {
 
     let response = client.oneshot(support::get()).await.unwrap();
 
-    assert!(!response.body().is_buffered());
+    assert!(!response.body().was_read());
     assert_eq!(no_retry_mark(&response), None);
     assert_eq!(log.all()[0].header("x-retry-attempt"), Some("0"));
     let body = body_bytes(response).await;
@@ -658,7 +687,7 @@ async fn success_responses_pass_through_unread() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn longest_hint_followed_comes_from_the_classifier_unless_a_policy_is_set() {
+async fn longest_hint_followed_comes_from_the_hint_policy() {
     let script = |n: usize, _: &support::Seen| {
         Ok(if n == 0 {
             reply(503, &[("retry-after", "90")], "")
@@ -667,24 +696,167 @@ async fn longest_hint_followed_comes_from_the_classifier_unless_a_policy_is_set(
         })
     };
 
-    // The classifier allows 120 s: the 90 s hint is waited out.
+    // The policy allows 120 s: the 90 s hint is waited out.
     let (log, backend) = instant(script);
-    let classifier =
-        stormguard_classify::LlmClassifier::new().with_max_hint(Duration::from_secs(120));
-    let client = RetryLayer::new().classifier(classifier).layer(backend);
+    let client = retries_only()
+        .with_hint_policy(HintPolicy::default().with_max(Duration::from_secs(120)))
+        .layer(backend);
     let response = client.oneshot(post(CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     let seen = log.all();
     assert!(seen[1].at - seen[0].at >= Duration::from_secs(90));
 
-    // An explicit policy wins, whichever order the builder calls come in.
+    // The policy allows 30 s: the 90 s hint ends the request.
     let (log, backend) = instant(script);
-    let client = RetryLayer::new()
-        .hint_policy(stormguard_jitter::HintPolicy::default().with_max(Duration::from_secs(30)))
-        .classifier(classifier)
+    let client = retries_only()
+        .with_hint_policy(HintPolicy::default().with_max(Duration::from_secs(30)))
         .layer(backend);
     let response = client.oneshot(post(CHAT)).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(log.len(), 1);
     assert_eq!(give_up_cause(&response), Some(&GiveUpCause::HintTooLong));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_timeout_is_stamped_on_every_attempt_with_the_time_left() {
+    // Each attempt takes 100 ms; the first is answered 503, and the retry waits 200 ms.
+    let log = Log::default();
+    let backend = scripted(&log, Duration::from_millis(100), |n, _| {
+        Ok(if n == 0 { status(503) } else { status(200) })
+    });
+    let client = ClientLayer::default()
+        .without_throttle()
+        .with_timeout(Duration::from_secs(10))
+        .with_backoff(Constant::new(Duration::from_millis(200)))
+        .layer(backend);
+
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(response.status(), 200);
+    let seen = log.all();
+    let starts: Vec<_> = seen.iter().map(|s| (s.at - start).as_millis()).collect();
+    assert_eq!(starts, [0, 300]);
+    // 10 s minus the time spent, minus the 50 ms margin.
+    let timeouts: Vec<_> = seen
+        .iter()
+        .map(|s| s.header(X_REQUEST_TIMEOUT_MS.as_str()).unwrap())
+        .collect();
+    assert_eq!(timeouts, ["9950", "9650"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_attempt_ends_at_the_deadline_and_is_counted_as_not_accepted() {
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(3));
+    let log = Log::default();
+    let backend = scripted(&log, Duration::from_secs(3600), |_, _| Ok(status(200)));
+    let client = ClientLayer::default()
+        .with_throttle(throttle.clone())
+        .with_timeout(Duration::from_secs(5))
+        .layer(backend);
+
+    let start = Instant::now();
+    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert_eq!(error.reason(), Reason::DeadlineExceeded, "{error}");
+    assert_eq!(error.gave_up(), None);
+    assert_eq!(error.attempts(), 1);
+    assert!(chain(&error).any(is_deadline_exceeded));
+    assert_eq!(log.len(), 1);
+    let snapshot = throttle.snapshot();
+    assert_eq!((snapshot.requests, snapshot.accepts), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_throttle_judges_a_429_by_its_body() {
+    let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+    let limited = r#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+
+    // Out of quota: the backend did the work and answered; final, and marked so.
+    let throttle = AdaptiveThrottle::default();
+    let (log, backend) = instant(move |_, _| Ok(reply(429, &[], quota)));
+    let response = ClientLayer::default()
+        .with_throttle(throttle.clone())
+        .layer(backend)
+        .oneshot(post(CHAT))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(log.len(), 1);
+    assert_eq!(no_retry_mark(&response), Some("false"));
+    let snapshot = throttle.snapshot();
+    assert_eq!((snapshot.requests, snapshot.accepts), (1, 1));
+
+    // Rate limited: rejected (not accepted), then retried and answered.
+    let throttle = AdaptiveThrottle::default();
+    let (log, backend) = instant(move |n, _| {
+        Ok(if n == 0 {
+            reply(429, &[], limited)
+        } else {
+            status(200)
+        })
+    });
+    let response = ClientLayer::default()
+        .with_throttle(throttle.clone())
+        .with_backoff(Constant::new(Duration::ZERO))
+        .layer(backend)
+        .oneshot(post(CHAT))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(log.len(), 2);
+    let snapshot = throttle.snapshot();
+    assert_eq!((snapshot.requests, snapshot.accepts), (2, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_future_during_an_attempt_counts_one_request_not_accepted() {
+    let throttle = AdaptiveThrottle::default();
+    let log = Log::default();
+    let backend = scripted(&log, Duration::from_secs(10), |_, _| Ok(status(200)));
+    let client = ClientLayer::default()
+        .with_throttle(throttle.clone())
+        .layer(backend);
+
+    let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT)));
+    assert!(
+        future.poll().is_pending(),
+        "the attempt should be in flight"
+    );
+    assert_eq!(log.len(), 1);
+    // In flight: not counted yet.
+    assert_eq!(throttle.snapshot().requests, 0);
+
+    drop(future);
+    let snapshot = throttle.snapshot();
+    assert_eq!((snapshot.requests, snapshot.accepts), (1, 0));
+    // Nothing more is recorded later (still inside the throttle's 2 s window).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let snapshot = throttle.snapshot();
+    assert_eq!((snapshot.requests, snapshot.accepts), (1, 0));
+    assert_eq!(log.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_already_past_its_deadline_is_never_sent() {
+    let throttle = AdaptiveThrottle::default();
+    let (log, backend) = instant(|_, _| Ok(status(200)));
+    let client = ClientLayer::default()
+        .with_throttle(throttle.clone())
+        .layer(backend);
+    let request = chat_due_in(Duration::from_millis(100));
+    tokio::time::advance(Duration::from_millis(100)).await;
+
+    let start = Instant::now();
+    let error = client.oneshot(request).await.unwrap_err();
+
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(error.reason(), Reason::DeadlineExceeded, "{error}");
+    assert_eq!(error.attempts(), 0);
+    assert_eq!(error.gave_up(), None);
+    assert!(chain(&error).any(is_deadline_exceeded));
+    assert_eq!(log.len(), 0);
+    // Never offered to the throttle either.
+    assert_eq!(throttle.snapshot().requests, 0);
 }

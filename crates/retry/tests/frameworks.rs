@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use stormguard_retry::{ReplayBody, RetryLayer};
-use support::{Chunked, Log, scripted, status};
+use stormguard_retry::ReplayBody;
+use support::{Chunked, Log, retries_only, scripted, status};
 use tower::{Layer, ServiceExt};
 
 fn payload() -> Vec<Bytes> {
@@ -33,8 +33,8 @@ where
     let request = Request::post("http://svc.test/upload")
         .body(wrap(Chunked::new(payload())))
         .unwrap();
-    let response = RetryLayer::new()
-        .max_replay_body(64)
+    let response = retries_only()
+        .with_max_replay_body(64)
         .layer(backend)
         .oneshot(request)
         .await
@@ -51,8 +51,8 @@ where
     let request = Request::post("http://svc.test/upload")
         .body(wrap(Chunked::new(payload())))
         .unwrap();
-    let response = RetryLayer::new()
-        .max_replay_body(16)
+    let response = retries_only()
+        .with_max_replay_body(16)
         .layer(backend)
         .oneshot(request)
         .await

@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stormguard_jitter::Constant;
-use stormguard_retry::RetryLayer;
-use support::{Log, scripted, status};
+use support::{Log, retries_only, scripted, status};
 use tower::{Layer, ServiceExt};
 
 /// Collects what a `fmt` subscriber writes.
@@ -57,8 +56,8 @@ async fn retries_and_give_ups_are_logged_apart() {
 
     let log = Log::default();
     let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
-    let client = RetryLayer::new()
-        .backoff(Constant::new(Duration::from_millis(250)))
+    let client = retries_only()
+        .with_backoff(Constant::new(Duration::from_millis(250)))
         .layer(backend);
     client.oneshot(support::post("{}")).await.unwrap();
 
@@ -81,7 +80,7 @@ async fn retries_and_give_ups_are_logged_apart() {
     // Budget exhaustion has an event of its own before the give-up.
     let budget = stormguard_budget::RetryBudget::new(Duration::from_secs(10), 0, 0.1);
     let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
-    let client = RetryLayer::new().budget(budget).layer(backend);
+    let client = retries_only().with_budget(budget).layer(backend);
     client.oneshot(support::post("{}")).await.unwrap();
     let lines = captured.lines();
     assert_eq!(lines.len(), 5, "{lines:#?}");

@@ -28,6 +28,8 @@
 //! Each request carries its logical id in [`REQUEST_ID`], so the provider can count retries and
 //! check that a retry does not come back before the `Retry-After` it was given.
 
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -129,7 +131,7 @@ struct Track {
 /// which keeps it testable without a runtime.
 pub struct Model {
     scenario: Scenario,
-    rng: fastrand::Rng,
+    rng: SmallRng,
     /// When each slot frees, per millisecond.
     slots: Calendar,
     /// When each admitted request ends, per millisecond (to count requests in flight).
@@ -152,7 +154,7 @@ impl Model {
         };
         Model {
             scenario: scenario.clone(),
-            rng: fastrand::Rng::with_seed(scenario.seed ^ 0x5eed_bac0_e7d0_0001),
+            rng: SmallRng::seed_from_u64(scenario.seed ^ 0x5eed_bac0_e7d0_0001),
             slots: Calendar::with_events_at_zero(capacity),
             ends: Calendar::default(),
             tokens: burst,
@@ -252,13 +254,13 @@ impl Model {
         let health = self.scenario.health_at(at);
         let service = service_time_us(&mut self.rng, health.median, self.scenario.sigma);
         let thrashing = ((load - 1.0) / self.scenario.overload_error_span).clamp(0.0, 1.0);
-        let (mut status, mut end) = if thrashing > 0.0 && self.rng.f64() < thrashing {
+        let (mut status, mut end) = if thrashing > 0.0 && self.rng.random::<f64>() < thrashing {
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 start.saturating_add(service),
             )
-        } else if self.rng.f64() < health.error_rate {
-            let failed_after = (service as f64 * self.rng.f64()) as u64;
+        } else if self.rng.random::<f64>() < health.error_rate {
+            let failed_after = (service as f64 * self.rng.random::<f64>()) as u64;
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 start.saturating_add(failed_after),
@@ -395,9 +397,9 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// A log-normal draw around `median` (Box-Muller for the normal), in microseconds.
-fn service_time_us(rng: &mut fastrand::Rng, median: Duration, sigma: f64) -> u64 {
-    let u1 = 1.0 - rng.f64(); // (0, 1]: ln is finite
-    let u2 = rng.f64();
+fn service_time_us(rng: &mut SmallRng, median: Duration, sigma: f64) -> u64 {
+    let u1 = 1.0 - rng.random::<f64>(); // (0, 1]: ln is finite
+    let u2: f64 = rng.random();
     let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
     let factor = (sigma * z).exp();
     (median.as_micros() as f64 * factor).round() as u64

@@ -10,6 +10,8 @@
 //! Today's pipelines (`none`, `naive`, `tower`) time out each attempt after the scenario's
 //! `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt is retried.
 
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use tower::util::rng::Rng;
 
 use stormguard::ClientLayer;
 use stormguard::jitter::{FullJitter, HintPolicy};
-use stormguard::throttle::AdaptiveThrottle;
+use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 
 use crate::backend::Backend;
 use crate::scenario::Scenario;
@@ -174,18 +176,18 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for NaivePolicy {
 /// Like tower's own `HasherRng`, it is copied (not shared) when the backoff maker hands out a
 /// backoff, so every request's backoff draws the same sequence of jitter factors.
 #[derive(Clone, Debug)]
-pub struct SeededRng(fastrand::Rng);
+pub struct SeededRng(SmallRng);
 
 impl SeededRng {
     /// A source seeded with `seed`.
     pub fn new(seed: u64) -> SeededRng {
-        SeededRng(fastrand::Rng::with_seed(seed))
+        SeededRng(SmallRng::seed_from_u64(seed))
     }
 }
 
 impl Rng for SeededRng {
     fn next_u64(&mut self) -> u64 {
-        self.0.u64(..)
+        self.0.random()
     }
 }
 
@@ -265,9 +267,11 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for TowerPolicy {
 /// so that runs repeat exactly. Nothing else differs from the default.
 pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
     ClientLayer::default()
-        .throttle(AdaptiveThrottle::default().with_seed(scenario.seed ^ 0x7407_7e00))
-        .backoff(FullJitter::default().with_seed(scenario.seed ^ 0xbac0_ff00))
-        .hint_policy(HintPolicy::default().with_seed(scenario.seed ^ 0x4147_0000))
+        .with_throttle(AdaptiveThrottle::new(
+            ThrottleConfig::default().with_seed(scenario.seed ^ 0x7407_7e00),
+        ))
+        .with_backoff(FullJitter::default().with_seed(scenario.seed ^ 0xbac0_ff00))
+        .with_hint_policy(HintPolicy::default().with_seed(scenario.seed ^ 0x4147_0000))
         .layer(backend)
 }
 

@@ -11,6 +11,8 @@
 //! after it, unmeasured, until every measured request has its answer: the last measured requests
 //! meet the same load as the others instead of an idle provider.
 
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
@@ -125,9 +127,9 @@ impl Driver {
         S::Future: 'static,
         RB: 'static,
     {
-        let mut rng = fastrand::Rng::with_seed(self.scenario.seed);
+        let mut rng = SmallRng::seed_from_u64(self.scenario.seed);
         let qps = self.scenario.qps.max(f64::MIN_POSITIVE);
-        let gap = |rng: &mut fastrand::Rng| -(1.0 - rng.f64()).ln() / qps;
+        let gap = |rng: &mut SmallRng| -(1.0 - rng.random::<f64>()).ln() / qps;
         let mut next = gap(&mut rng);
         let millis = u64::try_from(self.scenario.duration.as_millis()).unwrap_or(u64::MAX);
         let outstanding = Rc::new(Cell::new(0_u64));

@@ -1,4 +1,5 @@
-//! A scripted fake backend, bodies and a recording classifier for the engine's tests.
+//! A scripted fake backend, bodies, a recording classifier and the retries-only engine for the
+//! engine's tests.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
@@ -11,14 +12,21 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response};
-use http_body::{Body, Frame};
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
+use stormguard_classify::body::PartialBody;
 use stormguard_classify::{BoxError, Classify, LlmClassifier, Outcome};
-use stormguard_retry::{PartialBody, ReplayBody};
+use stormguard_retry::{ClientLayer, ReplayBody};
 use tokio::time::Instant;
 use tower::Service;
 
 pub type Reply = Response<Full<Bytes>>;
+
+/// The engine with retries only: no adaptive throttle and no deadline of its own (a deadline
+/// already on a request is still honoured, and stamped on every attempt).
+pub fn retries_only() -> ClientLayer {
+    ClientLayer::default().without_throttle().without_timeout()
+}
 
 /// One attempt as the backend saw it.
 #[derive(Clone, Debug)]
@@ -146,13 +154,39 @@ pub fn get() -> Request<Full<Bytes>> {
 /// A body of unknown length, delivered in the given chunks (requests and responses).
 #[derive(Debug)]
 pub enum Chunked {
-    Chunks(VecDeque<Bytes>),
+    Chunks {
+        chunks: VecDeque<Bytes>,
+        /// The size the body announces (unknown unless set).
+        hint: SizeHint,
+        /// Not ready at the first poll, as a body still arriving from the network.
+        late: bool,
+    },
     Partial(Box<PartialBody<Chunked>>),
 }
 
 impl Chunked {
     pub fn new(chunks: impl IntoIterator<Item = Bytes>) -> Self {
-        Self::Chunks(chunks.into_iter().collect())
+        Self::Chunks {
+            chunks: chunks.into_iter().collect(),
+            hint: SizeHint::default(),
+            late: false,
+        }
+    }
+
+    /// The same chunks, announcing `announced` as their size, true or not.
+    pub fn announcing(mut self, announced: SizeHint) -> Self {
+        if let Self::Chunks { hint, .. } = &mut self {
+            *hint = announced;
+        }
+        self
+    }
+
+    /// The same chunks, not ready at the first poll.
+    pub fn arriving_late(mut self) -> Self {
+        if let Self::Chunks { late, .. } = &mut self {
+            *late = true;
+        }
+        self
     }
 }
 
@@ -165,7 +199,14 @@ impl Body for Chunked {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
-            Self::Chunks(chunks) => {
+            Self::Chunks {
+                late: late @ true, ..
+            } => {
+                *late = false;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Self::Chunks { chunks, .. } => {
                 Poll::Ready(chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
             }
             Self::Partial(partial) => Pin::new(partial.as_mut()).poll_frame(cx),
@@ -174,8 +215,15 @@ impl Body for Chunked {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Self::Chunks(chunks) => chunks.is_empty(),
+            Self::Chunks { chunks, .. } => chunks.is_empty(),
             Self::Partial(partial) => partial.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Chunks { hint, .. } => *hint,
+            Self::Partial(partial) => partial.size_hint(),
         }
     }
 }
@@ -197,12 +245,12 @@ pub struct Recording {
 }
 
 impl Classify for Recording {
-    fn classify_response(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
+    fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
         self.bodies.lock().unwrap().push(body.len());
-        LlmClassifier::default().classify_response(parts, body)
+        LlmClassifier.classify_http(parts, body)
     }
 
     fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Outcome {
-        LlmClassifier::default().classify_error(error)
+        LlmClassifier.classify_error(error)
     }
 }
