@@ -68,12 +68,12 @@ fuzz_target!(|data: &[u8]| {
         let prefix = classifier.classify_http_at(&parts, &body[..ERROR_BODY_LIMIT], now);
         assert_eq!(outcome, prefix);
     }
-    let live = classifier.classify_response(&parts, body);
+    let live = classifier.classify_http(&parts, body);
     assert!(live.retry_after().is_none_or(|hint| hint <= HINT_CEILING));
     let _ = classifier.needs_body(&parts);
     for other in [
-        HttpClassifier.classify_at(&parts, now),
-        GrpcClassifier.classify_at(&parts, now),
+        HttpClassifier.classify_http_at(&parts, now),
+        GrpcClassifier.classify_http_at(&parts, now),
     ] {
         assert!(other.retry_after().is_none_or(|hint| hint <= HINT_CEILING));
         if !other.is_retryable() {

@@ -27,11 +27,11 @@ use hyper_util::client::legacy::Client as LegacyClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use stormguard::budget::RetryBudget;
-use stormguard::budget::attempt::X_RETRY_ATTEMPT;
-use stormguard::deadline::propagate::{GRPC_TIMEOUT, X_REQUEST_TIMEOUT_MS, parse_grpc_timeout};
+use stormguard::classify::headers::{
+    GRPC_TIMEOUT, IDEMPOTENCY_KEY, X_REQUEST_TIMEOUT_MS, X_RETRY_ATTEMPT, X_SHOULD_RETRY,
+};
+use stormguard::deadline::propagate::parse_grpc_timeout;
 use stormguard::jitter::FullJitter;
-use stormguard::retry::IDEMPOTENCY_KEY;
-use stormguard::throttle::AdaptiveThrottle;
 use stormguard::{Client, ClientLayer};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -65,8 +65,8 @@ pub fn hyper_client() -> HyperClient {
 /// `ClientLayer::default()` drawing retries on `budget`, with the [`fast_backoff`].
 pub fn fast_client_layer(budget: RetryBudget) -> ClientLayer {
     ClientLayer::default()
-        .budget(budget)
-        .backoff(fast_backoff())
+        .with_budget(budget)
+        .with_backoff(fast_backoff())
 }
 
 /// The budget of the outage tests: a 10 s window with a floor of 1 retry per second (10 free
@@ -75,14 +75,10 @@ pub fn outage_budget() -> RetryBudget {
     RetryBudget::new(Duration::from_secs(10), 1, 0.1)
 }
 
-/// An adaptive throttle that never drops a request: the budget alone has to hold the line.
-pub fn no_throttle() -> AdaptiveThrottle {
-    AdaptiveThrottle::default().with_max_probability(0.0)
-}
-
-/// [`fast_client_layer`]`(budget)` with the throttle off ([`no_throttle`]).
+/// [`fast_client_layer`]`(budget)` without an adaptive throttle: the budget alone has to hold the
+/// line.
 pub fn unthrottled_client_layer(budget: RetryBudget) -> ClientLayer {
-    fast_client_layer(budget).throttle(no_throttle())
+    fast_client_layer(budget).without_throttle()
 }
 
 /// A [`HyperClient`] behind [`fast_client_layer`]`(budget)`.
@@ -473,10 +469,7 @@ pub fn assert_retried_after_the_ms_hint(seen: &[Seen]) {
 /// If either does not hold.
 pub fn assert_final(status: StatusCode, headers: &HeaderMap, expected: StatusCode) {
     assert_eq!(status, expected);
-    assert_eq!(
-        headers[stormguard::classify::headers::X_SHOULD_RETRY],
-        "false"
-    );
+    assert_eq!(headers[X_SHOULD_RETRY], "false");
 }
 
 /// The deadline each request to `backend` carried, in milliseconds, in arrival order.

@@ -106,7 +106,7 @@ async fn a_handler_that_overruns_the_callers_deadline_is_cut_off() {
 async fn a_retry_storm_beyond_the_budget_is_shed_with_should_retry_false() {
     // 10 s window, 1 retry/s floor (10 retries), 10% of successes.
     let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
-    let layer = ServerLayer::default().budget(budget.clone());
+    let layer = ServerLayer::default().with_budget(budget.clone());
     let (server, counts) = app(layer, StatusCode::OK, Duration::ZERO).await;
     let client = hyper_client();
 
@@ -154,7 +154,8 @@ async fn a_retry_storm_beyond_the_budget_is_shed_with_should_retry_false() {
 #[tokio::test]
 async fn a_stormguard_client_stops_at_the_servers_shed() {
     // No floor: with no successes, the server sheds every retry.
-    let layer = ServerLayer::default().budget(RetryBudget::new(Duration::from_secs(10), 0, 0.1));
+    let layer =
+        ServerLayer::default().with_budget(RetryBudget::new(Duration::from_secs(10), 0, 0.1));
     let (server, counts) = app(layer, StatusCode::SERVICE_UNAVAILABLE, Duration::ZERO).await;
     let client = fast_client_layer(RetryBudget::default()).layer(hyper_client());
 
@@ -171,7 +172,7 @@ async fn a_stormguard_client_stops_at_the_servers_shed() {
 async fn a_server_timeout_tells_the_caller_not_to_retry() {
     // No deadline header: the server's default applies. An SDK with a longer timeout of its own
     // (the OpenAI SDKs: 600 s) retries a bare 504 twice, running the handler 3 times.
-    let layer = ServerLayer::default().default_timeout(Duration::from_millis(100));
+    let layer = ServerLayer::default().with_default_timeout(Duration::from_millis(100));
     let (server, counts) = app(layer, StatusCode::OK, Duration::from_secs(30)).await;
 
     let response = hyper_client()

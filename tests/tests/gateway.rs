@@ -14,9 +14,8 @@ use axum::response::Response;
 use axum::routing::post;
 use http::StatusCode;
 use stormguard::budget::RetryBudget;
-use stormguard::classify::headers::X_SHOULD_RETRY;
+use stormguard::classify::headers::{X_REQUEST_TIMEOUT_MS, X_SHOULD_RETRY};
 use stormguard::deadline::Deadline;
-use stormguard::deadline::propagate::X_REQUEST_TIMEOUT_MS;
 use stormguard::{Client, ServerLayer, error_response};
 use stormguard_tests::{
     HyperClient, Reply, ScriptedBackend, Server, chat_post, fast_client_layer, guarded_hyper,
@@ -73,7 +72,7 @@ async fn the_deadline_travels_both_hops_and_only_shrinks() {
     let upstream = ScriptedBackend::spawn([Reply::status(200)]).await;
     let (gateway, received) = gateway(&upstream).await;
     let client = fast_client_layer(RetryBudget::default())
-        .timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(2))
         .layer(hyper_client());
 
     let response = client.oneshot(chat_post(&gateway.url(PATH))).await.unwrap();

@@ -9,10 +9,9 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::Full;
 use stormguard::budget::RetryBudget;
+use stormguard::classify::Reason;
 use stormguard::deadline::LlmDeadline;
-use stormguard::retry::GaveUp;
 use stormguard::throttle::AdaptiveThrottle;
-use stormguard::throttle::Throttled;
 use stormguard::{ClientLayer, error_response};
 use stormguard_tests::{
     DeadUpstream, INSUFFICIENT_QUOTA, RATE_LIMITED, Reply, ScriptedBackend, amplification,
@@ -175,8 +174,8 @@ async fn the_deadline_is_sent_and_shrinks_on_each_retry() {
     let slow_503 = Reply::status(503).delay(Duration::from_millis(5));
     let backend = ScriptedBackend::spawn([slow_503.clone(), slow_503, Reply::status(200)]).await;
     let client = ClientLayer::default()
-        .backoff(fast_backoff())
-        .timeout(Duration::from_secs(2))
+        .with_backoff(fast_backoff())
+        .with_timeout(Duration::from_secs(2))
         .layer(hyper_client());
 
     let response = post_ok(&client, &backend).await;
@@ -192,8 +191,8 @@ async fn the_deadline_is_sent_and_shrinks_on_each_retry() {
 async fn an_llm_deadline_grows_with_max_tokens_on_the_wire() {
     let backend = ScriptedBackend::spawn([Reply::status(200)]).await;
     let client = ClientLayer::default()
-        .backoff(fast_backoff())
-        .llm_deadline(LlmDeadline::default())
+        .with_backoff(fast_backoff())
+        .with_llm_deadline(LlmDeadline::default())
         .layer(hyper_client());
 
     for max_tokens in [50, 4000] {
@@ -247,12 +246,12 @@ async fn a_dead_upstream_gets_retries_within_the_budget_then_throttled_locally()
     let floor = 10;
     let upstream = DeadUpstream::spawn().await;
 
-    // Budget alone (throttle off): every request fails with GaveUp, at most `floor` retries.
+    // Budget alone (throttle off): every request is given up on, at most `floor` retries.
     let budget = outage_budget();
     let client = unthrottled_client_layer(budget.clone()).layer(hyper_client());
     for _ in 0..REQUESTS {
         let error = post_err(&client, &upstream).await;
-        assert!(error.is::<GaveUp>(), "{error}");
+        assert!(error.gave_up().is_some(), "{error}");
         let gateway_answer: http::Response<()> = error_response(&error, false);
         assert_eq!(gateway_answer.status(), StatusCode::BAD_GATEWAY);
     }
@@ -263,14 +262,14 @@ async fn a_dead_upstream_gets_retries_within_the_budget_then_throttled_locally()
     let upstream = DeadUpstream::spawn().await;
     let throttle = AdaptiveThrottle::default();
     let client = ClientLayer::default()
-        .budget(outage_budget())
-        .backoff(fast_backoff())
-        .throttle(throttle.clone())
+        .with_budget(outage_budget())
+        .with_backoff(fast_backoff())
+        .with_throttle(throttle.clone())
         .layer(hyper_client());
     let mut throttled = 0;
     for _ in 0..REQUESTS {
         let error = post_err(&client, &upstream).await;
-        if error.is::<Throttled>() {
+        if error.reason() == Reason::Throttled {
             throttled += 1;
             let gateway_answer: http::Response<()> = error_response(&error, false);
             assert_eq!(gateway_answer.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -3,27 +3,31 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body::{Body, Frame};
 use reqwest::StatusCode;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use stormguard::budget::RetryBudget;
-use stormguard_reqwest::StormguardMiddleware;
+use stormguard::reqwest::StormguardMiddleware;
 use stormguard_tests::{
     CHAT_REQUEST, DeadUpstream, INSUFFICIENT_QUOTA, RATE_LIMITED, Reply, ScriptedBackend,
     assert_dead_upstream_within_floor, assert_final, assert_one_key_per_post_and_none_for_get,
     assert_outage_within_floor, assert_retried_after_the_ms_hint,
-    assert_three_attempts_with_one_idempotency_key, fast_backoff, no_throttle, outage_budget,
-    sent_timeouts_ms,
+    assert_three_attempts_with_one_idempotency_key, fast_client_layer, outage_budget,
+    sent_timeouts_ms, unthrottled_client_layer,
 };
 
 const PATH: &str = "/v1/chat/completions";
 
-/// `StormguardMiddleware::default()` with the fast test backoff and its own budget.
+/// The middleware with the fast test backoff and its own budget.
 fn middleware(budget: RetryBudget) -> StormguardMiddleware {
-    StormguardMiddleware::default()
-        .budget(budget)
-        .backoff(fast_backoff())
+    StormguardMiddleware::new(fast_client_layer(budget))
 }
 
 fn client(middleware: StormguardMiddleware) -> ClientWithMiddleware {
@@ -173,7 +177,8 @@ async fn the_deadline_is_sent_and_shrinks_on_each_retry() {
     // Each failure takes 5 ms, so each retry has measurably less time left.
     let slow_503 = Reply::status(503).delay(Duration::from_millis(5));
     let backend = ScriptedBackend::spawn([slow_503.clone(), slow_503, Reply::status(200)]).await;
-    let client = client(middleware(RetryBudget::default()).timeout(Duration::from_secs(2)));
+    let layer = fast_client_layer(RetryBudget::default()).with_timeout(Duration::from_secs(2));
+    let client = client(StormguardMiddleware::new(layer));
 
     assert_eq!(post(&client, &backend).await.status(), StatusCode::OK);
 
@@ -188,7 +193,9 @@ async fn total_outage_is_amplified_no_more_than_the_budget_floor() {
     let floor = 10;
     let budget = outage_budget();
     let backend = ScriptedBackend::spawn([Reply::status(503)]).await;
-    let client = client(middleware(budget.clone()).throttle(no_throttle()));
+    let client = client(StormguardMiddleware::new(unthrottled_client_layer(
+        budget.clone(),
+    )));
 
     for _ in 0..REQUESTS {
         let response = post(&client, &backend).await;
@@ -209,7 +216,9 @@ async fn a_dead_upstream_gets_no_more_retries_than_the_budget_floor() {
     let floor = 10;
     let budget = outage_budget();
     let upstream = DeadUpstream::spawn().await;
-    let client = client(middleware(budget.clone()).throttle(no_throttle()));
+    let client = client(StormguardMiddleware::new(unthrottled_client_layer(
+        budget.clone(),
+    )));
 
     for _ in 0..REQUESTS {
         let error = client
@@ -218,10 +227,16 @@ async fn a_dead_upstream_gets_no_more_retries_than_the_budget_floor() {
             .send()
             .await
             .unwrap_err();
-        // The error comes back as reqwest's own, not wrapped.
+        // What the engine gave up on comes back as stormguard's error, with reqwest's own error
+        // as its source.
+        let error = stormguard_error(error);
+        assert!(error.gave_up().is_some(), "{error}");
+        let source = error
+            .downcast_source::<reqwest_middleware::Error>()
+            .unwrap();
         assert!(
-            matches!(error, reqwest_middleware::Error::Reqwest(_)),
-            "{error:?}"
+            matches!(source, reqwest_middleware::Error::Reqwest(_)),
+            "{source:?}"
         );
     }
 
@@ -232,4 +247,73 @@ async fn a_dead_upstream_gets_no_more_retries_than_the_budget_floor() {
         floor,
     );
     assert_eq!(budget.snapshot().withdrawals, 10);
+}
+
+#[tokio::test]
+async fn a_failure_the_engine_cannot_retry_comes_back_unchanged() {
+    let upstream = DeadUpstream::spawn().await;
+    let layer = fast_client_layer(RetryBudget::default()).with_max_attempts(1);
+    let client = client(StormguardMiddleware::new(layer));
+
+    let error = client
+        .post(upstream.url(PATH))
+        .body(CHAT_REQUEST)
+        .send()
+        .await
+        .unwrap_err();
+
+    // One attempt allowed: the decision stays with the caller, who gets reqwest's own error.
+    assert!(
+        matches!(error, reqwest_middleware::Error::Reqwest(_)),
+        "{error:?}"
+    );
+    assert_eq!(upstream.connections(), 1);
+}
+
+#[tokio::test]
+async fn a_streamed_body_that_fits_the_replay_cap_is_replayed() {
+    let backend = ScriptedBackend::spawn([Reply::status(503), Reply::status(200)]).await;
+    let client = client(middleware(RetryBudget::default()));
+    let frames = Chunks::new([&CHAT_REQUEST[..20], &CHAT_REQUEST[20..]]);
+
+    let response = client
+        .post(backend.url(PATH))
+        .body(reqwest::Body::wrap(frames))
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(response.status(), StatusCode::OK);
+    let seen = backend.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|s| s.body == CHAT_REQUEST.as_bytes()));
+}
+
+/// A request body of unknown length that yields its chunks one frame each.
+struct Chunks(VecDeque<Bytes>);
+
+impl Chunks {
+    fn new(chunks: [&'static str; 2]) -> Self {
+        Self(chunks.into_iter().map(Bytes::from).collect())
+    }
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+}
+
+/// The `reqwest_middleware::Error::Middleware` that holds a `stormguard::Error`.
+fn stormguard_error(error: reqwest_middleware::Error) -> stormguard::Error {
+    match error {
+        reqwest_middleware::Error::Middleware(error) => error.downcast().unwrap(),
+        other => panic!("expected stormguard's error, got {other:?}"),
+    }
 }

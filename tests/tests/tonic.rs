@@ -119,7 +119,11 @@ impl GrpcServer {
     async fn spawn(health: FlakyHealth) -> Self {
         Self::spawn_with(
             health,
-            ServerLayer::default().budget(RetryBudget::new(Duration::from_secs(10), 1000, 0.1)),
+            ServerLayer::default().with_budget(RetryBudget::new(
+                Duration::from_secs(10),
+                1000,
+                0.1,
+            )),
         )
         .await
     }
@@ -198,7 +202,7 @@ async fn two_unavailable_then_serving_succeeds_with_previous_rpc_attempts() {
     let health = FlakyHealth::new(2, unavailable);
     let server = GrpcServer::spawn(health.clone()).await;
     let budget = RetryBudget::default();
-    let layer = fast_client_layer(budget.clone()).timeout(Duration::from_secs(5));
+    let layer = fast_client_layer(budget.clone()).with_timeout(Duration::from_secs(5));
     let mut client = guarded_client(&server, layer).await;
 
     let response = client.check(check_request()).await.unwrap();
@@ -284,7 +288,7 @@ async fn a_server_layer_sheds_retries_beyond_its_budget_and_the_client_stops() {
     let health = FlakyHealth::new(usize::MAX, unavailable);
     let server = GrpcServer::spawn_with(
         health.clone(),
-        ServerLayer::default().budget(server_budget.clone()),
+        ServerLayer::default().with_budget(server_budget.clone()),
     )
     .await;
     let mut client = guarded_client(&server, fast_client_layer(RetryBudget::default())).await;
@@ -294,6 +298,7 @@ async fn a_server_layer_sheds_retries_beyond_its_budget_and_the_client_stops() {
     // Attempt 1 ran the handler; the retry (grpc-previous-rpc-attempts: 1) was shed with
     // UNAVAILABLE + grpc-retry-pushback-ms: -1, and the client did not spend its third attempt.
     assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(status.message(), "retry budget exhausted");
     assert_eq!(health.calls().len(), 1);
     let snapshot = server_budget.snapshot();
     assert_eq!((snapshot.withdrawals, snapshot.rejected), (0, 1));
@@ -303,7 +308,7 @@ async fn a_server_layer_sheds_retries_beyond_its_budget_and_the_client_stops() {
 async fn a_client_deadline_ends_a_slow_call_without_a_retry() {
     let health = FlakyHealth::new(0, unavailable).slow(Duration::from_secs(30));
     let server = GrpcServer::spawn(health.clone()).await;
-    let layer = fast_client_layer(RetryBudget::default()).timeout(Duration::from_millis(200));
+    let layer = fast_client_layer(RetryBudget::default()).with_timeout(Duration::from_millis(200));
     let mut client = guarded_client(&server, layer).await;
 
     let status = client.check(check_request()).await.unwrap_err();

@@ -47,7 +47,7 @@ mod tests {
         assert_eq!(outcome_of(&Throttled), Some(expected));
 
         let boxed: BoxError = Box::new(Throttled);
-        let outcome = LlmClassifier.classify_error(&*boxed);
+        let outcome = LlmClassifier::default().classify_error(&*boxed);
         assert!(outcome.is_fatal());
         assert!(!outcome.is_accepted());
         assert_eq!(outcome.reason(), Reason::Throttled);

@@ -134,7 +134,7 @@ async fn accepted_comes_from_the_classifier() {
         let mut service = AdaptiveThrottleLayer::new(throttle.clone()).layer(backend(status, seen));
         let tally = offer(&mut service, 3_000).await;
         assert_eq!(tally.throttled > 0, drops, "{status}: {tally:?}");
-        let accepted = LlmClassifier
+        let accepted = LlmClassifier::default()
             .classify_http(
                 &Response::builder()
                     .status(status)
@@ -194,11 +194,11 @@ impl Classify for BodyWatcher {
         self.longest_body
             .fetch_max(body.len() as u64, Ordering::Relaxed);
         self.responses.fetch_add(1, Ordering::Relaxed);
-        LlmClassifier.classify_http(parts, body)
+        LlmClassifier::default().classify_http(parts, body)
     }
 
     fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Outcome {
-        LlmClassifier.classify_error(error)
+        LlmClassifier::default().classify_error(error)
     }
 }
 
@@ -340,7 +340,7 @@ impl MakeClassify for ByPath {
         if request.uri().path() == "/batch" {
             Picked::Lenient(Lenient)
         } else {
-            Picked::Llm(LlmClassifier)
+            Picked::Llm(LlmClassifier::default())
         }
     }
 }
@@ -396,7 +396,7 @@ async fn a_drop_never_reaches_the_backend() {
             "request throttled locally: backend is rejecting"
         );
         // Any classifier tells what it is without knowing the type: final, never sent.
-        let outcome = LlmClassifier.classify_error(&*error);
+        let outcome = LlmClassifier::default().classify_error(&*error);
         assert_eq!(outcome.reason(), Reason::Throttled);
         assert!(outcome.is_fatal() && !outcome.is_accepted());
     }

@@ -105,7 +105,9 @@ impl<'a> Service<http::Request<RequestBody>> for NextService<'a> {
             let mut response = http::Response::<reqwest::Body>::from(response);
             // reqwest keeps the URL beside the head; put it where the conversion back looks.
             if let Ok(with_url) = http::Response::builder().url(url).body(()) {
-                response.extensions_mut().extend(with_url.into_parts().0.extensions);
+                response
+                    .extensions_mut()
+                    .extend(with_url.into_parts().0.extensions);
             }
             Ok(response)
         })

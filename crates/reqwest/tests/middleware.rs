@@ -2,28 +2,36 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Response};
-use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
-use stormguard_adaptive_throttle::{AdaptiveThrottle, Throttled};
+use http::Extensions;
+use http_body::Frame;
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, Throttled};
 use stormguard_budget::RetryBudget;
+use stormguard_classify::{ERROR_BODY_LIMIT, Reason, chain};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::FullJitter;
 use stormguard_reqwest::StormguardMiddleware;
-use stormguard_retry::GiveUpCause;
+use stormguard_retry::{ClientLayer, GiveUpCause};
 use tokio::time::Instant;
 
-/// One scripted answer: status, headers, body.
+/// One scripted answer: status, headers, body, and how long the server waits before answering.
 #[derive(Clone)]
 struct Reply {
     status: u16,
     headers: Vec<(&'static str, &'static str)>,
     body: String,
+    delay: Duration,
 }
 
 fn reply(status: u16) -> Reply {
@@ -31,6 +39,7 @@ fn reply(status: u16) -> Reply {
         status,
         headers: Vec::new(),
         body: String::new(),
+        delay: Duration::ZERO,
     }
 }
 
@@ -39,6 +48,7 @@ fn json(status: u16, body: &str) -> Reply {
         status,
         headers: vec![("content-type", "application/json")],
         body: body.to_owned(),
+        delay: Duration::ZERO,
     }
 }
 
@@ -47,6 +57,7 @@ fn json(status: u16, body: &str) -> Reply {
 struct Seen {
     at: Instant,
     headers: HeaderMap,
+    body: Bytes,
 }
 
 #[derive(Clone)]
@@ -58,6 +69,10 @@ struct Server {
 impl Server {
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    fn bodies(&self) -> Vec<Bytes> {
+        self.seen().into_iter().map(|seen| seen.body).collect()
     }
 
     fn header_values(&self, name: &str) -> Vec<String> {
@@ -75,16 +90,22 @@ impl Server {
 
 /// Serves `script` in order, repeating its last reply; returns the URL and the server's log.
 async fn serve(script: Vec<Reply>) -> (String, Server) {
-    async fn answer(State(server): State<Server>, headers: HeaderMap) -> Response<Body> {
+    async fn answer(
+        State(server): State<Server>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Response<Body> {
         let n = {
             let mut seen = server.seen.lock().unwrap();
             seen.push(Seen {
                 at: Instant::now(),
                 headers,
+                body,
             });
             seen.len() - 1
         };
         let reply = &server.script[n.min(server.script.len() - 1)];
+        tokio::time::sleep(reply.delay).await;
         let mut response = Response::builder().status(reply.status);
         for (name, value) in &reply.headers {
             response = response.header(*name, *value);
@@ -103,23 +124,45 @@ async fn serve(script: Vec<Reply>) -> (String, Server) {
     (format!("http://{addr}/v1/chat/completions"), server)
 }
 
-/// The middleware with short delays, a throttle that never drops and a generous budget.
-fn fast() -> StormguardMiddleware {
-    StormguardMiddleware::default()
-        .backoff(FullJitter::new(
+/// The engine with short delays, a throttle that never drops and a generous budget.
+fn fast() -> ClientLayer {
+    ClientLayer::default()
+        .with_backoff(FullJitter::new(
             Duration::from_millis(1),
             Duration::from_millis(10),
         ))
-        .throttle(AdaptiveThrottle::default().with_min_rate(f64::INFINITY))
-        .budget(RetryBudget::new(Duration::from_secs(10), 100, 0.1))
+        .with_throttle(AdaptiveThrottle::new(
+            ThrottleConfig::default().with_min_rate(f64::INFINITY),
+        ))
+        .with_budget(RetryBudget::new(Duration::from_secs(10), 100, 0.1))
 }
 
-fn client(
-    middleware: StormguardMiddleware<stormguard_classify::LlmClassifier, FullJitter>,
-) -> ClientWithMiddleware {
+fn client(layer: ClientLayer) -> ClientWithMiddleware {
     ClientBuilder::new(reqwest::Client::new())
-        .with(middleware)
+        .with(StormguardMiddleware::new(layer))
         .build()
+}
+
+/// A throttle over a 60 s window that drops at any rate, up to every request.
+fn unbounded_throttle(seed: u64) -> AdaptiveThrottle {
+    AdaptiveThrottle::new(
+        ThrottleConfig::default()
+            .with_k(2.0)
+            .with_window(Duration::from_secs(60))
+            .with_min_rate(0.0)
+            .with_max_probability(1.0)
+            .with_seed(seed),
+    )
+}
+
+/// stormguard's own error, which a request it throttled, timed out or gave up on fails with.
+fn stormguard_error(error: reqwest_middleware::Error) -> stormguard_retry::Error {
+    let reqwest_middleware::Error::Middleware(error) = error else {
+        panic!("expected a middleware error, got {error:?}");
+    };
+    error
+        .downcast::<stormguard_retry::Error>()
+        .unwrap_or_else(|error| panic!("expected stormguard's error, got {error:?}"))
 }
 
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8}"#;
@@ -233,7 +276,7 @@ async fn hint_above_the_maximum_ends_the_request_at_once() {
 #[tokio::test]
 async fn gives_up_after_max_attempts_and_marks_the_response() {
     let (url, server) = serve(vec![reply(503)]).await;
-    let response = client(fast().max_attempts(4))
+    let response = client(fast().with_max_attempts(4))
         .get(&url)
         .send()
         .await
@@ -253,7 +296,7 @@ async fn total_outage_is_amplified_at_most_by_the_budget_floor() {
     let (url, server) = serve(vec![reply(503)]).await;
     // Floor: 2 retries per second over 5 s = 10 retries; no successes, so nothing more.
     let budget = RetryBudget::new(Duration::from_secs(5), 2, 0.1);
-    let client = client(fast().budget(budget.clone()));
+    let client = client(fast().with_budget(budget.clone()));
     let requests = 40;
     for _ in 0..requests {
         let response = client.get(&url).send().await.unwrap();
@@ -273,10 +316,7 @@ async fn total_outage_is_amplified_at_most_by_the_budget_floor() {
 #[tokio::test]
 async fn throttle_drop_fails_at_once_and_never_reaches_the_server() {
     let (url, server) = serve(vec![json(200, "{}")]).await;
-    let throttle = AdaptiveThrottle::new(2.0, Duration::from_secs(60))
-        .with_min_rate(0.0)
-        .with_max_probability(1.0)
-        .with_seed(3);
+    let throttle = unbounded_throttle(3);
     // The backend rejected everything lately.
     for _ in 0..1_000 {
         if throttle.try_acquire().is_ok() {
@@ -284,25 +324,61 @@ async fn throttle_drop_fails_at_once_and_never_reaches_the_server() {
         }
     }
     let before = throttle.snapshot().requests;
-    let client = client(fast().throttle(throttle.clone()));
+    let client = client(fast().with_throttle(throttle.clone()));
 
     for _ in 0..5 {
-        let error = client.post(&url).body(CHAT).send().await.unwrap_err();
-        let reqwest_middleware::Error::Middleware(error) = error else {
-            panic!("expected a middleware error, got {error:?}");
-        };
-        assert!(error.is::<Throttled>(), "{error}");
+        let error = stormguard_error(client.post(&url).body(CHAT).send().await.unwrap_err());
+        assert_eq!(error.reason(), Reason::Throttled, "{error}");
+        assert!(chain(&error).any(|link| link.is::<Throttled>()), "{error}");
+        assert_eq!(error.attempts(), 0);
     }
     assert!(server.seen().is_empty());
     // One draw per request: a drop is never retried.
     assert_eq!(throttle.snapshot().requests - before, 5);
 }
 
+/// A request body of unknown length: `count` frames of `chunk`.
+struct Chunks {
+    chunk: Bytes,
+    count: usize,
+}
+
+impl Chunks {
+    fn body(chunk: &'static [u8], count: usize) -> reqwest::Body {
+        reqwest::Body::wrap(Self {
+            chunk: Bytes::from_static(chunk),
+            count,
+        })
+    }
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.count == 0 {
+            return Poll::Ready(None);
+        }
+        self.count -= 1;
+        Poll::Ready(Some(Ok(Frame::data(self.chunk.clone()))))
+    }
+}
+
 #[tokio::test]
 async fn streaming_request_body_goes_through_once_unmarked_without_a_key() {
     let (url, server) = serve(vec![reply(503)]).await;
-    let body = reqwest::Body::wrap(http_body_util::Full::new(bytes_of(CHAT)));
-    let response = client(fast()).post(&url).body(body).send().await.unwrap();
+    // 4 KiB of unknown length against a 1 KiB replay cap: read up to the cap, then sent once.
+    let body = Chunks::body(&[b'x'; 256], 16);
+    let response = client(fast().with_max_replay_body(1024))
+        .post(&url)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
 
     assert_eq!(response.status(), 503);
     assert_eq!(server.seen().len(), 1);
@@ -310,10 +386,23 @@ async fn streaming_request_body_goes_through_once_unmarked_without_a_key() {
     assert!(response.headers().get("x-should-retry").is_none());
     assert_eq!(server.header_values("idempotency-key"), [""]);
     assert_eq!(server.header_values("x-retry-attempt"), ["0"]);
+    // The bytes read up to the cap, then the rest: the whole body, once.
+    assert_eq!(server.bodies(), [Bytes::from(vec![b'x'; 4096])]);
 }
 
-fn bytes_of(text: &'static str) -> axum::body::Bytes {
-    axum::body::Bytes::from_static(text.as_bytes())
+#[tokio::test]
+async fn streaming_request_body_within_the_cap_is_replayed_with_one_key() {
+    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
+    let body = Chunks::body(b"{\"model\":\"m\"}", 3);
+    let response = client(fast()).post(&url).body(body).send().await.unwrap();
+
+    assert_eq!(response.status(), 200);
+    let whole = Bytes::from_static(b"{\"model\":\"m\"}{\"model\":\"m\"}{\"model\":\"m\"}");
+    assert_eq!(server.bodies(), [whole.clone(), whole]);
+    assert_eq!(server.header_values("x-retry-attempt"), ["0", "1"]);
+    let keys = server.header_values("idempotency-key");
+    assert_eq!(keys[0].len(), 36, "a UUID: {keys:?}");
+    assert_eq!(keys[0], keys[1]);
 }
 
 #[tokio::test]
@@ -347,7 +436,7 @@ async fn callers_deadline_stops_a_retry_whose_hint_would_pass_it() {
 async fn error_body_larger_than_the_cap_is_handed_back_whole() {
     let big = format!(
         r#"{{"error":{{"message":"{}","type":"invalid_request_error"}}}}"#,
-        "x".repeat(3 * stormguard_reqwest::ERROR_BODY_LIMIT)
+        "x".repeat(3 * ERROR_BODY_LIMIT)
     );
     let (url, server) = serve(vec![json(400, &big)]).await;
     let response = client(fast()).post(&url).body(CHAT).send().await.unwrap();
@@ -357,21 +446,57 @@ async fn error_body_larger_than_the_cap_is_handed_back_whole() {
     assert_eq!(response.text().await.unwrap().len(), big.len());
 }
 
-#[tokio::test]
-async fn connection_refused_is_retried_within_the_budget() {
+/// An address on loopback that nothing listens on.
+fn closed_port() -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
+    addr
+}
+
+#[tokio::test]
+async fn connection_refused_is_retried_within_the_budget() {
+    let addr = closed_port();
     let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
-    let client = client(fast().budget(budget.clone()));
+    let client = client(fast().with_budget(budget.clone()));
 
     let error = client
         .get(format!("http://{addr}/"))
         .send()
         .await
         .unwrap_err();
-    assert!(error.is_connect(), "{error}");
+    // Given up after retries: stormguard's error, with reqwest's below it.
+    let error = stormguard_error(error);
+    assert_eq!(
+        error.gave_up(),
+        Some(GiveUpCause::AttemptsExhausted),
+        "{error}"
+    );
+    assert_eq!(error.attempts(), 3);
+    let original = error
+        .downcast_source::<reqwest_middleware::Error>()
+        .unwrap();
+    assert!(original.is_connect(), "{original}");
     assert_eq!(budget.snapshot().withdrawals, 2);
+}
+
+#[tokio::test]
+async fn an_error_the_engine_does_not_retry_comes_back_unchanged() {
+    let addr = closed_port();
+    let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
+    let client = client(fast().with_budget(budget.clone()).with_max_attempts(1));
+
+    let error = client
+        .get(format!("http://{addr}/"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, reqwest_middleware::Error::Reqwest(_)),
+        "{error:?}"
+    );
+    assert!(error.is_connect(), "{error}");
+    assert_eq!(budget.snapshot().withdrawals, 0);
 }
 
 #[tokio::test]
@@ -380,7 +505,7 @@ async fn dropping_the_request_during_the_backoff_refunds_the_retry() {
     let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
     // A backoff of up to a minute (seeded: the same delay every run): the retry waits in it.
     let backoff = FullJitter::new(Duration::from_secs(60), Duration::from_secs(60)).with_seed(7);
-    let client = client(fast().budget(budget.clone()).backoff(backoff));
+    let client = client(fast().with_budget(budget.clone()).with_backoff(backoff));
     let mut send = Box::pin(client.post(&url).body(CHAT).send());
     // Drive the request until the 503 came back and the retry was granted: it is then sleeping.
     while budget.snapshot().withdrawals == 0 {
@@ -407,29 +532,177 @@ async fn a_retry_the_throttle_drops_is_refunded() {
     // A throttle that lets the first attempt through (nothing recorded yet) and, once that
     // attempt was rejected, drops with probability 1/2: the seed is picked so that the retry's
     // draw drops, replaying the same draws on a probe throttle first.
-    let throttle = |seed| {
-        AdaptiveThrottle::new(2.0, Duration::from_secs(60))
-            .with_min_rate(0.0)
-            .with_max_probability(1.0)
-            .with_seed(seed)
-    };
     let seed = (0..64)
         .find(|&seed| {
-            let probe = throttle(seed);
+            let probe = unbounded_throttle(seed);
             let first = probe.try_acquire().is_ok();
             probe.record(false);
             first && probe.try_acquire().is_err()
         })
         .unwrap();
     let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
-    let client = client(fast().throttle(throttle(seed)).budget(budget.clone()));
+    let client = client(
+        fast()
+            .with_throttle(unbounded_throttle(seed))
+            .with_budget(budget.clone()),
+    );
 
-    let error = client.post(&url).body(CHAT).send().await.unwrap_err();
-    let reqwest_middleware::Error::Middleware(error) = error else {
-        panic!("expected a middleware error, got {error:?}");
-    };
-    assert!(error.is::<Throttled>(), "{error}");
+    let error = stormguard_error(client.post(&url).body(CHAT).send().await.unwrap_err());
+    assert_eq!(error.reason(), Reason::Throttled, "{error}");
+    assert!(chain(&error).any(|link| link.is::<Throttled>()), "{error}");
     assert_eq!(server.seen().len(), 1);
     let snapshot = budget.snapshot();
     assert_eq!((snapshot.withdrawals, snapshot.rejected), (0, 0));
+}
+
+#[tokio::test]
+async fn callers_deadline_tighter_than_the_layers_timeout_is_sent_and_stops_the_retry() {
+    let slow_down = Reply {
+        headers: vec![("retry-after-ms", "300")],
+        ..reply(503)
+    };
+    let layer = fast().with_timeout(Duration::from_secs(10));
+
+    // The layer's own 10 s leave room for the retry after the 300 ms hint.
+    let (url, server) = serve(vec![slow_down.clone(), json(200, "{}")]).await;
+    let response = client(layer.clone()).get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(server.seen().len(), 2);
+    let told: u64 = server.header_values("x-request-timeout-ms")[0]
+        .parse()
+        .unwrap();
+    assert!((9_000..=9_950).contains(&told), "{told}");
+
+    // The caller's 250 ms deadline is what the server is told (less the 50 ms margin), and it
+    // leaves no room for the hint: the retry is not sent.
+    let (url, server) = serve(vec![slow_down, json(200, "{}")]).await;
+    let response = client(layer)
+        .get(&url)
+        .with_extension(Deadline::after(Duration::from_millis(250)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(server.seen().len(), 1);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    assert_eq!(
+        response.extensions().get::<GiveUpCause>(),
+        Some(&GiveUpCause::Deadline)
+    );
+    let told: u64 = server.header_values("x-request-timeout-ms")[0]
+        .parse()
+        .unwrap();
+    assert!((100..=200).contains(&told), "{told}");
+}
+
+#[tokio::test]
+async fn a_per_request_reqwest_timeout_applies_to_each_attempt() {
+    let hung = Reply {
+        delay: Duration::from_secs(5),
+        ..json(200, "{}")
+    };
+
+    // The first attempt times out after 200 ms; the retry gets 200 ms of its own, and answers.
+    let (url, server) = serve(vec![hung.clone(), json(200, "{}")]).await;
+    let started = Instant::now();
+    let response = client(fast())
+        .get(&url)
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(server.seen().len(), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Every attempt hangs: each one is cut at 200 ms, three in all, then the engine gives up.
+    let (url, server) = serve(vec![hung]).await;
+    let started = Instant::now();
+    let error = client(fast())
+        .get(&url)
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert_eq!(server.seen().len(), 3);
+    assert!(elapsed >= Duration::from_millis(600), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    let error = stormguard_error(error);
+    assert_eq!(
+        error.gave_up(),
+        Some(GiveUpCause::AttemptsExhausted),
+        "{error}"
+    );
+    let original = error
+        .downcast_source::<reqwest_middleware::Error>()
+        .unwrap();
+    assert!(original.is_timeout(), "{original}");
+}
+
+/// A caller's extension, for the middleware below stormguard to find.
+#[derive(Clone, Debug, PartialEq)]
+struct Tag(&'static str);
+
+/// What the middleware below stormguard found in the extensions on one attempt.
+type Found = (Option<Tag>, Option<Deadline>);
+
+/// Middleware below stormguard that notes, on each attempt, the caller's tag and deadline.
+#[derive(Clone, Default)]
+struct Recorder {
+    seen: Arc<Mutex<Vec<Found>>>,
+}
+
+impl Middleware for Recorder {
+    fn handle<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        req: reqwest::Request,
+        extensions: &'life1 mut Extensions,
+        next: Next<'life2>,
+    ) -> Pin<
+        Box<
+            dyn Future<Output = reqwest_middleware::Result<reqwest::Response>>
+                + Send
+                + 'async_trait,
+        >,
+    >
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        let tag = extensions.get::<Tag>().cloned();
+        let deadline = extensions.get::<Deadline>().copied();
+        self.seen.lock().unwrap().push((tag, deadline));
+        Box::pin(next.run(req, extensions))
+    }
+}
+
+#[tokio::test]
+async fn the_callers_extensions_reach_the_rest_of_the_chain_on_every_attempt() {
+    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
+    let recorder = Recorder::default();
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(StormguardMiddleware::new(fast()))
+        .with(recorder.clone())
+        .build();
+    let deadline = Deadline::after(Duration::from_secs(30));
+    let response = client
+        .post(&url)
+        .body(CHAT)
+        .with_extension(Tag("caller"))
+        .with_extension(deadline)
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(server.seen().len(), 2);
+    let entry = (Some(Tag("caller")), Some(deadline));
+    assert_eq!(*recorder.seen.lock().unwrap(), [entry.clone(), entry]);
 }

@@ -108,7 +108,7 @@ impl ClientLayer {
 impl Default for ClientLayer {
     fn default() -> Self {
         Self::from_config(Config {
-            classifier: LlmClassifier,
+            classifier: LlmClassifier::default(),
             budget: RetryBudget::default(),
             backoff: FullJitter::default(),
             hint_policy: HintPolicy::default(),

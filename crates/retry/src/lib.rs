@@ -139,3 +139,4 @@ pub use error::{Error, GiveUpCause};
 pub use future::ResponseFuture;
 pub use layer::{ClientLayer, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY};
 pub use service::Client;
+pub use stormguard_classify::body::PartialBody;

@@ -107,17 +107,16 @@ pub mod classify {
     pub use stormguard_classify::body::ResponseBody;
     pub use stormguard_classify::{
         BoxError, Classify, ClassifyLayer, ERROR_BODY_LIMIT, Failure, GrpcClassifier, GrpcCode,
-        HttpClassifier, LlmClassifier, MakeClassify, Outcome, Reason, TransportClassifier,
-        Verdict, headers, hint, is_grpc, outcome_of, refusal_response,
+        HttpClassifier, LlmClassifier, MakeClassify, Outcome, Reason, TransportClassifier, Verdict,
+        chain, headers, hint, is_grpc, outcome_of, refusal_response,
     };
 }
 
 /// Backoff schedules and server hints ([`stormguard_jitter`]).
 pub mod jitter {
     pub use stormguard_jitter::{
-        Backoff, Constant, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter, EqualJitter,
-        Exponential, FullJitter, HintDecision, HintPolicy, SmoothDecorrelatedJitter, Spread,
-        SpreadLayer,
+        Backoff, Constant, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter, EqualJitter, Exponential,
+        FullJitter, HintDecision, HintPolicy, SmoothDecorrelatedJitter, Spread, SpreadLayer,
     };
 }
 
@@ -147,8 +146,8 @@ pub mod throttle {
 /// The client engine's parts ([`stormguard_retry`]): what [`ClientLayer`] is made of.
 pub mod retry {
     pub use stormguard_retry::{
-        DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY, ReplayBody, ensure_idempotency_key,
-        is_idempotent, stamp_attempt,
+        DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY, PartialBody, ReplayBody,
+        ensure_idempotency_key, is_idempotent, stamp_attempt,
     };
 }
 

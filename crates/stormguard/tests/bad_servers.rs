@@ -16,13 +16,14 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use stormguard::ClientLayer;
 use stormguard::budget::RetryBudget;
+use stormguard::classify::Reason;
 use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::deadline::DeadlineExceeded;
 use stormguard::jitter::Constant;
-use stormguard::retry::{GaveUp, GiveUpCause};
-use stormguard::throttle::AdaptiveThrottle;
+use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
+use stormguard::{ClientLayer, GiveUpCause};
+use stormguard_classify::chain;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -102,10 +103,10 @@ type Outcome = Result<
 fn client(setup: &Setup) -> Guarded {
     let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     ClientLayer::default()
-        .budget(setup.budget.clone())
-        .throttle(setup.throttle.clone())
-        .backoff(Constant::new(Duration::from_millis(50)))
-        .timeout(DEADLINE)
+        .with_budget(setup.budget.clone())
+        .with_throttle(setup.throttle.clone())
+        .with_backoff(Constant::new(Duration::from_millis(50)))
+        .with_timeout(DEADLINE)
         .layer(hyper)
 }
 
@@ -113,7 +114,11 @@ fn setup() -> Setup {
     Setup {
         budget: RetryBudget::default(),
         // A window longer than any test, so that counts do not age out while one runs.
-        throttle: AdaptiveThrottle::new(2.0, Duration::from_secs(60)),
+        throttle: AdaptiveThrottle::new(
+            ThrottleConfig::default()
+                .with_k(2.0)
+                .with_window(Duration::from_secs(60)),
+        ),
     }
 }
 
@@ -157,29 +162,15 @@ fn assert_throttle_counted(setup: &Setup, requests: u64, accepts: u64) {
 /// Did the connection close before the announced body length (an `UnexpectedEof` io error in the
 /// source chain)?
 fn is_cut_short(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut current = Some(error);
-    while let Some(link) = current {
-        if link
-            .downcast_ref::<std::io::Error>()
+    chain(error).any(|link| {
+        link.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
-        {
-            return true;
-        }
-        current = link.source();
-    }
-    false
+    })
 }
 
 /// Does `error`'s source chain hold an `E`?
 fn chain_has<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut current = Some(error);
-    while let Some(link) = current {
-        if link.is::<E>() {
-            return true;
-        }
-        current = link.source();
-    }
-    false
+    chain(error).any(|link| link.is::<E>())
 }
 
 /// A 200 whose body stalls after 10 of its announced 100 bytes: the response is a success, handed
@@ -233,7 +224,8 @@ async fn a_503_whose_error_body_stalls_fails_with_deadline_exceeded_at_the_deadl
     let started = Instant::now();
     let error = send(&setup, address).await.unwrap_err();
     let elapsed = started.elapsed();
-    assert!(chain_has::<DeadlineExceeded>(&*error), "{error}");
+    assert_eq!(error.reason(), Reason::DeadlineExceeded, "{error}");
+    assert!(chain_has::<DeadlineExceeded>(&error), "{error}");
     assert!(elapsed >= DEADLINE, "gave up early, after {elapsed:?}");
     assert!(
         elapsed < DEADLINE + Duration::from_secs(2),
@@ -329,7 +321,8 @@ async fn a_200_event_stream_carrying_an_error_event_is_a_success_never_retried()
 /// A response head with 10,000 headers: hyper refuses it (more headers than it parses) with a
 /// parse error, which reaches the caller as an error, never a panic. Such an error is unknown to
 /// the transport classifier, so it is retryable: the engine tries three times and then gives up
-/// with `GaveUp` (attempts exhausted), whose source is hyper's error. All within the deadline.
+/// (attempts exhausted) with an error whose source chain holds hyper's error. All within the
+/// deadline.
 #[tokio::test]
 async fn ten_thousand_response_headers_fail_as_a_classified_error_after_three_attempts() {
     let (address, requests) = backend(|mut stream| async move {
@@ -345,17 +338,16 @@ async fn ten_thousand_response_headers_fail_as_a_classified_error_after_three_at
     let started = Instant::now();
     let error = send(&setup, address).await.unwrap_err();
     assert!(started.elapsed() < DEADLINE, "took {:?}", started.elapsed());
-    let gave_up = error
-        .downcast_ref::<GaveUp>()
-        .unwrap_or_else(|| panic!("{error:?}"));
-    assert_eq!(gave_up.cause(), GiveUpCause::AttemptsExhausted);
-    assert_eq!(gave_up.attempts(), 3);
-    assert!(
-        chain_has::<hyper_util::client::legacy::Error>(&*error),
+    assert_eq!(
+        error.gave_up(),
+        Some(GiveUpCause::AttemptsExhausted),
         "{error:?}"
     );
-    let source = std::error::Error::source(&*error).unwrap();
-    assert!(format!("{source:?}").contains("Parse"), "{source:?}");
+    assert_eq!(error.attempts(), 3);
+    let hyper = chain(&error)
+        .find(|link| link.is::<hyper_util::client::legacy::Error>())
+        .unwrap_or_else(|| panic!("{error:?}"));
+    assert!(format!("{hyper:?}").contains("Parse"), "{hyper:?}");
     assert_eq!(requests.load(Ordering::SeqCst), 3);
     assert_throttle_counted(&setup, 3, 0);
 }

@@ -25,8 +25,9 @@ use http_body::{Body, Frame};
 use stormguard::ClientLayer;
 use stormguard::budget::RetryBudget;
 use stormguard::jitter::Constant;
-use stormguard::retry::{PartialBody, ReplayBody};
-use stormguard::throttle::AdaptiveThrottle;
+use stormguard::retry::ReplayBody;
+use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
+use stormguard_classify::body::PartialBody;
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 /// Held by the backend, every future it returns and every body it hands out or is handed: its
@@ -152,6 +153,14 @@ fn backend(
     })
 }
 
+/// K = 2 over a 60 s window (longer than any test here, so that counts do not age out), with the
+/// default minimum rate.
+fn window_of_a_minute() -> ThrottleConfig {
+    ThrottleConfig::default()
+        .with_k(2.0)
+        .with_window(Duration::from_secs(60))
+}
+
 /// The counts the shared state and the backend hold after the drop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Counts {
@@ -169,11 +178,11 @@ async fn drop_at(stop: usize) -> (Counts, Option<&'static str>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
     // A 60 s window and the default minimum rate: the throttle counts but never drops here.
-    let throttle = AdaptiveThrottle::new(2.0, Duration::from_secs(60));
+    let throttle = AdaptiveThrottle::new(window_of_a_minute());
     let layer = ClientLayer::default()
-        .budget(budget.clone())
-        .throttle(throttle.clone())
-        .backoff(Constant::new(Duration::from_millis(100)));
+        .with_budget(budget.clone())
+        .with_throttle(throttle.clone())
+        .with_backoff(Constant::new(Duration::from_millis(100)));
     let mut client = layer.layer(backend(marker.clone(), calls.clone()));
     let baseline = Arc::strong_count(&marker);
 
@@ -305,7 +314,7 @@ async fn a_caller_timeout_releases_a_hanging_attempt() {
     let marker = Arc::new(Marker);
     let calls = Arc::new(AtomicUsize::new(0));
     let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
-    let throttle = AdaptiveThrottle::new(2.0, Duration::from_secs(60));
+    let throttle = AdaptiveThrottle::new(window_of_a_minute());
     let hanging = {
         let (marker, calls) = (marker.clone(), calls.clone());
         service_fn(move |_request: Request<Gated>| {
@@ -319,8 +328,8 @@ async fn a_caller_timeout_releases_a_hanging_attempt() {
         })
     };
     let client = ClientLayer::default()
-        .budget(budget.clone())
-        .throttle(throttle.clone())
+        .with_budget(budget.clone())
+        .with_throttle(throttle.clone())
         .layer(hanging);
     let request = Request::get("http://llm.test/v1/models")
         .body(Gated::Replayed(None))

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use stormguard::budget::RetryBudget;
-use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::classify::Reason;
+use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::deadline::Deadline;
 use stormguard::jitter::FullJitter;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
@@ -50,9 +50,11 @@ fn scripted(
 async fn default_client_retries_transient_failures_within_its_budget() {
     let calls = Arc::new(AtomicU32::new(0));
     let budget = RetryBudget::new(Duration::from_secs(10), 2, 0.1);
-    let layer = ClientLayer::default().with_budget(budget.clone()).with_backoff(
-        FullJitter::new(Duration::from_millis(10), Duration::from_millis(100)).with_seed(7),
-    );
+    let layer = ClientLayer::default()
+        .with_budget(budget.clone())
+        .with_backoff(
+            FullJitter::new(Duration::from_millis(10), Duration::from_millis(100)).with_seed(7),
+        );
     let client = layer.layer(scripted(&[503, 503, 200], calls.clone()));
 
     let response = client.oneshot(post()).await.unwrap();
@@ -69,8 +71,12 @@ async fn clones_of_a_layer_share_one_budget() {
     // Floor of 1 retry/s over 10 s, no successes: 10 retries for everyone together.
     let layer = ClientLayer::default()
         .with_budget(RetryBudget::new(Duration::from_secs(10), 1, 0.1))
-        .with_throttle(AdaptiveThrottle::new(ThrottleConfig::default().with_min_rate(f64::MAX)))
-        .with_backoff(FullJitter::new(Duration::from_millis(1), Duration::from_millis(1)).with_seed(1));
+        .with_throttle(AdaptiveThrottle::new(
+            ThrottleConfig::default().with_min_rate(f64::MAX),
+        ))
+        .with_backoff(
+            FullJitter::new(Duration::from_millis(1), Duration::from_millis(1)).with_seed(1),
+        );
     let first = layer.clone().layer(scripted(&[503], calls.clone()));
     let second = layer.layer(scripted(&[503], calls.clone()));
 
@@ -103,7 +109,9 @@ async fn deadline_spans_all_attempts() {
     });
     let client = ClientLayer::default()
         .with_timeout(Duration::from_secs(10))
-        .with_backoff(FullJitter::new(Duration::from_millis(10), Duration::from_millis(10)).with_seed(3))
+        .with_backoff(
+            FullJitter::new(Duration::from_millis(10), Duration::from_millis(10)).with_seed(3),
+        )
         .layer(backend);
 
     let start = tokio::time::Instant::now();

@@ -8,6 +8,10 @@
 //! its budget and marks what it gives up on with `x-should-retry: false`, which the callers
 //! honour.
 //!
+//! The gateway's handler returns `Result<_, stormguard::Error>`: when its upstream call ends
+//! without a response (throttled locally, deadline exceeded, given up on), `?` answers for it
+//! with 503, 504 or 502 and `x-should-retry: false`.
+//!
 //! ```text
 //! cargo run -p stormguard-examples --bin axum_gateway
 //! ```
@@ -26,10 +30,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use reqwest_middleware::ClientBuilder;
-use stormguard::classify::BoxError;
+use stormguard::ClientLayer;
+use stormguard::classify::Reason;
+use stormguard::jitter::FullJitter;
+use stormguard::reqwest::StormguardMiddleware;
 use stormguard_examples::mock::{self, CHAT_COMPLETIONS, Fault, MockConfig};
-use stormguard_jitter::FullJitter;
-use stormguard_reqwest::StormguardMiddleware;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
@@ -40,13 +45,33 @@ const INTERVAL: Duration = Duration::from_millis(5);
 const BODY: &str =
     r#"{"model":"mock-1","messages":[{"role":"user","content":"Say hello"}],"max_tokens":16}"#;
 
-type Upstream = BoxCloneSyncService<Request, Response<Body>, BoxError>;
+type Upstream = BoxCloneSyncService<Request, Response<Body>, stormguard::Error>;
 
 #[derive(Clone)]
 struct Gateway {
     upstream: Upstream,
     backend: SocketAddr,
     received: Arc<AtomicU64>,
+    refused: Arc<Refused>,
+}
+
+/// Upstream calls that ended without a response, which the gateway answered itself.
+#[derive(Default)]
+struct Refused {
+    throttled: AtomicU64,
+    deadline: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Refused {
+    fn count(&self, error: &stormguard::Error) {
+        let counter = match error.reason() {
+            Reason::Throttled => &self.throttled,
+            Reason::DeadlineExceeded => &self.deadline,
+            _ => &self.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[tokio::main]
@@ -84,14 +109,14 @@ async fn phase(
 
     // The gateway: ServerLayer on its routes, ClientLayer on its upstream client. Delays are
     // scaled down from the defaults (500 ms .. 8 s) so that the example ends in seconds.
-    let client_layer = stormguard::ClientLayer::default()
-        .backoff(FullJitter::new(
+    let client_layer = ClientLayer::default()
+        .with_backoff(FullJitter::new(
             Duration::from_millis(10),
             Duration::from_millis(200),
         ))
-        .timeout(Duration::from_secs(5));
-    let upstream_budget = client_layer.retry_budget().clone();
-    let upstream_throttle = client_layer.adaptive_throttle().clone();
+        .with_timeout(Duration::from_secs(5));
+    let upstream_budget = client_layer.budget().clone();
+    let upstream_throttle = client_layer.throttle().cloned();
     let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
     let upstream = BoxCloneSyncService::new(
         ServiceBuilder::new()
@@ -100,6 +125,7 @@ async fn phase(
             .map_response(|response| response.map(Body::new)),
     );
     let received = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(Refused::default());
     let app = Router::new()
         .route(CHAT_COMPLETIONS, post(forward))
         .layer(stormguard::ServerLayer::default())
@@ -107,6 +133,7 @@ async fn phase(
             upstream,
             backend: backend.addr,
             received: received.clone(),
+            refused: refused.clone(),
         });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let gateway_url = format!("http://{}{CHAT_COMPLETIONS}", listener.local_addr()?);
@@ -121,10 +148,12 @@ async fn phase(
 
     // Callers with retries of their own, which honour the gateway's `x-should-retry: false`.
     let callers = ClientBuilder::new(reqwest::Client::new())
-        .with(StormguardMiddleware::default().backoff(FullJitter::new(
-            Duration::from_millis(10),
-            Duration::from_millis(200),
-        )))
+        .with(StormguardMiddleware::new(
+            ClientLayer::default().with_backoff(FullJitter::new(
+                Duration::from_millis(10),
+                Duration::from_millis(200),
+            )),
+        ))
         .build();
     let started = Instant::now();
     let mut burst = tokio::task::JoinSet::new();
@@ -137,16 +166,18 @@ async fn phase(
             match callers.post(&url).body(BODY).send().await {
                 Ok(response) if response.status().is_success() => Answer::Ok,
                 Ok(_) => Answer::Failed,
-                Err(_) => Answer::Dropped,
+                Err(error) if throttled(&error) => Answer::Dropped,
+                Err(_) => Answer::Error,
             }
         });
     }
-    let (mut ok, mut failed, mut dropped) = (0_usize, 0_usize, 0_usize);
+    let (mut ok, mut failed, mut dropped, mut errors) = (0_usize, 0_usize, 0_usize, 0_usize);
     while let Some(answer) = burst.join_next().await {
         match answer? {
             Answer::Ok => ok += 1,
             Answer::Failed => failed += 1,
             Answer::Dropped => dropped += 1,
+            Answer::Error => errors += 1,
         }
     }
     let elapsed = started.elapsed();
@@ -158,16 +189,25 @@ async fn phase(
 
     let first_tries = stats.by_attempt_header.get(&0).copied().unwrap_or(0);
     let budget = upstream_budget.snapshot();
-    let throttle = upstream_throttle.snapshot();
+    let probability = upstream_throttle.map_or(0.0, |throttle| throttle.snapshot().probability);
     println!("== {name}");
     println!(
         "{requests} requests at {:.0}/s through the gateway, done in {elapsed:.2?}",
         1.0 / INTERVAL.as_secs_f64()
     );
     println!(
-        "callers got {ok} ok, {failed} failed responses, {dropped} dropped by their own throttle; \
-         the gateway received {} attempts",
+        "callers got {ok} ok, {failed} failed responses, {dropped} dropped by their own throttle, \
+         {errors} other errors; the gateway received {} attempts",
         received.load(Ordering::Relaxed)
+    );
+    println!(
+        "the gateway answered {} upstream calls itself: {} throttled, {} past the deadline, {} failed",
+        refused.throttled.load(Ordering::Relaxed)
+            + refused.deadline.load(Ordering::Relaxed)
+            + refused.failed.load(Ordering::Relaxed),
+        refused.throttled.load(Ordering::Relaxed),
+        refused.deadline.load(Ordering::Relaxed),
+        refused.failed.load(Ordering::Relaxed)
     );
     println!(
         "upstream attempts {} ({} retries by the gateway), statuses {:?}",
@@ -176,8 +216,8 @@ async fn phase(
         stats.by_status
     );
     println!(
-        "gateway budget: {} retries granted, {} refused; gateway throttle: drop probability {:.2}",
-        budget.withdrawals, budget.rejected, throttle.probability
+        "gateway budget: {} retries granted, {} refused; gateway throttle: drop probability {probability:.2}",
+        budget.withdrawals, budget.rejected
     );
     println!(
         "success rate {:.1}%, amplification {:.2}x (upstream attempts per request)",
@@ -192,12 +232,29 @@ enum Answer {
     Ok,
     Failed,
     Dropped,
+    Error,
+}
+
+/// Whether a caller's own engine dropped its request locally (stormguard's outcomes come back as
+/// `reqwest_middleware::Error::Middleware` holding a `stormguard::Error`).
+fn throttled(error: &reqwest_middleware::Error) -> bool {
+    match error {
+        reqwest_middleware::Error::Middleware(error) => error
+            .downcast_ref::<stormguard::Error>()
+            .is_some_and(|error| error.reason() == Reason::Throttled),
+        reqwest_middleware::Error::Reqwest(_) => false,
+    }
 }
 
 /// Sends the request on to the backend through the protected upstream client. The deadline the
 /// `ServerLayer` read from the caller travels in the request's extensions, so the upstream
-/// attempts share it.
-async fn forward(State(gateway): State<Gateway>, request: Request) -> Response<Body> {
+/// attempts share it. An upstream call that ends without a response returns its
+/// `stormguard::Error`, which answers the caller (throttled: 503, deadline: 504, failed: 502,
+/// each with `x-should-retry: false`).
+async fn forward(
+    State(gateway): State<Gateway>,
+    request: Request,
+) -> Result<Response<Body>, stormguard::Error> {
     gateway.received.fetch_add(1, Ordering::Relaxed);
     let (mut parts, body) = request.into_parts();
     let uri = format!("http://{}{}", gateway.backend, parts.uri.path());
@@ -206,17 +263,14 @@ async fn forward(State(gateway): State<Gateway>, request: Request) -> Response<B
         Err(_) => {
             let mut response = Response::new(Body::empty());
             *response.status_mut() = StatusCode::BAD_REQUEST;
-            return response;
+            return Ok(response);
         }
     };
     parts.headers.remove(header::HOST);
-    match gateway
+    let response = gateway
         .upstream
         .oneshot(Request::from_parts(parts, body))
         .await
-    {
-        Ok(response) => response,
-        // Throttled, deadline, transport: answered with "do not retry" for the caller.
-        Err(error) => stormguard::error_response(&error, false),
-    }
+        .inspect_err(|error| gateway.refused.count(error))?;
+    Ok(response)
 }

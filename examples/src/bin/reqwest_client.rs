@@ -9,9 +9,11 @@
 use std::time::Duration;
 
 use reqwest_middleware::ClientBuilder;
+use stormguard::ClientLayer;
+use stormguard::classify::Reason;
+use stormguard::jitter::FullJitter;
+use stormguard::reqwest::StormguardMiddleware;
 use stormguard_examples::mock::{self, Fault, MockConfig};
-use stormguard_jitter::FullJitter;
-use stormguard_reqwest::StormguardMiddleware;
 use tokio::time::Instant;
 
 const CONCURRENCY: usize = 16;
@@ -47,16 +49,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn phase(name: &str, config: MockConfig) -> Result<(), Box<dyn std::error::Error>> {
     let server = mock::spawn(config).await?;
     // Delays scaled down from the defaults (500 ms .. 8 s) so that the example ends in seconds.
-    let middleware = StormguardMiddleware::default()
-        .backoff(FullJitter::new(
+    let layer = ClientLayer::default()
+        .with_backoff(FullJitter::new(
             Duration::from_millis(10),
             Duration::from_millis(200),
         ))
-        .timeout(Duration::from_secs(5));
-    let budget = middleware.retry_budget().clone();
-    let throttle = middleware.adaptive_throttle().clone();
+        .with_timeout(Duration::from_secs(5));
+    let budget = layer.budget().clone();
+    let throttle = layer.throttle().cloned();
     let client = ClientBuilder::new(reqwest::Client::new())
-        .with(middleware)
+        .with(StormguardMiddleware::new(layer))
         .build();
 
     let started = Instant::now();
@@ -70,6 +72,7 @@ async fn phase(name: &str, config: MockConfig) -> Result<(), Box<dyn std::error:
                 match client.post(&url).body(BODY).send().await {
                     Ok(response) if response.status().is_success() => tally.ok += 1,
                     Ok(_) => tally.failed += 1,
+                    Err(error) if throttled(&error) => tally.throttled += 1,
                     Err(_) => tally.errors += 1,
                 }
             }
@@ -81,17 +84,18 @@ async fn phase(name: &str, config: MockConfig) -> Result<(), Box<dyn std::error:
         let tally = tally?;
         total.ok += tally.ok;
         total.failed += tally.failed;
+        total.throttled += tally.throttled;
         total.errors += tally.errors;
     }
     let elapsed = started.elapsed();
     let stats = server.stats.snapshot();
     server.shutdown().await;
 
-    let requests = total.ok + total.failed + total.errors;
+    let requests = total.ok + total.failed + total.throttled + total.errors;
     println!("== {name}");
     println!(
-        "requests {requests}: {} ok, {} failed responses, {} errors (throttled locally or transport) in {elapsed:.2?}",
-        total.ok, total.failed, total.errors
+        "requests {requests}: {} ok, {} failed responses, {} throttled locally, {} other errors (deadline, transport) in {elapsed:.2?}",
+        total.ok, total.failed, total.throttled, total.errors
     );
     println!(
         "success rate {:.1}%, upstream attempts {}, amplification {:.2}x",
@@ -102,17 +106,29 @@ async fn phase(name: &str, config: MockConfig) -> Result<(), Box<dyn std::error:
     println!("upstream statuses {:?}", stats.by_status);
     println!("x-retry-attempt seen {:?}", stats.by_attempt_header);
     let budget = budget.snapshot();
-    let throttle = throttle.snapshot();
+    let probability = throttle.map_or(0.0, |throttle| throttle.snapshot().probability);
     println!(
-        "budget: {} retries granted, {} refused; throttle: drop probability {:.2}",
-        budget.withdrawals, budget.rejected, throttle.probability
+        "budget: {} retries granted, {} refused; throttle: drop probability {probability:.2}",
+        budget.withdrawals, budget.rejected
     );
     Ok(())
+}
+
+/// Whether the engine dropped the request locally: stormguard's own outcomes come back as
+/// `reqwest_middleware::Error::Middleware` holding a `stormguard::Error`.
+fn throttled(error: &reqwest_middleware::Error) -> bool {
+    match error {
+        reqwest_middleware::Error::Middleware(error) => error
+            .downcast_ref::<stormguard::Error>()
+            .is_some_and(|error| error.reason() == Reason::Throttled),
+        reqwest_middleware::Error::Reqwest(_) => false,
+    }
 }
 
 #[derive(Default)]
 struct Tally {
     ok: usize,
     failed: usize,
+    throttled: usize,
     errors: usize,
 }

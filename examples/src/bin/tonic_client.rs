@@ -47,11 +47,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protected = ServiceBuilder::new()
         .layer(
             stormguard::ClientLayer::default()
-                .backoff(stormguard::jitter::FullJitter::new(
+                .with_backoff(stormguard::jitter::FullJitter::new(
                     Duration::from_millis(20),
                     Duration::from_millis(200),
                 ))
-                .timeout(Duration::from_secs(5)),
+                .with_timeout(Duration::from_secs(5)),
         )
         .service(channel);
     let mut client = HealthClient::new(protected);

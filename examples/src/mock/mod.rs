@@ -18,10 +18,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use axum::routing::post;
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use serde::Deserialize;
-use stormguard_budget::attempt::X_RETRY_ATTEMPT;
-use stormguard_classify::headers::RETRY_AFTER_MS;
-use stormguard_retry::IDEMPOTENCY_KEY;
+use stormguard::classify::headers::{IDEMPOTENCY_KEY, RETRY_AFTER_MS, X_RETRY_ATTEMPT};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -69,7 +69,7 @@ pub async fn spawn(config: MockConfig) -> std::io::Result<MockHandle> {
     let addr = listener.local_addr()?;
     let stats = MockStats::default();
     let shared = Arc::new(Shared {
-        rng: Mutex::new(fastrand::Rng::with_seed(config.seed)),
+        rng: Mutex::new(SmallRng::seed_from_u64(config.seed)),
         config,
         stats: stats.clone(),
     });
@@ -96,7 +96,7 @@ pub async fn spawn(config: MockConfig) -> std::io::Result<MockHandle> {
 struct Shared {
     config: MockConfig,
     stats: MockStats,
-    rng: Mutex<fastrand::Rng>,
+    rng: Mutex<SmallRng>,
 }
 
 /// What an answer will be, decided when the request arrives.
@@ -110,13 +110,13 @@ impl Shared {
     fn verdict(&self, load: usize) -> Verdict {
         let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
         if load > self.config.capacity {
-            return Verdict::Shed(if rng.bool() {
+            return Verdict::Shed(if rng.random::<bool>() {
                 Fault::Unavailable
             } else {
                 Fault::Overloaded
             });
         }
-        if rng.f64() >= self.config.error_rate {
+        if rng.random::<f64>() >= self.config.error_rate {
             return Verdict::Complete;
         }
         let total: u64 = self
@@ -128,7 +128,7 @@ impl Shared {
         if total == 0 {
             return Verdict::Fail(Fault::Unavailable);
         }
-        let mut draw = rng.u64(0..total);
+        let mut draw = rng.random_range(0..total);
         for (fault, weight) in &self.config.faults {
             let weight = u64::from(*weight);
             if draw < weight {

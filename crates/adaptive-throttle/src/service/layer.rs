@@ -22,7 +22,7 @@ impl AdaptiveThrottleLayer {
     pub fn new(throttle: AdaptiveThrottle) -> Self {
         Self {
             throttle,
-            classifier: LlmClassifier,
+            classifier: LlmClassifier::default(),
         }
     }
 }

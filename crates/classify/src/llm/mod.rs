@@ -89,12 +89,16 @@ pub(crate) use body::ErrorBody;
 /// assert_eq!(outcome.reason(), Reason::QuotaExhausted);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LlmClassifier;
+pub struct LlmClassifier {
+    // No settings today; a private field keeps `LlmClassifier::default()` the way to make one,
+    // so that settings can come without breaking callers.
+    _private: (),
+}
 
 impl LlmClassifier {
-    /// The classifier (it has no settings: a unit struct, `Copy`).
+    /// The classifier (`Copy`: cloning it per request costs nothing).
     pub const fn new() -> Self {
-        LlmClassifier
+        LlmClassifier { _private: () }
     }
 
     /// Classifies a response head plus its buffered (possibly empty, possibly truncated) body.

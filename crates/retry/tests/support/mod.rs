@@ -247,10 +247,10 @@ pub struct Recording {
 impl Classify for Recording {
     fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
         self.bodies.lock().unwrap().push(body.len());
-        LlmClassifier.classify_http(parts, body)
+        LlmClassifier::default().classify_http(parts, body)
     }
 
     fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Outcome {
-        LlmClassifier.classify_error(error)
+        LlmClassifier::default().classify_error(error)
     }
 }

@@ -1,0 +1,156 @@
+//! `ServiceBuilderExt`: the documented stacks, built with the extension methods, each serving
+//! requests on tokio's paused clock. Every builder is bound to the layer types it must hold, so a
+//! stack cannot quietly be made of `ServiceBuilder`'s own layers instead (its inherent `retry` and
+//! `timeout` are tower's, and an inherent method wins over a trait method of the same name).
+#![allow(clippy::unwrap_used)]
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::Full;
+use stormguard::budget::{RetryBudget, ShedRetriesLayer};
+use stormguard::classify::headers::{X_REQUEST_TIMEOUT_MS, X_RETRY_ATTEMPT, X_SHOULD_RETRY};
+use stormguard::deadline::{Deadline, DeadlineLayer, ServerDeadlineLayer};
+use stormguard::jitter::SpreadLayer;
+use stormguard::throttle::{AdaptiveThrottle, AdaptiveThrottleLayer, ThrottleConfig};
+use stormguard::{ClientLayer, ServerLayer, ServiceBuilderExt};
+use tower::layer::util::{Identity, Stack};
+use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+
+/// The headers of every request a backend received, in order.
+type Received = Arc<Mutex<Vec<HeaderMap>>>;
+
+/// A backend answering `statuses` in order (the last one repeats), noting each request's headers.
+fn scripted(
+    statuses: &'static [u16],
+    received: Received,
+) -> impl Service<
+    Request<Full<Bytes>>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone {
+    service_fn(move |request: Request<Full<Bytes>>| {
+        let n = {
+            let mut received = received.lock().unwrap();
+            received.push(request.headers().clone());
+            received.len() - 1
+        };
+        let status = StatusCode::from_u16(statuses[n.min(statuses.len() - 1)]).unwrap();
+        async move {
+            let mut response = Response::new(Full::new(Bytes::from_static(b"{}")));
+            *response.status_mut() = status;
+            Ok::<_, Infallible>(response)
+        }
+    })
+}
+
+/// A handler answering 200, noting the time left of the deadline each request carried.
+fn handler(
+    deadlines: Arc<Mutex<Vec<Option<Duration>>>>,
+) -> impl Service<
+    Request<Full<Bytes>>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone {
+    service_fn(move |request: Request<Full<Bytes>>| {
+        let remaining = Deadline::of(&request).map(|deadline| deadline.remaining());
+        deadlines.lock().unwrap().push(remaining);
+        async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) }
+    })
+}
+
+fn post() -> Request<Full<Bytes>> {
+    Request::post("http://backend.test/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(br#"{"max_tokens":50}"#)))
+        .unwrap()
+}
+
+/// A request to a server, with the caller's deadline and, for a retry, its attempt number.
+fn incoming(timeout_ms: &str, attempt: Option<&str>) -> Request<Full<Bytes>> {
+    let mut request =
+        Request::post("/v1/chat/completions").header(X_REQUEST_TIMEOUT_MS, timeout_ms);
+    if let Some(attempt) = attempt {
+        request = request.header(X_RETRY_ATTEMPT, attempt);
+    }
+    request.body(Full::new(Bytes::new())).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn spread_then_the_client_pipeline_retries_a_503() {
+    let received = Received::default();
+    let builder: ServiceBuilder<Stack<ClientLayer, Stack<SpreadLayer, Identity>>> =
+        ServiceBuilder::new()
+            .spread(Duration::from_millis(100))
+            .stormguard_client(ClientLayer::default());
+    let client = builder.service(scripted(&[503, 200], received.clone()));
+
+    let response = client.oneshot(post()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let received = received.lock().unwrap();
+    assert_eq!(received.len(), 2);
+    assert_eq!(received[0][X_RETRY_ATTEMPT], "0");
+    assert_eq!(received[1][X_RETRY_ATTEMPT], "1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_server_pipeline_hands_the_callers_deadline_to_the_handler() {
+    let deadlines = Arc::default();
+    let builder: ServiceBuilder<Stack<ServerLayer, Identity>> =
+        ServiceBuilder::new().stormguard_server(ServerLayer::default());
+    let server = builder.service(handler(Arc::clone(&deadlines)));
+
+    let response = server.oneshot(incoming("2000", None)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(*deadlines.lock().unwrap(), [Some(Duration::from_secs(2))]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_deadline_then_shed_retries_reads_the_deadline_and_sheds_a_retry() {
+    let deadlines = Arc::default();
+    // No floor: only successes earn retries, one tenth of a retry each.
+    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let builder: ServiceBuilder<Stack<ShedRetriesLayer, Stack<ServerDeadlineLayer, Identity>>> =
+        ServiceBuilder::new()
+            .server_deadline(ServerDeadlineLayer::default())
+            .shed_retries(budget.clone());
+    let server = builder.service(handler(Arc::clone(&deadlines)));
+
+    let response = server
+        .clone()
+        .oneshot(incoming("2000", None))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let shed = server.oneshot(incoming("2000", Some("1"))).await.unwrap();
+    assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(shed.headers()[X_SHOULD_RETRY], "false");
+    // The handler ran once, for the first attempt, with the caller's 2 s.
+    assert_eq!(*deadlines.lock().unwrap(), [Some(Duration::from_secs(2))]);
+    assert_eq!(budget.snapshot().deposits, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn deadline_then_adaptive_throttle_stamps_the_time_left_and_counts_the_attempt() {
+    let received = Received::default();
+    let throttle = AdaptiveThrottle::new(ThrottleConfig::default());
+    let builder: ServiceBuilder<Stack<AdaptiveThrottleLayer, Stack<DeadlineLayer, Identity>>> =
+        ServiceBuilder::new()
+            .deadline(Duration::from_secs(5))
+            .adaptive_throttle(throttle.clone());
+    let client = builder.service(scripted(&[200], received.clone()));
+
+    let response = client.oneshot(post()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // 5 s, less the 50 ms safety margin.
+    let received = received.lock().unwrap();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0][X_REQUEST_TIMEOUT_MS], "4950");
+    let counted = throttle.snapshot();
+    assert_eq!((counted.requests, counted.accepts), (1, 1));
+}
