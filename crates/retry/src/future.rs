@@ -334,6 +334,11 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         if may_retry && !grpc && !is_idempotent(&template.head.method) {
             ensure_idempotency_key(&mut template.head.headers);
         }
+        // What the first attempt carries goes into the template: every attempt's copy of the
+        // headers then has room for it, and a retry replaces it in place (inserting into a copy,
+        // which has no spare room, would grow it).
+        let (sent, deadline, config) = (self.sent, self.deadline, &*self.config);
+        stamp(&mut template.head.headers, sent, grpc, deadline, config);
         template.body = body;
         template.trailers = trailers;
         template.request()
@@ -354,9 +359,10 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             }
             self.throttle_owed = true;
         }
-        stamp_attempt(request.headers_mut(), self.sent, self.grpc);
-        if self.config.propagation {
-            propagate::stamp(&mut request, self.config.margin);
+        // A first attempt built from the template is stamped already.
+        if self.sent > 0 || self.template.is_none() {
+            let (sent, grpc, deadline) = (self.sent, self.grpc, self.deadline);
+            stamp(request.headers_mut(), sent, grpc, deadline, &self.config);
         }
         if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
             self.receipt = Some(Receipt::Sent(withdrawal));
@@ -411,8 +417,16 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         self.attempt_finished();
         let error = match result {
             Ok(response) => {
-                let answer = classify_response(&self.config.classifier, response);
-                return Step::Next(State::Classifying { answer });
+                let (head, body) = response.into_parts();
+                let classifier = &self.config.classifier;
+                if classifier.needs_body(&head) {
+                    let response = Response::from_parts(head, body);
+                    let answer = classify_response(classifier, response);
+                    return Step::Next(State::Classifying { answer });
+                }
+                // Judged on its head alone (every success): at once.
+                let outcome = classifier.classify_http(&head, &[]);
+                return self.judged(Response::from_parts(head, ResponseBody::new(body)), outcome);
             }
             Err(error) => error.into(),
         };
@@ -596,6 +610,21 @@ impl<C, Bk: Backoff> Attempts<C, Bk> {
 impl<C, Bk: Backoff> Drop for Attempts<C, Bk> {
     fn drop(&mut self) {
         self.abandon();
+    }
+}
+
+/// Writes what every attempt carries: its number (`sent` attempts went before it) and, when the
+/// layer propagates it, the time left until the deadline.
+fn stamp<C, Bk>(
+    headers: &mut HeaderMap,
+    sent: u32,
+    grpc: bool,
+    deadline: Option<Deadline>,
+    config: &Config<C, Bk>,
+) {
+    stamp_attempt(headers, sent, grpc);
+    if let Some(deadline) = deadline.filter(|_| config.propagation) {
+        propagate::stamp_headers(headers, deadline, config.margin);
     }
 }
 
