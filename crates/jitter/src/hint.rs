@@ -5,7 +5,7 @@ use std::time::Duration;
 use stormguard_classify::hint::DEFAULT_MAX_HINT;
 use stormguard_classify::random::RandomSource;
 
-use crate::strategy::uniform;
+use crate::strategy::{from_nanos, uniform};
 
 /// Default share of the hint added as jitter, at most: 10%.
 pub const DEFAULT_HINT_JITTER_RATIO: f64 = 0.1;
@@ -118,8 +118,10 @@ impl HintPolicy {
                 max: self.max,
             };
         }
-        // `ratio` is within [0, 1], so the product is finite and at most `hint`.
-        let share = Duration::try_from_secs_f64(hint.as_secs_f64() * self.ratio).unwrap_or(hint);
+        // `ratio` is within [0, 1], so the product is finite and at most `hint`; rounded down to
+        // whole nanoseconds, so the jitter never exceeds its share (3.5 ns of a 35 ns hint is 3).
+        let share_nanos = (hint.as_nanos() as f64 * self.ratio).floor();
+        let share = from_nanos(share_nanos as u128).min(hint);
         let spread = share.min(self.ceiling);
         let extra = if spread.is_zero() {
             Duration::ZERO
@@ -227,6 +229,20 @@ mod tests {
                 HintDecision::RetryAfter(Duration::from_secs(60))
             );
         }
+    }
+
+    #[test]
+    fn the_jitter_of_a_tiny_hint_stays_within_its_share() {
+        // 10% of 35 ns is 3.5 ns: the jitter is at most 3 ns, never the 4 a rounding would give.
+        let policy = HintPolicy::default().with_seed(11);
+        let hint = Duration::from_nanos(35);
+        let extras: Vec<Duration> = (0..1000)
+            .filter_map(|_| policy.apply(hint).delay())
+            .map(|delay| delay - hint)
+            .collect();
+        assert_eq!(extras.len(), 1000);
+        assert!(extras.iter().all(|extra| *extra <= Duration::from_nanos(3)));
+        assert!(extras.contains(&Duration::from_nanos(3)));
     }
 
     #[test]

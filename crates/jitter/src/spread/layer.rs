@@ -4,6 +4,7 @@ use stormguard_classify::random::RandomSource;
 use tower_layer::Layer;
 
 use super::Spread;
+use crate::strategy::uniform;
 
 /// Delays the start of each request by `U(0, max)`: see the [module docs](crate::spread).
 ///
@@ -39,12 +40,23 @@ impl SpreadLayer {
     pub fn max(&self) -> Duration {
         self.max
     }
+
+    /// One start delay, uniform in `[0, max)`.
+    pub(super) fn draw(&self) -> Duration {
+        let Some(below_max) = self.max.checked_sub(Duration::from_nanos(1)) else {
+            return Duration::ZERO;
+        };
+        uniform(&mut self.random.rng(), Duration::ZERO, below_max)
+    }
 }
 
 impl<S> Layer<S> for SpreadLayer {
     type Service = Spread<S>;
 
     fn layer(&self, inner: S) -> Spread<S> {
-        Spread::drawing_from(inner, self.max, self.random.clone())
+        Spread {
+            inner,
+            spread: self.clone(),
+        }
     }
 }

@@ -40,44 +40,26 @@ pub use layer::SpreadLayer;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use stormguard_classify::random::RandomSource;
+use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::strategy::uniform;
-
-/// Delays each request's start by `U(0, max)`. See the [module docs](self).
+/// Delays each request's start by `U(0, max)`. See the [module docs](self); seeded through
+/// [`SpreadLayer::with_seed`].
 #[derive(Clone, Debug)]
 pub struct Spread<S> {
     inner: S,
-    max: Duration,
-    random: RandomSource,
+    spread: SpreadLayer,
 }
 
 impl<S> Spread<S> {
     /// Wraps `inner`; each request waits a uniform random delay in `[0, max)`.
     pub fn new(inner: S, max: Duration) -> Self {
-        Self::drawing_from(inner, max, RandomSource::new())
+        SpreadLayer::new(max).layer(inner)
     }
 
-    /// Wraps `inner`, drawing the delays from `random` (a layer's source, shared by its services).
-    pub(super) fn drawing_from(inner: S, max: Duration, random: RandomSource) -> Self {
-        Self { inner, max, random }
-    }
-
-    /// Makes the sequence of delays deterministic across runs.
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.random = RandomSource::seeded(seed);
-        self
-    }
-
-    /// The seed given to [`with_seed`](Self::with_seed), if any.
-    pub fn seed(&self) -> Option<u64> {
-        self.random.seed()
-    }
-
-    /// The exclusive upper bound of the delay.
-    pub fn max(&self) -> Duration {
-        self.max
+    /// The settings it was made with.
+    pub fn spread(&self) -> &SpreadLayer {
+        &self.spread
     }
 
     /// The inner service.
@@ -94,13 +76,6 @@ impl<S> Spread<S> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    fn draw(&self) -> Duration {
-        let Some(below_max) = self.max.checked_sub(Duration::from_nanos(1)) else {
-            return Duration::ZERO;
-        };
-        uniform(&mut self.random.rng(), Duration::ZERO, below_max)
-    }
 }
 
 impl<S, Request> Service<Request> for Spread<S>
@@ -116,7 +91,7 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let delay = self.draw();
+        let delay = self.spread.draw();
         if delay.is_zero() {
             return ResponseFuture::calling(self.inner.call(request));
         }
@@ -137,7 +112,10 @@ mod tests {
     use tokio::time::Instant;
     use tower::{Layer, ServiceExt, service_fn};
 
+    use stormguard_classify::random::RandomSource;
+
     use super::*;
+    use crate::strategy::uniform;
 
     /// The delays a layer seeded with `seed` draws, recomputed independently.
     fn expected_draws(seed: u64, max: Duration, n: usize) -> Vec<Duration> {
