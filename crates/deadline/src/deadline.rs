@@ -52,7 +52,7 @@ impl Deadline {
     }
 
     /// [`after`](Self::after), counted from `now` (for a caller that has read the clock already).
-    pub(crate) fn after_from(now: Instant, timeout: Duration) -> Self {
+    pub fn after_from(now: Instant, timeout: Duration) -> Self {
         let instant = std::iter::once(timeout)
             .chain(FAR_FUTURES.iter().map(|far| timeout.min(*far)))
             .find_map(|timeout| now.checked_add(timeout))

@@ -189,16 +189,16 @@ pub fn stamp<B>(request: &mut Request<B>, margin: Duration) -> bool {
     let Some(deadline) = Deadline::of(request) else {
         return false;
     };
-    stamp_headers(request.headers_mut(), deadline, margin);
+    stamp_headers(request.headers_mut(), deadline.remaining().saturating_sub(margin));
     true
 }
 
 /// [`stamp`], for a caller that holds the deadline and the headers apart (a request head kept to
-/// build attempts from): the time left until `deadline`, minus `margin`, in `grpc-timeout` when
+/// build attempts from) and has worked out the time to send: `time_left` in `grpc-timeout` when
 /// the headers say gRPC, else in `x-request-timeout-ms`.
-pub fn stamp_headers(headers: &mut HeaderMap, deadline: Deadline, margin: Duration) {
+pub fn stamp_headers(headers: &mut HeaderMap, time_left: Duration) {
     let grpc = is_grpc(headers);
-    write_timeout(headers, deadline.remaining().saturating_sub(margin), grpc);
+    write_timeout(headers, time_left, grpc);
 }
 
 /// Writes `timeout` in the propagation header of a gRPC (`grpc`) or an HTTP request.

@@ -152,25 +152,26 @@ where
         let buffer = (config.max_attempts > 1 || reads_body)
             && body.size_hint().lower() <= u64::try_from(cap).unwrap_or(u64::MAX);
         let mut attempts = Attempts::new(config, &head);
+        let mut clock = Clock::default();
         let state = if buffer && !body.is_end_stream() {
             if reads_body {
                 // The layer's own deadline waits for the body; one already on the request holds.
                 attempts.deadline = Deadline::from_extensions(&head.extensions);
             } else {
-                attempts.set_deadline(&mut head, None);
+                attempts.set_deadline(&mut head, None, &mut clock);
             }
             attempts.template = Some(Template::new(head));
             State::Buffering {
                 read: Prefix::new(body, cap),
             }
         } else if buffer {
-            attempts.set_deadline(&mut head, Some(&[]));
+            attempts.set_deadline(&mut head, Some(&[]), &mut clock);
             attempts.template = Some(Template::new(head));
-            let request = attempts.seal(Bytes::new(), None);
-            attempts.start(&mut service, request)
+            let request = attempts.seal(Bytes::new(), None, &mut clock);
+            attempts.start(&mut service, request, &mut clock)
         } else {
-            attempts.set_deadline(&mut head, None);
-            attempts.start(&mut service, Request::from_parts(head, body))
+            attempts.set_deadline(&mut head, None, &mut clock);
+            attempts.start(&mut service, Request::from_parts(head, body), &mut clock)
         };
         Self {
             state,
@@ -273,10 +274,10 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
 
     /// Sets the request's deadline from the layer's timeout (`body`: the buffered body, for a
     /// timeout that reads it); a tighter deadline already on the request wins.
-    fn set_deadline(&mut self, head: &mut Parts, body: Option<&[u8]>) {
+    fn set_deadline(&mut self, head: &mut Parts, body: Option<&[u8]>, clock: &mut Clock) {
         let timeout = self.config.timeout.as_ref();
         if let Some(timeout) = timeout.and_then(|source| source.timeout(head, body)) {
-            Deadline::after(timeout).apply_to_extensions(&mut head.extensions);
+            Deadline::after_from(clock.now(), timeout).apply_to_extensions(&mut head.extensions);
         }
         self.deadline = Deadline::from_extensions(&head.extensions);
     }
@@ -301,6 +302,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             )));
         };
         let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
+        let mut clock = Clock::default();
         let trailers = match tail {
             Tail::Ended => None,
             Tail::Trailers(trailers) => Some(trailers),
@@ -308,24 +310,30 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             // Longer than the cap: sent once, untouched, what was read followed by the rest.
             Tail::Open => {
                 if reads_body {
-                    self.set_deadline(&mut template.head, None);
+                    self.set_deadline(&mut template.head, None, &mut clock);
                 }
                 let body = B::from_partial(PartialBody::new(bytes, Tail::Open, rest));
-                return Step::Next(self.start(service, Request::from_parts(template.head, body)));
+                let request = Request::from_parts(template.head, body);
+                return Step::Next(self.start(service, request, &mut clock));
             }
         };
         if reads_body {
-            self.set_deadline(&mut template.head, Some(&bytes));
+            self.set_deadline(&mut template.head, Some(&bytes), &mut clock);
         }
         self.template = Some(template);
-        let request = self.seal(bytes, trailers);
-        Step::Next(self.start(service, request))
+        let request = self.seal(bytes, trailers, &mut clock);
+        Step::Next(self.start(service, request, &mut clock))
     }
 
     /// Completes the template with the buffered body and builds the first attempt from it: a
     /// non-idempotent request that may be sent more than once gets its idempotency key here,
     /// once for all attempts.
-    fn seal<B: ReplayBody>(&mut self, body: Bytes, trailers: Option<HeaderMap>) -> Request<B> {
+    fn seal<B: ReplayBody>(
+        &mut self,
+        body: Bytes,
+        trailers: Option<HeaderMap>,
+        clock: &mut Clock,
+    ) -> Request<B> {
         let may_retry = self.config.max_attempts > 1;
         let grpc = self.grpc;
         let Some(template) = self.template.as_mut() else {
@@ -338,20 +346,29 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         // headers then has room for it, and a retry replaces it in place (inserting into a copy,
         // which has no spare room, would grow it).
         let (sent, deadline, config) = (self.sent, self.deadline, &*self.config);
-        stamp(&mut template.head.headers, sent, grpc, deadline, config);
+        stamp(&mut template.head.headers, sent, grpc, deadline, config, clock);
         template.body = body;
         template.trailers = trailers;
         template.request()
     }
 
     /// Sends an attempt, if the deadline and the throttle let it go.
-    fn start<S, B, F, RB>(&mut self, service: &mut S, mut request: Request<B>) -> State<F, B, RB, C>
+    fn start<S, B, F, RB>(
+        &mut self,
+        service: &mut S,
+        mut request: Request<B>,
+        clock: &mut Clock,
+    ) -> State<F, B, RB, C>
     where
         S: Service<Request<B>, Future = F>,
         RB: Body,
     {
-        if self.deadline.is_some_and(|deadline| deadline.is_expired()) {
-            return self.refuse(Error::deadline_exceeded(self.sent));
+        if let Some(deadline) = self.deadline {
+            let now = clock.now();
+            if now >= deadline.instant() {
+                return self.refuse(Error::deadline_exceeded(self.sent));
+            }
+            self.started = Some(now);
         }
         if let Some(throttle) = &self.config.throttle {
             if throttle.try_acquire().is_err() {
@@ -362,15 +379,12 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         // A first attempt built from the template is stamped already.
         if self.sent > 0 || self.template.is_none() {
             let (sent, grpc, deadline) = (self.sent, self.grpc, self.deadline);
-            stamp(request.headers_mut(), sent, grpc, deadline, &self.config);
+            stamp(request.headers_mut(), sent, grpc, deadline, &self.config, clock);
         }
         if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
             self.receipt = Some(Receipt::Sent(withdrawal));
         }
         self.sent = self.sent.saturating_add(1);
-        if self.deadline.is_some() {
-            self.started = Some(Instant::now());
-        }
         State::Calling {
             future: service.call(request),
         }
@@ -390,7 +404,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         RB: Body,
     {
         match self.template.as_ref().map(Template::request) {
-            Some(request) => self.start(service, request),
+            Some(request) => self.start(service, request, &mut Clock::default()),
             None => self.refuse(Error::unreadable_body("no request to send".into())),
         }
     }
@@ -414,22 +428,22 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         RB: Body,
         E: Into<BoxError>,
     {
-        self.attempt_finished();
         let error = match result {
             Ok(response) => {
                 let (head, body) = response.into_parts();
-                let classifier = &self.config.classifier;
-                if classifier.needs_body(&head) {
+                if self.config.classifier.needs_body(&head) {
+                    self.attempt_finished();
                     let response = Response::from_parts(head, body);
-                    let answer = classify_response(classifier, response);
+                    let answer = classify_response(&self.config.classifier, response);
                     return Step::Next(State::Classifying { answer });
                 }
                 // Judged on its head alone (every success): at once.
-                let outcome = classifier.classify_http(&head, &[]);
+                let outcome = self.config.classifier.classify_http(&head, &[]);
                 return self.judged(Response::from_parts(head, ResponseBody::new(body)), outcome);
             }
             Err(error) => error.into(),
         };
+        self.attempt_finished();
         let outcome = self.config.classifier.classify_error(&*error);
         self.record(&outcome);
         if !outcome.is_retryable() {
@@ -452,9 +466,11 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     ) -> Step<F, B, RB, C> {
         self.record(&outcome);
         if outcome.is_success() {
+            // A success ends the request: how long it took matters only before a retry.
             self.config.budget.deposit();
             return Step::Finish(Ok(response));
         }
+        self.attempt_finished();
         if !outcome.is_retryable() {
             // Fatal: no retry helps, here or above. Marked when this layer could have retried.
             if self.could_retry() {
@@ -510,6 +526,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         }
     }
 
+    /// Times the attempt that just ended (under a deadline), for the retry decision.
     fn attempt_finished(&mut self) {
         if let Some(started) = self.started.take() {
             self.last_attempt = started.elapsed();
@@ -614,17 +631,30 @@ impl<C, Bk: Backoff> Drop for Attempts<C, Bk> {
 }
 
 /// Writes what every attempt carries: its number (`sent` attempts went before it) and, when the
-/// layer propagates it, the time left until the deadline.
+/// layer propagates it, the time left until the deadline, minus the layer's margin.
 fn stamp<C, Bk>(
     headers: &mut HeaderMap,
     sent: u32,
     grpc: bool,
     deadline: Option<Deadline>,
     config: &Config<C, Bk>,
+    clock: &mut Clock,
 ) {
     stamp_attempt(headers, sent, grpc);
     if let Some(deadline) = deadline.filter(|_| config.propagation) {
-        propagate::stamp_headers(headers, deadline, config.margin);
+        let left = deadline.instant().saturating_duration_since(clock.now());
+        propagate::stamp_headers(headers, left.saturating_sub(config.margin));
+    }
+}
+
+/// The time of one step of a request, read from the clock at most once, and only if the step
+/// needs it (a request with no deadline never reads it to be sent).
+#[derive(Default)]
+struct Clock(Option<Instant>);
+
+impl Clock {
+    fn now(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
     }
 }
 
