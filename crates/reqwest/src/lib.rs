@@ -19,7 +19,7 @@
 //! body it could not replay) is returned unchanged, so that `reqwest`'s `is_connect()` and
 //! `is_timeout()` keep working on it. stormguard's own outcomes (a request throttled locally, an
 //! expired deadline, a retryable failure it gave up on) come back as
-//! [`Error::Middleware`](reqwest_middleware::Error::Middleware) holding the engine's
+//! [`Error::Middleware`] holding the engine's
 //! [`stormguard_retry::Error`] (downcast it with `anyhow`'s `downcast_ref`), whose source chain
 //! leads to the original error.
 //!
