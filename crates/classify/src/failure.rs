@@ -116,6 +116,9 @@ mod tests {
     fn a_self_referencing_chain_is_cut_at_the_bound() {
         assert_eq!(chain(&Loop).count(), MAX_CHAIN);
         assert_eq!(outcome_of(&Loop), None);
+        // The classifiers' walk ends too, on "unidentified": retryable, not accepted.
+        let outcome = crate::transport::classify_error(&Loop);
+        assert_eq!(outcome, Outcome::retryable(Reason::Other));
     }
 
     #[test]

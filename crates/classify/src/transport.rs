@@ -236,24 +236,6 @@ mod tests {
     }
 
     #[test]
-    fn endless_chains_stop() {
-        /// An error whose source is itself: a buggy library.
-        #[derive(Debug)]
-        struct Loop;
-        impl fmt::Display for Loop {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("loop")
-            }
-        }
-        impl Error for Loop {
-            fn source(&self) -> Option<&(dyn Error + 'static)> {
-                Some(&Loop)
-            }
-        }
-        assert_eq!(classify_error(&Loop), Outcome::retryable(Reason::Other));
-    }
-
-    #[test]
     fn transport_classifier_calls_every_response_a_success() {
         let (parts, ()) = http::Response::builder()
             .status(503)

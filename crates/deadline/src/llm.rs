@@ -14,13 +14,6 @@ pub const BYTES_PER_TOKEN: u64 = 4;
 /// default completion limit, so a request without `max_tokens` still gets room for a long answer.
 pub const ASSUMED_OUTPUT_TOKENS: u64 = 4096;
 
-/// Largest request body worth reading for an estimate: 1 MiB, far above the JSON of any prompt
-/// that fits a model's context window. A reader of request bodies (the client retry engine) passes
-/// bigger bodies, and bodies of unknown length, as unread (`None`) to
-/// [`TimeoutSource::timeout`](crate::client::TimeoutSource::timeout), which gives them
-/// [`LlmDeadline::max`].
-pub const LLM_BODY_LIMIT: usize = 1024 * 1024;
-
 /// Top-level fields naming the output-token limit: OpenAI Chat Completions (`max_tokens`,
 /// `max_completion_tokens`), Anthropic Messages (`max_tokens`), OpenAI Responses
 /// (`max_output_tokens`).
@@ -67,7 +60,8 @@ const PROMPT_FIELDS: [&str; 6] = [
 ///   and Anthropic SDKs (10 minutes); no default client waits longer.
 ///
 /// When the body is not JSON or names no limit, [`ASSUMED_OUTPUT_TOKENS`] are assumed; a body
-/// that was not read (above [`LLM_BODY_LIMIT`] or of unknown length) gets `max`.
+/// that was not read (larger than what the reader buffers: the client engine's replay cap, 1 MiB
+/// by default) gets `max`.
 ///
 /// As a [`TimeoutSource`](crate::client::TimeoutSource) it reads the body: the client retry engine,
 /// which buffers request bodies for replay anyway, makes the estimate.

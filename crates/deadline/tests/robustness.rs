@@ -285,7 +285,7 @@ fn deeply_nested_bodies_neither_overflow_the_stack_nor_lose_their_text() {
     );
 }
 
-/// Bodies past 64 KiB (and within the 1 MiB `LLM_BODY_LIMIT`) are estimated whole: a 256 KiB
+/// Bodies past 64 KiB (and within the engine's 1 MiB replay cap) are estimated whole: a 256 KiB
 /// prompt is 65,536 tokens, and the estimate is exact.
 #[test]
 fn a_quarter_mebibyte_prompt_is_counted_exactly() {
