@@ -11,3 +11,14 @@
 //! ```
 
 pub mod mock;
+
+/// Whether a reqwest client's own stormguard engine dropped its request locally: stormguard's
+/// outcomes come back as `reqwest_middleware::Error::Middleware` holding a `stormguard::Error`.
+pub fn throttled(error: &reqwest_middleware::Error) -> bool {
+    match error {
+        reqwest_middleware::Error::Middleware(error) => error
+            .downcast_ref::<stormguard::Error>()
+            .is_some_and(|error| error.reason() == stormguard::classify::Reason::Throttled),
+        reqwest_middleware::Error::Reqwest(_) => false,
+    }
+}

@@ -189,7 +189,10 @@ pub fn stamp<B>(request: &mut Request<B>, margin: Duration) -> bool {
     let Some(deadline) = Deadline::of(request) else {
         return false;
     };
-    stamp_headers(request.headers_mut(), deadline.remaining().saturating_sub(margin));
+    stamp_headers(
+        request.headers_mut(),
+        deadline.remaining().saturating_sub(margin),
+    );
     true
 }
 

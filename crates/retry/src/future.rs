@@ -336,6 +336,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     ) -> Request<B> {
         let may_retry = self.config.max_attempts > 1;
         let grpc = self.grpc;
+        let stamp = self.stamp();
         let Some(template) = self.template.as_mut() else {
             return Request::new(B::from_bytes(body));
         };
@@ -345,8 +346,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         // What the first attempt carries goes into the template: every attempt's copy of the
         // headers then has room for it, and a retry replaces it in place (inserting into a copy,
         // which has no spare room, would grow it).
-        let (sent, deadline, config) = (self.sent, self.deadline, &*self.config);
-        stamp(&mut template.head.headers, sent, grpc, deadline, config, clock);
+        stamp.write(&mut template.head.headers, clock);
         template.body = body;
         template.trailers = trailers;
         template.request()
@@ -378,8 +378,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         }
         // A first attempt built from the template is stamped already.
         if self.sent > 0 || self.template.is_none() {
-            let (sent, grpc, deadline) = (self.sent, self.grpc, self.deadline);
-            stamp(request.headers_mut(), sent, grpc, deadline, &self.config, clock);
+            self.stamp().write(request.headers_mut(), clock);
         }
         if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
             self.receipt = Some(Receipt::Sent(withdrawal));
@@ -526,6 +525,16 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         }
     }
 
+    /// What the next attempt carries.
+    fn stamp(&self) -> Stamp {
+        let propagated = self.deadline.filter(|_| self.config.propagation);
+        Stamp {
+            sent: self.sent,
+            grpc: self.grpc,
+            time_left: propagated.map(|deadline| (deadline, self.config.margin)),
+        }
+    }
+
     /// Times the attempt that just ended (under a deadline), for the retry decision.
     fn attempt_finished(&mut self) {
         if let Some(started) = self.started.take() {
@@ -630,20 +639,21 @@ impl<C, Bk: Backoff> Drop for Attempts<C, Bk> {
     }
 }
 
-/// Writes what every attempt carries: its number (`sent` attempts went before it) and, when the
+/// What the next attempt carries: its number (`sent` attempts went before it) and, when the
 /// layer propagates it, the time left until the deadline, minus the layer's margin.
-fn stamp<C, Bk>(
-    headers: &mut HeaderMap,
+struct Stamp {
     sent: u32,
     grpc: bool,
-    deadline: Option<Deadline>,
-    config: &Config<C, Bk>,
-    clock: &mut Clock,
-) {
-    stamp_attempt(headers, sent, grpc);
-    if let Some(deadline) = deadline.filter(|_| config.propagation) {
-        let left = deadline.instant().saturating_duration_since(clock.now());
-        propagate::stamp_headers(headers, left.saturating_sub(config.margin));
+    time_left: Option<(Deadline, Duration)>,
+}
+
+impl Stamp {
+    fn write(&self, headers: &mut HeaderMap, clock: &mut Clock) {
+        stamp_attempt(headers, self.sent, self.grpc);
+        if let Some((deadline, margin)) = self.time_left {
+            let left = deadline.instant().saturating_duration_since(clock.now());
+            propagate::stamp_headers(headers, left.saturating_sub(margin));
+        }
     }
 }
 

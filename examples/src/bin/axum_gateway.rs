@@ -35,6 +35,7 @@ use stormguard::classify::Reason;
 use stormguard::jitter::FullJitter;
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard_examples::mock::{self, CHAT_COMPLETIONS, Fault, MockConfig};
+use stormguard_examples::throttled;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{ServiceBuilder, ServiceExt};
@@ -233,17 +234,6 @@ enum Answer {
     Failed,
     Dropped,
     Error,
-}
-
-/// Whether a caller's own engine dropped its request locally (stormguard's outcomes come back as
-/// `reqwest_middleware::Error::Middleware` holding a `stormguard::Error`).
-fn throttled(error: &reqwest_middleware::Error) -> bool {
-    match error {
-        reqwest_middleware::Error::Middleware(error) => error
-            .downcast_ref::<stormguard::Error>()
-            .is_some_and(|error| error.reason() == Reason::Throttled),
-        reqwest_middleware::Error::Reqwest(_) => false,
-    }
 }
 
 /// Sends the request on to the backend through the protected upstream client. The deadline the

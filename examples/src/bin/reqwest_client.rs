@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use reqwest_middleware::ClientBuilder;
 use stormguard::ClientLayer;
-use stormguard::classify::Reason;
 use stormguard::jitter::FullJitter;
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard_examples::mock::{self, Fault, MockConfig};
+use stormguard_examples::throttled;
 use tokio::time::Instant;
 
 const CONCURRENCY: usize = 16;
@@ -112,17 +112,6 @@ async fn phase(name: &str, config: MockConfig) -> Result<(), Box<dyn std::error:
         budget.withdrawals, budget.rejected
     );
     Ok(())
-}
-
-/// Whether the engine dropped the request locally: stormguard's own outcomes come back as
-/// `reqwest_middleware::Error::Middleware` holding a `stormguard::Error`.
-fn throttled(error: &reqwest_middleware::Error) -> bool {
-    match error {
-        reqwest_middleware::Error::Middleware(error) => error
-            .downcast_ref::<stormguard::Error>()
-            .is_some_and(|error| error.reason() == Reason::Throttled),
-        reqwest_middleware::Error::Reqwest(_) => false,
-    }
 }
 
 #[derive(Default)]
