@@ -15,6 +15,7 @@ use std::task::{Context, Poll, ready};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Response, response};
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
 use pin_project_lite::pin_project;
 
 use crate::{Classify, ERROR_BODY_LIMIT, Outcome};
@@ -245,7 +246,8 @@ pin_project! {
     /// classifier needed only the head (every success), or, for a failure whose body it read,
     /// the bytes read (about [`ERROR_BODY_LIMIT`] at most) followed by the unread rest, with
     /// trailers and a read error passed on where they occurred. Either way the caller reads the
-    /// body exactly as the backend sent it.
+    /// body exactly as the backend sent it. A response stormguard answered itself (a circuit
+    /// breaker's fallback) has a body of its own ([`local`](ResponseBody::local)).
     pub struct ResponseBody<RB>
     where
         RB: Body,
@@ -270,6 +272,10 @@ pin_project! {
         Read {
             body: PartialBody<Pin<Box<RB>>>,
         },
+        // Bytes of stormguard's own, in place of a backend's answer.
+        Local {
+            body: Full<Bytes>,
+        },
     }
 }
 
@@ -281,10 +287,24 @@ impl<RB: Body> ResponseBody<RB> {
         }
     }
 
+    /// A body of stormguard's own: `bytes`, in place of a backend's answer.
+    pub fn local(bytes: Bytes) -> Self {
+        Self {
+            kind: Kind::Local {
+                body: Full::new(bytes),
+            },
+        }
+    }
+
     /// Whether the start of this body was read to classify the response (it still yields every
     /// byte).
     pub fn was_read(&self) -> bool {
         matches!(self.kind, Kind::Read { .. })
+    }
+
+    /// Whether stormguard wrote this body itself ([`local`](Self::local)).
+    pub fn is_local(&self) -> bool {
+        matches!(self.kind, Kind::Local { .. })
     }
 }
 
@@ -299,6 +319,9 @@ impl<RB: Body<Data = Bytes>> Body for ResponseBody<RB> {
         match self.project().kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Read { body } => Pin::new(body).poll_frame(cx),
+            KindProj::Local { body } => Pin::new(body)
+                .poll_frame(cx)
+                .map(|frame| frame.map(|frame| frame.map_err(|never| match never {}))),
         }
     }
 
@@ -306,6 +329,7 @@ impl<RB: Body<Data = Bytes>> Body for ResponseBody<RB> {
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Read { body } => body.is_end_stream(),
+            Kind::Local { body } => body.is_end_stream(),
         }
     }
 
@@ -313,6 +337,7 @@ impl<RB: Body<Data = Bytes>> Body for ResponseBody<RB> {
         match &self.kind {
             Kind::Inner { body } => body.size_hint(),
             Kind::Read { body } => body.size_hint(),
+            Kind::Local { body } => body.size_hint(),
         }
     }
 }
@@ -322,6 +347,7 @@ impl<RB: Body> fmt::Debug for ResponseBody<RB> {
         match &self.kind {
             Kind::Inner { .. } => f.write_str("ResponseBody::Inner"),
             Kind::Read { body } => f.debug_tuple("ResponseBody::Read").field(body).finish(),
+            Kind::Local { .. } => f.write_str("ResponseBody::Local"),
         }
     }
 }

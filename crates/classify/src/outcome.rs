@@ -232,6 +232,10 @@ pub enum Reason {
     Throttled,
     /// A retry was refused (or shed by a server) because retries exceed their budget.
     RetryBudgetExhausted,
+    /// The request was refused locally by an open circuit breaker.
+    BreakerOpen,
+    /// The request was refused locally: too many attempts already in flight to the backend.
+    BulkheadFull,
     /// The request's deadline expired.
     DeadlineExceeded,
     /// An error nobody could identify.
@@ -265,6 +269,8 @@ impl Reason {
             Reason::Grpc(code) => code.metric_label(),
             Reason::Throttled => "throttled",
             Reason::RetryBudgetExhausted => "retry_budget_exhausted",
+            Reason::BreakerOpen => "breaker_open",
+            Reason::BulkheadFull => "bulkhead_full",
             Reason::DeadlineExceeded => "deadline_exceeded",
             Reason::Other => "other",
         }
@@ -296,6 +302,8 @@ impl Reason {
             Reason::Grpc(_) => "grpc status",
             Reason::Throttled => "throttled locally: the backend is rejecting",
             Reason::RetryBudgetExhausted => "retry budget exhausted",
+            Reason::BreakerOpen => "circuit breaker open: the backend is failing",
+            Reason::BulkheadFull => "too many requests in flight to the backend",
             Reason::DeadlineExceeded => "deadline exceeded",
             Reason::Other => "unidentified error",
         }
@@ -315,7 +323,7 @@ impl fmt::Display for Reason {
 mod tests {
     use super::*;
 
-    const ALL_REASONS: [Reason; 25] = [
+    const ALL_REASONS: [Reason; 27] = [
         Reason::Success,
         Reason::RateLimited,
         Reason::Overloaded,
@@ -339,6 +347,8 @@ mod tests {
         Reason::Grpc(GrpcCode::Unavailable),
         Reason::Throttled,
         Reason::RetryBudgetExhausted,
+        Reason::BreakerOpen,
+        Reason::BulkheadFull,
         Reason::DeadlineExceeded,
         Reason::Other,
     ];

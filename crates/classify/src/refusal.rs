@@ -11,20 +11,22 @@ use std::error::Error;
 use http::{HeaderValue, Response, StatusCode, header};
 
 use crate::grpc::GrpcCode;
-use crate::headers::{APPLICATION_GRPC, GRPC_MESSAGE, GRPC_STATUS, mark_do_not_retry};
+use crate::headers::{APPLICATION_GRPC, GRPC_MESSAGE, GRPC_STATUS, RETRY_AFTER, mark_do_not_retry};
 use crate::outcome::{Outcome, Reason};
 
 /// The response for a request stormguard answers itself, because of `outcome`:
 ///
 /// | reason | HTTP | gRPC |
 /// |---|---|---|
-/// | `throttled`, `retry_budget_exhausted` | 503 | `UNAVAILABLE` |
+/// | `throttled`, `retry_budget_exhausted`, `breaker_open`, `bulkhead_full` | 503 | `UNAVAILABLE` |
 /// | `deadline_exceeded`, `timeout` | 504 | `DEADLINE_EXCEEDED` |
 /// | `bad_request` (a request body that could not be read) | 400 | `INVALID_ARGUMENT` |
 /// | any other (an upstream failure) | 502 | `UNAVAILABLE` |
 ///
 /// HTTP answers carry the status and `x-should-retry: false` (honoured by the official OpenAI and
-/// Anthropic SDKs). gRPC answers are trailers-only, as gRPC's "PROTOCOL-HTTP2" specification
+/// Anthropic SDKs), and `retry-after` (whole seconds, rounded up) when the outcome says when the
+/// refusal ends (an open circuit breaker does): for a caller that schedules work, not for an
+/// SDK's automatic retry. gRPC answers are trailers-only, as gRPC's "PROTOCOL-HTTP2" specification
 /// prescribes for errors raised before any message: HTTP 200, `content-type: application/grpc`,
 /// `grpc-status`, `grpc-message` (the reason in words) and `grpc-retry-pushback-ms: -1` (gRFC A6:
 /// do not retry). The body is `B::default()`.
@@ -46,9 +48,10 @@ use crate::outcome::{Outcome, Reason};
 pub fn refusal_response<B: Default>(outcome: &Outcome, grpc: bool) -> Response<B> {
     let reason = outcome.reason();
     let (status, code) = match reason {
-        Reason::Throttled | Reason::RetryBudgetExhausted => {
-            (StatusCode::SERVICE_UNAVAILABLE, GrpcCode::Unavailable)
-        }
+        Reason::Throttled
+        | Reason::RetryBudgetExhausted
+        | Reason::BreakerOpen
+        | Reason::BulkheadFull => (StatusCode::SERVICE_UNAVAILABLE, GrpcCode::Unavailable),
         Reason::DeadlineExceeded | Reason::Timeout => {
             (StatusCode::GATEWAY_TIMEOUT, GrpcCode::DeadlineExceeded)
         }
@@ -56,13 +59,20 @@ pub fn refusal_response<B: Default>(outcome: &Outcome, grpc: bool) -> Response<B
         _ => (StatusCode::BAD_GATEWAY, GrpcCode::Unavailable),
     };
     let mut response = Response::new(B::default());
-    let headers = response.headers_mut();
     if grpc {
+        let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, APPLICATION_GRPC);
         headers.insert(GRPC_STATUS, HeaderValue::from(code.as_i32()));
         headers.insert(GRPC_MESSAGE, HeaderValue::from_static(reason.description()));
     } else {
         *response.status_mut() = status;
+        if let Some(after) = outcome.retry_after() {
+            // Whole seconds, rounded up: RFC 9110's delay-seconds.
+            let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
     }
     mark_do_not_retry(response.headers_mut(), grpc);
     response
@@ -108,6 +118,20 @@ mod tests {
             assert_eq!(grpc.headers()[GRPC_RETRY_PUSHBACK_MS], "-1");
             assert!(grpc.headers().get(X_SHOULD_RETRY).is_none());
         }
+    }
+
+    #[test]
+    fn a_refusal_that_ends_says_when_in_whole_seconds() {
+        let open = Outcome::fatal(Reason::BreakerOpen)
+            .with_accepted(false)
+            .with_retry_after(Some(std::time::Duration::from_millis(2_100)));
+        let http: Response<()> = refusal_response(&open, false);
+        assert_eq!(http.status(), 503);
+        assert_eq!(http.headers()[RETRY_AFTER], "3");
+        assert_eq!(http.headers()[X_SHOULD_RETRY], "false");
+        assert_eq!(status(Reason::BulkheadFull), 503);
+        let grpc: Response<()> = refusal_response(&open, true);
+        assert!(grpc.headers().get(RETRY_AFTER).is_none());
     }
 
     #[test]

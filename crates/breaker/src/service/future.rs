@@ -1,0 +1,163 @@
+//! [`ResponseFuture`]: the future of [`BreakerService`](super::BreakerService).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http_body::Body;
+use pin_project_lite::pin_project;
+use stormguard_classify::body::{ClassifyResponse, ResponseBody, classify_response};
+use stormguard_classify::{BoxError, Classify};
+
+use crate::{BreakerOpen, Fallback, Permit, Rejected};
+
+/// What the future hands back.
+type Output<RB> = Result<http::Response<ResponseBody<RB>>, BoxError>;
+
+pin_project! {
+    /// Response future of [`BreakerService`](super::BreakerService): a refusal that resolves at
+    /// once (to the fallback's answer or the error), or the inner call, whose outcome is recorded
+    /// with the breaker once it is classified, and which a stall may cut.
+    pub struct ResponseFuture<F, C, RB>
+    where
+        RB: Body,
+    {
+        #[pin]
+        state: State<F, C, RB>,
+        // The attempt's permit, while it is in flight; dropped unrecorded, it counts for nothing.
+        permit: Option<Permit>,
+        // The fallback and the request's head, to answer a cut call.
+        fallback: Option<(Fallback, Parts)>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, C, RB>
+    where
+        RB: Body,
+    {
+        // Refused: the output waits for the first poll.
+        Refused { output: Option<Output<RB>> },
+        // Waiting for the inner service.
+        Calling {
+            #[pin]
+            future: F,
+            classifier: C,
+        },
+        // Reading the start of a failed response's body to classify it.
+        Classifying { classify: ClassifyResponse<RB, C> },
+        // The output was handed back.
+        Done,
+    }
+}
+
+impl<F, C, RB: Body> ResponseFuture<F, C, RB> {
+    pub(super) fn called(
+        future: F,
+        classifier: C,
+        permit: Permit,
+        fallback: Option<(Fallback, Parts)>,
+    ) -> Self {
+        Self {
+            state: State::Calling { future, classifier },
+            permit: Some(permit),
+            fallback,
+        }
+    }
+
+    pub(super) fn refused(output: Output<RB>) -> Self {
+        Self {
+            state: State::Refused {
+                output: Some(output),
+            },
+            permit: None,
+            fallback: None,
+        }
+    }
+}
+
+impl<F, C, RB, E> Future for ResponseFuture<F, C, RB>
+where
+    F: Future<Output = Result<http::Response<RB>, E>>,
+    E: Into<BoxError>,
+    C: Classify,
+    RB: Body<Data = Bytes>,
+{
+    type Output = Output<RB>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Refused { output } => {
+                    let output = output.take();
+                    this.state.set(State::Done);
+                    return Poll::Ready(output.unwrap_or_else(|| Err(polled_again())));
+                }
+                StateProj::Calling { future, classifier } => match future.poll(cx) {
+                    Poll::Ready(Ok(response)) => {
+                        let classify = classify_response(classifier, response);
+                        this.state.set(State::Classifying { classify });
+                    }
+                    Poll::Ready(Err(error)) => {
+                        let error: BoxError = error.into();
+                        if let Some(permit) = this.permit.take() {
+                            permit.record(&classifier.classify_error(&*error));
+                        }
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(error));
+                    }
+                    Poll::Pending => {
+                        let Some(permit) = this.permit.as_mut() else {
+                            return Poll::Pending;
+                        };
+                        let open = ready!(permit.poll_cut(cx));
+                        // Dropping the call cuts it.
+                        this.state.set(State::Done);
+                        return Poll::Ready(answer_cut(this.fallback.take(), open));
+                    }
+                },
+                StateProj::Classifying { classify } => {
+                    let (response, outcome) = ready!(Pin::new(classify).poll(cx));
+                    if let Some(permit) = this.permit.take() {
+                        permit.record(&outcome);
+                    }
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response));
+                }
+                StateProj::Done => return Poll::Ready(Err(polled_again())),
+            }
+        }
+    }
+}
+
+/// The answer for a call a stall cut: the fallback's, or the error.
+fn answer_cut<RB: Body>(fallback: Option<(Fallback, Parts)>, open: BreakerOpen) -> Output<RB> {
+    let rejected = Rejected::Open(open);
+    match fallback {
+        Some((fallback, head)) => Ok(fallback.answer(&head, &rejected)),
+        None => Err(rejected.into_error()),
+    }
+}
+
+fn polled_again() -> BoxError {
+    "stormguard's breaker ResponseFuture polled after it completed".into()
+}
+
+impl<F, C, RB: Body> std::fmt::Debug for ResponseFuture<F, C, RB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            State::Refused { .. } => "refused",
+            State::Calling { .. } => "calling",
+            State::Classifying { .. } => "reading the error body",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("permit", &self.permit)
+            .finish()
+    }
+}
