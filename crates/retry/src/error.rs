@@ -5,6 +5,7 @@ use std::fmt;
 
 use http::Response;
 use stormguard_adaptive_throttle::Throttled;
+use stormguard_breaker::Rejected;
 use stormguard_classify::{BoxError, Failure, Outcome, Reason, refusal_response};
 use stormguard_deadline::DeadlineExceeded;
 
@@ -46,7 +47,7 @@ impl fmt::Display for GiveUpCause {
 }
 
 /// A request through the [`Client`](crate::Client) that ended without a response: the throttle
-/// dropped it, its deadline passed, the engine gave up retrying a failed call, or the call failed
+/// dropped it, the circuit breaker refused or cut it (with no fallback), its deadline passed, the engine gave up retrying a failed call, or the call failed
 /// in a way no retry helps.
 ///
 /// It says what it is in stormguard's vocabulary: its source is a
@@ -58,7 +59,8 @@ impl fmt::Display for GiveUpCause {
 ///
 /// A gateway answers for it with [`to_response`](Self::to_response) (or, with the `axum`
 /// feature, by returning it from a handler: it implements `IntoResponse` the same way): 503 for a
-/// throttled request, 504 for an expired deadline, 502 for an upstream failure, each marked
+/// throttled request or one the breaker refused (with `Retry-After` when the breaker says when it
+/// lets probes through), 504 for an expired deadline, 502 for an upstream failure, each marked
 /// `x-should-retry: false`.
 #[derive(Debug)]
 pub struct Error {
@@ -72,6 +74,12 @@ impl Error {
     pub(crate) fn throttled(attempts: u32) -> Self {
         let outcome = Outcome::fatal(Reason::Throttled).with_accepted(false);
         Self::new(Failure::with_source(outcome, Box::new(Throttled)), attempts)
+    }
+
+    /// The circuit breaker refused the attempt, or cut it in flight.
+    pub(crate) fn refused(rejected: Rejected, attempts: u32) -> Self {
+        let outcome = rejected.outcome();
+        Self::new(Failure::with_source(outcome, rejected.into_error()), attempts)
     }
 
     /// The request's deadline passed.
@@ -120,7 +128,8 @@ impl Error {
         self.failure.outcome()
     }
 
-    /// Why: [`Reason::Throttled`], [`Reason::DeadlineExceeded`], or the last failure's reason.
+    /// Why: [`Reason::Throttled`], [`Reason::BreakerOpen`], [`Reason::BulkheadFull`],
+    /// [`Reason::DeadlineExceeded`], or the last failure's reason.
     pub fn reason(&self) -> Reason {
         self.failure.outcome().reason()
     }
@@ -137,7 +146,8 @@ impl Error {
     }
 
     /// The error that caused it: the last attempt's error, or the local refusal
-    /// ([`Throttled`], [`DeadlineExceeded`]).
+    /// ([`Throttled`], [`DeadlineExceeded`], [`BreakerOpen`](stormguard_breaker::BreakerOpen),
+    /// [`BulkheadFull`](stormguard_breaker::BulkheadFull)).
     pub fn into_source(self) -> Option<BoxError> {
         self.failure.into_source()
     }
@@ -186,6 +196,10 @@ impl fmt::Display for Error {
             (None, Reason::DeadlineExceeded) => {
                 write!(f, "deadline exceeded after {attempts} attempt{plural}")
             }
+            (None, reason @ (Reason::BreakerOpen | Reason::BulkheadFull)) => write!(
+                f,
+                "request refused locally after {attempts} attempt{plural}: {reason}"
+            ),
             (None, reason) if attempts == 0 => write!(f, "request not sent: {reason}"),
             (None, reason) => write!(
                 f,

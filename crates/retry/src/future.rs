@@ -9,7 +9,8 @@
 //!
 //! The states only wait; what happens between them is decided by [`Attempts`], which holds the
 //! request's bookkeeping (its template, the attempts sent, the deadline, the budget's receipt,
-//! what is owed to the throttle). The deadline is enforced over every state by one timer.
+//! what is owed to the throttle, the breaker's permit). The deadline is enforced over every state
+//! by one timer.
 
 use std::fmt;
 use std::future::Future;
@@ -23,6 +24,7 @@ use http::request::Parts;
 use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
+use stormguard_breaker::{Permit, Rejected};
 use stormguard_budget::Withdrawal;
 use stormguard_classify::body::{
     ClassifyResponse, PartialBody, Prefix, ResponseBody, Tail, classify_response,
@@ -81,8 +83,9 @@ pin_project! {
         Classifying { answer: ClassifyResponse<RB, C> },
         // Waiting out the delay before a retry.
         Backoff { #[pin] sleep: Sleep },
-        // Ended before anything was sent: the error waits for the first poll.
-        Refused { error: Option<Error> },
+        // Ended before the attempt was sent: the output (an error, or the breaker's fallback)
+        // waits for the first poll.
+        Refused { output: Option<Output<RB>> },
         // The output was handed back.
         Done,
     }
@@ -114,6 +117,11 @@ struct Attempts<C, Bk: Backoff> {
     receipt: Option<Receipt>,
     /// An attempt got through the throttle and its outcome is still owed to it.
     throttle_owed: bool,
+    /// The breaker's permit for the attempt in flight.
+    permit: Option<Permit>,
+    /// The head of a request sent once as a stream, kept for the breaker's fallback (the
+    /// template holds it otherwise).
+    head: Option<Box<Parts>>,
 }
 
 /// Where the latest granted retry stands.
@@ -213,7 +221,10 @@ where
                 },
                 StateProj::Calling { future } => match future.poll(cx) {
                     Poll::Ready(result) => this.attempts.answered(result),
-                    Poll::Pending => break,
+                    Poll::Pending => match this.attempts.poll_cut(cx) {
+                        Some(output) => Step::Finish(output),
+                        None => break,
+                    },
                 },
                 StateProj::Classifying { answer } => match Pin::new(answer).poll(cx) {
                     Poll::Ready((response, outcome)) => this.attempts.judged(response, outcome),
@@ -223,8 +234,8 @@ where
                     Poll::Ready(()) => Step::Next(State::Ready),
                     Poll::Pending => break,
                 },
-                StateProj::Refused { error } => match error.take() {
-                    Some(error) => Step::Finish(Err(error)),
+                StateProj::Refused { output } => match output.take() {
+                    Some(output) => Step::Finish(output),
                     None => panic!("stormguard's ResponseFuture polled after it completed"),
                 },
                 StateProj::Done => panic!("stormguard's ResponseFuture polled after it completed"),
@@ -269,6 +280,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             last_attempt: Duration::ZERO,
             receipt: None,
             throttle_owed: false,
+            permit: None,
+            head: None,
         }
     }
 
@@ -352,7 +365,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         template.request()
     }
 
-    /// Sends an attempt, if the deadline and the throttle let it go.
+    /// Sends an attempt, if the deadline, the breaker and the throttle let it go.
     fn start<S, B, F, RB>(
         &mut self,
         service: &mut S,
@@ -366,13 +379,29 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         if let Some(deadline) = self.deadline {
             let now = clock.now();
             if now >= deadline.instant() {
-                return self.refuse(Error::deadline_exceeded(self.sent));
+                return self.refuse(Err(Error::deadline_exceeded(self.sent)));
             }
             self.started = Some(now);
         }
+        if let Some(breaker) = &self.config.breaker {
+            match breaker.try_acquire() {
+                Ok(permit) => self.permit = Some(permit),
+                Err(rejected) => {
+                    let output = self.breaker_answer(&request.into_parts().0, rejected);
+                    return self.refuse(output);
+                }
+            }
+            if self.template.is_none() && self.config.fallback.is_some() {
+                let (head, body) = request.into_parts();
+                self.head = Some(Box::new(head.clone()));
+                request = Request::from_parts(head, body);
+            }
+        }
         if let Some(throttle) = &self.config.throttle {
             if throttle.try_acquire().is_err() {
-                return self.refuse(Error::throttled(self.sent));
+                // The breaker's permit goes unrecorded: the attempt was never sent.
+                self.permit = None;
+                return self.refuse(Err(Error::throttled(self.sent)));
             }
             self.throttle_owed = true;
         }
@@ -390,9 +419,40 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     }
 
     /// The request ends without this attempt: a retry granted for it is given back.
-    fn refuse<F, B, RB: Body>(&mut self, error: Error) -> State<F, B, RB, C> {
+    fn refuse<F, B, RB: Body>(&mut self, output: Output<RB>) -> State<F, B, RB, C> {
         self.give_back();
-        State::Refused { error: Some(error) }
+        State::Refused {
+            output: Some(output),
+        }
+    }
+
+    /// The answer for a request the breaker refused or cut: the fallback's, or the error.
+    fn breaker_answer<RB: Body>(&self, head: &Parts, rejected: Rejected) -> Output<RB> {
+        match &self.config.fallback {
+            Some(fallback) => Ok(fallback.answer(head, &rejected)),
+            None => Err(Error::refused(rejected, self.sent)),
+        }
+    }
+
+    /// Whether a stall opened the breaker and cut the attempt in flight: then the request ends
+    /// as if refused. The throttle is not told about the attempt: it learns from answers, and a
+    /// black hole's silence would only leave it drops to unlearn after the recovery.
+    fn poll_cut<RB: Body>(&mut self, cx: &mut Context<'_>) -> Option<Output<RB>> {
+        let open = match self.permit.as_mut()?.poll_cut(cx) {
+            Poll::Ready(open) => open,
+            Poll::Pending => return None,
+        };
+        self.permit = None;
+        self.throttle_owed = false;
+        let rejected = Rejected::Open(open);
+        let head = match (&self.template, &self.head) {
+            (Some(template), _) => Some(&template.head),
+            (None, head) => head.as_deref(),
+        };
+        Some(match (head, &self.config.fallback) {
+            (Some(head), Some(_)) => self.breaker_answer(head, rejected),
+            _ => Err(Error::refused(rejected, self.sent)),
+        })
     }
 
     /// The service is ready: the retry goes out, rebuilt from the template.
@@ -404,7 +464,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     {
         match self.template.as_ref().map(Template::request) {
             Some(request) => self.start(service, request, &mut Clock::default()),
-            None => self.refuse(Error::unreadable_body("no request to send".into())),
+            None => self.refuse(Err(Error::unreadable_body("no request to send".into()))),
         }
     }
 
@@ -415,8 +475,12 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         Error::failed(outcome, error, self.sent)
     }
 
-    /// The deadline passed while the request waited.
+    /// The deadline passed while the request waited: an attempt in flight timed out, which the
+    /// breaker counts as a health failure.
     fn expired(&mut self) -> Error {
+        if let Some(permit) = self.permit.take() {
+            permit.record(&Outcome::retryable(Reason::DeadlineExceeded).with_accepted(false));
+        }
         self.abandon();
         Error::deadline_exceeded(self.sent)
     }
@@ -510,16 +574,23 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         mark_do_not_retry(response.headers_mut(), grpc);
     }
 
-    /// Tells the throttle how the attempt ended, and settles the retry's receipt: a retry that a
-    /// layer below dropped locally never reached the backend, so the budget gets it back.
+    /// Tells the breaker and the throttle how the attempt ended, and settles the retry's
+    /// receipt: a retry that a layer below refused locally never reached the backend, so the
+    /// budget gets it back.
     fn record(&mut self, outcome: &Outcome) {
+        if let Some(permit) = self.permit.take() {
+            permit.record(outcome);
+        }
         if let Some(throttle) = &self.config.throttle
             && std::mem::take(&mut self.throttle_owed)
         {
             throttle.record(outcome.is_accepted());
         }
         if let Some(Receipt::Sent(withdrawal)) = self.receipt.take()
-            && outcome.reason() == Reason::Throttled
+            && matches!(
+                outcome.reason(),
+                Reason::Throttled | Reason::BreakerOpen | Reason::BulkheadFull
+            )
         {
             self.config.budget.refund(withdrawal);
         }

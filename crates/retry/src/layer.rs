@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
+use stormguard_breaker::{CircuitBreaker, Fallback};
 use stormguard_budget::RetryBudget;
 use stormguard_classify::{Classify, LlmClassifier};
 use stormguard_deadline::client::{FromFn, TimeoutSource};
@@ -41,6 +42,8 @@ pub(crate) struct Config<C, Bk> {
     pub(crate) max_attempts: u32,
     pub(crate) max_replay_body: usize,
     pub(crate) throttle: Option<AdaptiveThrottle>,
+    pub(crate) breaker: Option<CircuitBreaker>,
+    pub(crate) fallback: Option<Fallback>,
     pub(crate) timeout: Option<SharedTimeout>,
     pub(crate) margin: Duration,
     pub(crate) propagation: bool,
@@ -50,9 +53,9 @@ pub(crate) struct Config<C, Bk> {
 /// [crate docs](crate) for what it does to each request):
 ///
 /// ```text
-/// request ─▶ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ adaptive throttle ─▶ backend
-///            one for all   replay the body, attempt headers,            every attempt; a drop
-///            attempts,     Idempotency-Key, x-should-retry: false       is final
+/// request ─▶ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ [breaker] ─▶ adaptive throttle ─▶ backend
+///            one for all   replay the body, attempt headers,             optional     every attempt; a drop
+///            attempts,     Idempotency-Key, x-should-retry: false                     is final
 ///            propagated    on what it gives up on
 /// ```
 ///
@@ -71,6 +74,8 @@ pub(crate) struct Config<C, Bk> {
 ///   request;
 /// * request bodies up to [`DEFAULT_MAX_REPLAY_BODY`] (1 MiB) replayed;
 /// * an [`AdaptiveThrottle::default()`] of its own;
+/// * no circuit breaker ([`with_breaker`](Self::with_breaker) adds one: see
+///   [`stormguard_breaker`] for when it pays, and how it composes with the throttle);
 /// * a deadline of [`DEFAULT_TIMEOUT`] (600 s) across all attempts, propagated downstream with a
 ///   [`DEFAULT_MARGIN`] (50 ms) safety margin.
 ///
@@ -115,6 +120,8 @@ impl Default for ClientLayer {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_replay_body: DEFAULT_MAX_REPLAY_BODY,
             throttle: Some(AdaptiveThrottle::default()),
+            breaker: None,
+            fallback: None,
             timeout: Some(Arc::new(DEFAULT_TIMEOUT)),
             margin: DEFAULT_MARGIN,
             propagation: true,
@@ -181,6 +188,24 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// No adaptive throttle: every attempt the retry rules allow is sent.
     pub fn without_throttle(self) -> Self {
         self.change(|config| config.throttle = None)
+    }
+
+    /// Ask `breaker` (shared state: one per backend) before every attempt, after the deadline and
+    /// before the throttle. A refused attempt ends the request at once, never retried: with the
+    /// [fallback](Self::with_fallback)'s answer, or an [`Error`](crate::Error) whose source is
+    /// the [`BreakerOpen`](stormguard_breaker::BreakerOpen) or
+    /// [`BulkheadFull`](stormguard_breaker::BulkheadFull). Every attempt's outcome is recorded
+    /// with it, an attempt in flight when the deadline passes as a timeout, and an attempt a
+    /// stall cuts ends the request the same way as a refusal.
+    pub fn with_breaker(self, breaker: CircuitBreaker) -> Self {
+        self.change(|config| config.breaker = Some(breaker))
+    }
+
+    /// Answer the requests the breaker refuses or cuts with `fallback` (its response has a
+    /// [`FallbackAnswer`](stormguard_breaker::FallbackAnswer) in its extensions) instead of an
+    /// error. Without a breaker it is never used.
+    pub fn with_fallback(self, fallback: Fallback) -> Self {
+        self.change(|config| config.fallback = Some(fallback))
     }
 
     /// One fixed deadline of `timeout` for each request, across all its attempts.
@@ -260,6 +285,17 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.config.throttle.as_ref()
     }
 
+    /// The circuit breaker, shared by every service this layer builds (for its
+    /// [`snapshot`](CircuitBreaker::snapshot)); `None` without one.
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.config.breaker.as_ref()
+    }
+
+    /// The fallback for refused requests, if any.
+    pub fn fallback(&self) -> Option<&Fallback> {
+        self.config.fallback.as_ref()
+    }
+
     /// The safety margin subtracted from the time left sent downstream.
     pub fn margin(&self) -> Duration {
         self.config.margin
@@ -282,6 +318,8 @@ impl<C, Bk> Config<C, Bk> {
             max_attempts: self.max_attempts,
             max_replay_body: self.max_replay_body,
             throttle: self.throttle,
+            breaker: self.breaker,
+            fallback: self.fallback,
             timeout: self.timeout,
             margin: self.margin,
             propagation: self.propagation,
@@ -321,6 +359,8 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Config<C, Bk> {
             .field("max_attempts", &self.max_attempts)
             .field("max_replay_body", &self.max_replay_body)
             .field("throttle", &self.throttle)
+            .field("breaker", &self.breaker)
+            .field("fallback", &self.fallback.is_some())
             .field("timeout", &self.timeout.is_some())
             .field("margin", &self.margin)
             .field("propagation", &self.propagation)

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use stormguard_adaptive_throttle::{AdaptiveThrottle, AdaptiveThrottleLayer};
+use stormguard_breaker::{BreakerLayer, CircuitBreaker};
 use stormguard_budget::{RetryBudget, ShedRetriesLayer};
 use stormguard_deadline::{DeadlineLayer, ServerDeadlineLayer};
 use stormguard_jitter::SpreadLayer;
@@ -55,6 +56,10 @@ pub trait ServiceBuilderExt<L>: Sized {
         throttle: AdaptiveThrottle,
     ) -> ServiceBuilder<Stack<AdaptiveThrottleLayer, L>>;
 
+    /// A circuit breaker on `breaker` ([`BreakerLayer::new`]), for stacks without the client
+    /// pipeline (whose [`with_breaker`](ClientLayer::with_breaker) asks it for every attempt).
+    fn circuit_breaker(self, breaker: CircuitBreaker) -> ServiceBuilder<Stack<BreakerLayer, L>>;
+
     /// Delay each request's start by `U(0, max)` ([`SpreadLayer`]).
     fn spread(self, max: Duration) -> ServiceBuilder<Stack<SpreadLayer, L>>;
 
@@ -89,6 +94,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         throttle: AdaptiveThrottle,
     ) -> ServiceBuilder<Stack<AdaptiveThrottleLayer, L>> {
         self.layer(AdaptiveThrottleLayer::new(throttle))
+    }
+
+    fn circuit_breaker(self, breaker: CircuitBreaker) -> ServiceBuilder<Stack<BreakerLayer, L>> {
+        self.layer(BreakerLayer::new(breaker))
     }
 
     fn spread(self, max: Duration) -> ServiceBuilder<Stack<SpreadLayer, L>> {

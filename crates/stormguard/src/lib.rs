@@ -8,7 +8,9 @@
 //! stormguard bounds what retries can add (a **budget** of 10% of successes), spreads them
 //! (**jitter**), stops sending to a backend that rejects everything (**adaptive throttling**, Google
 //! SRE), never retries what cannot succeed (**classification** of HTTP, gRPC and LLM error bodies),
-//! and gives each request one **deadline** across all its attempts, propagated downstream.
+//! and gives each request one **deadline** across all its attempts, propagated downstream. For a
+//! backend that stops answering altogether, a **circuit breaker** notices the silence, cuts what
+//! is in flight and answers locally until the backend is back.
 //!
 //! ## Start here
 //!
@@ -19,23 +21,27 @@
 //! | a gateway answering for a failed upstream call | return the [`Error`] (feature `axum`: it is `IntoResponse`), or [`error_response`] |
 //! | a reqwest client | [`reqwest::StormguardMiddleware`] (feature `reqwest`) |
 //! | several clients of one backend | one [`budget::RetryBudget`] and one [`throttle::AdaptiveThrottle`], handed to each layer |
+//! | a backend that can stop answering, or a local answer better than an error | [`ClientLayer::with_breaker`] with a [`breaker::CircuitBreaker`] (and [`ClientLayer::with_fallback`]) |
 //!
 //! The modules hold the pieces, each from its own crate, for changing one part of the pipeline
 //! or using it alone: [`classify`], [`jitter`], [`budget`], [`deadline`], [`throttle`],
-//! [`retry`].
+//! [`breaker`], [`retry`].
 //!
 //! ## The client pipeline
 //!
 //! ```text
-//!            ┌──────────── ClientLayer: one future per request ─────────────────┐
-//! request ─▶ │ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ throttle │ ─▶ backend
-//!            └──────────────────────────────────────────────────────────────────┘
+//!            ┌──────────── ClientLayer: one future per request ───────────────────────────────┐
+//! request ─▶ │ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ [breaker] ─▶ throttle │ ─▶ backend
+//!            └────────────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! * **One deadline** spans all attempts; the engine never sleeps past it and never starts an
 //!   attempt that cannot finish, and every attempt tells the next hop how much time is left.
 //! * **Every attempt is throttled**: while the backend rejects most of what it gets, attempts are
 //!   dropped locally and never retried.
+//! * **A breaker, when added**, refuses every attempt while open, answers with the caller's
+//!   fallback, and notices a backend that stopped answering (no default: see [`breaker`] for
+//!   breaker versus throttle).
 //! * **Retry at one layer only**: every layer that retries multiplies (SDK 3 x gateway 3 = 9
 //!   attempts). When stormguard retries, turn the SDK's retries off (OpenAI and Anthropic SDKs:
 //!   `max_retries=0`), and put `ServerLayer` on gateways: what stormguard gives up on carries
@@ -140,6 +146,15 @@ pub mod deadline {
 pub mod throttle {
     pub use stormguard_adaptive_throttle::{
         AdaptiveThrottle, AdaptiveThrottleLayer, ThrottleConfig, ThrottleSnapshot, Throttled,
+    };
+}
+
+/// The circuit breaker ([`stormguard_breaker`]): failure window, stall detection, bulkhead,
+/// leased probes, fallback.
+pub mod breaker {
+    pub use stormguard_breaker::{
+        BreakerConfig, BreakerLayer, BreakerOpen, BreakerService, BreakerSnapshot, BulkheadFull,
+        CircuitBreaker, Fallback, FallbackAnswer, OpenCause, Permit, Rejected, State,
     };
 }
 
