@@ -398,7 +398,10 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             }
         }
         if let Some(throttle) = &self.config.throttle {
-            if throttle.try_acquire().is_err() {
+            // A half-open breaker's probe is not the throttle's to drop: a throttle still full of
+            // the outage would otherwise hold the breaker open. It learns from the probe's answer.
+            let probe = self.permit.as_ref().is_some_and(Permit::is_probe);
+            if !probe && throttle.try_acquire().is_err() {
                 // The breaker's permit goes unrecorded: the attempt was never sent.
                 self.permit = None;
                 return self.refuse(Err(Error::throttled(self.sent)));
