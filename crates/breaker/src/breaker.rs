@@ -133,7 +133,8 @@ struct Control {
     reopens: u32,
     opened: u64,
     cause: Option<OpenCause>,
-    /// Number of the latest half-open period: a probe from an earlier one decides nothing.
+    /// Number of the latest opening, which the half-open period after it shares: the failure of
+    /// a probe sent before the breaker last opened opens nothing.
     trial: u64,
     /// Number of the latest probe.
     probe_ids: u64,
@@ -239,7 +240,7 @@ impl CircuitBreaker {
         {
             shared.in_flight.fetch_sub(1, Ordering::AcqRel);
             if let Role::Probe { id, .. } = role {
-                shared.lock().release(id);
+                shared.lock().withdraw(id, now);
             }
             return Err(Rejected::Full(BulkheadFull::new(max)));
         }
@@ -439,6 +440,7 @@ impl Shared {
             until: later(now, wait),
         };
         control.opened = control.opened.saturating_add(1);
+        control.trial = control.trial.wrapping_add(1);
         control.cause = Some(cause);
         self.closed.store(false, Ordering::Release);
         if cause == OpenCause::Stall && self.config.cancel_on_stall() {
@@ -491,15 +493,16 @@ impl Shared {
                     _ => {}
                 }
             }
-            (Role::Call { .. }, Verdict::Failed) if closed && self.ratio_reached(now) => {
+            // Judged on every call, not only failures: 10 failures then 10 successes are half
+            // of 20 calls too.
+            (Role::Call { .. }, Verdict::Failed | Verdict::Healthy)
+                if closed && self.ratio_reached(now) =>
+            {
                 let mut control = self.lock();
                 if matches!(control.phase, Phase::Closed) {
-                    self.open(
-                        &mut control,
-                        now,
-                        OpenCause::Failures,
-                        outcome.retry_after(),
-                    );
+                    // Only a failure's hint says when the backend expects to be back.
+                    let hint = outcome.retry_after().filter(|_| verdict == Verdict::Failed);
+                    self.open(&mut control, now, OpenCause::Failures, hint);
                 }
             }
             (Role::Call { .. }, Verdict::Healthy) if !closed => {
@@ -517,12 +520,14 @@ impl Shared {
     /// Whether the window holds enough calls, and enough of them failed, to open.
     fn ratio_reached(&self, now: Instant) -> bool {
         let epoch = self.window.epoch(now);
-        let calls = self.window.sum(epoch, CALLS);
-        if calls < u64::from(self.config.min_calls()) {
-            return false;
-        }
+        // Failures first: each is counted as a call before it is counted as a failure, so the
+        // calls read next include those of every failure read, however many other threads add
+        // in between (read the other way round, calls added meanwhile would be missing, and 20%
+        // of failures could read as 50%).
         let failures = self.window.sum(epoch, FAILURES);
-        failures as f64 >= self.config.failure_ratio() * calls as f64
+        let calls = self.window.sum(epoch, CALLS);
+        calls >= u64::from(self.config.min_calls())
+            && failures as f64 >= self.config.failure_ratio() * calls as f64
     }
 
     /// An attempt ended without a verdict (abandoned, or cut by a stall).
@@ -551,7 +556,6 @@ impl Control {
             if now < until {
                 return Err(BreakerOpen::new(until - now, cause, false));
             }
-            self.trial = self.trial.wrapping_add(1);
             self.phase = Phase::HalfOpen {
                 leases: Vec::new(),
                 next_probe: now,
@@ -587,6 +591,17 @@ impl Control {
             leases.retain(|(probe, _)| *probe != id);
         }
     }
+
+    /// Takes back a probe let through at `admitted` that was never sent (the bulkhead was full):
+    /// its slot, and its turn, unless another probe went since.
+    fn withdraw(&mut self, id: u64, admitted: Instant) {
+        self.release(id);
+        if self.probe_ids == id
+            && let Phase::HalfOpen { next_probe, .. } = &mut self.phase
+        {
+            *next_probe = admitted;
+        }
+    }
 }
 
 /// `now + wait`, for a wait of a day at most (longer ones are taken as a day): no overflow.
@@ -603,7 +618,7 @@ fn nanos_of(duration: Duration) -> u64 {
 enum Role {
     /// An attempt of the closed state, cut if a stall bumps the breaker past its generation.
     Call { generation: u64 },
-    /// A half-open probe: its number, and that of its half-open period.
+    /// A half-open probe: its number, and that of the opening it probes after.
     Probe { id: u64, trial: u64 },
 }
 
@@ -631,7 +646,7 @@ impl Permit {
 
     /// Records how the attempt ended: counted in the window (a health failure, or not), and the
     /// state machine moves (a probe's success closes the breaker, its failure opens it again; a
-    /// failure that brings the window to its failure ratio opens it).
+    /// call that leaves the window at its failure ratio opens it).
     pub fn record(mut self, outcome: &Outcome) {
         if let Some(shared) = self.shared.take() {
             shared.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -700,5 +715,95 @@ impl fmt::Debug for Permit {
             .field("started", &self.started)
             .field("settled", &self.shared.is_none())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every reason a classifier gives, as it gives it, and how the breaker counts it: what the
+    /// backend did not accept is a failure, rate limits and the caller's mistakes are healthy
+    /// answers, local refusals were never sent, and timeouts are failures but no answers.
+    #[test]
+    fn every_reason_counts_as_the_docs_say() {
+        let (retryable, fatal) = (Outcome::retryable, Outcome::fatal);
+        let local = |reason| Outcome::fatal(reason).with_accepted(false);
+        let cases = [
+            (Outcome::success(), Verdict::Healthy, true),
+            (retryable(Reason::RateLimited), Verdict::Healthy, true),
+            (
+                retryable(Reason::Grpc(GrpcCode::ResourceExhausted)),
+                Verdict::Healthy,
+                true,
+            ),
+            (fatal(Reason::QuotaExhausted), Verdict::Healthy, true),
+            (fatal(Reason::ContextTooLong), Verdict::Healthy, true),
+            (fatal(Reason::ContentFiltered), Verdict::Healthy, true),
+            (fatal(Reason::BadRequest), Verdict::Healthy, true),
+            (fatal(Reason::Unauthorized), Verdict::Healthy, true),
+            (fatal(Reason::Forbidden), Verdict::Healthy, true),
+            (fatal(Reason::NotFound), Verdict::Healthy, true),
+            (fatal(Reason::PayloadTooLarge), Verdict::Healthy, true),
+            (fatal(Reason::Unprocessable), Verdict::Healthy, true),
+            (fatal(Reason::ClientError), Verdict::Healthy, true),
+            (
+                retryable(Reason::Conflict).with_accepted(true),
+                Verdict::Healthy,
+                true,
+            ),
+            (fatal(Reason::ServerError), Verdict::Healthy, true),
+            (retryable(Reason::Overloaded), Verdict::Failed, true),
+            (retryable(Reason::Unavailable), Verdict::Failed, true),
+            (retryable(Reason::ServerError), Verdict::Failed, true),
+            (retryable(Reason::Transport), Verdict::Failed, true),
+            (
+                retryable(Reason::Grpc(GrpcCode::Unavailable)),
+                Verdict::Failed,
+                true,
+            ),
+            (local(Reason::ServerSaidNoRetry), Verdict::Failed, true),
+            (retryable(Reason::Other), Verdict::Failed, true),
+            (retryable(Reason::Timeout), Verdict::Failed, false),
+            (local(Reason::DeadlineExceeded), Verdict::Failed, false),
+            (
+                retryable(Reason::Grpc(GrpcCode::DeadlineExceeded)),
+                Verdict::Failed,
+                false,
+            ),
+            (local(Reason::Throttled), Verdict::Unsent, true),
+            (local(Reason::RetryBudgetExhausted), Verdict::Unsent, true),
+            (local(Reason::BreakerOpen), Verdict::Unsent, true),
+            (local(Reason::BulkheadFull), Verdict::Unsent, true),
+        ];
+        for (outcome, verdict, answer) in cases {
+            assert_eq!(Verdict::of(&outcome), verdict, "{outcome}");
+            assert_eq!(is_answer(&outcome), answer, "{outcome}");
+        }
+    }
+
+    /// The quickest answer is the least over the window's slices, kept to the millisecond (an
+    /// answer in under a millisecond counts as 0 ms, not as none), and leaves the window with its
+    /// slice; absurd durations saturate.
+    #[test]
+    fn the_quickest_answer_is_the_windows_least_and_leaves_with_its_slice() {
+        let breaker = CircuitBreaker::default();
+        let shared = &*breaker.shared;
+        assert_eq!(shared.quickest(0), None);
+        shared.note_quickest(0, Duration::from_secs(75));
+        shared.note_quickest(0, Duration::from_millis(70_400));
+        shared.note_quickest(0, Duration::from_secs(80));
+        assert_eq!(shared.quickest(0), Some(Duration::from_millis(70_400)));
+        shared.note_quickest(3, Duration::from_secs(72));
+        assert_eq!(shared.quickest(3), Some(Duration::from_millis(70_400)));
+        assert_eq!(shared.quickest(9), Some(Duration::from_millis(70_400)));
+        assert_eq!(shared.quickest(10), Some(Duration::from_secs(72)));
+        shared.note_quickest(12, Duration::from_micros(300));
+        assert_eq!(shared.quickest(12), Some(Duration::ZERO));
+        assert_eq!(shared.quickest(13), Some(Duration::ZERO));
+        assert_eq!(shared.quickest(22), None);
+        shared.note_quickest(30, Duration::MAX);
+        let saturated = Duration::from_millis(u64::from(u32::MAX - 1));
+        assert_eq!(shared.quickest(30), Some(saturated));
     }
 }

@@ -76,13 +76,20 @@
 //! one with the engine's `with_breaker` when the backend can black-hole (a provider behind a
 //! load balancer, a self-hosted model that hangs) or when a local answer beats an error.
 //!
-//! Together, each attempt asks the breaker first and the throttle second: a request the breaker
-//! refuses never reaches the throttle, so its window is not filled with drops it would have to
-//! unlearn after the recovery; an attempt the breaker cuts is not recorded with the throttle
-//! either, for the same reason. The throttle handles an answered outage alone, as fast as
-//! without a breaker, and the breaker, seeing the throttle's drops as attempts that were never
-//! sent, does not count them as failures. After a black hole, the first probe's success closes
-//! the breaker, and the throttle, which saw nothing of the silence, lets everything through.
+//! Together, in the engine, each attempt asks the breaker first and the throttle second, and
+//! neither slows the other's recovery:
+//!
+//! - a request the breaker refuses never reaches the throttle, and an attempt the breaker cuts is
+//!   not recorded with it: the throttle's window holds no drops or silences to unlearn after the
+//!   recovery. After a black hole, the first probe's success closes the breaker, and the
+//!   throttle, which saw nothing of the silence, lets everything through;
+//! - the throttle never drops a probe (it only learns from the probe's answer): a throttle still
+//!   dropping 99% after an outage would otherwise hold the breaker open;
+//! - the throttle's drops reach the breaker as attempts never sent: no health failure.
+//!
+//! Each keeps its own pace, though: against an answered outage the pipeline with a breaker comes
+//! back when a probe succeeds (after waits that double while probes fail), the throttle alone
+//! within about a second.
 //!
 //! # Sources
 //!
