@@ -42,7 +42,8 @@
 //! - **Half-open.** When the wait is over, probes go through: at most 3 in flight, spaced a
 //!   lease apart divided among them (2 s / 3). Each probe holds its slot for its 2 s lease at
 //!   most: a probe that never finishes cannot keep the others out, and its slot goes to the next
-//!   probe (the probe itself carries on; should it succeed after its lease, it still counts).
+//!   probe (the probe itself carries on, to its answer or its deadline: a long generation may well
+//!   be healthy, and should it succeed after its lease, it still closes the breaker).
 //!   A healthy answer closes the breaker (and clears the window); a health failure of a probe
 //!   opens it again, with a longer wait. Other attempts are refused.
 //!

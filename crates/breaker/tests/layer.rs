@@ -442,6 +442,32 @@ async fn a_stall_cuts_a_call_in_flight() {
     }
 }
 
+/// A stall cuts a call whose error body is being read to classify it, too (a 503 whose body
+/// never ends): the stall's error, not a hang until the caller gives up.
+#[tokio::test(start_paused = true)]
+async fn a_stall_cuts_a_call_reading_its_error_body() {
+    let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(8));
+    let backend = Backend::default();
+    let mut service = BreakerLayer::new(breaker.clone()).layer(backend.service());
+    for _ in 0..1_000 {
+        call(&mut service, "/ok").await.unwrap();
+    }
+    service.ready().await.unwrap();
+    let mut reading = spawn(service.call(request("/endless-503")));
+    assert_pending!(reading.poll());
+    assert_eq!(breaker.snapshot().in_flight, 1);
+
+    tokio::time::advance(Duration::from_millis(2_001)).await;
+    assert!(call(&mut service, "/ok").await.is_err());
+    assert!(reading.is_woken());
+    let error = assert_ready_err!(reading.poll());
+    let open = error.downcast_ref::<BreakerOpen>().unwrap();
+    assert!(open.was_sent());
+    assert_eq!(open.cause(), OpenCause::Stall);
+    let snapshot = breaker.snapshot();
+    assert_eq!((snapshot.calls, snapshot.in_flight), (1_000, 0));
+}
+
 /// A call dropped by its caller at any await (waiting for the backend, or reading a 503's error
 /// body that never ends) counts for nothing, leaves nothing in flight and, half-open, frees its
 /// probe slot without deciding anything.

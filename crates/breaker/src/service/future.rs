@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use stormguard_classify::body::{ClassifyResponse, ResponseBody, classify_response};
 use stormguard_classify::{BoxError, Classify};
 
-use crate::{BreakerOpen, Fallback, Permit, Rejected};
+use crate::{Fallback, Permit, Rejected};
 
 /// What the future hands back.
 type Output<RB> = Result<http::Response<ResponseBody<RB>>, BoxError>;
@@ -111,36 +111,47 @@ where
                         return Poll::Ready(Err(error));
                     }
                     Poll::Pending => {
-                        let Some(permit) = this.permit.as_mut() else {
-                            return Poll::Pending;
-                        };
-                        let open = ready!(permit.poll_cut(cx));
+                        let output = ready!(poll_cut(this.permit, this.fallback, cx));
                         // Dropping the call cuts it.
                         this.state.set(State::Done);
-                        return Poll::Ready(answer_cut(this.fallback.take(), open));
+                        return Poll::Ready(output);
                     }
                 },
-                StateProj::Classifying { classify } => {
-                    let (response, outcome) = ready!(Pin::new(classify).poll(cx));
-                    if let Some(permit) = this.permit.take() {
-                        permit.record(&outcome);
+                StateProj::Classifying { classify } => match Pin::new(classify).poll(cx) {
+                    Poll::Ready((response, outcome)) => {
+                        if let Some(permit) = this.permit.take() {
+                            permit.record(&outcome);
+                        }
+                        this.state.set(State::Done);
+                        return Poll::Ready(Ok(response));
                     }
-                    this.state.set(State::Done);
-                    return Poll::Ready(Ok(response));
-                }
+                    Poll::Pending => {
+                        let output = ready!(poll_cut(this.permit, this.fallback, cx));
+                        this.state.set(State::Done);
+                        return Poll::Ready(output);
+                    }
+                },
                 StateProj::Done => return Poll::Ready(Err(polled_again())),
             }
         }
     }
 }
 
-/// The answer for a call a stall cut: the fallback's, or the error.
-fn answer_cut<RB: Body>(fallback: Option<(Fallback, Parts)>, open: BreakerOpen) -> Output<RB> {
-    let rejected = Rejected::Open(open);
-    match fallback {
+/// Ready with the answer for the call when a stall cut it (waiting for the backend, or for the
+/// error body): the fallback's, or the error.
+fn poll_cut<RB: Body>(
+    permit: &mut Option<Permit>,
+    fallback: &mut Option<(Fallback, Parts)>,
+    cx: &mut Context<'_>,
+) -> Poll<Output<RB>> {
+    let Some(permit) = permit.as_mut() else {
+        return Poll::Pending;
+    };
+    let rejected = Rejected::Open(ready!(permit.poll_cut(cx)));
+    Poll::Ready(match fallback.take() {
         Some((fallback, head)) => Ok(fallback.answer(&head, &rejected)),
         None => Err(rejected.into_error()),
-    }
+    })
 }
 
 fn polled_again() -> BoxError {

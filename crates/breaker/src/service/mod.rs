@@ -7,7 +7,8 @@
 //! completes, its outcome is recorded: a response is judged as the retry engine judges it, by
 //! [`classify_response`](stormguard_classify::body::classify_response) (the head, and the start
 //! of a failed response's body when the classifier asks for it), an error by the classifier's
-//! `classify_error`. While the call is in flight, a stall that opens the breaker cuts it: the
+//! `classify_error`. While the call is in flight (or its error body is read), a stall that opens the
+//! breaker cuts it: the
 //! inner future is dropped and the request answered as if it had been refused.
 //!
 //! A call dropped before it completes (its caller gave up) counts for nothing: a caller's
