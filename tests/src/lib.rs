@@ -4,7 +4,8 @@
 //! of [`Reply`]s (the last one repeats) and records what it saw of every request ([`Seen`]): the
 //! attempt number, the idempotency key, the deadline it was given. The tests in `tests/` put real
 //! clients (hyper-util, tonic, reqwest-middleware) in front of it and check, with numbers, what
-//! reached the wire.
+//! reached the wire. [`DeadUpstream`] closes every connection it accepts, and
+//! [`BlackHoleProvider`] answers until it goes silent (accepts, never replies) and then resumes.
 //!
 //! Real sockets need real time (tokio's paused clock does not drive them), so the tests use short
 //! durations instead: a backoff of 1 to 5 ms ([`fast_backoff`]) and hints of tens of
@@ -12,7 +13,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ use stormguard::classify::headers::{
 use stormguard::deadline::propagate::parse_grpc_timeout;
 use stormguard::jitter::FullJitter;
 use stormguard::{Client, ClientLayer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower::Layer;
@@ -404,6 +405,133 @@ impl DeadUpstream {
 impl Drop for DeadUpstream {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// A loopback LLM provider that can go silent as a black hole does (every packet dropped):
+/// healthy, it answers every request with `200` and [`PROVIDER_ANSWER`]; silent, it still
+/// accepts TCP connections but never reads from them, and a request on a connection opened
+/// before is never answered. It [`resume`](Self::resume)s on demand, and counts the connections
+/// it accepted and the requests it received.
+#[derive(Debug)]
+pub struct BlackHoleProvider {
+    addr: SocketAddr,
+    silent: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+/// What a [`BlackHoleProvider`] answers while it answers.
+pub const PROVIDER_ANSWER: &str = r#"{"choices":[{"message":{"content":"hi"}}]}"#;
+
+impl BlackHoleProvider {
+    /// Serves on `127.0.0.1` at an ephemeral port, healthy.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound.
+    pub async fn spawn() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let silent = Arc::new(AtomicBool::new(false));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let listener = SilenceableListener {
+            listener,
+            silent: Arc::clone(&silent),
+            connections: Arc::clone(&connections),
+            held: Vec::new(),
+        };
+        let (quiet, received) = (Arc::clone(&silent), Arc::clone(&requests));
+        let router = Router::new().fallback(move || {
+            let (quiet, received) = (Arc::clone(&quiet), Arc::clone(&received));
+            async move {
+                received.fetch_add(1, Ordering::SeqCst);
+                if quiet.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                PROVIDER_ANSWER
+            }
+        });
+        let task = tokio::spawn(async move {
+            // Serves until the task is aborted.
+            let _ = axum::serve(listener, router).await;
+        });
+        Self {
+            addr,
+            silent,
+            connections,
+            requests,
+            task,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Stops answering: connections are still accepted, nothing is ever answered.
+    pub fn go_silent(&self) {
+        self.silent.store(true, Ordering::SeqCst);
+    }
+
+    /// Answers again (new requests; those it swallowed stay unanswered).
+    pub fn resume(&self) {
+        self.silent.store(false, Ordering::SeqCst);
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    /// Requests received so far on connections it serves (a silent provider does not read the
+    /// connections it accepted while silent: see [`connections`](Self::connections)).
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for BlackHoleProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The listener of a [`BlackHoleProvider`]: while silent, it keeps the connections it accepts
+/// to itself, unread.
+struct SilenceableListener {
+    listener: TcpListener,
+    silent: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+    held: Vec<TcpStream>,
+}
+
+impl axum::serve::Listener for SilenceableListener {
+    type Io = TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+        loop {
+            let Ok((stream, peer)) = self.listener.accept().await else {
+                // Out of file descriptors, say: try again shortly, as axum's own listener does.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            self.connections.fetch_add(1, Ordering::SeqCst);
+            if !self.silent.load(Ordering::SeqCst) {
+                return (stream, peer);
+            }
+            self.held.push(stream);
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
     }
 }
 

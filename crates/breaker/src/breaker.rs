@@ -351,12 +351,20 @@ impl Shared {
     }
 
     /// Whether the backend has been silent, with attempts in flight, for far longer than its
-    /// recent answers make plausible: longer than the minimum silence, than the time in which
-    /// the window's answer rate promised the configured number of answers, and than the
-    /// window's quickest answer took.
+    /// answers before the silence make plausible: longer than the minimum silence, than the
+    /// quickest answer of the window that ended with the last answer, and long enough for that
+    /// window's answer rate to have promised the configured number of answers (no more answers
+    /// can be missed than attempts are in flight).
+    ///
+    /// The silence runs from the last answer, or from when attempts went out again after none
+    /// were in flight. It is judged by the window ending at the last answer (whose answer slots
+    /// nothing has written since), so a silence does not drain the rate it is judged by; and only
+    /// if that answer came within a window of the attempts going out: after a longer idle spell
+    /// there is no recent rate to judge by.
     fn stalled(&self, now: Instant) -> bool {
         let (min_silence, answers_missed) = self.config.stall_detection();
-        if !answers_missed.is_finite() || self.in_flight.load(Ordering::Acquire) == 0 {
+        let in_flight = self.in_flight.load(Ordering::Acquire);
+        if !answers_missed.is_finite() || in_flight == 0 {
             return false;
         }
         let at = self.nanos(now);
@@ -370,25 +378,22 @@ impl Shared {
         {
             return false;
         }
-        let quiet_since = self
-            .last_answer
-            .load(Ordering::Acquire)
-            .max(self.busy_since.load(Ordering::Acquire));
-        let silence = Duration::from_nanos(at.saturating_sub(quiet_since));
-        if silence <= min_silence {
+        let last_answer = self.last_answer.load(Ordering::Acquire);
+        let busy_since = self.busy_since.load(Ordering::Acquire);
+        let silence = Duration::from_nanos(at.saturating_sub(last_answer.max(busy_since)));
+        let span = self.window.span();
+        if silence <= min_silence || busy_since.saturating_sub(last_answer) > nanos_of(span) {
             return false;
         }
-        let epoch = self.window.epoch(now);
-        let answers = self.window.sum(epoch, ANSWERS);
-        if answers == 0 {
-            // No recent answers: no rate to judge a silence by.
+        let before = self
+            .window
+            .epoch(self.origin + Duration::from_nanos(last_answer));
+        let answers = self.window.sum(before, ANSWERS);
+        let promised = silence.as_secs_f64() * answers as f64 / span.as_secs_f64();
+        if answers == 0 || promised.min(f64::from(in_flight)) < answers_missed {
             return false;
         }
-        let rate = answers as f64 / self.window.span().as_secs_f64();
-        if silence.as_secs_f64() * rate < answers_missed {
-            return false;
-        }
-        self.quickest(epoch)
+        self.quickest(before)
             .is_none_or(|quickest| silence > quickest)
     }
 
@@ -462,13 +467,14 @@ impl Shared {
     fn record(&self, role: Role, outcome: &Outcome, took: Duration) {
         let now = Instant::now();
         let verdict = Verdict::of(outcome);
+        let answer = verdict != Verdict::Unsent && is_answer(outcome);
         if verdict != Verdict::Unsent {
             let epoch = self.window.epoch(now);
             self.window.add(epoch, CALLS);
             if verdict == Verdict::Failed {
                 self.window.add(epoch, FAILURES);
             }
-            if is_answer(outcome) {
+            if answer {
                 self.window.add(epoch, ANSWERS);
                 self.note_quickest(epoch, took);
                 self.last_answer
@@ -484,8 +490,10 @@ impl Shared {
                 match verdict {
                     // A probe's success closes, even one past its lease.
                     Verdict::Healthy if half_open => self.close(&mut control, now),
-                    // A probe's failure opens again, if nothing else did since it went.
-                    Verdict::Failed if half_open && trial == control.trial => {
+                    // A probe answered with a failure opens again, if nothing else did since it
+                    // went. A probe's silence (its deadline) is no answer: its slot went to the
+                    // next probe when its lease ended.
+                    Verdict::Failed if half_open && trial == control.trial && answer => {
                         control.reopens = control.reopens.saturating_add(1);
                         let hint = outcome.retry_after();
                         self.open(&mut control, now, OpenCause::ProbeFailed, hint);

@@ -66,10 +66,11 @@ impl BreakerConfig {
     /// matter to the backend.
     pub const DEFAULT_PROBES: u32 = 3;
 
-    /// How long a probe may take before its slot goes to the next one: 2 s, more than twice the
-    /// median latency of an LLM call (800 ms) and enough for the first byte of a stream. A probe
-    /// into a backend that answers nothing is cancelled when its lease ends, so that the breaker
-    /// keeps probing (about one probe every `lease / probes`) instead of waiting on it.
+    /// How long a probe may hold its slot: 2 s, more than twice the median latency of an LLM
+    /// call (800 ms) and enough for the first byte of a stream. When its lease ends the slot goes
+    /// to the next probe (the probe itself carries on, and still closes the breaker should it
+    /// succeed), so that against a backend that answers nothing the breaker keeps probing, about
+    /// once every `lease / probes`, instead of waiting on probes that never end.
     pub const DEFAULT_PROBE_LEASE: Duration = Duration::from_secs(2);
 
     /// Shortest silence, while attempts are in flight, that counts as a stall: 2 s. Shorter
@@ -78,11 +79,12 @@ impl BreakerConfig {
     /// incident asks for.
     pub const DEFAULT_MIN_SILENCE: Duration = Duration::from_secs(2);
 
-    /// How many answers the recent answer rate must have promised in a silence before it counts
-    /// as a stall: 20. With answers arriving as a Poisson process at rate `r`, a silence of
-    /// `20 / r` happens by chance with probability `e^-20` (about 2 in a billion): at 1 answer
+    /// How many answers the answer rate before a silence must have promised in it before it
+    /// counts as a stall: 20. With answers arriving as a Poisson process at rate `r`, a silence
+    /// of `20 / r` happens by chance with probability `e^-20` (about 2 in a billion): at 1 answer
     /// a second (long generations at a low rate) that is 20 s of silence, at 100 a second 0.2 s
-    /// (then the minimum silence decides).
+    /// (then the minimum silence decides). With fewer than 20 attempts in flight, no silence is a
+    /// stall: no more answers can be missed than there are attempts to answer.
     pub const DEFAULT_SILENT_ANSWERS: f64 = 20.0;
 
     /// Count over a sliding `window` (10 slices of at least a millisecond each).

@@ -22,12 +22,16 @@
 //!   at least 20 calls and half of them failed, the breaker opens.
 //! - **Stall detection.** A backend that answers nothing produces no failure to count until the
 //!   timeouts, which for LLM calls are minutes away. So while attempts are in flight the breaker
-//!   also watches the silence: the time since the last answer (or since the first attempt in
-//!   flight went out). It opens, with cause [`OpenCause::Stall`], when the silence is longer than
-//!   all of: 2 s; the time in which the window's answer rate promised 20 answers (at 1 answer a
-//!   second, 20 s: a chance silence that long has odds of `e^-20`); and the window's quickest
-//!   answer (a wave of long generations sent at once is silent until the first of them could have
-//!   finished). At 100 requests per second or more, the first term decides: a black hole is cut
+//!   also watches the silence: the time since the last answer (or since attempts went out again
+//!   after none were in flight). It opens, with cause [`OpenCause::Stall`], when the silence is
+//!   longer than all of: 2 s; the quickest answer of the window before it (a wave of long
+//!   generations sent at once is silent until the first of them could have finished); and the
+//!   time in which the answer rate of that window promised 20 answers (at 1 answer a second,
+//!   20 s: a chance silence that long has odds of `e^-20`), counting at most one answer per
+//!   attempt in flight (fewer than 20 in flight are never a stall). The window judged is the one
+//!   that ended with the last answer, so that the silence does not drain the rate it is judged
+//!   by, and only if the backend answered within a window of the attempts going out. At 100
+//!   requests per second or more the 2 s decide: a black hole is cut
 //!   about 2 s after its last answer. Opening on a stall also cuts the attempts in flight (they
 //!   fail with [`BreakerOpen`], or get the fallback), so that a black hole cannot hold thousands
 //!   of connections until their deadlines ([`with_cancel_on_stall`](BreakerConfig::with_cancel_on_stall)).

@@ -14,9 +14,10 @@ use tokio_test::task::spawn;
 use tokio_test::{assert_pending, assert_ready};
 
 /// A breaker that has seen 1,000 quick answers just now: 100 a second over its 10 s window, so
-/// a silence of more than 2 s while attempts are in flight is a stall.
+/// a silence of more than 2 s while attempts are in flight is a stall. One missed answer is
+/// enough for these tests, which hold a handful of attempts (by default, 20 must be in flight).
 fn warmed(config: BreakerConfig) -> CircuitBreaker {
-    let breaker = CircuitBreaker::new(config);
+    let breaker = CircuitBreaker::new(config.with_stall_detection(Duration::from_secs(2), 1.0));
     answer_quickly(&breaker, 1_000);
     breaker
 }

@@ -394,7 +394,9 @@ async fn every_service_of_a_layer_shares_its_breaker() {
 #[tokio::test(start_paused = true)]
 async fn a_stall_cuts_a_call_in_flight() {
     for with_fallback in [true, false] {
-        let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(6));
+        // One call in flight: one missed answer must be enough to count as a stall.
+        let config = BreakerConfig::default().with_stall_detection(Duration::from_secs(2), 1.0);
+        let breaker = CircuitBreaker::new(config.with_seed(6));
         let backend = Backend::default();
         let mut layer = BreakerLayer::new(breaker.clone());
         if with_fallback {
@@ -446,7 +448,9 @@ async fn a_stall_cuts_a_call_in_flight() {
 /// never ends): the stall's error, not a hang until the caller gives up.
 #[tokio::test(start_paused = true)]
 async fn a_stall_cuts_a_call_reading_its_error_body() {
-    let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(8));
+    // One call in flight: one missed answer must be enough to count as a stall.
+    let config = BreakerConfig::default().with_stall_detection(Duration::from_secs(2), 1.0);
+    let breaker = CircuitBreaker::new(config.with_seed(8));
     let backend = Backend::default();
     let mut service = BreakerLayer::new(breaker.clone()).layer(backend.service());
     for _ in 0..1_000 {

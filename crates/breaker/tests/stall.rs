@@ -367,3 +367,63 @@ async fn a_wave_of_long_generations_is_no_stall() {
         }
     }
 }
+
+/// A black hole at a low rate is judged by the answer rate from before the silence, which the
+/// silence does not drain: at 2 requests a second, each taking 10 to 15 s (25 in flight), the
+/// breaker opens once the silence has cost 20 answers, 10 s after the last one (a rate read from
+/// the window at the time of the check would sink with the silence and never get there).
+#[tokio::test(start_paused = true)]
+async fn a_black_hole_at_a_low_rate_opens_once_it_has_cost_20_answers() {
+    let seconds = Duration::from_secs;
+    let mut traffic = Traffic::new(CircuitBreaker::new(BreakerConfig::default().with_seed(8)));
+    let mut sent = 0;
+    let mut latency = || {
+        sent += 1;
+        spread(seconds(10), seconds(15), sent % 100, 100)
+    };
+    traffic
+        .client(120, Duration::from_millis(500), &mut latency, false)
+        .await;
+    assert_eq!(traffic.opened_at, None);
+    traffic.black_hole = Some(traffic.now());
+    traffic
+        .client(60, Duration::from_millis(500), &mut latency, true)
+        .await;
+    let silence = traffic
+        .silence_at_open
+        .expect("the black hole was never cut");
+    println!("2 req/s of 10 to 15 s generations: stall detected {silence:?} after the last answer");
+    assert_eq!(traffic.breaker.snapshot().cause, Some(OpenCause::Stall));
+    assert!(
+        silence > seconds(10) && silence <= seconds(12),
+        "{silence:?}"
+    );
+}
+
+/// No more answers can be missed than attempts are in flight: after 20 s of quick chat traffic
+/// at 100 requests a second, the traffic turns to a few long generations (one every 2 s, 30 s
+/// each, at most 15 in flight), whose silence the quick answers before it would otherwise have
+/// taken for a stall after 2 s. The breaker stays closed and all of them are answered.
+#[tokio::test(start_paused = true)]
+async fn a_few_long_generations_after_quick_traffic_are_no_stall() {
+    let latencies = LogNormal::chat(9);
+    let mut traffic = Traffic::new(CircuitBreaker::new(BreakerConfig::default().with_seed(9)));
+    traffic
+        .client(2_000, Duration::from_millis(10), || latencies.draw(), false)
+        .await;
+    traffic
+        .client(
+            30,
+            Duration::from_secs(2),
+            || Duration::from_secs(30),
+            false,
+        )
+        .await;
+    traffic
+        .run_until(traffic.now() + Duration::from_secs(40))
+        .await;
+    let snapshot = traffic.breaker.snapshot();
+    assert_eq!(traffic.opened_at, None, "{snapshot:?}");
+    assert!(traffic.longest_silence > Duration::from_secs(20));
+    assert_eq!((traffic.sent, traffic.answered), (2_030, 2_030));
+}

@@ -103,6 +103,7 @@ impl<C: Classify, Bk: Backoff> StormguardMiddleware<C, Bk> {
         next: Next<'_>,
     ) -> Result<Response> {
         let timeout = request.timeout().copied();
+        let url = request.url().clone();
         let mut request = http::Request::try_from(request)?.map(RequestBody::new);
         if let Some(deadline) = Deadline::from_extensions(extensions) {
             deadline.apply_to(&mut request);
@@ -117,7 +118,7 @@ impl<C: Classify, Bk: Backoff> StormguardMiddleware<C, Bk> {
         };
         *extensions = std::mem::take(&mut *shared.lock().unwrap_or_else(PoisonError::into_inner));
         match result {
-            Ok(response) => Ok(next::into_reqwest(response)),
+            Ok(response) => Ok(next::into_reqwest(response, url)),
             Err(error) => Err(into_middleware_error(error)),
         }
     }

@@ -103,12 +103,7 @@ impl<'a> Service<http::Request<RequestBody>> for NextService<'a> {
             let response = answer?;
             let url = response.url().clone();
             let mut response = http::Response::<reqwest::Body>::from(response);
-            // reqwest keeps the URL beside the head; put it where the conversion back looks.
-            if let Ok(with_url) = http::Response::builder().url(url).body(()) {
-                response
-                    .extensions_mut()
-                    .extend(with_url.into_parts().0.extensions);
-            }
+            keep_url(&mut response, url);
             Ok(response)
         })
     }
@@ -118,9 +113,24 @@ fn lock(extensions: &Mutex<Extensions>) -> std::sync::MutexGuard<'_, Extensions>
     extensions.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The engine's response as a `reqwest::Response`, URL included.
+/// reqwest keeps a response's URL beside its head: puts `url` where the conversion back to a
+/// `reqwest::Response` looks for it.
+fn keep_url<B>(response: &mut http::Response<B>, url: reqwest::Url) {
+    if let Ok(with_url) = http::Response::builder().url(url).body(()) {
+        response
+            .extensions_mut()
+            .extend(with_url.into_parts().0.extensions);
+    }
+}
+
+/// The engine's response as a `reqwest::Response`, URL included: the URL the chain answered
+/// from, or for an answer of stormguard's own (the breaker's fallback), the request's `url`.
 pub(crate) fn into_reqwest(
-    response: http::Response<ResponseBody<reqwest::Body>>,
+    mut response: http::Response<ResponseBody<reqwest::Body>>,
+    url: reqwest::Url,
 ) -> reqwest::Response {
+    if response.body().is_local() {
+        keep_url(&mut response, url);
+    }
     reqwest::Response::from(response.map(reqwest::Body::wrap))
 }

@@ -79,7 +79,10 @@ impl Error {
     /// The circuit breaker refused the attempt, or cut it in flight.
     pub(crate) fn refused(rejected: Rejected, attempts: u32) -> Self {
         let outcome = rejected.outcome();
-        Self::new(Failure::with_source(outcome, rejected.into_error()), attempts)
+        Self::new(
+            Failure::with_source(outcome, rejected.into_error()),
+            attempts,
+        )
     }
 
     /// The request's deadline passed.

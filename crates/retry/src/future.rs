@@ -228,7 +228,10 @@ where
                 },
                 StateProj::Classifying { answer } => match Pin::new(answer).poll(cx) {
                     Poll::Ready((response, outcome)) => this.attempts.judged(response, outcome),
-                    Poll::Pending => break,
+                    Poll::Pending => match this.attempts.poll_cut(cx) {
+                        Some(output) => Step::Finish(output),
+                        None => break,
+                    },
                 },
                 StateProj::Backoff { sleep } => match sleep.poll(cx) {
                     Poll::Ready(()) => Step::Next(State::Ready),
@@ -437,8 +440,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         }
     }
 
-    /// Whether a stall opened the breaker and cut the attempt in flight: then the request ends
-    /// as if refused. The throttle is not told about the attempt: it learns from answers, and a
+    /// Whether a stall opened the breaker and cut the attempt in flight (waiting for its
+    /// answer, or for the error body it is read to be classified by): then the request ends as
+    /// if refused. The throttle is not told about the attempt: it learns from answers, and a
     /// black hole's silence would only leave it drops to unlearn after the recovery.
     fn poll_cut<RB: Body>(&mut self, cx: &mut Context<'_>) -> Option<Output<RB>> {
         let open = match self.permit.as_mut()?.poll_cut(cx) {

@@ -160,6 +160,8 @@ pub enum Chunked {
         hint: SizeHint,
         /// Not ready at the first poll, as a body still arriving from the network.
         late: bool,
+        /// Never ends once its chunks are delivered, as a peer that stopped sending.
+        stalls: bool,
     },
     Partial(Box<PartialBody<Chunked>>),
 }
@@ -170,6 +172,7 @@ impl Chunked {
             chunks: chunks.into_iter().collect(),
             hint: SizeHint::default(),
             late: false,
+            stalls: false,
         }
     }
 
@@ -185,6 +188,14 @@ impl Chunked {
     pub fn arriving_late(mut self) -> Self {
         if let Self::Chunks { late, .. } = &mut self {
             *late = true;
+        }
+        self
+    }
+
+    /// The same chunks, then nothing ever again: neither a frame nor the end.
+    pub fn stalling(mut self) -> Self {
+        if let Self::Chunks { stalls, .. } = &mut self {
+            *stalls = true;
         }
         self
     }
@@ -206,16 +217,18 @@ impl Body for Chunked {
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }
-            Self::Chunks { chunks, .. } => {
-                Poll::Ready(chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
-            }
+            Self::Chunks { chunks, stalls, .. } => match chunks.pop_front() {
+                Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+                None if *stalls => Poll::Pending,
+                None => Poll::Ready(None),
+            },
             Self::Partial(partial) => Pin::new(partial.as_mut()).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Self::Chunks { chunks, .. } => chunks.is_empty(),
+            Self::Chunks { chunks, stalls, .. } => chunks.is_empty() && !*stalls,
             Self::Partial(partial) => partial.is_end_stream(),
         }
     }
