@@ -24,6 +24,13 @@
 //!   at that moment and free their slots.
 //! - **Quota.** A token bucket (`per_sec`, one second of burst) in front of the slots; requests
 //!   without a token get 429 with `Retry-After` at once and cost no slot.
+//! - **Black hole.** The provider accepts connections and never answers: an attempt that arrives
+//!   in the window hangs until its client drops it, and costs no slot (the provider lost it);
+//!   requests in flight when it starts are lost the same way and free their slots at that moment.
+//!   Attempts that arrive after the window are answered as usual.
+//! - **Open attempts.** Apart from the provider's own load, the model counts the attempts the
+//!   clients hold open: sent, and not yet answered, dropped (timed out) or cut. A black hole
+//!   frees nothing when a client drops an attempt, but the client's connection is gone.
 //!
 //! Each request carries its logical id in [`REQUEST_ID`], so the provider can count retries and
 //! check that a retry does not come back before the `Retry-After` it was given.
@@ -53,6 +60,10 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id")
 /// Status the provider sheds with when its queue is full (Anthropic's "overloaded").
 pub const STATUS_OVERLOADED: u16 = 529;
 
+/// Resolution of the provider's fine-grained counts ([`BackendStats::fine`]): 100 ms, ten times
+/// finer than the per-second buckets, to time how fast a client cuts its traffic.
+pub const FINE_BUCKET: Duration = Duration::from_millis(100);
+
 /// Ids above this are not tracked per request (a bound on memory, far above any run).
 const MAX_TRACKED_IDS: usize = 1 << 27;
 
@@ -81,13 +92,27 @@ pub struct Bucket {
     pub ok: u64,
 }
 
+/// What the provider saw in one [`FINE_BUCKET`] (100 ms).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FineBucket {
+    /// Attempts that arrived (measured ones, as in [`Bucket`]).
+    pub attempts: u64,
+    /// Most attempts open at once (see [`BackendStats::peak_open`]).
+    pub peak_open: u64,
+}
+
 /// Everything the provider counted during a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendStats {
     /// One entry per second of the run, by arrival time of the attempt.
     pub buckets: Vec<Bucket>,
+    /// One entry per [`FINE_BUCKET`] (100 ms) of the run.
+    pub fine: Vec<FineBucket>,
     /// Most requests in flight (running or queued) at once.
     pub peak_in_flight: u64,
+    /// Most attempts open at once, client side: sent and not yet answered, dropped or cut (the
+    /// connections the clients hold). Every attempt counts, measured or not.
+    pub peak_open: u64,
     /// Retries that arrived before the `Retry-After` their request was given had passed.
     pub early_retries: u64,
     /// Attempts that were retries of a request already seen.
@@ -110,8 +135,9 @@ impl BackendStats {
 pub struct Decision {
     /// Status of the answer.
     pub status: StatusCode,
-    /// When the answer is sent, in microseconds from the start of the run.
-    pub respond_at_us: u64,
+    /// When the answer is sent, in microseconds from the start of the run; `None`: never (a
+    /// black hole swallowed the attempt, whose status is then 504, what a proxy would say).
+    pub respond_at_us: Option<u64>,
     /// `Retry-After` sent with the answer.
     pub retry_after: Option<Duration>,
     /// Whether the attempt found every slot busy (it waited, or was shed).
@@ -142,6 +168,8 @@ pub struct Model {
     stats: BackendStats,
     /// Attempts of requests with this id or above are served but not counted.
     counted_ids: Option<usize>,
+    /// Attempts open now, client side.
+    open: u64,
 }
 
 impl Model {
@@ -162,6 +190,7 @@ impl Model {
             requests: Vec::new(),
             stats: BackendStats::default(),
             counted_ids: None,
+            open: 0,
         }
     }
 
@@ -186,7 +215,42 @@ impl Model {
         self.ends.discard_through(ms_floor(now_us))
     }
 
-    /// Decide the answer to an attempt of logical request `id` arriving at `now_us`.
+    /// Attempts open now, client side: admitted and not [closed](Model::close) yet.
+    pub fn open(&self) -> u64 {
+        self.open
+    }
+
+    /// The client is done with an attempt at `now_us`: it was answered, dropped or cut.
+    pub fn close(&mut self, now_us: u64) {
+        self.step_open(now_us, false);
+    }
+
+    /// One attempt more (`up`) or fewer open at `now_us`; returns the fine bucket of `now_us`.
+    fn step_open(&mut self, now_us: u64, up: bool) -> &mut FineBucket {
+        let before = self.open;
+        self.open = if up {
+            before + 1
+        } else {
+            before.saturating_sub(1)
+        };
+        self.stats.peak_open = self.stats.peak_open.max(self.open);
+        let index = usize::try_from(now_us / micros(FINE_BUCKET)).unwrap_or(usize::MAX);
+        let fine = &mut self.stats.fine;
+        if fine.len() <= index {
+            // The buckets since the last step held `before` throughout.
+            let carried = FineBucket {
+                attempts: 0,
+                peak_open: before,
+            };
+            fine.resize(index + 1, carried);
+        }
+        let bucket = &mut fine[index];
+        bucket.peak_open = bucket.peak_open.max(before).max(self.open);
+        bucket
+    }
+
+    /// Decide the answer to an attempt of logical request `id` arriving at `now_us`; the attempt
+    /// is open until [`close`](Model::close)d.
     pub fn admit(&mut self, now_us: u64, id: Option<usize>) -> Decision {
         let counted = match (self.counted_ids, id) {
             (Some(limit), Some(id)) => id < limit,
@@ -194,6 +258,7 @@ impl Model {
             (None, _) => true,
         };
         let second = (now_us / 1_000_000) as usize;
+        self.step_open(now_us, true).attempts += u64::from(counted);
         if counted {
             self.stats.attempts += 1;
             self.stats.bucket(second).attempts += 1;
@@ -215,7 +280,7 @@ impl Model {
         let at = Duration::from_micros(now_us);
         let answer_now = |status, retry_after| Decision {
             status,
-            respond_at_us: now_us,
+            respond_at_us: Some(now_us),
             retry_after,
             queued: false,
         };
@@ -223,6 +288,12 @@ impl Model {
         let in_fault = fault.contains(at);
         if in_fault && matches!(fault.kind, FaultKind::Outage) {
             return answer_now(StatusCode::SERVICE_UNAVAILABLE, None);
+        }
+        if in_fault && matches!(fault.kind, FaultKind::Blackhole) {
+            return Decision {
+                respond_at_us: None,
+                ..answer_now(StatusCode::GATEWAY_TIMEOUT, None)
+            };
         }
         if let FaultKind::Quota {
             per_sec,
@@ -269,20 +340,23 @@ impl Model {
             (StatusCode::OK, start.saturating_add(service))
         };
         let mut slot_free = end;
-        if matches!(fault.kind, FaultKind::Outage) {
-            let crash = micros(fault.start);
-            if now_us < crash && crash < end {
-                status = StatusCode::SERVICE_UNAVAILABLE;
-                end = crash;
-                slot_free = start.max(crash);
-            }
+        let mut respond_at_us = Some(end);
+        let crash = micros(fault.start);
+        if fault.kind.is_dead() && now_us < crash && crash < end {
+            // In flight when the provider dies: lost, and its slot with it.
+            end = crash;
+            slot_free = start.max(crash);
+            (status, respond_at_us) = match fault.kind {
+                FaultKind::Outage => (StatusCode::SERVICE_UNAVAILABLE, Some(crash)),
+                _ => (StatusCode::GATEWAY_TIMEOUT, None),
+            };
         }
         self.slots.take_earliest();
         self.slots.add(ms_ceil(slot_free));
         self.ends.add(ms_ceil(end));
         Decision {
             status,
-            respond_at_us: end,
+            respond_at_us,
             retry_after: None,
             queued,
         }
@@ -425,6 +499,11 @@ impl Backend {
     pub fn model(&self) -> MutexGuard<'_, Model> {
         self.model.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Microseconds since the provider's time zero.
+    fn now_us(&self) -> u64 {
+        micros(Instant::now().saturating_duration_since(self.epoch))
+    }
 }
 
 impl<B> Service<Request<B>> for Backend {
@@ -437,20 +516,37 @@ impl<B> Service<Request<B>> for Backend {
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let now_us = micros(Instant::now().saturating_duration_since(self.epoch));
+        let now_us = self.now_us();
         let id = req
             .headers()
             .get(REQUEST_ID)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
         let decision = self.model().admit(now_us, id);
-        let delay = (decision.respond_at_us > now_us).then(|| {
-            tokio::time::sleep_until(self.epoch + Duration::from_micros(decision.respond_at_us))
-        });
+        let delay = decision
+            .respond_at_us
+            .filter(|at| *at > now_us)
+            .map(|at| tokio::time::sleep_until(self.epoch + Duration::from_micros(at)));
         ResponseFuture {
             delay,
-            response: Some(respond(decision)),
+            response: decision.respond_at_us.map(|_| respond(decision)),
+            open: Some(OpenAttempt {
+                backend: self.clone(),
+            }),
         }
+    }
+}
+
+/// An attempt the client holds open; closed in the model when the answer is handed over or the
+/// client drops the attempt, whichever comes first.
+struct OpenAttempt {
+    backend: Backend,
+}
+
+impl Drop for OpenAttempt {
+    fn drop(&mut self) {
+        let now_us = self.backend.now_us();
+        self.backend.model().close(now_us);
     }
 }
 
@@ -481,11 +577,15 @@ fn respond(decision: Decision) -> Response<Full<Bytes>> {
 }
 
 pin_project! {
-    /// Response future of [`Backend`]: the answer, held back until its time.
+    /// Response future of [`Backend`]: the answer, held back until its time, or never (a black
+    /// hole).
     pub struct ResponseFuture {
         #[pin]
         delay: Option<Sleep>,
+        // `None` while the attempt is open: swallowed by a black hole.
         response: Option<Response<Full<Bytes>>>,
+        // `None` once the answer was handed over.
+        open: Option<OpenAttempt>,
     }
 }
 
@@ -497,10 +597,15 @@ impl Future for ResponseFuture {
         if let Some(delay) = this.delay.as_pin_mut() {
             ready!(delay.poll(cx));
         }
-        Poll::Ready(Ok(this
-            .response
-            .take()
-            .expect("backend response polled after completion")))
+        match this.response.take() {
+            Some(response) => {
+                drop(this.open.take());
+                Poll::Ready(Ok(response))
+            }
+            // Never answered: the client's timeout or deadline ends the wait, or nothing does.
+            None if this.open.is_some() => Poll::Pending,
+            None => panic!("backend response polled after completion"),
+        }
     }
 }
 
@@ -527,7 +632,7 @@ mod tests {
             let d = model.admit(now, Some(i as usize));
             statuses.push(d.status.as_u16());
             if d.status == StatusCode::OK {
-                latencies.push(d.respond_at_us - now);
+                latencies.push(d.respond_at_us.unwrap() - now);
             }
         }
         (latencies, statuses)
@@ -658,14 +763,76 @@ mod tests {
         let mut model = Model::new(&scenario);
         let before = model.admit(19_900_000, Some(0));
         assert_eq!(before.status.as_u16(), 503);
-        assert_eq!(before.respond_at_us, 20 * SECOND);
+        assert_eq!(before.respond_at_us, Some(20 * SECOND));
         let during = model.admit(25 * SECOND, Some(1));
         assert_eq!(
             (during.status.as_u16(), during.respond_at_us),
-            (503, 25 * SECOND)
+            (503, Some(25 * SECOND))
         );
         let after = model.admit(30 * SECOND, Some(2));
         assert_eq!(after.status.as_u16(), 200);
+    }
+
+    #[test]
+    fn blackhole_never_answers_what_arrives_in_it_or_is_in_flight_when_it_starts() {
+        let scenario = Scenario::builtin(ScenarioKind::Blackhole).with_qps(100.0);
+        let mut model = Model::new(&scenario);
+        let early = model.admit(10 * SECOND, Some(0));
+        assert_eq!(early.status, StatusCode::OK);
+        assert!(early.respond_at_us.unwrap() < 15 * SECOND);
+        let caught = model.admit(19_900_000, Some(1));
+        assert_eq!(caught.respond_at_us, None, "in flight at 20 s: lost");
+        let during = model.admit(25 * SECOND, Some(2));
+        assert_eq!(during.respond_at_us, None);
+        assert_eq!(
+            model.in_flight(25 * SECOND),
+            0,
+            "the provider holds none of them"
+        );
+        let after = model.admit(30 * SECOND, Some(3));
+        assert_eq!(after.status, StatusCode::OK);
+        assert!(after.respond_at_us.unwrap() > 30 * SECOND);
+        assert_eq!(model.open(), 4, "nobody closed an attempt yet");
+    }
+
+    #[test]
+    fn open_attempts_are_counted_until_closed_with_the_peak_of_each_100_ms() {
+        let scenario = healthy(100.0, 100);
+        let mut model = Model::new(&scenario);
+        const MS: u64 = 1_000;
+        model.admit(0, Some(0));
+        model.admit(50 * MS, Some(1));
+        model.admit(150 * MS, Some(2));
+        model.close(160 * MS);
+        model.close(420 * MS);
+        assert_eq!(model.open(), 1);
+        let stats = model.stats();
+        assert_eq!(stats.peak_open, 3);
+        let peaks: Vec<u64> = stats.fine.iter().map(|b| b.peak_open).collect();
+        // 0..100 ms: 2; 100..200 ms: 3 (then 2); 200..400 ms: 2 throughout; 400..500 ms: 2 then 1.
+        assert_eq!(peaks, [2, 3, 2, 2, 2]);
+        let attempts: Vec<u64> = stats.fine.iter().map(|b| b.attempts).collect();
+        assert_eq!(attempts, [2, 1, 0, 0, 0]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_stays_open_until_answered_or_dropped() {
+        let scenario = Scenario::builtin(ScenarioKind::Blackhole).with_qps(100.0);
+        let backend = Backend::new(&scenario, Instant::now());
+        let request = || Request::new(());
+        // Healthy: open until the answer is handed over.
+        let answered = backend.clone().call(request());
+        assert_eq!(backend.model().open(), 1);
+        let response = answered.await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(backend.model().open(), 0);
+        // In the black hole: pending until the client gives up, then closed.
+        tokio::time::advance(Duration::from_secs(25)).await;
+        let hung = backend.clone().call(request());
+        let waited = tokio::time::timeout(Duration::from_secs(4), hung).await;
+        assert!(waited.is_err(), "never answered");
+        assert_eq!(backend.model().open(), 0, "dropped by its timeout");
+        assert_eq!(backend.model().stats().peak_open, 1);
     }
 
     #[test]
@@ -698,7 +865,7 @@ mod tests {
         assert_eq!(model.stats().retries, 2);
         let response = respond(Decision {
             status: StatusCode::TOO_MANY_REQUESTS,
-            respond_at_us: 0,
+            respond_at_us: Some(0),
             retry_after: Some(Duration::from_secs(2)),
             queued: false,
         });

@@ -1,6 +1,7 @@
-//! A hand-written SVG chart of one scenario: offered load, attempts reaching the provider and
-//! successes per second, one line per pipeline, with the fault window shaded and the provider's
-//! throughput drawn in the attempts panel.
+//! A hand-written SVG chart of one scenario: offered load, attempts reaching the provider,
+//! attempts in flight and successes (with fallback answers, dashed) per second, one line per
+//! pipeline, with the fault window shaded and the provider's throughput drawn in the attempts
+//! panel.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -12,7 +13,7 @@ const WIDTH: f64 = 960.0;
 const PANEL_HEIGHT: f64 = 200.0;
 const PANEL_GAP: f64 = 56.0;
 const LEFT: f64 = 78.0;
-const RIGHT: f64 = 150.0;
+const RIGHT: f64 = 180.0;
 const TOP: f64 = 48.0;
 
 /// Line colour of a pipeline (by name), grey for unknown names.
@@ -22,7 +23,8 @@ fn colour(name: &str) -> &'static str {
         "naive" => "#d62728",
         "tower" => "#ff7f0e",
         "stormguard" => "#2ca02c",
-        _ => "#1f77b4",
+        "stormguard+breaker" => "#1f77b4",
+        _ => "#9467bd",
     }
 }
 
@@ -48,6 +50,8 @@ fn escape(text: &str) -> String {
 struct Panel<'a> {
     title: &'a str,
     pick: fn(&Series) -> &[u64],
+    /// A second series drawn dashed in the pipeline's colour, if any.
+    dashed: Option<fn(&Series) -> &[u64]>,
 }
 
 /// Render the chart of `scenario` for the runs `(pipeline name, series)`.
@@ -56,14 +60,22 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
         Panel {
             title: "offered load (requests/s)",
             pick: |s| &s.offered,
+            dashed: None,
         },
         Panel {
             title: "attempts reaching the provider (requests/s)",
             pick: |s| &s.attempts,
+            dashed: None,
         },
         Panel {
-            title: "successful answers (requests/s)",
+            title: "attempts in flight, client side (most at once in each second)",
+            pick: |s| &s.in_flight,
+            dashed: None,
+        },
+        Panel {
+            title: "successful answers (requests/s); dashed: the fallback's answers",
             pick: |s| &s.successes,
+            dashed: Some(|s| &s.fallbacks),
         },
     ];
     let seconds = runs
@@ -97,7 +109,10 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
         let bottom = top + PANEL_HEIGHT;
         let mut peak = runs
             .iter()
-            .flat_map(|(_, s)| (panel.pick)(s).iter().copied())
+            .flat_map(|(_, s)| {
+                let dashed = panel.dashed.map_or(&[][..], |pick| pick(s));
+                (panel.pick)(s).iter().chain(dashed).copied()
+            })
             .max()
             .unwrap_or(0) as f64;
         if index == 1 {
@@ -173,8 +188,7 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
                 ly + 18.0
             );
         }
-        for (name, series) in runs {
-            let values = (panel.pick)(series);
+        let line = |svg: &mut String, values: &[u64], name: &str, dash: &str| {
             let points: Vec<String> = values
                 .iter()
                 .enumerate()
@@ -182,10 +196,19 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
                 .collect();
             let _ = writeln!(
                 svg,
-                r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"/>"#,
+                r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"{dash}/>"#,
                 points.join(" "),
                 colour(name)
             );
+        };
+        for (name, series) in runs {
+            line(&mut svg, (panel.pick)(series), name, "");
+            // Only pipelines that have something to show get the dashed line.
+            if let Some(values) = panel.dashed.map(|pick| pick(series))
+                && values.iter().any(|v| *v > 0)
+            {
+                line(&mut svg, values, name, r#" stroke-dasharray="6,3""#);
+            }
         }
         for (row, (name, _)) in runs.iter().enumerate() {
             let ly = top + 14.0 + row as f64 * 18.0;
@@ -234,24 +257,46 @@ mod tests {
         let series = Series {
             offered: vec![10; 6],
             attempts: vec![12; 6],
+            in_flight: vec![15; 6],
             successes: vec![9; 6],
+            fallbacks: vec![0; 6],
+            ..Series::default()
         };
         let svg = render(&scenario, &[("naive", &series), ("stormguard", &series)]);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
         assert_eq!(
             svg.matches(r##"stroke="#d62728" stroke-width="1.8""##)
                 .count(),
-            3
+            4
         );
         assert_eq!(
             svg.matches(r##"stroke="#2ca02c" stroke-width="1.8""##)
                 .count(),
-            3
+            4
         );
         assert_eq!(
             svg.matches("stroke-dasharray").count(),
             2,
-            "provider throughput line and its legend"
+            "provider throughput line and its legend; no fallback line without fallbacks"
+        );
+    }
+
+    #[test]
+    fn fallback_answers_are_a_dashed_line_of_the_pipelines_colour() {
+        let scenario = Scenario::builtin(ScenarioKind::Blackhole);
+        let series = Series {
+            offered: vec![10; 60],
+            attempts: vec![10; 60],
+            in_flight: vec![10; 60],
+            successes: vec![10; 60],
+            fallbacks: vec![3; 60],
+            ..Series::default()
+        };
+        let svg = render(&scenario, &[("stormguard+breaker", &series)]);
+        assert_eq!(
+            svg.matches(r##"stroke="#1f77b4" stroke-width="1.8" stroke-dasharray="6,3""##)
+                .count(),
+            1
         );
     }
 }

@@ -1,10 +1,12 @@
 //! `storm`: replay retry storms against the real layers and print what each pipeline did.
 //!
 //! ```text
-//! storm [--scenario seed|outage|quota] [--qps N] [--duration SECS] [--capacity SLOTS]
-//!       [--seed N] [--pipelines none,naive,tower,stormguard] [--attempt-timeout SECS]
-//!       [--out DIR] [--json]
+//! storm [--scenario seed|outage|quota|blackhole] [--qps N] [--duration SECS] [--capacity SLOTS]
+//!       [--seed N] [--pipelines none,naive,tower,stormguard,stormguard+breaker]
+//!       [--attempt-timeout SECS] [--out DIR] [--json]
 //! ```
+//!
+//! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -16,8 +18,9 @@ use stormguard_storm::pipeline::Pipeline;
 use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::{chart, report};
 
-const USAGE: &str = "usage: storm [--scenario seed|outage|quota] [--qps N] [--duration SECS] \
-[--capacity SLOTS] [--seed N] [--pipelines none,naive,tower,stormguard] [--attempt-timeout SECS] \
+const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole] [--qps N] \
+[--duration SECS] [--capacity SLOTS] [--seed N] \
+[--pipelines none,naive,tower,stormguard,stormguard+breaker] [--attempt-timeout SECS] \
 [--out DIR] [--json]";
 
 struct Args {
@@ -44,7 +47,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
     let mut kind = ScenarioKind::Seed;
     let (mut qps, mut duration, mut capacity, mut seed, mut attempt_timeout) =
         (None, None, None, None, None);
-    let mut pipelines = Pipeline::ALL.to_vec();
+    let mut pipelines = None;
     let mut out = PathBuf::from("storm-out");
     let mut json = false;
     let mut parser = lexopt::Parser::from_env();
@@ -57,8 +60,9 @@ fn parse_args() -> Result<Args, lexopt::Error> {
             Long("seed") => seed = Some(parser.value()?.parse::<u64>()?),
             Long("attempt-timeout") => attempt_timeout = Some(seconds(parser.value()?.parse()?)?),
             Long("pipelines") => {
-                pipelines =
-                    Pipeline::parse_list(&parser.value()?.string()?).map_err(|e| e.to_string())?;
+                pipelines = Some(
+                    Pipeline::parse_list(&parser.value()?.string()?).map_err(|e| e.to_string())?,
+                );
             }
             Long("out") => out = parser.value()?.into(),
             Long("json") => json = true,
@@ -88,6 +92,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
     if let Some(timeout) = attempt_timeout {
         scenario = scenario.with_attempt_timeout(timeout);
     }
+    let pipelines = pipelines.unwrap_or_else(|| Pipeline::defaults(kind).to_vec());
     if pipelines.is_empty() {
         return Err("--pipelines names no pipeline".into());
     }
@@ -156,7 +161,7 @@ fn main() -> ExitCode {
         format!(
             "{}\n\n{}\n{}\n\n{chart}\nwall time: {:.1} s\n",
             args.scenario.describe(),
-            report::table(&summaries),
+            report::table(&args.scenario, &summaries),
             report::LEGEND,
             started.elapsed().as_secs_f64()
         )

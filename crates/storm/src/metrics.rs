@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::backend::BackendStats;
-use crate::scenario::Scenario;
+use crate::backend::{BackendStats, FINE_BUCKET};
+use crate::scenario::{Fault, Scenario};
 
 /// Goodput share of the offered load that counts as recovered.
 pub const RECOVERED_GOODPUT: f64 = 0.95;
@@ -19,43 +19,95 @@ pub const OVERLOADED_SHARE: f64 = 0.01;
 /// fault (the field's breaker cut traffic in the 3rd second).
 pub const FAULT_GRACE: Duration = Duration::from_secs(3);
 
-/// Per-second counts of logical requests, as the callers saw them.
+/// Share of the offered load under which the attempts reaching a dead provider count as cut
+/// (see [`cut_time`]): 5%.
+pub const CUT_SHARE: f64 = 0.05;
+
+/// Time after the fault's end that `success_outside` leaves out, besides the fault window: 2 s,
+/// the field's target for traffic to be back after the provider's return.
+pub const RECOVERY_ALLOWANCE: Duration = Duration::from_secs(2);
+
+/// Time before the fault's start that `success_outside` leaves out: 4 s, the healthy provider's
+/// p99.9 service time (3.75 s) rounded up, and today's attempt timeout
+/// ([`ATTEMPT_TIMEOUT`](crate::scenario::ATTEMPT_TIMEOUT)). A request that arrives later may
+/// still wait for its answer when the fault begins: its answer is among what the fault loses,
+/// whatever the client does (a black hole answers nothing in flight).
+pub const LEAD_IN: Duration = Duration::from_secs(4);
+
+/// How a logical request ended, as its caller saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// A success answered by the provider.
+    Success,
+    /// An answer of the client's own: the circuit breaker's fallback (a 200, but not the
+    /// provider's).
+    Fallback,
+    /// Anything else: an error status, a local refusal, a timeout.
+    Failure,
+}
+
+/// Per-second (and per-[`FINE_BUCKET`]) counts of logical requests, as the callers saw them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recorder {
     /// Requests that arrived, per second of arrival.
     pub offered: Vec<u64>,
+    /// Requests that arrived, per [`FINE_BUCKET`] (100 ms) of arrival.
+    pub offered_fine: Vec<u64>,
     /// Requests that eventually succeeded, per second of *arrival*.
     pub succeeded_by_arrival: Vec<u64>,
+    /// Requests that eventually succeeded, per [`FINE_BUCKET`] of *arrival*.
+    pub succeeded_by_arrival_fine: Vec<u64>,
     /// Requests that succeeded, per second of *completion* (goodput as a dashboard shows it).
     pub succeeded_by_completion: Vec<u64>,
-    /// Latency of every answered request (success or failure), in milliseconds.
+    /// Requests the fallback answered, per second of completion.
+    pub fallbacks_by_completion: Vec<u64>,
+    /// Latency of every answered request (success, fallback or failure), in milliseconds.
     pub latencies_ms: Vec<u32>,
+    /// Latency of the fallback's answers, in milliseconds.
+    pub fallback_latencies_ms: Vec<u32>,
 }
 
-fn bump(series: &mut Vec<u64>, second: usize) {
-    if series.len() <= second {
-        series.resize(second + 1, 0);
+fn bump(series: &mut Vec<u64>, index: usize) {
+    if series.len() <= index {
+        series.resize(index + 1, 0);
     }
-    series[second] += 1;
+    series[index] += 1;
+}
+
+/// The [`FINE_BUCKET`] that `at` falls in.
+fn fine_index(at: Duration) -> usize {
+    usize::try_from(at.as_micros() / FINE_BUCKET.as_micros()).unwrap_or(usize::MAX)
 }
 
 impl Recorder {
     /// A request arrived at `at` (from the start of the run).
     pub fn arrive(&mut self, at: Duration) {
         bump(&mut self.offered, at.as_secs() as usize);
+        bump(&mut self.offered_fine, fine_index(at));
     }
 
     /// A request that arrived at `arrival` got its final answer at `completion`.
-    pub fn complete(&mut self, arrival: Duration, completion: Duration, success: bool) {
+    pub fn complete(&mut self, arrival: Duration, completion: Duration, answer: Answer) {
         let latency = completion.saturating_sub(arrival).as_millis();
-        self.latencies_ms
-            .push(u32::try_from(latency).unwrap_or(u32::MAX));
-        if success {
-            bump(&mut self.succeeded_by_arrival, arrival.as_secs() as usize);
-            bump(
-                &mut self.succeeded_by_completion,
-                completion.as_secs() as usize,
-            );
+        let latency = u32::try_from(latency).unwrap_or(u32::MAX);
+        self.latencies_ms.push(latency);
+        match answer {
+            Answer::Success => {
+                bump(&mut self.succeeded_by_arrival, arrival.as_secs() as usize);
+                bump(&mut self.succeeded_by_arrival_fine, fine_index(arrival));
+                bump(
+                    &mut self.succeeded_by_completion,
+                    completion.as_secs() as usize,
+                );
+            }
+            Answer::Fallback => {
+                self.fallback_latencies_ms.push(latency);
+                bump(
+                    &mut self.fallbacks_by_completion,
+                    completion.as_secs() as usize,
+                );
+            }
+            Answer::Failure => {}
         }
     }
 }
@@ -102,15 +154,85 @@ pub fn recovery_time(
     recovered_at.map(|b| (b as f64 - fault_end.as_secs_f64()).max(0.0))
 }
 
-/// Per-second series of one pipeline's run, for the chart.
+/// Seconds from the start of a dead provider's fault (see [`crate::scenario::FaultKind::is_dead`])
+/// until the attempts reaching it fall below `share` of the offered load and stay there until
+/// the fault ends, measured per [`FINE_BUCKET`] (100 ms) of arrival.
+///
+/// `attempts[b]` and `offered[b]` are the attempts and requests that arrived in fine bucket `b`.
+/// Only buckets that lie wholly in the fault window count; the answer is the start of the first
+/// bucket of the last run of low ones, from the fault's start. `None` when the attempts are never
+/// cut, or the fault leaves the provider serving (there is nothing to cut).
+pub fn cut_time(offered: &[u64], attempts: &[u64], fault: &Fault, share: f64) -> Option<f64> {
+    if !fault.kind.is_dead() {
+        return None;
+    }
+    let bucket = FINE_BUCKET.as_secs_f64();
+    let first = (fault.start.as_secs_f64() / bucket).ceil() as usize;
+    let end = (fault.end.as_secs_f64() / bucket).floor() as usize;
+    let low = |b: usize| {
+        let sent = attempts.get(b).copied().unwrap_or(0) as f64;
+        sent == 0.0 || sent < share * offered.get(b).copied().unwrap_or(0) as f64
+    };
+    let mut cut_at = None;
+    for b in first..end {
+        match (low(b), cut_at) {
+            (true, None) => cut_at = Some(b),
+            (false, Some(_)) => cut_at = None,
+            _ => {}
+        }
+    }
+    cut_at.map(|b| (b as f64 * bucket - fault.start.as_secs_f64()).max(0.0))
+}
+
+/// Whether [`FINE_BUCKET`] number `bucket` lies wholly outside `fault`, the [`LEAD_IN`] before it
+/// and the [`RECOVERY_ALLOWANCE`] after it: before the fault's start minus the lead-in, or from
+/// its end plus the allowance on.
+pub fn is_outside(bucket: usize, fault: &Fault) -> bool {
+    let width = FINE_BUCKET.as_secs_f64();
+    let start = fault.start.saturating_sub(LEAD_IN);
+    let before = (start.as_secs_f64() / width).floor() as usize;
+    let after = ((fault.end + RECOVERY_ALLOWANCE).as_secs_f64() / width).ceil() as usize;
+    bucket < before || bucket >= after
+}
+
+/// Share of the requests that arrived outside the fault window, the [`LEAD_IN`] before it and the
+/// [`RECOVERY_ALLOWANCE`] after it (see [`is_outside`]) that succeeded, per [`FINE_BUCKET`] of arrival; 0 when there
+/// are none.
+pub fn success_outside(offered: &[u64], succeeded: &[u64], fault: &Fault) -> f64 {
+    let sum = |series: &[u64]| -> u64 {
+        (0..series.len())
+            .filter(|b| is_outside(*b, fault))
+            .map(|b| series[b])
+            .sum()
+    };
+    let offered = sum(offered);
+    if offered == 0 {
+        0.0
+    } else {
+        sum(succeeded) as f64 / offered as f64
+    }
+}
+
+/// The series of one pipeline's run: per second for the chart, and per [`FINE_BUCKET`]
+/// (100 ms) for a closer look at how fast traffic is cut.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Series {
     /// Logical requests offered per second.
     pub offered: Vec<u64>,
     /// Attempts that reached the provider per second.
     pub attempts: Vec<u64>,
+    /// Most attempts open at once (client side) in each second.
+    pub in_flight: Vec<u64>,
     /// Successful answers per second (by completion).
     pub successes: Vec<u64>,
+    /// Fallback answers per second (by completion).
+    pub fallbacks: Vec<u64>,
+    /// Logical requests offered per 100 ms.
+    pub offered_fine: Vec<u64>,
+    /// Attempts that reached the provider per 100 ms.
+    pub attempts_fine: Vec<u64>,
+    /// Most attempts open at once (client side) in each 100 ms.
+    pub in_flight_fine: Vec<u64>,
 }
 
 /// The report of one pipeline on one scenario (one JSON object).
@@ -128,8 +250,19 @@ pub struct Summary {
     pub peak_amplification: f64,
     /// Most requests in the provider at once (running or queued) / its slots.
     pub peak_load: f64,
-    /// Share of logical requests that succeeded.
+    /// Most attempts open at once, client side: sent and not yet answered, dropped or cut (the
+    /// connections the clients hold).
+    pub peak_in_flight: u64,
+    /// Share of logical requests that succeeded (answered by the provider: a fallback answer is
+    /// no success).
     pub success_rate: f64,
+    /// Share of the requests that arrived outside the fault, its [`LEAD_IN`] and its
+    /// [`RECOVERY_ALLOWANCE`] that succeeded (see [`success_outside`]).
+    pub success_outside: f64,
+    /// Requests answered by the circuit breaker's fallback.
+    pub fallbacks: u64,
+    /// 99th percentile latency of the fallback's answers, in milliseconds; `null` without any.
+    pub fallback_p99_ms: Option<u32>,
     /// Median latency of all answered requests, in milliseconds.
     pub p50_ms: u32,
     /// 99th percentile latency of all answered requests, in milliseconds.
@@ -140,6 +273,10 @@ pub struct Summary {
     /// Seconds from the end of the fault until goodput is back above 95% (see [`recovery_time`]);
     /// `null` if it never comes back during the run.
     pub recovery_s: Option<f64>,
+    /// Seconds from the start of a dead provider's fault until the attempts reaching it stay below
+    /// [`CUT_SHARE`] of the offered load (see [`cut_time`]); `null` if they never do, or if the
+    /// fault is no dead provider.
+    pub cut_s: Option<f64>,
     /// Attempts / offered during the fault window after its first [`FAULT_GRACE`].
     pub fault_load: f64,
     /// Attempts that were retries.
@@ -160,6 +297,7 @@ pub fn summarize(
     let offered: u64 = recorder.offered.iter().sum();
     let successes: u64 = recorder.succeeded_by_arrival.iter().sum();
     recorder.latencies_ms.sort_unstable();
+    recorder.fallback_latencies_ms.sort_unstable();
     let ratio = |num: u64, den: u64| {
         if den == 0 {
             0.0
@@ -177,6 +315,7 @@ pub fn summarize(
     let to = scenario.fault.end.as_secs() as usize;
     let window = |series: &[u64]| series.iter().take(to).skip(from).sum::<u64>();
     let attempts_series: Vec<u64> = backend.buckets.iter().map(|b| b.attempts).collect();
+    let fine_attempts: Vec<u64> = backend.fine.iter().map(|b| b.attempts).collect();
     let summary = Summary {
         name,
         offered,
@@ -189,7 +328,15 @@ pub fn summarize(
             .map(|(offered, attempts)| ratio(*attempts, *offered))
             .fold(0.0, f64::max),
         peak_load: ratio(backend.peak_in_flight, u64::from(scenario.capacity)),
+        peak_in_flight: backend.peak_open,
         success_rate: ratio(successes, offered),
+        success_outside: success_outside(
+            &recorder.offered_fine,
+            &recorder.succeeded_by_arrival_fine,
+            &scenario.fault,
+        ),
+        fallbacks: recorder.fallback_latencies_ms.len() as u64,
+        fallback_p99_ms: percentile(&recorder.fallback_latencies_ms, 99.0),
         p50_ms: percentile(&recorder.latencies_ms, 50.0).unwrap_or(0),
         p99_ms: percentile(&recorder.latencies_ms, 99.0).unwrap_or(0),
         overloaded_s,
@@ -199,27 +346,57 @@ pub fn summarize(
             scenario.fault.end,
             RECOVERED_GOODPUT,
         ),
+        cut_s: cut_time(
+            &recorder.offered_fine,
+            &fine_attempts,
+            &scenario.fault,
+            CUT_SHARE,
+        ),
         fault_load: ratio(window(&attempts_series), window(&recorder.offered)),
         retries: backend.retries,
         early_retries: backend.early_retries,
         successes,
     };
-    // Attempts and successes run on after the last arrival; both end at the same second.
-    let (mut attempts, mut successes) = (attempts_series, recorder.succeeded_by_completion);
-    let seconds = attempts.len().max(successes.len());
-    attempts.resize(seconds, 0);
-    successes.resize(seconds, 0);
+    // Attempts and answers run on after the last arrival; they all end at the same second, and
+    // so does the in-flight series (attempts that hang stay open to the end of the run).
+    let (mut attempts, mut successes, mut fallbacks) = (
+        attempts_series,
+        recorder.succeeded_by_completion,
+        recorder.fallbacks_by_completion,
+    );
+    let seconds = attempts.len().max(successes.len()).max(fallbacks.len());
+    let per_second = (Duration::from_secs(1).as_micros() / FINE_BUCKET.as_micros()) as usize;
+    let mut in_flight: Vec<u64> = backend
+        .fine
+        .chunks(per_second)
+        .map(|second| second.iter().map(|b| b.peak_open).max().unwrap_or(0))
+        .collect();
+    for series in [
+        &mut attempts,
+        &mut successes,
+        &mut fallbacks,
+        &mut in_flight,
+    ] {
+        series.resize(seconds, 0);
+    }
     let series = Series {
         offered: recorder.offered,
         attempts,
+        in_flight,
         successes,
+        fallbacks,
+        offered_fine: recorder.offered_fine,
+        attempts_fine: fine_attempts,
+        in_flight_fine: backend.fine.iter().map(|b| b.peak_open).collect(),
     };
     (summary, series)
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::scenario::ScenarioKind;
 
     #[test]
     fn percentiles_use_nearest_rank() {
@@ -262,17 +439,98 @@ mod tests {
         r.complete(
             Duration::from_millis(900),
             Duration::from_millis(2_100),
-            true,
+            Answer::Success,
         );
         r.arrive(Duration::from_millis(950));
         r.complete(
             Duration::from_millis(950),
             Duration::from_millis(1_000),
-            false,
+            Answer::Failure,
         );
         assert_eq!(r.offered, vec![2]);
+        assert_eq!(r.offered_fine, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
         assert_eq!(r.succeeded_by_arrival, vec![1]);
         assert_eq!(r.succeeded_by_completion, vec![0, 0, 1]);
         assert_eq!(r.latencies_ms, vec![1_200, 50]);
+    }
+
+    #[test]
+    fn a_fallback_answer_is_counted_apart_and_is_no_success() {
+        let mut r = Recorder::default();
+        r.arrive(Duration::from_millis(20_500));
+        r.complete(
+            Duration::from_millis(20_500),
+            Duration::from_millis(20_503),
+            Answer::Fallback,
+        );
+        assert!(r.succeeded_by_arrival.is_empty() && r.succeeded_by_completion.is_empty());
+        assert_eq!(r.fallback_latencies_ms, vec![3]);
+        assert_eq!(r.fallbacks_by_completion[20], 1);
+        assert_eq!(r.latencies_ms, vec![3], "an answer the caller got");
+
+        let scenario = Scenario::builtin(ScenarioKind::Blackhole);
+        let stats = BackendStats::default();
+        let (summary, series) = summarize("stormguard+breaker", &scenario, r, &stats);
+        assert_eq!(
+            (summary.successes, summary.success_rate, summary.fallbacks),
+            (0, 0.0, 1)
+        );
+        assert_eq!(summary.fallback_p99_ms, Some(3));
+        assert_eq!(series.fallbacks[20], 1);
+    }
+
+    fn blackhole() -> Fault {
+        Scenario::builtin(ScenarioKind::Blackhole).fault
+    }
+
+    #[test]
+    fn cut_is_when_attempts_stay_below_5_percent_of_offered_in_100_ms_buckets() {
+        // 30 s at 100 per 100 ms; the fault is buckets 200..300.
+        let offered = vec![100; 300];
+        let mut attempts = vec![100; 300];
+        // Cut 2.3 s into the fault, one probe per bucket after (1% of offered)...
+        attempts[223..300].fill(1);
+        // ...with a relapse to 5% (not below it) at 2.2 s, before the cut that holds.
+        attempts[210..220].fill(0);
+        attempts[220..223].fill(5);
+        let cut = cut_time(&offered, &attempts, &blackhole(), CUT_SHARE).unwrap();
+        assert!((cut - 2.3).abs() < 1e-9, "{cut}");
+        // Never cut: a single bucket at the threshold in the last 100 ms of the fault.
+        attempts[299] = 5;
+        assert_eq!(cut_time(&offered, &attempts, &blackhole(), CUT_SHARE), None);
+        // Cut before the fault: 0 s.
+        assert_eq!(
+            cut_time(&offered, &[0; 300], &blackhole(), CUT_SHARE),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn cut_is_defined_for_dead_providers_only() {
+        let offered = vec![100; 450];
+        let none = vec![0; 450];
+        let outage = Scenario::builtin(ScenarioKind::Outage).fault;
+        assert_eq!(cut_time(&offered, &none, &outage, CUT_SHARE), Some(0.0));
+        for kind in [ScenarioKind::Seed, ScenarioKind::Quota] {
+            let fault = Scenario::builtin(kind).fault;
+            assert_eq!(cut_time(&offered, &none, &fault, CUT_SHARE), None, "{kind}");
+        }
+    }
+
+    #[test]
+    fn success_outside_leaves_out_the_fault_4_s_before_it_and_2_s_after_it() {
+        // 60 s at 10 per 100 ms; every request inside 16 s..32 s fails, and one before it.
+        let offered = vec![10; 600];
+        let mut succeeded = vec![10; 600];
+        succeeded[160..320].fill(0);
+        succeeded[159] = 9;
+        let share = success_outside(&offered, &succeeded, &blackhole());
+        let outside = (600 - 160) * 10;
+        assert!((share - (outside - 1) as f64 / outside as f64).abs() < 1e-12);
+        // A failure at 32.0 s counts.
+        succeeded[320] = 0;
+        let share = success_outside(&offered, &succeeded, &blackhole());
+        assert!((share - (outside - 11) as f64 / outside as f64).abs() < 1e-12);
+        assert_eq!(success_outside(&[], &[], &blackhole()), 0.0);
     }
 }

@@ -6,6 +6,7 @@
 //! | `naive` | `tower::retry::Retry` with [`NaivePolicy`]: retry every failure 3 times, 1 s apart, no budget |
 //! | `tower` | `tower::retry::Retry` with [`TowerPolicy`]: `ExponentialBackoff` and `TpsBudget` (10 s, 10/s, 20%) |
 //! | `stormguard` | `stormguard::ClientLayer::default()` |
+//! | `stormguard+breaker` | the same, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
 //!
 //! Today's pipelines (`none`, `naive`, `tower`) time out each attempt after the scenario's
 //! `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt is retried.
@@ -18,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use tower::BoxError;
 use tower::Layer;
@@ -28,11 +30,12 @@ use tower::retry::budget::{Budget, TpsBudget};
 use tower::util::rng::Rng;
 
 use stormguard::ClientLayer;
+use stormguard::breaker::{BreakerConfig, CircuitBreaker, Fallback};
 use stormguard::jitter::{FullJitter, HintPolicy};
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 
 use crate::backend::Backend;
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, ScenarioKind};
 
 /// The request every pipeline sends.
 pub type SimRequest = Request<Full<Bytes>>;
@@ -48,16 +51,43 @@ pub enum Pipeline {
     Tower,
     /// stormguard's `ClientLayer::default()`.
     Stormguard,
+    /// stormguard's `ClientLayer::default()` with a circuit breaker and a local fallback.
+    StormguardBreaker,
 }
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 4] = [
+    pub const ALL: [Pipeline; 5] = [
         Pipeline::None,
         Pipeline::Naive,
         Pipeline::Tower,
         Pipeline::Stormguard,
+        Pipeline::StormguardBreaker,
     ];
+
+    /// The pipelines a scenario compares unless told otherwise: today's clients and stormguard's
+    /// default, and where the provider dies (outage, black hole) stormguard with a breaker too.
+    /// The black hole, the breaker's own incident, compares the retrying clients only.
+    ///
+    /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
+    /// to), so its row would repeat stormguard's at the cost of one more run.
+    pub fn defaults(kind: ScenarioKind) -> &'static [Pipeline] {
+        match kind {
+            ScenarioKind::Seed | ScenarioKind::Quota => &[
+                Pipeline::None,
+                Pipeline::Naive,
+                Pipeline::Tower,
+                Pipeline::Stormguard,
+            ],
+            ScenarioKind::Outage => &Pipeline::ALL,
+            ScenarioKind::Blackhole => &[
+                Pipeline::Naive,
+                Pipeline::Tower,
+                Pipeline::Stormguard,
+                Pipeline::StormguardBreaker,
+            ],
+        }
+    }
 
     /// The name used on the command line and in the report.
     pub fn as_str(self) -> &'static str {
@@ -66,6 +96,7 @@ impl Pipeline {
             Pipeline::Naive => "naive",
             Pipeline::Tower => "tower",
             Pipeline::Stormguard => "stormguard",
+            Pipeline::StormguardBreaker => "stormguard+breaker",
         }
     }
 
@@ -97,7 +128,7 @@ impl fmt::Display for UnknownPipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown pipeline `{}` (expected none, naive, tower or stormguard)",
+            "unknown pipeline `{}` (expected none, naive, tower, stormguard or stormguard+breaker)",
             self.0
         )
     }
@@ -262,17 +293,47 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for TowerPolicy {
     }
 }
 
-/// stormguard's client pipeline around the provider: `ClientLayer::default()`, with the
-/// scenario's seed handed to every part that draws random numbers (throttle, backoff, hint jitter)
-/// so that runs repeat exactly. Nothing else differs from the default.
-pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
+/// The body of the breaker pipeline's fallback: a chat completion that says it is degraded.
+const FALLBACK_BODY: &[u8] = br#"{"object":"chat.completion","degraded":true,"choices":[{"message":{"role":"assistant","content":"The model is unavailable right now; this is a local answer."}}]}"#;
+
+/// `ClientLayer::default()`, with the scenario's seed handed to every part that draws random
+/// numbers (throttle, backoff, hint jitter) so that runs repeat exactly. Nothing else differs
+/// from the default.
+fn client_layer(scenario: &Scenario) -> ClientLayer {
     ClientLayer::default()
         .with_throttle(AdaptiveThrottle::new(
             ThrottleConfig::default().with_seed(scenario.seed ^ 0x7407_7e00),
         ))
         .with_backoff(FullJitter::default().with_seed(scenario.seed ^ 0xbac0_ff00))
         .with_hint_policy(HintPolicy::default().with_seed(scenario.seed ^ 0x4147_0000))
-        .layer(backend)
+}
+
+/// stormguard's client pipeline around the provider: `ClientLayer::default()`, seeded.
+pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
+    client_layer(scenario).layer(backend)
+}
+
+/// stormguard's client pipeline with a circuit breaker (`BreakerConfig::default()`, seeded) and a
+/// fallback that answers 200 with a small degraded chat completion (`FALLBACK_BODY`) while the
+/// breaker refuses, and for the attempts a stall cuts. The breaker is returned too, to watch it.
+pub fn stormguard_breaker(
+    backend: Backend,
+    scenario: &Scenario,
+) -> (stormguard::Client<Backend>, CircuitBreaker) {
+    let breaker =
+        CircuitBreaker::new(BreakerConfig::default().with_seed(scenario.seed ^ 0xb4ea_6e00));
+    let fallback = Fallback::new(|_head, _refused| {
+        let mut answer = Response::new(Bytes::from_static(FALLBACK_BODY));
+        answer
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        answer
+    });
+    let client = client_layer(scenario)
+        .with_breaker(breaker.clone())
+        .with_fallback(fallback)
+        .layer(backend);
+    (client, breaker)
 }
 
 #[cfg(test)]
@@ -333,5 +394,25 @@ mod tests {
             vec![Pipeline::None]
         );
         assert!(Pipeline::parse_list("none,retry").is_err());
+        assert_eq!(
+            Pipeline::parse_list("stormguard+breaker,naive").unwrap(),
+            vec![Pipeline::Naive, Pipeline::StormguardBreaker]
+        );
+    }
+
+    #[test]
+    fn the_breaker_row_is_a_default_where_the_provider_dies() {
+        for kind in ScenarioKind::ALL {
+            let defaults = Pipeline::defaults(kind);
+            let dies = Scenario::builtin(kind).fault.kind.is_dead();
+            assert_eq!(
+                defaults.contains(&Pipeline::StormguardBreaker),
+                dies,
+                "{kind}"
+            );
+            assert!(
+                defaults.contains(&Pipeline::Naive) && defaults.contains(&Pipeline::Stormguard)
+            );
+        }
     }
 }

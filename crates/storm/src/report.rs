@@ -3,9 +3,10 @@
 use std::fmt::Write as _;
 
 use crate::metrics::Summary;
+use crate::scenario::Scenario;
 
-/// One row per pipeline, aligned columns, with a header line.
-pub fn table(summaries: &[Summary]) -> String {
+/// One row per pipeline of a run of `scenario`, aligned columns, with a header line.
+pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     let header = [
         "pipeline",
         "offered",
@@ -13,16 +14,27 @@ pub fn table(summaries: &[Summary]) -> String {
         "ampl",
         "peak ampl",
         "peak load",
+        "peak in-flight",
         "success",
+        "success outside",
+        "fallback",
         "p50 ms",
         "p99 ms",
+        "fallback p99",
         "overloaded",
         "recovery",
+        "cut",
         "fault load",
         "retries",
         "early retries",
     ];
-    let rows: Vec<[String; 14]> = summaries
+    // A fault that leaves the provider serving has nothing to cut.
+    let uncut = if scenario.fault.kind.is_dead() {
+        "never"
+    } else {
+        "-"
+    };
+    let rows: Vec<[String; 19]> = summaries
         .iter()
         .map(|s| {
             [
@@ -32,12 +44,19 @@ pub fn table(summaries: &[Summary]) -> String {
                 format!("{:.2}x", s.amplification),
                 format!("{:.2}x", s.peak_amplification),
                 format!("{:.2}x", s.peak_load),
+                s.peak_in_flight.to_string(),
                 format!("{:.2}%", s.success_rate * 100.0),
+                format!("{:.2}%", s.success_outside * 100.0),
+                s.fallbacks.to_string(),
                 s.p50_ms.to_string(),
                 s.p99_ms.to_string(),
+                s.fallback_p99_ms
+                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
                 format!("{} s", s.overloaded_s),
                 s.recovery_s
                     .map_or_else(|| "never".to_owned(), |r| format!("{r:.0} s")),
+                s.cut_s
+                    .map_or_else(|| uncut.to_owned(), |c| format!("{c:.1} s")),
                 format!("{:.2}x", s.fault_load),
                 s.retries.to_string(),
                 s.early_retries.to_string(),
@@ -76,15 +95,24 @@ pub fn table(summaries: &[Summary]) -> String {
 pub const LEGEND: &str = "\
 ampl = attempts reaching the provider / offered (peak ampl: in the worst second);
 peak load = most requests in the provider at once (running + queued) / its slots;
+peak in-flight = most attempts open at once, client side (sent, not yet answered, dropped or cut);
+success = requests the provider answered with success (a fallback answer is none);
+success outside = the same, of the requests that arrived 4 s (the healthy p99.9) or more before the
+fault, or from 2 s after its end;
+fallback = requests answered locally by the breaker's fallback (fallback p99: their p99 latency);
 overloaded = seconds in which over 1% of attempts found every slot busy;
 recovery = seconds after the fault ends until goodput stays >= 95% of offered (per second of arrival);
+cut = seconds after a dead provider's fault starts until attempts stay below 5% of offered until it
+ends (per 100 ms of arrival; - when the provider still serves);
 fault load = attempts / offered during the fault, after its first 3 s;
 retries = attempts that repeat a request; early retries = those sent before the Retry-After they
 were given.";
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::scenario::ScenarioKind;
 
     #[test]
     fn table_aligns_columns_and_says_never() {
@@ -95,22 +123,53 @@ mod tests {
             amplification: 3.47,
             peak_amplification: 3.9,
             peak_load: 1.9,
+            peak_in_flight: 9_000,
             success_rate: 0.41,
+            success_outside: 0.5,
+            fallbacks: 0,
+            fallback_p99_ms: None,
             p50_ms: 4_000,
             p99_ms: 16_000,
             overloaded_s: 50,
             recovery_s: None,
+            cut_s: None,
             fault_load: 3.9,
             retries: 1_780_000,
             early_retries: 0,
             successes: 295_200,
         };
-        let text = table(&[summary]);
+        let outage = Scenario::builtin(ScenarioKind::Outage);
+        let text = table(&outage, std::slice::from_ref(&summary));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0].len(), lines[1].len());
         assert!(
             lines[1].contains("3.47x") && lines[1].contains("never") && lines[1].contains("41.00%")
         );
+        let cells = |text: &str| -> Vec<String> {
+            let row = text.lines().nth(1).unwrap();
+            row.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        // Columns: ... recovery, cut, fault load ...
+        assert_eq!(cells(&text)[14..16], ["never", "never"]);
+        let seed = Scenario::builtin(ScenarioKind::Seed);
+        assert_eq!(
+            cells(&table(&seed, std::slice::from_ref(&summary)))[14..16],
+            ["never", "-"],
+            "nothing to cut while the provider serves"
+        );
+        let cut = Summary {
+            cut_s: Some(2.1),
+            fallbacks: 9_000,
+            fallback_p99_ms: Some(2_003),
+            ..summary
+        };
+        let cells = cells(&table(&outage, &[cut]));
+        assert_eq!(cells[15], "2.1 s");
+        assert_eq!((cells[9].as_str(), cells[12].as_str()), ("9000", "2003 ms"));
     }
 }

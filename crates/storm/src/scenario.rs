@@ -73,6 +73,16 @@ pub const QUOTA_RETRY_AFTER: Duration = Duration::from_secs(2);
 /// Seed of the built-in scenarios.
 pub const DEFAULT_SEED: u64 = 42;
 
+/// Offered load of the black-hole incident: 1,000 requests per second.
+pub const BLACKHOLE_QPS: f64 = 1_000.0;
+
+/// Concurrent slots of the black-hole scenario's provider at [`BLACKHOLE_QPS`]: ample.
+///
+/// Healthy, 1,000 req/s keep about 900 slots busy (Little's law: 1,000 x 0.91 s mean); 10,000
+/// slots take even four attempts per request (naive retries' worst) with room to spare. The
+/// incident is about the connections the clients hold open, not about the provider's capacity.
+pub const BLACKHOLE_CAPACITY: u32 = 10_000;
+
 /// Which built-in scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScenarioKind {
@@ -83,14 +93,18 @@ pub enum ScenarioKind {
     /// From 10 s to 40 s the provider accepts 75% of the offered rate and answers the rest with
     /// 429 and `Retry-After: 2`.
     Quota,
+    /// The field's black hole, at 1,000 requests/s: from 20 s to 30 s the provider accepts
+    /// connections and never answers.
+    Blackhole,
 }
 
 impl ScenarioKind {
     /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 3] = [
+    pub const ALL: [ScenarioKind; 4] = [
         ScenarioKind::Seed,
         ScenarioKind::Outage,
         ScenarioKind::Quota,
+        ScenarioKind::Blackhole,
     ];
 
     /// The name used on the command line and in file names.
@@ -99,6 +113,7 @@ impl ScenarioKind {
             ScenarioKind::Seed => "seed",
             ScenarioKind::Outage => "outage",
             ScenarioKind::Quota => "quota",
+            ScenarioKind::Blackhole => "blackhole",
         }
     }
 }
@@ -117,7 +132,7 @@ impl fmt::Display for UnknownScenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown scenario `{}` (expected seed, outage or quota)",
+            "unknown scenario `{}` (expected seed, outage, quota or blackhole)",
             self.0
         )
     }
@@ -173,6 +188,17 @@ pub enum FaultKind {
         /// The `Retry-After` sent with each 429.
         retry_after: Duration,
     },
+    /// The provider accepts connections and never answers: every attempt that arrives in the
+    /// window, and every attempt in flight when it starts, hangs until its client drops it.
+    Blackhole,
+}
+
+impl FaultKind {
+    /// Whether the provider serves nothing during the fault (an outage, a black hole): the
+    /// faults a client does best to stop sending to.
+    pub fn is_dead(self) -> bool {
+        matches!(self, FaultKind::Outage | FaultKind::Blackhole)
+    }
 }
 
 /// The fault and when it happens.
@@ -221,7 +247,8 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A built-in scenario at the field's load (12,000 req/s, 40,000 slots, 60 s).
+    /// A built-in scenario at the field's load (12,000 req/s, 40,000 slots, 60 s); the black
+    /// hole at its incident's (1,000 req/s, 10,000 slots, 60 s).
     pub fn builtin(kind: ScenarioKind) -> Scenario {
         let fault = match kind {
             ScenarioKind::Seed => Fault {
@@ -242,12 +269,21 @@ impl Scenario {
                     retry_after: QUOTA_RETRY_AFTER,
                 },
             },
+            ScenarioKind::Blackhole => Fault {
+                start: Duration::from_secs(20),
+                end: Duration::from_secs(30),
+                kind: FaultKind::Blackhole,
+            },
+        };
+        let (qps, capacity) = match kind {
+            ScenarioKind::Blackhole => (BLACKHOLE_QPS, BLACKHOLE_CAPACITY),
+            _ => (FIELD_QPS, FIELD_CAPACITY),
         };
         Scenario {
             kind,
-            qps: FIELD_QPS,
+            qps,
             duration: DEFAULT_DURATION,
-            capacity: FIELD_CAPACITY,
+            capacity,
             seed: DEFAULT_SEED,
             baseline: Health::HEALTHY,
             sigma: SERVICE_TIME_SIGMA,
@@ -329,7 +365,7 @@ impl Scenario {
 
     /// Requests per second the provider can complete at `at` (capacity / mean service time).
     pub fn throughput_at(&self, at: Duration) -> f64 {
-        if matches!(self.fault.kind, FaultKind::Outage) && self.fault.contains(at) {
+        if self.fault.kind.is_dead() && self.fault.contains(at) {
             return 0.0;
         }
         let mean = self
@@ -350,6 +386,9 @@ impl Scenario {
                 h.median.as_millis()
             ),
             FaultKind::Outage => "total outage (503 at once, in-flight work lost)".to_owned(),
+            FaultKind::Blackhole => {
+                "black hole (connections accepted, never answered; in-flight work lost)".to_owned()
+            }
             FaultKind::Quota {
                 per_sec,
                 retry_after,
@@ -406,6 +445,20 @@ mod tests {
         let s = Scenario::builtin(ScenarioKind::Seed).with_duration(Duration::from_secs(30));
         assert_eq!(s.fault.start, Duration::from_secs(5));
         assert_eq!(s.fault.end, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn blackhole_runs_at_its_incident_load_with_ample_capacity() {
+        let s = Scenario::builtin(ScenarioKind::Blackhole);
+        assert_eq!((s.qps, s.capacity), (1_000.0, 10_000));
+        assert_eq!(
+            (s.fault.start, s.fault.end),
+            (Duration::from_secs(20), Duration::from_secs(30))
+        );
+        let busy = 4.0 * s.qps * s.mean_service_time(HEALTHY_MEDIAN).as_secs_f64();
+        assert!(busy < 0.4 * f64::from(s.capacity), "{busy}");
+        assert_eq!(s.throughput_at(Duration::from_secs(25)), 0.0);
+        assert!(s.throughput_at(Duration::from_secs(30)) > 10_000.0);
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! resolution); each logical request is a task that calls the pipeline once and records when and
 //! how it ended. Requests that arrive within the scenario's duration are measured. Arrivals go on
 //! after it, unmeasured, until every measured request has its answer: the last measured requests
-//! meet the same load as the others instead of an idle provider.
+//! meet the same load as the others instead of an idle provider. (A request a black hole holds
+//! until the caller's patience runs out keeps them going that long.)
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -21,13 +22,14 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, Request, Response, Uri};
 use http_body_util::Full;
+use stormguard::breaker::{CircuitBreaker, FallbackAnswer, State};
 use tokio::task::LocalSet;
 use tokio::time::Instant;
 use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
-use crate::backend::{Backend, REQUEST_ID};
-use crate::metrics::{Recorder, Series, Summary, summarize};
+use crate::backend::{Backend, FINE_BUCKET, REQUEST_ID};
+use crate::metrics::{Answer, Recorder, Series, Summary, summarize};
 use crate::pipeline::{self, NaivePolicy, Pipeline, SimRequest, TowerPolicy};
 use crate::scenario::{CALLER_PATIENCE, Scenario};
 
@@ -40,8 +42,11 @@ const REQUEST_BODY: &[u8] =
 pub struct Run {
     /// The figures of the report.
     pub summary: Summary,
-    /// Per-second series for the chart.
+    /// Per-second series for the chart, and per-100 ms ones for a closer look.
     pub series: Series,
+    /// The circuit breaker's state at the start of each [`FINE_BUCKET`] (100 ms) of the scenario's
+    /// duration; empty for a pipeline without a breaker.
+    pub breaker: Vec<State>,
 }
 
 /// Run `pipeline` through `scenario`; `on_second` is called after each second of virtual time.
@@ -57,6 +62,7 @@ pub fn simulate(
     let local = LocalSet::new();
     let recorder = Rc::new(RefCell::new(Recorder::default()));
     let on_second: Rc<dyn Fn()> = Rc::new(on_second);
+    let states = Rc::new(RefCell::new(Vec::new()));
     let backend = local.block_on(&runtime, async {
         let epoch = Instant::now();
         let backend = Backend::new(scenario, epoch);
@@ -67,26 +73,50 @@ pub fn simulate(
             on_second,
             backend: backend.clone(),
         };
-        start(pipeline, scenario, backend.clone(), driver)?;
+        if let Some(breaker) = start(pipeline, scenario, backend.clone(), driver)? {
+            let watch = watch(breaker, epoch, scenario.duration, states.clone());
+            tokio::task::spawn_local(watch);
+        }
         Ok::<_, BoxError>(backend)
     })?;
-    // Every pipeline answers within its deadline or attempt timeouts; this bound only guarantees
-    // that a run ends. Requests still unanswered by then count as failures.
+    // Every pipeline answers within its deadline or attempt timeouts, unless a black hole holds
+    // an attempt with no timeout; this bound guarantees that a run ends. Requests still
+    // unanswered by then count as failures.
     let limit = scenario.duration.saturating_add(CALLER_PATIENCE);
     let _ = runtime.block_on(async { tokio::time::timeout(limit, local).await });
     let stats = backend.model().stats().clone();
     let recorder = recorder.take();
     let (summary, series) = summarize(pipeline.as_str(), scenario, recorder, &stats);
-    Ok(Run { summary, series })
+    Ok(Run {
+        summary,
+        series,
+        breaker: states.take(),
+    })
 }
 
-/// Build the pipeline around the backend and start the arrivals.
+/// Note the breaker's state at the start of every [`FINE_BUCKET`] until `duration`.
+async fn watch(
+    breaker: CircuitBreaker,
+    epoch: Instant,
+    duration: Duration,
+    states: Rc<RefCell<Vec<State>>>,
+) {
+    let mut at = Duration::ZERO;
+    while at < duration {
+        tokio::time::sleep_until(epoch + at).await;
+        states.borrow_mut().push(breaker.state());
+        at += FINE_BUCKET;
+    }
+}
+
+/// Build the pipeline around the backend and start the arrivals; returns the pipeline's circuit
+/// breaker, if it has one.
 fn start(
     pipeline: Pipeline,
     scenario: &Scenario,
     backend: Backend,
     driver: Driver,
-) -> Result<(), BoxError> {
+) -> Result<Option<CircuitBreaker>, BoxError> {
     let attempt = |backend: Backend| Timeout::new(backend, scenario.attempt_timeout);
     match pipeline {
         Pipeline::None => driver.spawn(attempt(backend)),
@@ -99,8 +129,13 @@ fn start(
             driver.spawn(tower::retry::Retry::new(policy, attempt(backend)));
         }
         Pipeline::Stormguard => driver.spawn(pipeline::stormguard(backend, scenario)),
+        Pipeline::StormguardBreaker => {
+            let (client, breaker) = pipeline::stormguard_breaker(backend, scenario);
+            driver.spawn(client);
+            return Ok(Some(breaker));
+        }
     }
-    Ok(())
+    Ok(None)
 }
 
 struct Driver {
@@ -196,14 +231,18 @@ where
     S: Service<SimRequest, Response = Response<RB>>,
 {
     let result = service.oneshot(request).await;
-    let success = matches!(&result, Ok(response) if response.status().is_success());
+    let answer = match &result {
+        Ok(response) if response.extensions().get::<FallbackAnswer>().is_some() => Answer::Fallback,
+        Ok(response) if response.status().is_success() => Answer::Success,
+        _ => Answer::Failure,
+    };
     drop(result);
     if let Some(record) = record {
         let completion = Instant::now().saturating_duration_since(record.epoch);
         record
             .recorder
             .borrow_mut()
-            .complete(record.arrival, completion, success);
+            .complete(record.arrival, completion, answer);
         record
             .outstanding
             .set(record.outstanding.get().saturating_sub(1));

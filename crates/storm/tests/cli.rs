@@ -55,6 +55,11 @@ fn same_seed_same_json_with_the_documented_keys() {
             "p99_ms",
             "overloaded_s",
             "recovery_s",
+            "peak_in_flight",
+            "cut_s",
+            "fallbacks",
+            "fallback_p99_ms",
+            "success_outside",
         ] {
             assert!(row.get(key).is_some(), "{key} missing in {row}");
         }
@@ -78,6 +83,38 @@ fn same_seed_same_json_with_the_documented_keys() {
         &out,
     );
     assert_ne!(first, other_seed, "another seed, other draws");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn blackhole_compares_the_retrying_clients_and_the_breaker() {
+    let out = out_dir("blackhole");
+    let json = run_json(
+        // Black hole from 6.7 s to 10 s: long enough for the breaker's 2 s stall detection.
+        &[
+            "--scenario",
+            "blackhole",
+            "--qps",
+            "200",
+            "--duration",
+            "20",
+        ],
+        &out,
+    );
+    let value: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let rows = value.as_array().expect("an array");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["naive", "tower", "stormguard", "stormguard+breaker"]
+    );
+    let breaker = &rows[3];
+    assert!(
+        breaker["fallbacks"].as_u64().expect("a count") > 0,
+        "{breaker}"
+    );
+    assert!(rows[0]["cut_s"].is_null(), "naive retries never cut");
+    assert!(out.join("blackhole.svg").exists(), "the chart is written");
     let _ = std::fs::remove_dir_all(&out);
 }
 
