@@ -10,6 +10,11 @@ use crate::{CircuitBreaker, Fallback};
 ///
 /// Every service this layer wraps shares the layer's [`CircuitBreaker`]: one breaker per
 /// backend. Hand the same breaker (a cheap clone) to every client of that backend.
+///
+/// Responses are judged as the retry engine judges them, from the head and, for a failure, the
+/// start of its error body (the caller still reads all of it). A call dropped before it ends (its
+/// caller gave up) counts for nothing: put an attempt timeout *inside* this layer, so that a
+/// timed-out attempt comes back as a timeout, a health failure.
 #[derive(Clone, Debug)]
 pub struct BreakerLayer<C = LlmClassifier> {
     breaker: CircuitBreaker,

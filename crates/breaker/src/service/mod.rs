@@ -30,8 +30,10 @@ pub use self::future::ResponseFuture;
 pub use self::layer::BreakerLayer;
 use crate::{CircuitBreaker, Fallback};
 
-/// A service behind a circuit breaker: see the [module docs](self) and [`BreakerLayer`] to build
-/// it.
+/// A service behind a circuit breaker: each call asks the shared [`CircuitBreaker`] first (a
+/// refusal is answered at once, by the fallback or with the error), records its outcome, and is
+/// cut by a stall while in flight. [`BreakerLayer`] builds it; the [crate docs](crate) have the
+/// algorithm.
 #[derive(Clone, Debug)]
 pub struct BreakerService<S, C = LlmClassifier> {
     inner: S,
