@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use stormguard::ClientLayer;
+use stormguard::breaker::CircuitBreaker;
 use stormguard::budget::RetryBudget;
 use stormguard::deadline::{DEFAULT_TIMEOUT, Deadline, propagate};
 use stormguard::jitter::Constant;
@@ -148,8 +149,9 @@ fn resilience_retry<E>(budget: Arc<dyn ResilienceBudget>) -> ResilienceRetryLaye
         .build()
 }
 
-/// stormguard's engine: retries only (no throttle, no deadline of its own), and the whole client
-/// pipeline as `ClientLayer::default()` builds it.
+/// stormguard's engine: retries only (no throttle, no deadline of its own), the whole client
+/// pipeline as `ClientLayer::default()` builds it, and on the success path the same with a
+/// circuit breaker.
 fn stormguard<I, V>(inner: I, path: Path, visit: &mut V)
 where
     I: Service<Req, Response = Res, Error = Infallible> + Clone + Send + Sync + 'static,
@@ -160,7 +162,12 @@ where
         Path::Success => {
             let retry = ClientLayer::default().without_throttle().without_timeout();
             visit.variant("stormguard_retry", retry.layer(inner.clone()));
-            visit.variant("stormguard_client", ClientLayer::default().layer(inner));
+            visit.variant(
+                "stormguard_client",
+                ClientLayer::default().layer(inner.clone()),
+            );
+            let breaker = ClientLayer::default().with_breaker(CircuitBreaker::default());
+            visit.variant("stormguard_client_breaker", breaker.layer(inner));
         }
         Path::Failure => {
             // Every request is rejected once: with the default K = 2 the throttle's drop
