@@ -5,7 +5,7 @@
 //! | [`RETRY_AFTER`], [`RETRY_AFTER_MS`], [`X_MS_RETRY_AFTER_MS`] | classifiers (hints) | |
 //! | [`X_SHOULD_RETRY`], [`GRPC_RETRY_PUSHBACK_MS`] | classifiers | [`mark_do_not_retry`] |
 //! | [`GRPC_STATUS`], [`GRPC_MESSAGE`] | classifiers | refusal responses |
-//! | `x-ratelimit-*`, `anthropic-ratelimit-*` | classifiers (reset hints) | |
+//! | `x-ratelimit-*`, `anthropic-ratelimit-*` | classifiers (reset hints), rate limits (learning) | |
 //! | [`X_RETRY_ATTEMPT`], [`GRPC_PREVIOUS_RPC_ATTEMPTS`] | server retry shedding | the retry engine |
 //! | [`X_STAINLESS_RETRY_COUNT`], [`X_ENVOY_ATTEMPT_COUNT`] | server retry shedding | |
 //! | [`X_REQUEST_TIMEOUT_MS`], [`GRPC_TIMEOUT`] | server deadlines | client deadlines |
@@ -40,6 +40,26 @@ pub const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 /// `grpc-retry-pushback-ms` (gRFC A6): non-negative integer = retry after that many
 /// milliseconds; negative or unparseable = do not retry.
 pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// `x-ratelimit-limit-requests` (OpenAI, Groq): the requests-per-minute limit.
+pub const X_RATELIMIT_LIMIT_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-limit-requests");
+
+/// `x-ratelimit-limit-tokens` (OpenAI, Groq): the tokens-per-minute limit.
+pub const X_RATELIMIT_LIMIT_TOKENS: HeaderName =
+    HeaderName::from_static("x-ratelimit-limit-tokens");
+
+/// `anthropic-ratelimit-requests-limit` (Anthropic): the requests-per-minute limit.
+pub const ANTHROPIC_RATELIMIT_REQUESTS_LIMIT: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-requests-limit");
+
+/// `anthropic-ratelimit-tokens-limit` (Anthropic): the most restrictive tokens-per-minute limit.
+pub const ANTHROPIC_RATELIMIT_TOKENS_LIMIT: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-tokens-limit");
+
+/// `anthropic-ratelimit-input-tokens-limit` (Anthropic): the input-tokens-per-minute limit.
+pub const ANTHROPIC_RATELIMIT_INPUT_TOKENS_LIMIT: HeaderName =
+    HeaderName::from_static("anthropic-ratelimit-input-tokens-limit");
 
 /// `x-ratelimit-reset-requests` (OpenAI, Groq): time until the request limit resets, as a Go
 /// duration (`1s`, `6m0s`, `12ms`).

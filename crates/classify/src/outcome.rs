@@ -236,6 +236,9 @@ pub enum Reason {
     BreakerOpen,
     /// The request was refused locally: too many attempts already in flight to the backend.
     BulkheadFull,
+    /// The request was refused locally: the client's own rate limit had no slot for it within
+    /// the wait it allows (or it weighs more than a whole minute's quota).
+    RateLimitedLocally,
     /// The request's deadline expired.
     DeadlineExceeded,
     /// An error nobody could identify.
@@ -271,6 +274,7 @@ impl Reason {
             Reason::RetryBudgetExhausted => "retry_budget_exhausted",
             Reason::BreakerOpen => "breaker_open",
             Reason::BulkheadFull => "bulkhead_full",
+            Reason::RateLimitedLocally => "rate_limited_locally",
             Reason::DeadlineExceeded => "deadline_exceeded",
             Reason::Other => "other",
         }
@@ -304,6 +308,7 @@ impl Reason {
             Reason::RetryBudgetExhausted => "retry budget exhausted",
             Reason::BreakerOpen => "circuit breaker open: the backend is failing",
             Reason::BulkheadFull => "too many requests in flight to the backend",
+            Reason::RateLimitedLocally => "over the client's rate limit",
             Reason::DeadlineExceeded => "deadline exceeded",
             Reason::Other => "unidentified error",
         }
@@ -323,7 +328,7 @@ impl fmt::Display for Reason {
 mod tests {
     use super::*;
 
-    const ALL_REASONS: [Reason; 27] = [
+    const ALL_REASONS: [Reason; 28] = [
         Reason::Success,
         Reason::RateLimited,
         Reason::Overloaded,
@@ -349,6 +354,7 @@ mod tests {
         Reason::RetryBudgetExhausted,
         Reason::BreakerOpen,
         Reason::BulkheadFull,
+        Reason::RateLimitedLocally,
         Reason::DeadlineExceeded,
         Reason::Other,
     ];

@@ -19,13 +19,14 @@ use crate::outcome::{Outcome, Reason};
 /// | reason | HTTP | gRPC |
 /// |---|---|---|
 /// | `throttled`, `retry_budget_exhausted`, `breaker_open`, `bulkhead_full` | 503 | `UNAVAILABLE` |
+/// | `rate_limited_locally` | 429 | `RESOURCE_EXHAUSTED` |
 /// | `deadline_exceeded`, `timeout` | 504 | `DEADLINE_EXCEEDED` |
 /// | `bad_request` (a request body that could not be read) | 400 | `INVALID_ARGUMENT` |
 /// | any other (an upstream failure) | 502 | `UNAVAILABLE` |
 ///
 /// HTTP answers carry the status and `x-should-retry: false` (honoured by the official OpenAI and
 /// Anthropic SDKs), and `retry-after` (whole seconds, rounded up) when the outcome says when the
-/// refusal ends (an open circuit breaker does): for a caller that schedules work, not for an
+/// refusal ends (an open circuit breaker and a rate limit do): for a caller that schedules work, not for an
 /// SDK's automatic retry. gRPC answers are trailers-only, as gRPC's "PROTOCOL-HTTP2" specification
 /// prescribes for errors raised before any message: HTTP 200, `content-type: application/grpc`,
 /// `grpc-status`, `grpc-message` (the reason in words) and `grpc-retry-pushback-ms: -1` (gRFC A6:
@@ -52,6 +53,7 @@ pub fn refusal_response<B: Default>(outcome: &Outcome, grpc: bool) -> Response<B
         | Reason::RetryBudgetExhausted
         | Reason::BreakerOpen
         | Reason::BulkheadFull => (StatusCode::SERVICE_UNAVAILABLE, GrpcCode::Unavailable),
+        Reason::RateLimitedLocally => (StatusCode::TOO_MANY_REQUESTS, GrpcCode::ResourceExhausted),
         Reason::DeadlineExceeded | Reason::Timeout => {
             (StatusCode::GATEWAY_TIMEOUT, GrpcCode::DeadlineExceeded)
         }
@@ -130,6 +132,13 @@ mod tests {
         assert_eq!(http.headers()[RETRY_AFTER], "3");
         assert_eq!(http.headers()[X_SHOULD_RETRY], "false");
         assert_eq!(status(Reason::BulkheadFull), 503);
+        let paced = Outcome::fatal(Reason::RateLimitedLocally)
+            .with_accepted(false)
+            .with_retry_after(Some(std::time::Duration::from_millis(400)));
+        let http: Response<()> = refusal_response(&paced, false);
+        assert_eq!(http.status(), 429);
+        assert_eq!(http.headers()[RETRY_AFTER], "1");
+        assert_eq!(http.headers()[X_SHOULD_RETRY], "false");
         let grpc: Response<()> = refusal_response(&open, true);
         assert!(grpc.headers().get(RETRY_AFTER).is_none());
     }

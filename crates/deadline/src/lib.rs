@@ -80,7 +80,7 @@ pub mod server;
 pub use client::DeadlineLayer;
 pub use deadline::Deadline;
 pub use error::DeadlineExceeded;
-pub use llm::{ASSUMED_OUTPUT_TOKENS, BYTES_PER_TOKEN, LlmDeadline};
+pub use llm::{ASSUMED_OUTPUT_TOKENS, BYTES_PER_TOKEN, LlmDeadline, TokenEstimate};
 pub use server::ServerDeadlineLayer;
 
 /// The default request timeout: 600 s (10 minutes), the default request timeout of the official

@@ -103,24 +103,8 @@ impl LlmDeadline {
     /// The time allowed for a request with this (JSON) body. Total: any bytes give an estimate in
     /// `[base, max]` (or `max` if `base > max`).
     pub fn estimate(&self, body: &[u8]) -> Duration {
-        let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
-            return self.for_tokens(0, ASSUMED_OUTPUT_TOKENS);
-        };
-        let output_tokens = OUTPUT_LIMIT_FIELDS
-            .iter()
-            .find_map(|name| fields.get(*name).and_then(token_count))
-            .or_else(|| {
-                NESTED_OUTPUT_LIMITS.iter().find_map(|(outer, inner)| {
-                    fields.get(*outer)?.get(*inner).and_then(token_count)
-                })
-            })
-            .unwrap_or(ASSUMED_OUTPUT_TOKENS);
-        let prompt_bytes: u64 = PROMPT_FIELDS
-            .iter()
-            .filter_map(|name| fields.get(*name))
-            .map(text_bytes)
-            .fold(0, u64::saturating_add);
-        self.for_tokens(prompt_bytes.div_ceil(BYTES_PER_TOKEN), output_tokens)
+        let tokens = TokenEstimate::of(body);
+        self.for_tokens(tokens.prompt, tokens.output)
     }
 
     /// `min(max, base + prompt_tokens * per_prompt_token + output_tokens * per_output_token)`,
@@ -145,6 +129,61 @@ impl LlmDeadline {
         // Below `max`, so it fits a `Duration`.
         let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
         Duration::new(secs, (nanos % 1_000_000_000) as u32)
+    }
+}
+
+/// The tokens an LLM request will use, estimated from its JSON body before it is sent: the
+/// prompt (its text at [`BYTES_PER_TOKEN`] bytes per token) and the output it allows (its own
+/// limit, or [`ASSUMED_OUTPUT_TOKENS`]). What [`LlmDeadline`] sizes a deadline from, and what a
+/// tokens-per-minute rate limit weighs a request by (providers count a request's `max_tokens`
+/// against the quota when they admit it).
+///
+/// ```
+/// use stormguard_deadline::TokenEstimate;
+///
+/// let tokens = TokenEstimate::of(br#"{"max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}"#);
+/// assert_eq!((tokens.prompt, tokens.output, tokens.total()), (2, 50, 52));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenEstimate {
+    /// Prompt tokens.
+    pub prompt: u64,
+    /// Output tokens the request allows.
+    pub output: u64,
+}
+
+impl TokenEstimate {
+    /// The estimate for a request with this body (not JSON: no prompt, the assumed output).
+    pub fn of(body: &[u8]) -> Self {
+        let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
+            return Self {
+                prompt: 0,
+                output: ASSUMED_OUTPUT_TOKENS,
+            };
+        };
+        let output = OUTPUT_LIMIT_FIELDS
+            .iter()
+            .find_map(|name| fields.get(*name).and_then(token_count))
+            .or_else(|| {
+                NESTED_OUTPUT_LIMITS.iter().find_map(|(outer, inner)| {
+                    fields.get(*outer)?.get(*inner).and_then(token_count)
+                })
+            })
+            .unwrap_or(ASSUMED_OUTPUT_TOKENS);
+        let prompt_bytes: u64 = PROMPT_FIELDS
+            .iter()
+            .filter_map(|name| fields.get(*name))
+            .map(text_bytes)
+            .fold(0, u64::saturating_add);
+        Self {
+            prompt: prompt_bytes.div_ceil(BYTES_PER_TOKEN),
+            output,
+        }
+    }
+
+    /// Prompt and output together, saturating.
+    pub fn total(&self) -> u64 {
+        self.prompt.saturating_add(self.output)
     }
 }
 

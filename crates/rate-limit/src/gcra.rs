@@ -1,0 +1,231 @@
+//! [`Gcra`]: one dimension of a rate limit (requests, or tokens), as the generic cell rate
+//! algorithm's virtual scheduling, lock-free.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// One dimension of a limit: `rate` units per second, a bucket of `burst` units.
+///
+/// The state is one instant, the *theoretical arrival time* (TAT): when the bucket will be full
+/// again if nothing more is taken. Taking `w` units moves it `w / rate` later; time catches up
+/// with it. A request of `w` units may go at the earliest instant `t` at which the bucket holds
+/// them, `TAT - t <= (burst - w) / rate`; one heavier than the bucket waits for it to be full
+/// and leaves it in debt. This is the virtual-scheduling form of the generic cell rate
+/// algorithm (ITU-T I.371, GCRA), weighted, with a reservation in place of a yes/no: the answer
+/// is *when*, and the caller decides whether that is soon enough.
+///
+/// Instants are nanoseconds since the limit's origin; the TAT moves by compare-and-swap, so
+/// concurrent reservations are ordered (first come, first served) and never over-admit.
+#[derive(Debug)]
+pub(crate) struct Gcra {
+    /// Theoretical arrival time, in nanoseconds since the origin.
+    tat: AtomicU64,
+    /// Nanoseconds per unit (`1 / rate`); 0: no limit.
+    interval: AtomicU64,
+    /// Units the bucket holds.
+    burst: AtomicU64,
+}
+
+/// A reservation: when the units may go, and what they cost (to give back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// Nanoseconds since the origin at which the request may go.
+    pub(crate) start: u64,
+    /// Nanoseconds the reservation moved the TAT.
+    pub(crate) cost: u64,
+}
+
+impl Gcra {
+    /// A dimension of `per_minute` units a minute (`None`: no limit), with a bucket of `burst`
+    /// worth of them (at least one unit).
+    pub(crate) fn new(per_minute: Option<u32>, burst: Duration) -> Self {
+        let gcra = Self {
+            tat: AtomicU64::new(0),
+            interval: AtomicU64::new(0),
+            burst: AtomicU64::new(1),
+        };
+        gcra.set_rate(per_minute, burst);
+        gcra
+    }
+
+    /// Changes the rate to `per_minute` units a minute (`None` or 0: no limit), keeping the
+    /// debt already taken.
+    pub(crate) fn set_rate(&self, per_minute: Option<u32>, burst: Duration) {
+        let Some(per_minute) = per_minute.filter(|&n| n > 0) else {
+            self.interval.store(0, Ordering::Release);
+            return;
+        };
+        let interval = 60_000_000_000 / u64::from(per_minute);
+        let units = (u128::from(per_minute) * burst.as_nanos() / 60_000_000_000).max(1);
+        self.burst
+            .store(u64::try_from(units).unwrap_or(u64::MAX), Ordering::Release);
+        self.interval.store(interval.max(1), Ordering::Release);
+    }
+
+    /// The rate in units a minute, if limited.
+    pub(crate) fn per_minute(&self) -> Option<u64> {
+        match self.interval.load(Ordering::Acquire) {
+            0 => None,
+            interval => Some(60_000_000_000 / interval),
+        }
+    }
+
+    /// Reserves `units` at `now`, if they can go within `max_wait`: the slot, or how long until
+    /// they could (nothing is taken then).
+    pub(crate) fn reserve(&self, now: u64, units: u64, max_wait: u64) -> Result<Slot, u64> {
+        let interval = self.interval.load(Ordering::Acquire);
+        if interval == 0 || units == 0 {
+            return Ok(Slot {
+                start: now,
+                cost: 0,
+            });
+        }
+        let burst = self.burst.load(Ordering::Acquire);
+        let cost = units.saturating_mul(interval);
+        // The debt the bucket may hold before the request: its room, less the request.
+        let room = burst.saturating_sub(units).saturating_mul(interval);
+        let mut tat = self.tat.load(Ordering::Acquire);
+        loop {
+            let start = now.max(tat.saturating_sub(room));
+            let wait = start - now;
+            if wait > max_wait {
+                return Err(wait);
+            }
+            let next = tat.max(now).saturating_add(cost);
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(Slot { start, cost }),
+                Err(current) => tat = current,
+            }
+        }
+    }
+
+    /// Gives back what a reservation took, for a request that was never sent.
+    pub(crate) fn give_back(&self, cost: u64) {
+        if cost > 0 {
+            // Never below zero; a TAT in the past is an empty debt either way.
+            let _ = self
+                .tat
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                    Some(tat.saturating_sub(cost))
+                });
+        }
+    }
+
+    /// Takes `units` more (positive) or gives back `-units` (negative) after the fact: a
+    /// request's weight corrected once its real usage is known.
+    pub(crate) fn adjust(&self, now: u64, units: i64) {
+        let interval = self.interval.load(Ordering::Acquire);
+        let cost = units.unsigned_abs().saturating_mul(interval);
+        if cost == 0 {
+            return;
+        }
+        let _ = self
+            .tat
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                Some(if units > 0 {
+                    tat.max(now).saturating_add(cost)
+                } else {
+                    tat.saturating_sub(cost)
+                })
+            });
+    }
+
+    /// Makes the bucket empty until `until` at least: the provider said so (no quota left until
+    /// its reset, or a `Retry-After`).
+    pub(crate) fn block_until(&self, until: u64) {
+        let interval = self.interval.load(Ordering::Acquire);
+        let burst = self.burst.load(Ordering::Acquire);
+        // A request of one unit may go at `until`.
+        let tat = until.saturating_add(burst.saturating_sub(1).saturating_mul(interval));
+        self.tat.fetch_max(tat, Ordering::AcqRel);
+    }
+
+    /// Units the bucket holds, and units it could take now.
+    pub(crate) fn level(&self, now: u64) -> Option<(u64, u64)> {
+        let interval = self.interval.load(Ordering::Acquire);
+        if interval == 0 {
+            return None;
+        }
+        let burst = self.burst.load(Ordering::Acquire);
+        let debt = self.tat.load(Ordering::Acquire).saturating_sub(now) / interval;
+        Some((burst, burst.saturating_sub(debt)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_burst_goes_at_once_and_the_rest_is_paced() {
+        // 600 a minute = 10 a second, a bucket of one second's worth.
+        let gcra = Gcra::new(Some(600), Duration::from_secs(1));
+        for _ in 0..10 {
+            assert_eq!(gcra.reserve(0, 1, 0).map(|slot| slot.start), Ok(0));
+        }
+        // The 11th waits 100 ms, and is refused if it may not wait that long.
+        assert_eq!(gcra.reserve(0, 1, SECOND / 20), Err(SECOND / 10));
+        assert_eq!(gcra.reserve(0, 1, SECOND).map(|s| s.start), Ok(SECOND / 10));
+        assert_eq!(gcra.reserve(0, 1, SECOND).map(|s| s.start), Ok(SECOND / 5));
+        // Giving the last one back frees its place for the next.
+        gcra.give_back(SECOND / 10);
+        assert_eq!(gcra.reserve(0, 1, SECOND).map(|s| s.start), Ok(SECOND / 5));
+    }
+
+    #[test]
+    fn a_request_heavier_than_the_bucket_waits_for_it_to_be_full() {
+        // 6,000 tokens a minute = 100 a second, a bucket of 100.
+        let gcra = Gcra::new(Some(6_000), Duration::from_secs(1));
+        assert_eq!(gcra.reserve(0, 50, 0).map(|s| s.start), Ok(0));
+        // 300 tokens: waits until the 50 taken are back (0.5 s), then leaves 3 s of debt.
+        assert_eq!(
+            gcra.reserve(0, 300, 10 * SECOND).map(|s| s.start),
+            Ok(SECOND / 2)
+        );
+        assert_eq!(gcra.level(SECOND / 2), Some((100, 0)));
+        // Its 3 s of debt end at 3.5 s: at 3 s, 50 tokens are back.
+        assert_eq!(gcra.level(3 * SECOND), Some((100, 50)));
+    }
+
+    #[test]
+    fn no_limit_admits_everything_at_once() {
+        let gcra = Gcra::new(None, Duration::from_secs(1));
+        for _ in 0..1_000 {
+            assert_eq!(gcra.reserve(5, 1_000_000, 0).map(|s| s.start), Ok(5));
+        }
+        assert_eq!(gcra.per_minute(), None);
+        assert_eq!(gcra.level(5), None);
+    }
+
+    #[test]
+    fn blocking_moves_the_next_start_to_the_given_instant() {
+        let gcra = Gcra::new(Some(60), Duration::from_secs(1));
+        gcra.block_until(7 * SECOND);
+        assert_eq!(
+            gcra.reserve(0, 1, 10 * SECOND).map(|s| s.start),
+            Ok(7 * SECOND)
+        );
+        // An earlier block changes nothing.
+        gcra.block_until(SECOND);
+        assert_eq!(
+            gcra.reserve(0, 1, 10 * SECOND).map(|s| s.start),
+            Ok(8 * SECOND)
+        );
+    }
+
+    #[test]
+    fn adjustments_take_or_give_back_after_the_fact() {
+        let gcra = Gcra::new(Some(6_000), Duration::from_secs(1));
+        assert!(gcra.reserve(0, 100, 0).is_ok());
+        assert_eq!(gcra.level(0), Some((100, 0)));
+        gcra.adjust(0, -60);
+        assert_eq!(gcra.level(0), Some((100, 60)));
+        gcra.adjust(0, 30);
+        assert_eq!(gcra.level(0), Some((100, 30)));
+    }
+}

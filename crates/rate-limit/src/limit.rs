@@ -1,0 +1,479 @@
+//! [`RateLimit`]: the shared limit, its keys, and the [`Reservation`] and [`Permit`] a request
+//! holds.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue};
+use stormguard_classify::window::SlidingWindow;
+use stormguard_classify::{Outcome, Reason};
+use tokio::time::Instant;
+
+use crate::gcra::{Gcra, Slot};
+use crate::learn::{Cubic, Stated};
+use crate::{RateLimitCause, RateLimitConfig, RateLimited};
+
+/// Picks a request's key in a keyed limit.
+type KeyFn = dyn Fn(&Parts) -> Option<HeaderValue> + Send + Sync;
+
+/// A requests- and tokens-per-minute rate limit, shared by every clone: see the [crate
+/// docs](crate).
+///
+/// Before each attempt, [`reserve`](Self::reserve) a slot for it: a [`Reservation`] that says
+/// when it may go (now, or after a wait within `max_wait` and the request's deadline), or
+/// [`RateLimited`]. Wait until [`Reservation::start`], then [`send`](Reservation::send) it, and
+/// tell the [`Permit`] what the provider answered ([`observe`](Permit::observe)). A reservation
+/// dropped before it is sent gives its slot back. The retry engine's `with_rate_limit` and the
+/// [`RateLimitLayer`](crate::RateLimitLayer) do all of this.
+#[derive(Clone)]
+pub struct RateLimit {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: RateLimitConfig,
+    origin: Instant,
+    /// The bucket of requests without a key.
+    unkeyed: Arc<Bucket>,
+    keyed: Option<Keyed>,
+}
+
+struct Keyed {
+    key: Box<KeyFn>,
+    buckets: Mutex<HashMap<HeaderValue, Arc<Bucket>>>,
+}
+
+/// One key's limit: a GCRA per dimension, and what it learned.
+struct Bucket {
+    requests: Gcra,
+    tokens: Gcra,
+    /// Requests admitted over the last second: the rate actually sent, for CUBIC.
+    sent: SlidingWindow<1>,
+    /// Set once a limit was learned for a dimension that has no configured one (so that
+    /// reservations skip the lock otherwise).
+    adaptive: AtomicBool,
+    learned: Mutex<Learned>,
+    /// When the bucket was last used, nanoseconds since the origin.
+    used: AtomicU64,
+}
+
+/// What a bucket learned from the provider.
+#[derive(Default)]
+struct Learned {
+    /// Limits the provider stated, a minute.
+    requests: Option<u64>,
+    tokens: Option<u64>,
+    /// The request rate learned from 429s, when no limit was stated or configured.
+    cubic: Option<Cubic>,
+}
+
+/// What a limit holds now, as returned by [`RateLimit::snapshot`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateLimitSnapshot {
+    /// Requests a minute in force (configured, stated by the provider, or learned from its 429s);
+    /// `None`: no limit.
+    pub requests_per_minute: Option<u64>,
+    /// Tokens a minute in force; `None`: no limit.
+    pub tokens_per_minute: Option<u64>,
+    /// Requests that could go at once now.
+    pub requests_available: Option<u64>,
+    /// Tokens that could go at once now.
+    pub tokens_available: Option<u64>,
+    /// Keys held (a keyed limit).
+    pub keys: usize,
+}
+
+impl RateLimit {
+    /// One limit for every request, with the settings of `config`.
+    pub fn new(config: RateLimitConfig) -> Self {
+        Self::build(config, None)
+    }
+
+    /// One limit per key: `key` picks a request's key from its head (a header: the caller's API
+    /// key, a model or provider name set by a layer above); requests with no key share one
+    /// limit. Every key gets the settings of `config`, learns on its own, and is forgotten when
+    /// room is needed after it was idle (see [`RateLimitConfig::with_keys`]).
+    ///
+    /// ```
+    /// use stormguard_rate_limit::{RateLimit, RateLimitConfig};
+    ///
+    /// let per_caller = RateLimit::keyed(
+    ///     RateLimitConfig::default().with_requests_per_minute(Some(60)),
+    ///     |head| head.headers.get("x-api-key").cloned(),
+    /// );
+    /// # let _ = per_caller;
+    /// ```
+    pub fn keyed<F>(config: RateLimitConfig, key: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<HeaderValue> + Send + Sync + 'static,
+    {
+        Self::build(
+            config,
+            Some(Keyed {
+                key: Box::new(key),
+                buckets: Mutex::new(HashMap::new()),
+            }),
+        )
+    }
+
+    fn build(config: RateLimitConfig, keyed: Option<Keyed>) -> Self {
+        let origin = Instant::now();
+        Self {
+            shared: Arc::new(Shared {
+                unkeyed: Arc::new(Bucket::new(&config, 0)),
+                config,
+                origin,
+                keyed,
+            }),
+        }
+    }
+
+    /// The settings this limit was made with.
+    pub fn config(&self) -> &RateLimitConfig {
+        &self.shared.config
+    }
+
+    /// Whether requests must be weighed in tokens (a tokens-per-minute limit is configured or was
+    /// stated by the provider): when not, [`reserve`](Self::reserve) ignores the weight and the
+    /// body need not be read for it.
+    pub fn weighs_tokens(&self, head: &Parts) -> bool {
+        self.shared.config.tokens_per_minute().is_some()
+            || self
+                .shared
+                .bucket_of(head, self.shared.nanos(Instant::now()))
+                .tokens
+                .per_minute()
+                .is_some()
+    }
+
+    /// Reserves a slot for the request with head `head`, weighing `tokens`, that may wait until
+    /// `deadline` at most (and never longer than `max_wait`).
+    ///
+    /// The slot is taken in every dimension at once, first come first served: a request that
+    /// waits keeps its place ahead of those that come after it. Refused with [`RateLimited`] when
+    /// the slot would come too late (nothing is taken then) or the request weighs more tokens
+    /// than a minute's quota.
+    pub fn reserve(
+        &self,
+        head: &Parts,
+        tokens: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Reservation, RateLimited> {
+        let shared = &*self.shared;
+        let now = Instant::now();
+        let at = shared.nanos(now);
+        let bucket = shared.bucket_of(head, at);
+        bucket.used.store(at, Ordering::Relaxed);
+        bucket.adapt(shared, at);
+        let tokens = if bucket.tokens.per_minute().is_some() {
+            tokens
+        } else {
+            0
+        };
+        if let Some(per_minute) = bucket.tokens.per_minute()
+            && tokens > per_minute
+        {
+            let cause = RateLimitCause::TooHeavy { tokens, per_minute };
+            return Err(RateLimited::new(Duration::from_secs(60), cause));
+        }
+        let mut max_wait = shared.config.max_wait();
+        if let Some(deadline) = deadline {
+            max_wait = max_wait.min(deadline.saturating_duration_since(now));
+        }
+        let max_wait = nanos_of(max_wait);
+        let refused =
+            |wait: u64| RateLimited::new(Duration::from_nanos(wait), RateLimitCause::Wait);
+        let requests = bucket.requests.reserve(at, 1, max_wait).map_err(refused)?;
+        let token_slot = match bucket.tokens.reserve(at, tokens, max_wait) {
+            Ok(slot) => slot,
+            Err(wait) => {
+                bucket.requests.give_back(requests.cost);
+                return Err(refused(wait));
+            }
+        };
+        bucket.sent.add(bucket.sent.epoch(now), 0);
+        let start = requests.start.max(token_slot.start);
+        Ok(Reservation {
+            permit: Permit {
+                shared: Arc::clone(&self.shared),
+                bucket,
+                tokens,
+            },
+            start: shared.origin + Duration::from_nanos(start),
+            slots: Some((requests, token_slot)),
+        })
+    }
+
+    /// The limit of requests without a key (the only one of an unkeyed limit).
+    pub fn snapshot(&self) -> RateLimitSnapshot {
+        let shared = &*self.shared;
+        let at = shared.nanos(Instant::now());
+        let bucket = &shared.unkeyed;
+        let keys = shared.keyed.as_ref().map_or(0, |keyed| keyed.lock().len());
+        RateLimitSnapshot {
+            requests_per_minute: bucket.requests.per_minute(),
+            tokens_per_minute: bucket.tokens.per_minute(),
+            requests_available: bucket.requests.level(at).map(|(_, free)| free),
+            tokens_available: bucket.tokens.level(at).map(|(_, free)| free),
+            keys,
+        }
+    }
+}
+
+impl Default for RateLimit {
+    /// A limit with no configured numbers: it learns them from the provider.
+    fn default() -> Self {
+        Self::new(RateLimitConfig::default())
+    }
+}
+
+impl fmt::Debug for RateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("config", &self.shared.config)
+            .field("keyed", &self.shared.keyed.is_some())
+            .field("snapshot", &self.snapshot())
+            .finish()
+    }
+}
+
+impl Shared {
+    fn nanos(&self, now: Instant) -> u64 {
+        nanos_of(now.saturating_duration_since(self.origin))
+    }
+
+    /// The bucket of the request with head `head`: its key's (made if new), or the unkeyed one.
+    fn bucket_of(&self, head: &Parts, at: u64) -> Arc<Bucket> {
+        let Some(keyed) = &self.keyed else {
+            return Arc::clone(&self.unkeyed);
+        };
+        let Some(key) = (keyed.key)(head) else {
+            return Arc::clone(&self.unkeyed);
+        };
+        let mut buckets = keyed.lock();
+        if let Some(bucket) = buckets.get(&key) {
+            return Arc::clone(bucket);
+        }
+        let (max_keys, idle) = self.config.keys();
+        if buckets.len() >= max_keys {
+            // Forget the idle keys; if none is, the least recently used.
+            let idle_since = at.saturating_sub(nanos_of(idle));
+            buckets.retain(|_, bucket| bucket.used.load(Ordering::Relaxed) > idle_since);
+            if buckets.len() >= max_keys
+                && let Some(oldest) = buckets
+                    .iter()
+                    .min_by_key(|(_, bucket)| bucket.used.load(Ordering::Relaxed))
+                    .map(|(key, _)| key.clone())
+            {
+                buckets.remove(&oldest);
+            }
+        }
+        let bucket = Arc::new(Bucket::new(&self.config, at));
+        buckets.insert(key, Arc::clone(&bucket));
+        bucket
+    }
+}
+
+impl Keyed {
+    fn lock(&self) -> MutexGuard<'_, HashMap<HeaderValue, Arc<Bucket>>> {
+        self.buckets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Bucket {
+    fn new(config: &RateLimitConfig, at: u64) -> Self {
+        Self {
+            requests: Gcra::new(config.requests_per_minute(), config.burst()),
+            tokens: Gcra::new(config.tokens_per_minute(), config.burst()),
+            sent: SlidingWindow::new(Duration::from_secs(1), 10),
+            adaptive: AtomicBool::new(false),
+            learned: Mutex::new(Learned::default()),
+            used: AtomicU64::new(at),
+        }
+    }
+
+    fn learned(&self) -> MutexGuard<'_, Learned> {
+        self.learned.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Requests sent over the last second.
+    fn sent_rate(&self) -> f64 {
+        self.sent.sum(self.sent.epoch_now(), 0) as f64
+    }
+
+    /// Moves the request rate along its CUBIC curve, if it is learned from 429s.
+    fn adapt(&self, shared: &Shared, at: u64) {
+        if !self.adaptive.load(Ordering::Acquire) {
+            return;
+        }
+        let learned = self.learned();
+        if let Some(cubic) = learned.cubic {
+            let rate = cubic.rate(seconds(at), self.sent_rate());
+            self.requests
+                .set_rate(Some(per_minute(rate)), shared.config.burst());
+        }
+    }
+
+    /// Learns from one response of the provider.
+    fn learn(&self, shared: &Shared, headers: &HeaderMap, outcome: &Outcome) {
+        let config = &shared.config;
+        let at = shared.nanos(Instant::now());
+        let stated = Stated::read(headers, SystemTime::now());
+        // Quotas the provider says are spent: nothing goes before they are whole again.
+        for (gcra, quota) in [
+            (&self.requests, stated.requests),
+            (&self.tokens, stated.tokens),
+        ] {
+            if let Some(spent_for) = quota.spent_for() {
+                gcra.block_until(at.saturating_add(nanos_of(spent_for)));
+            }
+        }
+        let throttled = outcome.reason() == Reason::RateLimited;
+        if throttled && let Some(hint) = outcome.retry_after() {
+            self.requests.block_until(at.saturating_add(nanos_of(hint)));
+        }
+        let unknown_requests = config.requests_per_minute().is_none();
+        let unknown_tokens = config.tokens_per_minute().is_none();
+        if !(unknown_requests && (stated.requests.limit.is_some() || throttled)
+            || unknown_tokens && stated.tokens.limit.is_some())
+        {
+            return;
+        }
+        let mut learned = self.learned();
+        if unknown_requests && let Some(limit) = stated.requests.limit {
+            if learned.requests != Some(limit) {
+                self.requests
+                    .set_rate(Some(clamp_u32(limit)), config.burst());
+                learned.requests = Some(limit);
+            }
+            learned.cubic = None;
+        } else if unknown_requests && throttled && learned.requests.is_none() {
+            // No numbers at all: CUBIC from the rate that met this 429.
+            let rate = self.requests.per_minute().map(|n| n as f64 / 60.0);
+            learned.cubic = Some(Cubic::throttled(seconds(at), self.sent_rate(), rate));
+            self.adaptive.store(true, Ordering::Release);
+        }
+        if unknown_tokens
+            && let Some(limit) = stated.tokens.limit
+            && learned.tokens != Some(limit)
+        {
+            self.tokens.set_rate(Some(clamp_u32(limit)), config.burst());
+            learned.tokens = Some(limit);
+        }
+        self.adaptive
+            .store(learned.cubic.is_some(), Ordering::Release);
+    }
+}
+
+/// A slot reserved for one request: wait until [`start`](Self::start), then
+/// [`send`](Self::send) it. Dropped unsent (the caller gave up waiting, a layer below refused the
+/// request), it gives the slot back.
+pub struct Reservation {
+    permit: Permit,
+    start: Instant,
+    /// What the reservation took, until it is sent.
+    slots: Option<(Slot, Slot)>,
+}
+
+impl Reservation {
+    /// When the request may go.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// The request goes: the slot is spent.
+    pub fn send(mut self) -> Permit {
+        self.slots = None;
+        Permit {
+            shared: Arc::clone(&self.permit.shared),
+            bucket: Arc::clone(&self.permit.bucket),
+            tokens: self.permit.tokens,
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some((requests, tokens)) = self.slots.take() {
+            self.permit.bucket.requests.give_back(requests.cost);
+            self.permit.bucket.tokens.give_back(tokens.cost);
+        }
+    }
+}
+
+impl fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reservation")
+            .field("start", &self.start)
+            .field("tokens", &self.permit.tokens)
+            .finish()
+    }
+}
+
+/// A request that went: tell it what the provider answered.
+pub struct Permit {
+    shared: Arc<Shared>,
+    bucket: Arc<Bucket>,
+    /// The tokens the request was weighed at.
+    tokens: u64,
+}
+
+impl Permit {
+    /// Learns from the provider's answer (see the crate docs): the limits its headers state, a
+    /// quota it says is spent, a 429 and its `Retry-After`.
+    pub fn observe(&self, headers: &HeaderMap, outcome: &Outcome) {
+        if self.shared.config.learning() {
+            self.bucket.learn(&self.shared, headers, outcome);
+        }
+    }
+
+    /// Corrects the request's weight to the `tokens` it really used (the response's `usage`):
+    /// the difference is taken from, or given back to, the tokens of the minute.
+    pub fn settle(self, tokens: u64) {
+        let at = self.shared.nanos(Instant::now());
+        let difference = i128::from(tokens) - i128::from(self.tokens);
+        let difference =
+            i64::try_from(difference).unwrap_or(if difference > 0 { i64::MAX } else { i64::MIN });
+        self.bucket.tokens.adjust(at, difference);
+    }
+
+    /// The tokens the request was weighed at (0 when the limit does not count tokens).
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}
+
+fn nanos_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn seconds(nanos: u64) -> f64 {
+    nanos as f64 / 1e9
+}
+
+/// A rate a second as a whole number a minute, at least 1.
+fn per_minute(rate: f64) -> u32 {
+    let minute = (rate * 60.0).round();
+    if minute >= f64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        (minute as u32).max(1)
+    }
+}
+
+fn clamp_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
