@@ -172,7 +172,8 @@ impl Verdict {
             Reason::Throttled
             | Reason::RetryBudgetExhausted
             | Reason::BreakerOpen
-            | Reason::BulkheadFull => Verdict::Unsent,
+            | Reason::BulkheadFull
+            | Reason::RateLimitedLocally => Verdict::Unsent,
             Reason::RateLimited | Reason::Grpc(GrpcCode::ResourceExhausted) => Verdict::Healthy,
             _ if outcome.is_success() || outcome.is_accepted() => Verdict::Healthy,
             _ => Verdict::Failed,
@@ -783,6 +784,7 @@ mod tests {
             (local(Reason::RetryBudgetExhausted), Verdict::Unsent, true),
             (local(Reason::BreakerOpen), Verdict::Unsent, true),
             (local(Reason::BulkheadFull), Verdict::Unsent, true),
+            (local(Reason::RateLimitedLocally), Verdict::Unsent, true),
         ];
         for (outcome, verdict, answer) in cases {
             assert_eq!(Verdict::of(&outcome), verdict, "{outcome}");

@@ -8,6 +8,7 @@ use stormguard_adaptive_throttle::Throttled;
 use stormguard_breaker::Rejected;
 use stormguard_classify::{BoxError, Failure, Outcome, Reason, refusal_response};
 use stormguard_deadline::DeadlineExceeded;
+use stormguard_rate_limit::RateLimited;
 
 /// Why the engine stopped retrying a retryable failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -83,6 +84,12 @@ impl Error {
             Failure::with_source(outcome, rejected.into_error()),
             attempts,
         )
+    }
+
+    /// The rate limit had no slot for the attempt within the wait it allows.
+    pub(crate) fn rate_limited(limited: RateLimited, attempts: u32) -> Self {
+        let outcome = limited.outcome();
+        Self::new(Failure::with_source(outcome, Box::new(limited)), attempts)
     }
 
     /// The request's deadline passed.
@@ -199,7 +206,10 @@ impl fmt::Display for Error {
             (None, Reason::DeadlineExceeded) => {
                 write!(f, "deadline exceeded after {attempts} attempt{plural}")
             }
-            (None, reason @ (Reason::BreakerOpen | Reason::BulkheadFull)) => write!(
+            (
+                None,
+                reason @ (Reason::BreakerOpen | Reason::BulkheadFull | Reason::RateLimitedLocally),
+            ) => write!(
                 f,
                 "request refused locally after {attempts} attempt{plural}: {reason}"
             ),

@@ -1,10 +1,10 @@
 //! [`ResponseFuture`]: one request through the engine, as a state machine.
 //!
 //! ```text
-//! Buffering ──▶ Calling ──▶ Classifying ──▶ (output)
-//!   (body)        ▲   │ error     │ retryable
-//!                 │   └──────┬────┘
-//!               Ready ◀── Backoff
+//! Buffering ──▶ [Pacing] ──▶ Calling ──▶ Classifying ──▶ (output)
+//!   (body)          ▲           │ error     │ retryable
+//!                   │           └──────┬────┘
+//!                 Ready ◀──────── Backoff
 //! ```
 //!
 //! The states only wait; what happens between them is decided by [`Attempts`], which holds the
@@ -31,8 +31,10 @@ use stormguard_classify::body::{
 };
 use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::{BoxError, Classify, Outcome, Reason, is_grpc};
+use stormguard_deadline::TokenEstimate;
 use stormguard_deadline::{Deadline, propagate};
 use stormguard_jitter::{Backoff, HintDecision};
+use stormguard_rate_limit::Reservation;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -77,6 +79,8 @@ pin_project! {
         Buffering { read: Prefix<B> },
         // Waiting for the service to be ready for a retry.
         Ready,
+        // Waiting for the rate limit's slot; the readied service sends the request then.
+        Pacing { #[pin] sleep: Sleep, request: Option<Request<B>> },
         // An attempt is in flight.
         Calling { #[pin] future: F },
         // Classifying the answer, reading the start of a failed response's body if need be.
@@ -119,6 +123,11 @@ struct Attempts<C, Bk: Backoff> {
     throttle_owed: bool,
     /// The breaker's permit for the attempt in flight.
     permit: Option<Permit>,
+    /// The rate limit's slot for the attempt about to go, then its permit while it is in flight.
+    pace: Option<Reservation>,
+    paced: Option<stormguard_rate_limit::Permit>,
+    /// The request's weight in tokens, estimated once from its body for the rate limit.
+    tokens: Option<u64>,
     /// The head of a request sent once as a stream, kept for the breaker's fallback (the
     /// template holds it otherwise).
     head: Option<Box<Parts>>,
@@ -212,6 +221,18 @@ where
                     }
                     Poll::Pending => break,
                 },
+                StateProj::Pacing { sleep, request } => match sleep.poll(cx) {
+                    Poll::Ready(()) => match request.take() {
+                        Some(request) => Step::Next(this.attempts.send(
+                            this.service,
+                            request,
+                            true,
+                            &mut Clock::default(),
+                        )),
+                        None => panic!("stormguard's ResponseFuture polled after it completed"),
+                    },
+                    Poll::Pending => break,
+                },
                 StateProj::Ready => match this.service.poll_ready(cx) {
                     Poll::Ready(Ok(())) => Step::Next(this.attempts.retry(this.service)),
                     Poll::Ready(Err(error)) => {
@@ -284,6 +305,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             receipt: None,
             throttle_owed: false,
             permit: None,
+            pace: None,
+            paced: None,
+            tokens: None,
             head: None,
         }
     }
@@ -368,23 +392,68 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         template.request()
     }
 
-    /// Sends an attempt, if the deadline, the breaker and the throttle let it go.
+    /// Starts an attempt, if the deadline lets it: at once, or after the rate limit's wait.
     fn start<S, B, F, RB>(
         &mut self,
         service: &mut S,
-        mut request: Request<B>,
+        request: Request<B>,
         clock: &mut Clock,
     ) -> State<F, B, RB, C>
     where
         S: Service<Request<B>, Future = F>,
         RB: Body,
     {
-        if let Some(deadline) = self.deadline {
-            let now = clock.now();
-            if now >= deadline.instant() {
-                return self.refuse(Err(Error::deadline_exceeded(self.sent)));
+        let deadline = self.deadline.map(|deadline| deadline.instant());
+        if deadline.is_some_and(|deadline| clock.now() >= deadline) {
+            return self.refuse(Err(Error::deadline_exceeded(self.sent)));
+        }
+        if let Some(limit) = &self.config.rate_limit {
+            let (head, body) = request.into_parts();
+            let tokens = match self.tokens {
+                Some(tokens) => tokens,
+                None if limit.weighs_tokens(&head) => {
+                    let body = self.template.as_ref().map_or(&[][..], |t| &t.body[..]);
+                    *self.tokens.insert(TokenEstimate::of(body).total())
+                }
+                None => 0,
+            };
+            let reserved = limit.reserve(&head, tokens, deadline);
+            let request = Request::from_parts(head, body);
+            match reserved {
+                Ok(reservation) => {
+                    let start = reservation.start();
+                    self.pace = Some(reservation);
+                    if start > clock.now() {
+                        return State::Pacing {
+                            sleep: tokio::time::sleep_until(start),
+                            request: Some(request),
+                        };
+                    }
+                    return self.send(service, request, false, clock);
+                }
+                Err(limited) => return self.refuse(Err(Error::rate_limited(limited, self.sent))),
             }
-            self.started = Some(now);
+        }
+        self.send(service, request, false, clock)
+    }
+
+    /// Sends an attempt, if the breaker and the throttle let it go (`paced`: after a wait for
+    /// the rate limit, so its headers are stamped again).
+    fn send<S, B, F, RB>(
+        &mut self,
+        service: &mut S,
+        mut request: Request<B>,
+        paced: bool,
+        clock: &mut Clock,
+    ) -> State<F, B, RB, C>
+    where
+        S: Service<Request<B>, Future = F>,
+        RB: Body,
+    {
+        // The rate limit's slot: spent if the attempt goes, given back (dropped) if not.
+        let reservation = self.pace.take();
+        if self.deadline.is_some() {
+            self.started = Some(clock.now());
         }
         if let Some(breaker) = &self.config.breaker {
             match breaker.try_acquire() {
@@ -411,8 +480,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             }
             self.throttle_owed = true;
         }
-        // A first attempt built from the template is stamped already.
-        if self.sent > 0 || self.template.is_none() {
+        self.paced = reservation.map(Reservation::send);
+        // A first attempt built from the template is stamped already (unless it waited since).
+        if self.sent > 0 || self.template.is_none() || paced {
             self.stamp().write(request.headers_mut(), clock);
         }
         if let Some(Receipt::Unsent(withdrawal)) = self.receipt.take() {
@@ -515,7 +585,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         };
         self.attempt_finished();
         let outcome = self.config.classifier.classify_error(&*error);
-        self.record(&outcome);
+        self.record(&outcome, &HeaderMap::new());
         if !outcome.is_retryable() {
             return Step::Finish(Err(Error::failed(outcome, error, self.sent)));
         }
@@ -534,7 +604,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         mut response: Response<ResponseBody<RB>>,
         outcome: Outcome,
     ) -> Step<F, B, RB, C> {
-        self.record(&outcome);
+        self.record(&outcome, response.headers());
         if outcome.is_success() {
             // A success ends the request: how long it took matters only before a retry.
             self.config.budget.deposit();
@@ -584,9 +654,12 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     /// Tells the breaker and the throttle how the attempt ended, and settles the retry's
     /// receipt: a retry that a layer below refused locally never reached the backend, so the
     /// budget gets it back.
-    fn record(&mut self, outcome: &Outcome) {
+    fn record(&mut self, outcome: &Outcome, headers: &HeaderMap) {
         if let Some(permit) = self.permit.take() {
             permit.record(outcome);
+        }
+        if let Some(paced) = self.paced.take() {
+            paced.observe(headers, outcome);
         }
         if let Some(throttle) = &self.config.throttle
             && std::mem::take(&mut self.throttle_owed)
@@ -596,7 +669,10 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         if let Some(Receipt::Sent(withdrawal)) = self.receipt.take()
             && matches!(
                 outcome.reason(),
-                Reason::Throttled | Reason::BreakerOpen | Reason::BulkheadFull
+                Reason::Throttled
+                    | Reason::BreakerOpen
+                    | Reason::BulkheadFull
+                    | Reason::RateLimitedLocally
             )
         {
             self.config.budget.refund(withdrawal);
@@ -788,6 +864,7 @@ where
         let state = match &self.state {
             State::Buffering { .. } => "buffering the request body",
             State::Ready => "waiting for the service",
+            State::Pacing { .. } => "waiting for the rate limit",
             State::Calling { .. } => "calling",
             State::Classifying { .. } => "classifying the answer",
             State::Backoff { .. } => "backing off",

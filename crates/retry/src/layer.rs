@@ -13,6 +13,7 @@ use stormguard_deadline::client::{FromFn, TimeoutSource};
 use stormguard_deadline::propagate::DEFAULT_MARGIN;
 use stormguard_deadline::{DEFAULT_TIMEOUT, LlmDeadline};
 use stormguard_jitter::{Backoff, FullJitter, HintPolicy};
+use stormguard_rate_limit::RateLimit;
 use tower_layer::Layer;
 
 use crate::Client;
@@ -44,6 +45,7 @@ pub(crate) struct Config<C, Bk> {
     pub(crate) throttle: Option<AdaptiveThrottle>,
     pub(crate) breaker: Option<CircuitBreaker>,
     pub(crate) fallback: Option<Fallback>,
+    pub(crate) rate_limit: Option<RateLimit>,
     pub(crate) timeout: Option<SharedTimeout>,
     pub(crate) margin: Duration,
     pub(crate) propagation: bool,
@@ -53,9 +55,9 @@ pub(crate) struct Config<C, Bk> {
 /// [crate docs](crate) for what it does to each request):
 ///
 /// ```text
-/// request ─▶ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ [breaker] ─▶ adaptive throttle ─▶ backend
-///            one for all   replay the body, attempt headers,             optional     every attempt; a drop
-///            attempts,     Idempotency-Key, x-should-retry: false                     is final
+/// request ─▶ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ [rate limit] ─▶ [breaker] ─▶ adaptive throttle ─▶ backend
+///            one for all   replay the body, attempt headers,             optional:      optional     every attempt; a drop
+///            attempts,     Idempotency-Key, x-should-retry: false        waits a slot                is final
 ///            propagated    on what it gives up on
 /// ```
 ///
@@ -74,6 +76,7 @@ pub(crate) struct Config<C, Bk> {
 ///   request;
 /// * request bodies up to [`DEFAULT_MAX_REPLAY_BODY`] (1 MiB) replayed;
 /// * an [`AdaptiveThrottle::default()`] of its own;
+/// * no rate limit ([`with_rate_limit`](Self::with_rate_limit) adds one);
 /// * no circuit breaker ([`with_breaker`](Self::with_breaker) adds one: see
 ///   [`stormguard_breaker`] for when it pays, and how it composes with the throttle);
 /// * a deadline of [`DEFAULT_TIMEOUT`] (600 s) across all attempts, propagated downstream with a
@@ -122,6 +125,7 @@ impl Default for ClientLayer {
             throttle: Some(AdaptiveThrottle::default()),
             breaker: None,
             fallback: None,
+            rate_limit: None,
             timeout: Some(Arc::new(DEFAULT_TIMEOUT)),
             margin: DEFAULT_MARGIN,
             propagation: true,
@@ -208,6 +212,17 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.change(|config| config.fallback = Some(fallback))
     }
 
+    /// Pace every attempt, retries included, with `limit` (shared state: one per provider quota),
+    /// before the breaker and the throttle: each waits for its slot (within the limit's
+    /// `max_wait` and the request's deadline) or ends the request at once with an
+    /// [`Error`](crate::Error) whose source is the
+    /// [`RateLimited`](stormguard_rate_limit::RateLimited), never retried. Requests are weighed in
+    /// tokens by their buffered body (prompt and `max_tokens`) when the limit counts tokens, and
+    /// every answer is shown to it, so that it learns the provider's limits.
+    pub fn with_rate_limit(self, limit: RateLimit) -> Self {
+        self.change(|config| config.rate_limit = Some(limit))
+    }
+
     /// One fixed deadline of `timeout` for each request, across all its attempts.
     pub fn with_timeout(self, timeout: Duration) -> Self {
         self.change(|config| config.timeout = Some(Arc::new(timeout)))
@@ -291,6 +306,11 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.config.breaker.as_ref()
     }
 
+    /// The rate limit, shared by every service this layer builds; `None` without one.
+    pub fn rate_limit(&self) -> Option<&RateLimit> {
+        self.config.rate_limit.as_ref()
+    }
+
     /// The fallback for refused requests, if any.
     pub fn fallback(&self) -> Option<&Fallback> {
         self.config.fallback.as_ref()
@@ -320,6 +340,7 @@ impl<C, Bk> Config<C, Bk> {
             throttle: self.throttle,
             breaker: self.breaker,
             fallback: self.fallback,
+            rate_limit: self.rate_limit,
             timeout: self.timeout,
             margin: self.margin,
             propagation: self.propagation,
@@ -361,6 +382,7 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Config<C, Bk> {
             .field("throttle", &self.throttle)
             .field("breaker", &self.breaker)
             .field("fallback", &self.fallback.is_some())
+            .field("rate_limit", &self.rate_limit)
             .field("timeout", &self.timeout.is_some())
             .field("margin", &self.margin)
             .field("propagation", &self.propagation)

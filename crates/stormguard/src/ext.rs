@@ -7,6 +7,7 @@ use stormguard_breaker::{BreakerLayer, CircuitBreaker};
 use stormguard_budget::{RetryBudget, ShedRetriesLayer};
 use stormguard_deadline::{DeadlineLayer, ServerDeadlineLayer};
 use stormguard_jitter::SpreadLayer;
+use stormguard_rate_limit::{RateLimit, RateLimitLayer};
 use tower::ServiceBuilder;
 use tower_layer::Stack;
 
@@ -60,6 +61,11 @@ pub trait ServiceBuilderExt<L>: Sized {
     /// pipeline (whose [`with_breaker`](ClientLayer::with_breaker) asks it for every attempt).
     fn circuit_breaker(self, breaker: CircuitBreaker) -> ServiceBuilder<Stack<BreakerLayer, L>>;
 
+    /// Pace requests with `limit` ([`RateLimitLayer::new`]; tower's own `rate_limit` is a fixed
+    /// window without a wait bound), for stacks without the client pipeline, or per caller on a
+    /// gateway's way in.
+    fn pace(self, limit: RateLimit) -> ServiceBuilder<Stack<RateLimitLayer, L>>;
+
     /// Delay each request's start by `U(0, max)` ([`SpreadLayer`]).
     fn spread(self, max: Duration) -> ServiceBuilder<Stack<SpreadLayer, L>>;
 
@@ -98,6 +104,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
 
     fn circuit_breaker(self, breaker: CircuitBreaker) -> ServiceBuilder<Stack<BreakerLayer, L>> {
         self.layer(BreakerLayer::new(breaker))
+    }
+
+    fn pace(self, limit: RateLimit) -> ServiceBuilder<Stack<RateLimitLayer, L>> {
+        self.layer(RateLimitLayer::new(limit))
     }
 
     fn spread(self, max: Duration) -> ServiceBuilder<Stack<SpreadLayer, L>> {

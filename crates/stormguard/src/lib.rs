@@ -21,24 +21,27 @@
 //! | a gateway answering for a failed upstream call | return the [`Error`] (feature `axum`: it is `IntoResponse`), or [`error_response`] |
 //! | a reqwest client | [`reqwest::StormguardMiddleware`] (feature `reqwest`) |
 //! | several clients of one backend | one [`budget::RetryBudget`] and one [`throttle::AdaptiveThrottle`], handed to each layer |
+//! | a provider quota (requests and tokens a minute), known or to be learned | [`ClientLayer::with_rate_limit`] with a [`rate_limit::RateLimit`] |
 //! | a backend that can stop answering, or a local answer better than an error | [`ClientLayer::with_breaker`] with a [`breaker::CircuitBreaker`] (and [`ClientLayer::with_fallback`]) |
 //!
 //! The modules hold the pieces, each from its own crate, for changing one part of the pipeline
 //! or using it alone: [`classify`], [`jitter`], [`budget`], [`deadline`], [`throttle`],
-//! [`breaker`], [`retry`].
+//! [`breaker`], [`rate_limit`], [`retry`].
 //!
 //! ## The client pipeline
 //!
 //! ```text
-//!            ┌──────────── ClientLayer: one future per request ───────────────────────────────┐
-//! request ─▶ │ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ [breaker] ─▶ throttle │ ─▶ backend
-//!            └────────────────────────────────────────────────────────────────────────────────┘
+//!            ┌──────────── ClientLayer: one future per request ──────────────────────────────────────────────┐
+//! request ─▶ │ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ [rate limit] ─▶ [breaker] ─▶ throttle │ ─▶ backend
+//!            └───────────────────────────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! * **One deadline** spans all attempts; the engine never sleeps past it and never starts an
 //!   attempt that cannot finish, and every attempt tells the next hop how much time is left.
 //! * **Every attempt is throttled**: while the backend rejects most of what it gets, attempts are
 //!   dropped locally and never retried.
+//! * **A rate limit, when added**, paces every attempt (retries too) to the provider's quota,
+//!   each waiting at most 2 s for its slot, and learns the quota from the provider's headers.
 //! * **A breaker, when added**, refuses every attempt while open, answers with the caller's
 //!   fallback, and notices a backend that stopped answering (no default: see [`breaker`] for
 //!   breaker versus throttle).
@@ -155,6 +158,15 @@ pub mod breaker {
     pub use stormguard_breaker::{
         BreakerConfig, BreakerLayer, BreakerOpen, BreakerService, BreakerSnapshot, BulkheadFull,
         CircuitBreaker, Fallback, FallbackAnswer, OpenCause, Permit, Rejected, State,
+    };
+}
+
+/// The requests- and tokens-per-minute rate limit ([`stormguard_rate_limit`]): GCRA pacing with
+/// a bounded wait, token weights, limits learned from the provider.
+pub mod rate_limit {
+    pub use stormguard_rate_limit::{
+        Permit, RateLimit, RateLimitCause, RateLimitConfig, RateLimitLayer, RateLimitService,
+        RateLimitSnapshot, RateLimited, Reservation,
     };
 }
 
