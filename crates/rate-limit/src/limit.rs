@@ -37,6 +37,9 @@ pub struct RateLimit {
 struct Shared {
     config: RateLimitConfig,
     origin: Instant,
+    /// Whether the rate sent is counted: only a limit that may learn its request rate from 429s
+    /// needs it (and the count is a write every thread shares).
+    counts_sent: bool,
     /// The bucket of requests without a key.
     unkeyed: Arc<Bucket>,
     keyed: Option<Keyed>,
@@ -126,6 +129,7 @@ impl RateLimit {
         Self {
             shared: Arc::new(Shared {
                 unkeyed: Arc::new(Bucket::new(&config, 0)),
+                counts_sent: config.learning() && config.requests_per_minute().is_none(),
                 config,
                 origin,
                 keyed,
@@ -142,13 +146,12 @@ impl RateLimit {
     /// stated by the provider): when not, [`reserve`](Self::reserve) ignores the weight and the
     /// body need not be read for it.
     pub fn weighs_tokens(&self, head: &Parts) -> bool {
-        self.shared.config.tokens_per_minute().is_some()
-            || self
+        self.shared.config.tokens_per_minute().is_some() || {
+            let key = self
                 .shared
-                .bucket_of(head, self.shared.nanos(Instant::now()))
-                .tokens
-                .per_minute()
-                .is_some()
+                .bucket_of(head, self.shared.nanos(Instant::now()));
+            self.shared.bucket(&key).tokens.per_minute().is_some()
+        }
     }
 
     /// Reserves a slot for the request with head `head`, weighing `tokens`, that may wait until
@@ -167,8 +170,11 @@ impl RateLimit {
         let shared = &*self.shared;
         let now = Instant::now();
         let at = shared.nanos(now);
-        let bucket = shared.bucket_of(head, at);
-        bucket.used.store(at, Ordering::Relaxed);
+        let key = shared.bucket_of(head, at);
+        let bucket = shared.bucket(&key);
+        if key.is_some() {
+            bucket.used.store(at, Ordering::Relaxed);
+        }
         bucket.adapt(shared, at);
         let tokens = if bucket.tokens.per_minute().is_some() {
             tokens
@@ -196,16 +202,18 @@ impl RateLimit {
                 return Err(refused(wait));
             }
         };
-        bucket.sent.add(bucket.sent.epoch(now), 0);
+        if shared.counts_sent {
+            bucket.sent.add(bucket.sent.epoch(now), 0);
+        }
         let start = requests.start.max(token_slot.start);
         Ok(Reservation {
             permit: Permit {
                 shared: Arc::clone(&self.shared),
-                bucket,
+                key,
                 tokens,
+                unsent: Some((requests, token_slot)),
             },
             start: shared.origin + Duration::from_nanos(start),
-            slots: Some((requests, token_slot)),
         })
     }
 
@@ -247,17 +255,19 @@ impl Shared {
         nanos_of(now.saturating_duration_since(self.origin))
     }
 
-    /// The bucket of the request with head `head`: its key's (made if new), or the unkeyed one.
-    fn bucket_of(&self, head: &Parts, at: u64) -> Arc<Bucket> {
-        let Some(keyed) = &self.keyed else {
-            return Arc::clone(&self.unkeyed);
-        };
-        let Some(key) = (keyed.key)(head) else {
-            return Arc::clone(&self.unkeyed);
-        };
+    /// The bucket of a key (`None`: the unkeyed one).
+    fn bucket<'a>(&'a self, key: &'a Option<Arc<Bucket>>) -> &'a Bucket {
+        key.as_deref().unwrap_or(&self.unkeyed)
+    }
+
+    /// The bucket of the request with head `head`: its key's (made if new), or `None` for the
+    /// unkeyed one.
+    fn bucket_of(&self, head: &Parts, at: u64) -> Option<Arc<Bucket>> {
+        let keyed = self.keyed.as_ref()?;
+        let key = (keyed.key)(head)?;
         let mut buckets = keyed.lock();
         if let Some(bucket) = buckets.get(&key) {
-            return Arc::clone(bucket);
+            return Some(Arc::clone(bucket));
         }
         let (max_keys, idle) = self.config.keys();
         if buckets.len() >= max_keys {
@@ -275,7 +285,7 @@ impl Shared {
         }
         let bucket = Arc::new(Bucket::new(&self.config, at));
         buckets.insert(key, Arc::clone(&bucket));
-        bucket
+        Some(bucket)
     }
 }
 
@@ -376,8 +386,6 @@ impl Bucket {
 pub struct Reservation {
     permit: Permit,
     start: Instant,
-    /// What the reservation took, until it is sent.
-    slots: Option<(Slot, Slot)>,
 }
 
 impl Reservation {
@@ -387,22 +395,10 @@ impl Reservation {
     }
 
     /// The request goes: the slot is spent.
-    pub fn send(mut self) -> Permit {
-        self.slots = None;
-        Permit {
-            shared: Arc::clone(&self.permit.shared),
-            bucket: Arc::clone(&self.permit.bucket),
-            tokens: self.permit.tokens,
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if let Some((requests, tokens)) = self.slots.take() {
-            self.permit.bucket.requests.give_back(requests.cost);
-            self.permit.bucket.tokens.give_back(tokens.cost);
-        }
+    pub fn send(self) -> Permit {
+        let mut permit = self.permit;
+        permit.unsent = None;
+        permit
     }
 }
 
@@ -418,9 +414,12 @@ impl fmt::Debug for Reservation {
 /// A request that went: tell it what the provider answered.
 pub struct Permit {
     shared: Arc<Shared>,
-    bucket: Arc<Bucket>,
+    /// The key's bucket (`None`: the unkeyed one).
+    key: Option<Arc<Bucket>>,
     /// The tokens the request was weighed at.
     tokens: u64,
+    /// What the reservation took, while the request is not sent: given back if it never is.
+    unsent: Option<(Slot, Slot)>,
 }
 
 impl Permit {
@@ -428,7 +427,9 @@ impl Permit {
     /// quota it says is spent, a 429 and its `Retry-After`.
     pub fn observe(&self, headers: &HeaderMap, outcome: &Outcome) {
         if self.shared.config.learning() {
-            self.bucket.learn(&self.shared, headers, outcome);
+            self.shared
+                .bucket(&self.key)
+                .learn(&self.shared, headers, outcome);
         }
     }
 
@@ -439,12 +440,22 @@ impl Permit {
         let difference = i128::from(tokens) - i128::from(self.tokens);
         let difference =
             i64::try_from(difference).unwrap_or(if difference > 0 { i64::MAX } else { i64::MIN });
-        self.bucket.tokens.adjust(at, difference);
+        self.shared.bucket(&self.key).tokens.adjust(at, difference);
     }
 
     /// The tokens the request was weighed at (0 when the limit does not count tokens).
     pub fn tokens(&self) -> u64 {
         self.tokens
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some((requests, tokens)) = self.unsent.take() {
+            let bucket = self.shared.bucket(&self.key);
+            bucket.requests.give_back(requests.cost);
+            bucket.tokens.give_back(tokens.cost);
+        }
     }
 }
 
