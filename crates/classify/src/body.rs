@@ -247,14 +247,28 @@ pin_project! {
     /// the bytes read (about [`ERROR_BODY_LIMIT`] at most) followed by the unread rest, with
     /// trailers and a read error passed on where they occurred. Either way the caller reads the
     /// body exactly as the backend sent it. A response stormguard answered itself (a circuit
-    /// breaker's fallback) has a body of its own ([`local`](ResponseBody::local)).
+    /// breaker's fallback) has a body of its own ([`local`](ResponseBody::local)). A layer that
+    /// wants to see the body as its reader reads it (a rate limit reading the `usage` of an
+    /// answer) [watches](ResponseBody::watched) it.
     pub struct ResponseBody<RB>
     where
         RB: Body,
     {
         #[pin]
         kind: Kind<RB>,
+        watch: Option<Box<Watch>>,
     }
+}
+
+/// What is done at the end of a watched body, with its bytes.
+type AtEnd = Box<dyn FnOnce(&[u8]) + Send + Sync>;
+
+/// The bytes of a body as its reader read them, up to a cap, for a function called at its end.
+struct Watch {
+    seen: BytesMut,
+    cap: usize,
+    /// Taken when called; dropped uncalled if the body outgrew the cap or failed.
+    at_end: Option<AtEnd>,
 }
 
 pin_project! {
@@ -284,6 +298,7 @@ impl<RB: Body> ResponseBody<RB> {
     pub fn new(body: RB) -> Self {
         Self {
             kind: Kind::Inner { body },
+            watch: None,
         }
     }
 
@@ -293,7 +308,23 @@ impl<RB: Body> ResponseBody<RB> {
             kind: Kind::Local {
                 body: Full::new(bytes),
             },
+            watch: None,
         }
+    }
+
+    /// The same body, calling `at_end` with all its bytes once its reader has read it to the
+    /// end, if it is `cap` bytes at most (a longer body, or one that fails, calls nothing). The
+    /// reader gets every byte as before; the watch keeps a copy of at most `cap` bytes.
+    pub fn watched<F>(mut self, cap: usize, at_end: F) -> Self
+    where
+        F: FnOnce(&[u8]) + Send + Sync + 'static,
+    {
+        self.watch = Some(Box::new(Watch {
+            seen: BytesMut::new(),
+            cap,
+            at_end: Some(Box::new(at_end)),
+        }));
+        self
     }
 
     /// Whether the start of this body was read to classify the response (it still yields every
@@ -316,13 +347,35 @@ impl<RB: Body<Data = Bytes>> Body for ResponseBody<RB> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, RB::Error>>> {
-        match self.project().kind.project() {
+        let this = self.project();
+        let polled = match this.kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Read { body } => Pin::new(body).poll_frame(cx),
             KindProj::Local { body } => Pin::new(body)
                 .poll_frame(cx)
                 .map(|frame| frame.map(|frame| frame.map_err(|never| match never {}))),
+        };
+        if let Some(watch) = this.watch {
+            match &polled {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        if watch.seen.len() + data.len() > watch.cap {
+                            watch.at_end = None;
+                        } else if watch.at_end.is_some() {
+                            watch.seen.extend_from_slice(data);
+                        }
+                    }
+                }
+                Poll::Ready(Some(Err(_))) => watch.at_end = None,
+                Poll::Ready(None) => {
+                    if let Some(at_end) = watch.at_end.take() {
+                        at_end(&watch.seen);
+                    }
+                }
+                Poll::Pending => {}
+            }
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -417,6 +470,7 @@ impl<RB: Body<Data = Bytes>, C: Classify> Future for ClassifyResponse<RB, C> {
                     kind: Kind::Read {
                         body: PartialBody::new(read, tail, rest),
                     },
+                    watch: None,
                 };
                 Poll::Ready((Response::from_parts(parts, body), outcome))
             }
@@ -528,5 +582,30 @@ mod tests {
         let (ok, outcome) = classify_response(&LlmClassifier::default(), ok).await;
         assert!(outcome.is_success());
         assert!(!ok.body().was_read());
+    }
+    /// A watched body hands its bytes over once read to the end, and only then; a body longer
+    /// than the cap hands nothing over; the reader gets every byte either way.
+    #[tokio::test]
+    async fn a_watched_body_hands_its_bytes_over_at_the_end() {
+        use http_body_util::BodyExt;
+        use std::sync::{Arc, Mutex};
+
+        for (cap, expected) in [(64, Some(b"{\"usage\":1}".to_vec())), (4, None)] {
+            let seen = Arc::new(Mutex::new(None));
+            let sink = Arc::clone(&seen);
+            let body = ResponseBody::new(Full::new(Bytes::from_static(b"{\"usage\":1}"))).watched(
+                cap,
+                move |bytes| {
+                    *sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes.to_vec());
+                },
+            );
+            let read = body.collect().await.map(|c| c.to_bytes());
+            assert_eq!(read.ok().as_deref(), Some(&b"{\"usage\":1}"[..]));
+            assert_eq!(
+                *seen.lock().unwrap_or_else(|e| e.into_inner()),
+                expected,
+                "cap {cap}"
+            );
+        }
     }
 }

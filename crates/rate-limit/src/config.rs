@@ -24,6 +24,7 @@ pub struct RateLimitConfig {
     max_wait: Duration,
     burst: Duration,
     learn: bool,
+    usage_correction: bool,
     max_keys: usize,
     idle: Duration,
 }
@@ -87,6 +88,16 @@ impl RateLimitConfig {
         self
     }
 
+    /// Whether a request's token weight is corrected to the `usage` its answer reports (default
+    /// `false`). Anthropic corrects output tokens to the real output at the end of a request;
+    /// OpenAI keeps counting `max_tokens`: turn this on for a provider that gives unused tokens
+    /// back, or the limit would send more than the provider's quota.
+    #[must_use]
+    pub fn with_usage_correction(mut self, correct: bool) -> Self {
+        self.usage_correction = correct;
+        self
+    }
+
     /// Hold at most `max_keys` keys (at least 1), forgetting those idle for `idle` first.
     #[must_use]
     pub fn with_keys(mut self, max_keys: usize, idle: Duration) -> Self {
@@ -120,6 +131,11 @@ impl RateLimitConfig {
         self.learn
     }
 
+    /// Whether token weights are corrected to the answers' usage.
+    pub fn usage_correction(&self) -> bool {
+        self.usage_correction
+    }
+
     /// The most keys held, and the idle time after which a key is forgotten first.
     pub fn keys(&self) -> (usize, Duration) {
         (self.max_keys, self.idle)
@@ -135,6 +151,7 @@ impl Default for RateLimitConfig {
             max_wait: Self::DEFAULT_MAX_WAIT,
             burst: Self::DEFAULT_BURST,
             learn: true,
+            usage_correction: false,
             max_keys: Self::DEFAULT_MAX_KEYS,
             idle: Self::DEFAULT_IDLE,
         }

@@ -24,6 +24,10 @@ pub(crate) struct Gcra {
     interval: AtomicU64,
     /// Units the bucket holds.
     burst: AtomicU64,
+    /// Nothing goes before this instant, in nanoseconds since the origin (0: no block): the
+    /// provider said its quota is spent until then. Kept apart from the TAT so that it holds
+    /// whatever the rate, even none, and whatever rate is learned after it.
+    blocked: AtomicU64,
 }
 
 /// A reservation: when the units may go, and what they cost (to give back).
@@ -33,6 +37,8 @@ pub(crate) struct Slot {
     pub(crate) start: u64,
     /// Nanoseconds the reservation moved the TAT.
     pub(crate) cost: u64,
+    /// The TAT it left: while it still is, no reservation came after it.
+    pub(crate) end: u64,
 }
 
 impl Gcra {
@@ -43,6 +49,7 @@ impl Gcra {
             tat: AtomicU64::new(0),
             interval: AtomicU64::new(0),
             burst: AtomicU64::new(1),
+            blocked: AtomicU64::new(0),
         };
         gcra.set_rate(per_minute, burst);
         gcra
@@ -74,44 +81,76 @@ impl Gcra {
     /// they could (nothing is taken then).
     pub(crate) fn reserve(&self, now: u64, units: u64, max_wait: u64) -> Result<Slot, u64> {
         let interval = self.interval.load(Ordering::Acquire);
+        let blocked = self.blocked.load(Ordering::Acquire);
         if interval == 0 || units == 0 {
+            let start = now.max(blocked);
+            if start - now > max_wait {
+                return Err(start - now);
+            }
             return Ok(Slot {
-                start: now,
+                start,
                 cost: 0,
+                end: 0,
             });
         }
         let burst = self.burst.load(Ordering::Acquire);
         let cost = units.saturating_mul(interval);
         // The debt the bucket may hold before the request: its room, less the request.
         let room = burst.saturating_sub(units).saturating_mul(interval);
+        let floor = empty_at(blocked, interval, burst);
         let mut tat = self.tat.load(Ordering::Acquire);
         loop {
-            let start = now.max(tat.saturating_sub(room));
+            let start = now.max(tat.max(floor).saturating_sub(room));
             let wait = start - now;
             if wait > max_wait {
                 return Err(wait);
             }
-            let next = tat.max(now).saturating_add(cost);
+            let next = tat.max(floor).max(now).saturating_add(cost);
             match self
                 .tat
                 .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(Slot { start, cost }),
+                Ok(_) => {
+                    return Ok(Slot {
+                        start,
+                        cost,
+                        end: next,
+                    });
+                }
                 Err(current) => tat = current,
             }
         }
     }
 
     /// Gives back what a reservation took, for a request that was never sent.
-    pub(crate) fn give_back(&self, cost: u64) {
-        if cost > 0 {
-            // Never below zero; a TAT in the past is an empty debt either way.
-            let _ = self
-                .tat
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                    Some(tat.saturating_sub(cost))
-                });
+    ///
+    /// The last reservation gives back all it took. One with reservations after it gives back
+    /// no more than the room a request of one unit leaves in the bucket, `burst - 1` units: those
+    /// after it keep their slots, and with a bucket of one unit the next request would otherwise
+    /// get the same slot as the last (a request of one unit a second, the slot at 1 s given back
+    /// while another waits for 2 s: the next would get 2 s too). What is not given back is
+    /// the slot itself, which nobody takes.
+    pub(crate) fn give_back(&self, slot: Slot) {
+        if slot.cost == 0 {
+            return;
         }
+        let interval = self.interval.load(Ordering::Acquire);
+        let room = self
+            .burst
+            .load(Ordering::Acquire)
+            .saturating_sub(1)
+            .saturating_mul(interval);
+        // Never below zero; a TAT in the past is an empty debt either way.
+        let _ = self
+            .tat
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                let back = if tat == slot.end {
+                    slot.cost
+                } else {
+                    slot.cost.min(room)
+                };
+                Some(tat.saturating_sub(back))
+            });
     }
 
     /// Takes `units` more (positive) or gives back `-units` (negative) after the fact: a
@@ -134,13 +173,10 @@ impl Gcra {
     }
 
     /// Makes the bucket empty until `until` at least: the provider said so (no quota left until
-    /// its reset, or a `Retry-After`).
+    /// its reset, or a `Retry-After`). Nothing goes before it, and the bucket fills from empty
+    /// at the rate in force then.
     pub(crate) fn block_until(&self, until: u64) {
-        let interval = self.interval.load(Ordering::Acquire);
-        let burst = self.burst.load(Ordering::Acquire);
-        // A request of one unit may go at `until`.
-        let tat = until.saturating_add(burst.saturating_sub(1).saturating_mul(interval));
-        self.tat.fetch_max(tat, Ordering::AcqRel);
+        self.blocked.fetch_max(until, Ordering::AcqRel);
     }
 
     /// Units the bucket holds, and units it could take now.
@@ -150,9 +186,19 @@ impl Gcra {
             return None;
         }
         let burst = self.burst.load(Ordering::Acquire);
-        let debt = self.tat.load(Ordering::Acquire).saturating_sub(now) / interval;
+        let floor = empty_at(self.blocked.load(Ordering::Acquire), interval, burst);
+        let tat = self.tat.load(Ordering::Acquire).max(floor);
+        let debt = tat.saturating_sub(now).div_ceil(interval);
         Some((burst, burst.saturating_sub(debt)))
     }
+}
+
+/// The TAT of a bucket empty at `blocked` (0: no block): a request of one unit may go then.
+fn empty_at(blocked: u64, interval: u64, burst: u64) -> u64 {
+    if blocked == 0 {
+        return 0;
+    }
+    blocked.saturating_add(burst.saturating_sub(1).saturating_mul(interval))
 }
 
 #[cfg(test)]
@@ -171,9 +217,10 @@ mod tests {
         // The 11th waits 100 ms, and is refused if it may not wait that long.
         assert_eq!(gcra.reserve(0, 1, SECOND / 20), Err(SECOND / 10));
         assert_eq!(gcra.reserve(0, 1, SECOND).map(|s| s.start), Ok(SECOND / 10));
-        assert_eq!(gcra.reserve(0, 1, SECOND).map(|s| s.start), Ok(SECOND / 5));
+        let last = gcra.reserve(0, 1, SECOND);
+        assert_eq!(last.map(|s| s.start), Ok(SECOND / 5));
         // Giving the last one back frees its place for the next.
-        gcra.give_back(SECOND / 10);
+        gcra.give_back(last.unwrap_or_else(|wait| panic!("{wait}")));
         assert_eq!(gcra.reserve(0, 1, SECOND).map(|s| s.start), Ok(SECOND / 5));
     }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use stormguard_classify::headers;
-use stormguard_classify::hint::{go_duration, reset_at};
+use stormguard_classify::hint::{HINT_CEILING, go_duration, reset_at};
 
 /// One limit as a provider states it: its size a minute, what is left, and when it is whole again.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -88,8 +88,18 @@ impl Quota {
 
     /// When the quota is spent (`remaining: 0`), how long until it is whole again.
     pub(crate) fn spent_for(&self) -> Option<Duration> {
-        (self.remaining == Some(0)).then_some(self.reset).flatten()
+        (self.remaining == Some(0))
+            .then_some(self.reset)
+            .flatten()
+            .and_then(believed)
     }
+}
+
+/// A wait the provider asks for (a reset, a `Retry-After`), if it is believable: shorter than a
+/// day. The hint parsers report anything longer (a garbled or hostile value, a reset in the year
+/// 9999) as exactly [`HINT_CEILING`], a day; believed, it would hold every request that long.
+pub(crate) fn believed(wait: Duration) -> Option<Duration> {
+    (wait < HINT_CEILING).then_some(wait)
 }
 
 /// A non-negative decimal count from a header, capped at [`LARGEST_LIMIT`].
@@ -141,6 +151,13 @@ impl Cubic {
             .map_or(sent_rate, |rate| rate.min(sent_rate))
             .max(MIN_RATE);
         Self { w_max, since: now }
+    }
+
+    /// Whether a request reserved at `at` (seconds) was paced at the rate of the last cut: one
+    /// reserved before it went at the rate the cut already answered, and its 429 says nothing
+    /// new (as TCP cuts its window once for the losses of one window).
+    pub(crate) fn paced(&self, at: f64) -> bool {
+        at > self.since
     }
 
     /// The rate at `now` (seconds), requests a second, for a client sending at `sent_rate`.

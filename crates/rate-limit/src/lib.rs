@@ -28,8 +28,12 @@
 //! A request weighs 1 in requests and, in tokens, its prompt plus the output it allows
 //! ([`TokenEstimate`](stormguard_deadline::TokenEstimate), the LLM deadline's estimate: prompt
 //! text at 4 bytes per token, and `max_tokens`), which is how providers count a request against
-//! the quota when they admit it. [`Permit::settle`] corrects the weight once the real usage is
-//! known.
+//! the quota when they admit it. OpenAI counts a request's `max_tokens` and keeps counting it;
+//! Anthropic counts output tokens by `max_tokens` at the start and corrects them to the real
+//! output at the end. [`RateLimitConfig::with_usage_correction`] does the same: the retry engine
+//! then reads the `usage` of each successful answer as its reader reads the body (up to
+//! [`USAGE_BODY_LIMIT`]) and gives back the tokens it did not use ([`Permit::settle`]). It is off
+//! by default, as OpenAI's accounting would not give them back.
 //!
 //! # Learning from the provider
 //!
@@ -46,10 +50,13 @@
 //! - a 429 with no stated limit: the request rate follows CUBIC, as AWS SDKs' adaptive retry mode
 //!   does (its client rate limiter, after RFC 8312): down to 70% of the rate that met the 429,
 //!   then back up along `0.4 (t - K)^3 + w_max`, slowly near the old rate, faster beyond it, never
-//!   above twice the rate actually sent. A limit with no numbers thus converges on the provider's.
+//!   above twice the rate actually sent. The 429s of requests reserved before a cut met the rate
+//!   it already answered and do not cut again (as TCP cuts once a window). A limit with no
+//!   numbers thus converges on the provider's.
 //!
 //! Headers come from the network: values that do not parse are ignored, limits are capped at
-//! 2^32 a minute, and resets in the past mean nothing.
+//! 2^32 a minute, resets in the past mean nothing, and waits of a day or more (a reset in the
+//! year 9999) are not believed.
 //!
 //! # Keys
 //!
@@ -83,8 +90,10 @@ mod gcra;
 mod learn;
 mod limit;
 mod service;
+mod usage;
 
 pub use config::RateLimitConfig;
 pub use error::{RateLimitCause, RateLimited};
 pub use limit::{Permit, RateLimit, RateLimitSnapshot, Reservation};
 pub use service::{RateLimitLayer, RateLimitService, ResponseFuture};
+pub use usage::{USAGE_BODY_LIMIT, usage_tokens};

@@ -14,7 +14,7 @@ use stormguard_classify::{Outcome, Reason};
 use tokio::time::Instant;
 
 use crate::gcra::{Gcra, Slot};
-use crate::learn::{Cubic, Stated};
+use crate::learn::{Cubic, Stated, believed};
 use crate::{RateLimitCause, RateLimitConfig, RateLimited};
 
 /// Picks a request's key in a keyed limit.
@@ -54,7 +54,9 @@ struct Keyed {
 struct Bucket {
     requests: Gcra,
     tokens: Gcra,
-    /// Requests admitted over the last second: the rate actually sent, for CUBIC.
+    /// Requests sent over the last second (counted when they go, not when they reserve: a
+    /// queue of reservations runs up to `max_wait` ahead of the rate the provider sees), for
+    /// CUBIC.
     sent: SlidingWindow<1>,
     /// Set once a limit was learned for a dimension that has no configured one (so that
     /// reservations skip the lock otherwise).
@@ -198,19 +200,17 @@ impl RateLimit {
         let token_slot = match bucket.tokens.reserve(at, tokens, max_wait) {
             Ok(slot) => slot,
             Err(wait) => {
-                bucket.requests.give_back(requests.cost);
+                bucket.requests.give_back(requests);
                 return Err(refused(wait));
             }
         };
-        if shared.counts_sent {
-            bucket.sent.add(bucket.sent.epoch(now), 0);
-        }
         let start = requests.start.max(token_slot.start);
         Ok(Reservation {
             permit: Permit {
                 shared: Arc::clone(&self.shared),
                 key,
                 tokens,
+                reserved: at,
                 unsent: Some((requests, token_slot)),
             },
             start: shared.origin + Duration::from_nanos(start),
@@ -329,8 +329,8 @@ impl Bucket {
         }
     }
 
-    /// Learns from one response of the provider.
-    fn learn(&self, shared: &Shared, headers: &HeaderMap, outcome: &Outcome) {
+    /// Learns from one response of the provider, to a request reserved at `reserved`.
+    fn learn(&self, shared: &Shared, headers: &HeaderMap, outcome: &Outcome, reserved: u64) {
         let config = &shared.config;
         let at = shared.nanos(Instant::now());
         let stated = Stated::read(headers, SystemTime::now());
@@ -344,7 +344,7 @@ impl Bucket {
             }
         }
         let throttled = outcome.reason() == Reason::RateLimited;
-        if throttled && let Some(hint) = outcome.retry_after() {
+        if throttled && let Some(hint) = outcome.retry_after().and_then(believed) {
             self.requests.block_until(at.saturating_add(nanos_of(hint)));
         }
         let unknown_requests = config.requests_per_minute().is_none();
@@ -362,8 +362,15 @@ impl Bucket {
                 learned.requests = Some(limit);
             }
             learned.cubic = None;
-        } else if unknown_requests && throttled && learned.requests.is_none() {
-            // No numbers at all: CUBIC from the rate that met this 429.
+        } else if unknown_requests
+            && throttled
+            && learned.requests.is_none()
+            && learned
+                .cubic
+                .is_none_or(|cubic| cubic.paced(seconds(reserved)))
+        {
+            // No numbers at all: CUBIC from the rate that met this 429. A 429 to a request
+            // reserved before the last cut met the rate already cut: it says nothing new.
             let rate = self.requests.per_minute().map(|n| n as f64 / 60.0);
             learned.cubic = Some(Cubic::throttled(seconds(at), self.sent_rate(), rate));
             self.adaptive.store(true, Ordering::Release);
@@ -382,7 +389,8 @@ impl Bucket {
 
 /// A slot reserved for one request: wait until [`start`](Self::start), then
 /// [`send`](Self::send) it. Dropped unsent (the caller gave up waiting, a layer below refused the
-/// request), it gives the slot back.
+/// request), it gives the slot back as far as no two requests then share one: all of it if no
+/// request reserved after it, else at most the room a one-unit request leaves in the bucket.
 pub struct Reservation {
     permit: Permit,
     start: Instant,
@@ -398,6 +406,10 @@ impl Reservation {
     pub fn send(self) -> Permit {
         let mut permit = self.permit;
         permit.unsent = None;
+        if permit.shared.counts_sent {
+            let sent = &permit.shared.bucket(&permit.key).sent;
+            sent.add(sent.epoch_now(), 0);
+        }
         permit
     }
 }
@@ -418,6 +430,8 @@ pub struct Permit {
     key: Option<Arc<Bucket>>,
     /// The tokens the request was weighed at.
     tokens: u64,
+    /// When it was reserved, nanoseconds since the origin.
+    reserved: u64,
     /// What the reservation took, while the request is not sent: given back if it never is.
     unsent: Option<(Slot, Slot)>,
 }
@@ -429,7 +443,7 @@ impl Permit {
         if self.shared.config.learning() {
             self.shared
                 .bucket(&self.key)
-                .learn(&self.shared, headers, outcome);
+                .learn(&self.shared, headers, outcome, self.reserved);
         }
     }
 
@@ -443,6 +457,12 @@ impl Permit {
         self.shared.bucket(&self.key).tokens.adjust(at, difference);
     }
 
+    /// Whether the request's weight should be corrected to its answer's usage: the limit counts
+    /// tokens and [corrects](RateLimitConfig::with_usage_correction) them.
+    pub fn corrects_usage(&self) -> bool {
+        self.tokens > 0 && self.shared.config.usage_correction()
+    }
+
     /// The tokens the request was weighed at (0 when the limit does not count tokens).
     pub fn tokens(&self) -> u64 {
         self.tokens
@@ -453,8 +473,8 @@ impl Drop for Permit {
     fn drop(&mut self) {
         if let Some((requests, tokens)) = self.unsent.take() {
             let bucket = self.shared.bucket(&self.key);
-            bucket.requests.give_back(requests.cost);
-            bucket.tokens.give_back(tokens.cost);
+            bucket.requests.give_back(requests);
+            bucket.tokens.give_back(tokens);
         }
     }
 }

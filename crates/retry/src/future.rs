@@ -128,6 +128,8 @@ struct Attempts<C, Bk: Backoff> {
     paced: Option<stormguard_rate_limit::Permit>,
     /// The request's weight in tokens, estimated once from its body for the rate limit.
     tokens: Option<u64>,
+    /// The rate limit's permit of a success whose weight is corrected to the usage it reports.
+    settle: Option<stormguard_rate_limit::Permit>,
     /// The head of a request sent once as a stream, kept for the breaker's fallback (the
     /// template holds it otherwise).
     head: Option<Box<Parts>>,
@@ -308,6 +310,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             pace: None,
             paced: None,
             tokens: None,
+            settle: None,
             head: None,
         }
     }
@@ -423,7 +426,10 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 Ok(reservation) => {
                     let start = reservation.start();
                     self.pace = Some(reservation);
-                    if start > clock.now() {
+                    // Read after the reservation: a slot free now starts at the limit's own
+                    // reading of the clock, later than this step's, and waiting for it would
+                    // still cost a timer rounded up to the next millisecond.
+                    if start > Instant::now() {
                         return State::Pacing {
                             sleep: tokio::time::sleep_until(start),
                             request: Some(request),
@@ -608,6 +614,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         if outcome.is_success() {
             // A success ends the request: how long it took matters only before a retry.
             self.config.budget.deposit();
+            if let Some(permit) = self.settle.take() {
+                response = settle_on_usage(response, permit);
+            }
             return Step::Finish(Ok(response));
         }
         self.attempt_finished();
@@ -660,6 +669,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         }
         if let Some(paced) = self.paced.take() {
             paced.observe(headers, outcome);
+            if outcome.is_success() && paced.corrects_usage() {
+                self.settle = Some(paced);
+            }
         }
         if let Some(throttle) = &self.config.throttle
             && std::mem::take(&mut self.throttle_owed)
@@ -791,6 +803,21 @@ impl<C, Bk: Backoff> Drop for Attempts<C, Bk> {
     fn drop(&mut self) {
         self.abandon();
     }
+}
+
+/// The response, whose body corrects the rate limit's token weight to the `usage` it reports,
+/// once its reader has read it.
+fn settle_on_usage<RB: Body>(
+    response: Response<ResponseBody<RB>>,
+    permit: stormguard_rate_limit::Permit,
+) -> Response<ResponseBody<RB>> {
+    response.map(|body| {
+        body.watched(stormguard_rate_limit::USAGE_BODY_LIMIT, move |bytes| {
+            if let Some(used) = stormguard_rate_limit::usage_tokens(bytes) {
+                permit.settle(used);
+            }
+        })
+    })
 }
 
 /// What the next attempt carries: its number (`sent` attempts went before it) and, when the

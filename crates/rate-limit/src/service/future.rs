@@ -7,7 +7,7 @@ use std::task::{Context, Poll, ready};
 use http::HeaderMap;
 use pin_project_lite::pin_project;
 use stormguard_classify::{BoxError, Classify};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::{Permit, RateLimited, Reservation};
@@ -106,7 +106,14 @@ where
                     request,
                     reservation,
                 } => {
-                    ready!(sleep.poll(cx));
+                    // A slot that has come needs no timer: tokio rounds every sleep up to its
+                    // next millisecond tick, so the sleep would still wait.
+                    if reservation
+                        .as_ref()
+                        .is_some_and(|reservation| reservation.start() > Instant::now())
+                    {
+                        ready!(sleep.poll(cx));
+                    }
                     let (Some(mut service), Some(request), Some(reservation)) =
                         (service.take(), request.take(), reservation.take())
                     else {
