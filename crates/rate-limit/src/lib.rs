@@ -43,7 +43,8 @@
 //!
 //! - OpenAI: `x-ratelimit-limit-requests`, `x-ratelimit-limit-tokens` are the limits a minute;
 //!   `x-ratelimit-remaining-*: 0` with `x-ratelimit-reset-*` (a Go duration: `1s`, `6m0s`,
-//!   `12ms`) says when the spent quota is whole again, and nothing goes before;
+//!   `12ms`) says when the spent quota is whole again: nothing goes before, and the pace resumes
+//!   from there as from an empty bucket (a provider's reset is seldom exact);
 //! - Anthropic: `anthropic-ratelimit-{requests,tokens,input-tokens}-{limit,remaining,reset}`, the
 //!   resets as RFC 3339 times;
 //! - a 429's hint (`Retry-After`, `retry-after-ms`): no request goes before it;
