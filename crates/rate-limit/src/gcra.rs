@@ -20,8 +20,10 @@ use std::time::Duration;
 pub(crate) struct Gcra {
     /// Theoretical arrival time, in nanoseconds since the origin.
     tat: AtomicU64,
-    /// Nanoseconds per unit (`1 / rate`); 0: no limit.
+    /// Nanoseconds per unit (`1 / rate`, rounded up); 0: no limit.
     interval: AtomicU64,
+    /// The rate as set, units a minute (0: no limit), which the rounded interval would misreport.
+    per_minute: AtomicU64,
     /// Units the bucket holds.
     burst: AtomicU64,
     /// Nothing goes before this instant, in nanoseconds since the origin (0: no block): the
@@ -48,6 +50,7 @@ impl Gcra {
         let gcra = Self {
             tat: AtomicU64::new(0),
             interval: AtomicU64::new(0),
+            per_minute: AtomicU64::new(0),
             burst: AtomicU64::new(1),
             blocked: AtomicU64::new(0),
         };
@@ -60,20 +63,25 @@ impl Gcra {
     pub(crate) fn set_rate(&self, per_minute: Option<u32>, burst: Duration) {
         let Some(per_minute) = per_minute.filter(|&n| n > 0) else {
             self.interval.store(0, Ordering::Release);
+            self.per_minute.store(0, Ordering::Release);
             return;
         };
-        let interval = 60_000_000_000 / u64::from(per_minute);
+        // Rounded up: a limit that runs a few nanoseconds per unit slow never outpaces the
+        // provider's, one that runs fast meets a 429 now and then.
+        let interval = 60_000_000_000_u64.div_ceil(u64::from(per_minute));
         let units = (u128::from(per_minute) * burst.as_nanos() / 60_000_000_000).max(1);
         self.burst
             .store(u64::try_from(units).unwrap_or(u64::MAX), Ordering::Release);
         self.interval.store(interval.max(1), Ordering::Release);
+        self.per_minute
+            .store(u64::from(per_minute), Ordering::Release);
     }
 
     /// The rate in units a minute, if limited.
     pub(crate) fn per_minute(&self) -> Option<u64> {
-        match self.interval.load(Ordering::Acquire) {
+        match self.per_minute.load(Ordering::Acquire) {
             0 => None,
-            interval => Some(60_000_000_000 / interval),
+            per_minute => Some(per_minute),
         }
     }
 

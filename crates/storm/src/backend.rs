@@ -24,6 +24,26 @@
 //!   at that moment and free their slots.
 //! - **Quota.** A token bucket (`per_sec`, one second of burst) in front of the slots; requests
 //!   without a token get 429 with `Retry-After` at once and cost no slot.
+//! - **Quota of requests and tokens a minute** (the `burst` scenario), enforced per second as
+//!   providers do (OpenAI's documentation calls it quantization: 60,000 requests a minute may be
+//!   enforced as 1,000 a second): one token bucket per dimension, refilled continuously at the
+//!   quota / 60 a second and holding one second's worth, full at the start. A request is admitted
+//!   when both hold what it weighs, 1 request and its tokens (prompt and `max_tokens`, as OpenAI
+//!   counts a request when it admits it, read from [`TOKENS`]), and takes both; otherwise it gets
+//!   429 at once, costs no slot, and its `Retry-After` is the time until both would hold it, in
+//!   whole seconds rounded up (at least 1 s: the bucket refills within one). The levels are exact
+//!   (integers), so that a client limit configured with the same numbers never meets a 429 from
+//!   rounding.
+//!
+//!   Every answer (200, 429 and errors alike, as OpenAI's) carries OpenAI's headers, computed
+//!   when the attempt is admitted or refused: `x-ratelimit-limit-{requests,tokens}` (the quota a
+//!   minute), `x-ratelimit-remaining-{requests,tokens}` (the minute's quota less what the bucket
+//!   is short of full) and `x-ratelimit-reset-{requests,tokens}` (a Go duration, `6ms`: the time
+//!   until the bucket is full again). One request from a full bucket thus reads `9999` and `6ms`
+//!   on a quota of 10,000 a minute, as OpenAI's do. Like OpenAI's, they describe the minute: the
+//!   per-second enforcement does not show in them, `remaining` never falls below the minute's
+//!   quota less one second's worth (9,833 of 10,000), and a client can meet a 429 while they say
+//!   thousands are left. What a client learns from them is the limits.
 //! - **Black hole.** The provider accepts connections and never answers: an attempt that arrives
 //!   in the window hangs until its client drops it, and costs no slot (the provider lost it);
 //!   requests in flight when it starts are lost the same way and free their slots at that moment.
@@ -49,6 +69,10 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
+use stormguard::classify::headers::{
+    X_RATELIMIT_LIMIT_REQUESTS, X_RATELIMIT_LIMIT_TOKENS, X_RATELIMIT_REMAINING_REQUESTS,
+    X_RATELIMIT_REMAINING_TOKENS, X_RATELIMIT_RESET_REQUESTS, X_RATELIMIT_RESET_TOKENS,
+};
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
@@ -56,6 +80,11 @@ use crate::scenario::{FaultKind, Scenario};
 
 /// Request header carrying the logical request's id (the same on every attempt).
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id");
+
+/// Request header carrying the request's weight in tokens (prompt and `max_tokens`), which the
+/// provider counts against a token quota. Its body says the same to a client that weighs it (see
+/// `sim`); the header spares the provider parsing it.
+pub const TOKENS: HeaderName = HeaderName::from_static("x-storm-tokens");
 
 /// Status the provider sheds with when its queue is full (Anthropic's "overloaded").
 pub const STATUS_OVERLOADED: u16 = 529;
@@ -90,6 +119,8 @@ pub struct Bucket {
     pub shed: u64,
     /// Attempts answered 200.
     pub ok: u64,
+    /// Attempts answered 429 (Too Many Requests).
+    pub rate_limited: u64,
 }
 
 /// What the provider saw in one [`FINE_BUCKET`] (100 ms).
@@ -119,6 +150,8 @@ pub struct BackendStats {
     pub retries: u64,
     /// All attempts.
     pub attempts: u64,
+    /// Attempts answered 429 (Too Many Requests).
+    pub rate_limited: u64,
 }
 
 impl BackendStats {
@@ -142,6 +175,130 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// Whether the attempt found every slot busy (it waited, or was shed).
     pub queued: bool,
+    /// What the answer's rate-limit headers say, under a quota of requests and tokens a minute.
+    pub rate_limit: Option<RateLimitState>,
+}
+
+/// One dimension of a quota as the provider's headers state it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaState {
+    /// The quota a minute (`x-ratelimit-limit-*`).
+    pub limit: u64,
+    /// The minute's quota less what the bucket is short of full (`x-ratelimit-remaining-*`).
+    pub remaining: u64,
+    /// How long until the bucket is full again (`x-ratelimit-reset-*`).
+    pub reset: Duration,
+}
+
+/// The quota of requests and tokens a minute as an answer's headers state it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimitState {
+    /// Requests.
+    pub requests: QuotaState,
+    /// Tokens.
+    pub tokens: QuotaState,
+}
+
+/// Parts of a unit a [`QuotaBucket`] counts in: 60,000,000, so that a microsecond refills exactly
+/// `per_minute` parts.
+const PARTS_PER_UNIT: u64 = 60_000_000;
+
+/// One dimension of a quota a minute (requests, or tokens), enforced per second: a token bucket
+/// refilled continuously at `per_minute` / 60 units a second, holding one second's worth. Exact:
+/// its level counts [`PARTS_PER_UNIT`]ths of a unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct QuotaBucket {
+    per_minute: u64,
+    /// What the bucket holds, in parts.
+    level: u64,
+    /// When `level` was brought up to date, microseconds from the start.
+    at_us: u64,
+}
+
+impl QuotaBucket {
+    /// A full bucket of `per_minute` units a minute (at least 1).
+    fn full(per_minute: u32) -> QuotaBucket {
+        let mut bucket = QuotaBucket {
+            per_minute: u64::from(per_minute.max(1)),
+            level: 0,
+            at_us: 0,
+        };
+        bucket.level = bucket.capacity();
+        bucket
+    }
+
+    /// One second's worth, in parts: `per_minute / 60` units.
+    fn capacity(&self) -> u64 {
+        self.per_minute.saturating_mul(1_000_000)
+    }
+
+    fn refill(&mut self, now_us: u64) {
+        let elapsed = now_us.saturating_sub(self.at_us);
+        self.level = self
+            .level
+            .saturating_add(elapsed.saturating_mul(self.per_minute))
+            .min(self.capacity());
+        self.at_us = self.at_us.max(now_us);
+    }
+
+    /// What `units` need, in parts: a request heavier than one second's worth needs a full bucket
+    /// (and empties it).
+    fn need(&self, units: u64) -> u64 {
+        units.saturating_mul(PARTS_PER_UNIT).min(self.capacity())
+    }
+
+    /// Microseconds until the bucket holds `units` (0: it does now).
+    fn wait_us(&self, units: u64) -> u64 {
+        self.need(units)
+            .saturating_sub(self.level)
+            .div_ceil(self.per_minute)
+    }
+
+    fn take(&mut self, units: u64) {
+        self.level = self.level.saturating_sub(self.need(units));
+    }
+
+    /// What the headers say now.
+    fn state(&self) -> QuotaState {
+        let short = self.capacity() - self.level.min(self.capacity());
+        QuotaState {
+            limit: self.per_minute,
+            remaining: self
+                .per_minute
+                .saturating_sub(short.div_ceil(PARTS_PER_UNIT)),
+            reset: Duration::from_micros(short.div_ceil(self.per_minute)),
+        }
+    }
+}
+
+/// A quota of requests and tokens a minute, enforced per second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ProviderQuota {
+    requests: QuotaBucket,
+    tokens: QuotaBucket,
+}
+
+impl ProviderQuota {
+    /// Admits a request of `tokens` at `now_us` (taking from both buckets), or says how long
+    /// until both would hold it.
+    fn admit(&mut self, now_us: u64, tokens: u64) -> Result<(), Duration> {
+        self.requests.refill(now_us);
+        self.tokens.refill(now_us);
+        let wait = self.requests.wait_us(1).max(self.tokens.wait_us(tokens));
+        if wait > 0 {
+            return Err(Duration::from_micros(wait));
+        }
+        self.requests.take(1);
+        self.tokens.take(tokens);
+        Ok(())
+    }
+
+    fn state(&self) -> RateLimitState {
+        RateLimitState {
+            requests: self.requests.state(),
+            tokens: self.tokens.state(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Default)]
@@ -164,6 +321,8 @@ pub struct Model {
     ends: Calendar,
     tokens: f64,
     tokens_at_us: u64,
+    /// The quota of requests and tokens a minute, if the provider has one.
+    quota: Option<ProviderQuota>,
     requests: Vec<Track>,
     stats: BackendStats,
     /// Attempts of requests with this id or above are served but not counted.
@@ -187,6 +346,16 @@ impl Model {
             ends: Calendar::default(),
             tokens: burst,
             tokens_at_us: micros(scenario.fault.start),
+            quota: match scenario.fault.kind {
+                FaultKind::RateLimit {
+                    requests_per_minute,
+                    tokens_per_minute,
+                } => Some(ProviderQuota {
+                    requests: QuotaBucket::full(requests_per_minute),
+                    tokens: QuotaBucket::full(tokens_per_minute),
+                }),
+                _ => None,
+            },
             requests: Vec::new(),
             stats: BackendStats::default(),
             counted_ids: None,
@@ -252,6 +421,11 @@ impl Model {
     /// Decide the answer to an attempt of logical request `id` arriving at `now_us`; the attempt
     /// is open until [`close`](Model::close)d.
     pub fn admit(&mut self, now_us: u64, id: Option<usize>) -> Decision {
+        self.admit_weighing(now_us, id, 0)
+    }
+
+    /// [`admit`](Model::admit) an attempt that weighs `tokens` against a token quota.
+    pub fn admit_weighing(&mut self, now_us: u64, id: Option<usize>, tokens: u64) -> Decision {
         let counted = match (self.counted_ids, id) {
             (Some(limit), Some(id)) => id < limit,
             (Some(_), None) => false,
@@ -264,25 +438,30 @@ impl Model {
             self.stats.bucket(second).attempts += 1;
             self.track(now_us, second, id);
         }
-        let decision = self.decide(now_us, id);
+        let mut decision = self.decide(now_us, id, tokens);
+        decision.rate_limit = self.quota.as_ref().map(ProviderQuota::state);
         if counted {
+            let limited = decision.status == StatusCode::TOO_MANY_REQUESTS;
+            self.stats.rate_limited += u64::from(limited);
             let bucket = self.stats.bucket(second);
             bucket.delayed += u64::from(decision.queued);
             bucket.shed += u64::from(decision.status.as_u16() == STATUS_OVERLOADED);
             bucket.ok += u64::from(decision.status == StatusCode::OK);
+            bucket.rate_limited += u64::from(limited);
         }
         let in_flight = self.in_flight(now_us);
         self.stats.peak_in_flight = self.stats.peak_in_flight.max(in_flight);
         decision
     }
 
-    fn decide(&mut self, now_us: u64, id: Option<usize>) -> Decision {
+    fn decide(&mut self, now_us: u64, id: Option<usize>, tokens: u64) -> Decision {
         let at = Duration::from_micros(now_us);
         let answer_now = |status, retry_after| Decision {
             status,
             respond_at_us: Some(now_us),
             retry_after,
             queued: false,
+            rate_limit: None,
         };
         let fault = self.scenario.fault;
         let in_fault = fault.contains(at);
@@ -306,6 +485,16 @@ impl Model {
                 track.hinted_until_us = now_us.saturating_add(micros(retry_after));
             }
             return answer_now(StatusCode::TOO_MANY_REQUESTS, Some(retry_after));
+        }
+        // A quota of requests and tokens is the provider's own: in force at every moment.
+        if let Some(quota) = self.quota.as_mut()
+            && let Err(wait) = quota.admit(now_us, tokens)
+        {
+            let hint = Duration::from_secs(retry_after_secs(wait).max(1));
+            if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
+                track.hinted_until_us = now_us.saturating_add(micros(hint));
+            }
+            return answer_now(StatusCode::TOO_MANY_REQUESTS, Some(hint));
         }
 
         let load = self.in_flight(now_us) as f64 / f64::from(self.scenario.capacity.max(1));
@@ -359,6 +548,7 @@ impl Model {
             respond_at_us,
             retry_after: None,
             queued,
+            rate_limit: None,
         }
     }
 
@@ -390,6 +580,36 @@ impl Model {
         } else {
             false
         }
+    }
+}
+
+/// `Retry-After` in whole seconds, rounded up (RFC 9110 has no fractions).
+fn retry_after_secs(after: Duration) -> u64 {
+    after.as_secs() + u64::from(after.subsec_nanos() > 0)
+}
+
+/// A duration as Go writes it, as OpenAI's `x-ratelimit-reset-*` headers do, to the millisecond
+/// (rounded up): `0s`, `6ms`, `1s`, `1.5s`, `6m0s`.
+pub fn go_duration(duration: Duration) -> String {
+    let ms = duration.as_micros().div_ceil(1_000);
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let (minutes, ms) = (ms / 60_000, ms % 60_000);
+    let mut seconds = format!("{}.{:03}", ms / 1_000, ms % 1_000);
+    while seconds.ends_with('0') {
+        seconds.pop();
+    }
+    if seconds.ends_with('.') {
+        seconds.pop();
+    }
+    if minutes > 0 {
+        format!("{minutes}m{seconds}s")
+    } else {
+        format!("{seconds}s")
     }
 }
 
@@ -522,7 +742,13 @@ impl<B> Service<Request<B>> for Backend {
             .get(REQUEST_ID)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        let decision = self.model().admit(now_us, id);
+        let tokens = req
+            .headers()
+            .get(TOKENS)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let decision = self.model().admit_weighing(now_us, id, tokens);
         let delay = decision
             .respond_at_us
             .filter(|at| *at > now_us)
@@ -568,10 +794,32 @@ fn respond(decision: Decision) -> Response<Full<Bytes>> {
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
     if let Some(after) = decision.retry_after {
-        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
         response
             .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(secs));
+            .insert(RETRY_AFTER, HeaderValue::from(retry_after_secs(after)));
+    }
+    if let Some(state) = decision.rate_limit {
+        let headers = response.headers_mut();
+        for (quota, limit, remaining, reset) in [
+            (
+                state.requests,
+                X_RATELIMIT_LIMIT_REQUESTS,
+                X_RATELIMIT_REMAINING_REQUESTS,
+                X_RATELIMIT_RESET_REQUESTS,
+            ),
+            (
+                state.tokens,
+                X_RATELIMIT_LIMIT_TOKENS,
+                X_RATELIMIT_REMAINING_TOKENS,
+                X_RATELIMIT_RESET_TOKENS,
+            ),
+        ] {
+            headers.insert(limit, HeaderValue::from(quota.limit));
+            headers.insert(remaining, HeaderValue::from(quota.remaining));
+            if let Ok(value) = HeaderValue::try_from(go_duration(quota.reset)) {
+                headers.insert(reset, value);
+            }
+        }
     }
     response
 }
@@ -868,7 +1116,169 @@ mod tests {
             respond_at_us: Some(0),
             retry_after: Some(Duration::from_secs(2)),
             queued: false,
+            rate_limit: None,
         });
         assert_eq!(response.headers()[RETRY_AFTER], "2");
+        assert!(
+            response.headers().get(X_RATELIMIT_LIMIT_REQUESTS).is_none(),
+            "no quota a minute, no header"
+        );
+    }
+
+    /// The burst scenario's provider with a quota of 600 requests and 60,000 tokens a minute: 10
+    /// requests and 1,000 tokens a second, a bucket of one second's worth of each.
+    fn quota_a_minute() -> Model {
+        let mut scenario = Scenario::builtin(ScenarioKind::Burst);
+        scenario.fault.kind = FaultKind::RateLimit {
+            requests_per_minute: 600,
+            tokens_per_minute: 60_000,
+        };
+        Model::new(&scenario)
+    }
+
+    #[test]
+    fn quota_a_minute_admits_a_second_at_once_then_refills_continuously() {
+        let mut model = quota_a_minute();
+        for id in 0..10 {
+            assert_eq!(model.admit_weighing(0, Some(id), 10).status, StatusCode::OK);
+        }
+        // The 11th finds the request bucket empty: 429 at once, `Retry-After` rounded up to 1 s.
+        let refused = model.admit_weighing(0, Some(10), 10);
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.respond_at_us, Some(0));
+        assert_eq!(refused.retry_after, Some(Duration::from_secs(1)));
+        assert!(!refused.queued);
+        // One request comes back every 100 ms, exactly.
+        let status = |model: &mut Model, at: u64, id: usize| {
+            model.admit_weighing(at, Some(id), 10).status.as_u16()
+        };
+        assert_eq!(status(&mut model, 99_999, 11), 429);
+        assert_eq!(status(&mut model, 100_000, 12), 200);
+        assert_eq!(status(&mut model, 100_000, 13), 429);
+        // At 20 requests a second from 1 s to 10.95 s, the 9 the bucket gathered from 0.1 s to
+        // 1 s go, and the 99.5 it refills in 9.95 s (99 whole ones).
+        let admitted = (0..200)
+            .filter(|i| status(&mut model, SECOND + i * 50_000, 100 + *i as usize) == 200)
+            .count();
+        assert_eq!(admitted, 9 + 99);
+        // Idle, the bucket fills up to one second's worth, no more.
+        let burst = (0..20)
+            .filter(|i| status(&mut model, 30 * SECOND, 300 + i) == 200)
+            .count();
+        assert_eq!(burst, 10);
+    }
+
+    #[test]
+    fn quota_a_minute_weighs_tokens_at_admission() {
+        let mut model = quota_a_minute();
+        let status = |model: &mut Model, at: u64, id: usize, tokens: u64| {
+            model.admit_weighing(at, Some(id), tokens).status.as_u16()
+        };
+        assert_eq!(status(&mut model, 0, 0, 900), 200);
+        // 100 tokens left: a request of 200 is refused though requests are left; 100 fit.
+        let refused = model.admit_weighing(0, Some(1), 200);
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.retry_after, Some(Duration::from_secs(1)));
+        assert_eq!(status(&mut model, 0, 2, 100), 200);
+        // 200 tokens are back 200 ms later.
+        assert_eq!(status(&mut model, 199_999, 3, 200), 429);
+        assert_eq!(status(&mut model, 200_000, 4, 200), 200);
+        // Heavier than a second's worth: it goes with a full bucket (1.2 s), and empties it.
+        assert_eq!(status(&mut model, 1_199_999, 5, 5_000), 429);
+        assert_eq!(status(&mut model, 1_200_000, 6, 5_000), 200);
+        assert_eq!(status(&mut model, 1_200_000, 7, 1), 429);
+        // A request the provider does not weigh counts against requests only.
+        assert_eq!(status(&mut model, 1_200_000, 8, 0), 200);
+    }
+
+    #[test]
+    fn every_answer_states_the_quota_a_minute_as_openai_does() {
+        let mut model = quota_a_minute();
+        let first = model.admit_weighing(0, Some(0), 100);
+        let state = first.rate_limit.unwrap();
+        // One request of ten, 100 tokens of 1,000: whole again in 100 ms.
+        assert_eq!(
+            state.requests,
+            QuotaState {
+                limit: 600,
+                remaining: 599,
+                reset: Duration::from_millis(100)
+            }
+        );
+        assert_eq!(
+            state.tokens,
+            QuotaState {
+                limit: 60_000,
+                remaining: 59_900,
+                reset: Duration::from_millis(100)
+            }
+        );
+        let response = respond(first);
+        let header = |name: &HeaderName| response.headers()[name].to_str().unwrap().to_owned();
+        assert_eq!(header(&X_RATELIMIT_LIMIT_REQUESTS), "600");
+        assert_eq!(header(&X_RATELIMIT_REMAINING_REQUESTS), "599");
+        assert_eq!(header(&X_RATELIMIT_RESET_REQUESTS), "100ms");
+        assert_eq!(header(&X_RATELIMIT_LIMIT_TOKENS), "60000");
+        assert_eq!(header(&X_RATELIMIT_REMAINING_TOKENS), "59900");
+        assert_eq!(header(&X_RATELIMIT_RESET_TOKENS), "100ms");
+        assert!(response.headers().get(RETRY_AFTER).is_none());
+        // A 429 carries them too, with `Retry-After`; `remaining` is the minute's, not zero.
+        for id in 1..10 {
+            model.admit_weighing(0, Some(id), 10);
+        }
+        let refused = respond(model.admit_weighing(0, Some(10), 10));
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()[RETRY_AFTER], "1");
+        assert_eq!(refused.headers()[X_RATELIMIT_REMAINING_REQUESTS], "590");
+        assert_eq!(refused.headers()[X_RATELIMIT_RESET_REQUESTS], "1s");
+        // stormguard reads the resets back.
+        assert_eq!(
+            stormguard::classify::hint::go_duration(b"100ms"),
+            Some(Duration::from_millis(100))
+        );
+    }
+
+    #[test]
+    fn resets_are_written_as_go_durations() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_micros(1), "1ms"),
+            (Duration::from_millis(6), "6ms"),
+            (Duration::from_millis(999), "999ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_millis(1_500), "1.5s"),
+            (Duration::from_millis(61_250), "1m1.25s"),
+            (Duration::from_secs(360), "6m0s"),
+        ];
+        for (duration, text) in cases {
+            assert_eq!(go_duration(duration), text);
+            assert_eq!(
+                stormguard::classify::hint::go_duration(text.as_bytes()),
+                Some(Duration::from_micros(
+                    duration.as_micros().div_ceil(1_000) as u64 * 1_000
+                )),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn attempts_answered_429_are_counted_when_measured() {
+        let mut model = quota_a_minute();
+        for id in 0..15 {
+            model.admit_weighing(0, Some(id), 10);
+        }
+        model.count_ids_below(20);
+        // Unmeasured load is served (and refused) but not counted.
+        model.admit_weighing(500_000, Some(25), 10);
+        // A second's worth of tokens, then a request that finds none left.
+        model.admit_weighing(2 * SECOND, Some(3), 1_000);
+        model.admit_weighing(2 * SECOND, Some(4), 10);
+        let stats = model.stats();
+        assert_eq!(stats.rate_limited, 6);
+        assert_eq!(stats.buckets[0].rate_limited, 5);
+        assert_eq!(stats.buckets[2].rate_limited, 1);
+        assert_eq!((stats.buckets[0].ok, stats.buckets[2].ok), (10, 1));
+        assert_eq!(stats.attempts, 17);
     }
 }

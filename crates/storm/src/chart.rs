@@ -1,7 +1,7 @@
-//! A hand-written SVG chart of one scenario: offered load, attempts reaching the provider,
-//! attempts in flight and successes (with fallback answers, dashed) per second, one line per
-//! pipeline, with the fault window shaded and the provider's throughput drawn in the attempts
-//! panel.
+//! A hand-written SVG chart of one scenario: offered load, attempts reaching the provider (with
+//! those answered 429, dashed, where there are any), attempts in flight and successes (with
+//! fallback answers, dashed) per second, one line per pipeline, with the fault window (or the
+//! bursts) shaded and the provider's throughput drawn in the attempts panel.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -24,7 +24,9 @@ fn colour(name: &str) -> &'static str {
         "tower" => "#ff7f0e",
         "stormguard" => "#2ca02c",
         "stormguard+breaker" => "#1f77b4",
-        _ => "#9467bd",
+        "stormguard+rate-limit" => "#9467bd",
+        "stormguard+adaptive" => "#8c564b",
+        _ => "#17becf",
     }
 }
 
@@ -49,6 +51,8 @@ fn escape(text: &str) -> String {
 
 struct Panel<'a> {
     title: &'a str,
+    /// The title when the dashed series has something to show.
+    dashed_title: &'a str,
     pick: fn(&Series) -> &[u64],
     /// A second series drawn dashed in the pipeline's colour, if any.
     dashed: Option<fn(&Series) -> &[u64]>,
@@ -59,21 +63,25 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
     let panels = [
         Panel {
             title: "offered load (requests/s)",
+            dashed_title: "",
             pick: |s| &s.offered,
             dashed: None,
         },
         Panel {
             title: "attempts reaching the provider (requests/s)",
+            dashed_title: "attempts reaching the provider (requests/s); dashed: those answered 429",
             pick: |s| &s.attempts,
-            dashed: None,
+            dashed: Some(|s| &s.rate_limited),
         },
         Panel {
             title: "attempts in flight, client side (most at once in each second)",
+            dashed_title: "",
             pick: |s| &s.in_flight,
             dashed: None,
         },
         Panel {
             title: "successful answers (requests/s); dashed: the fallback's answers",
+            dashed_title: "successful answers (requests/s); dashed: the fallback's answers",
             pick: |s| &s.successes,
             dashed: Some(|s| &s.fallbacks),
         },
@@ -121,20 +129,28 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
         let y_max = nice_ceiling(peak);
         let y = |value: f64| bottom - value / y_max * PANEL_HEIGHT;
 
-        let (fault_from, fault_to) = (
-            x(scenario.fault.start.as_secs_f64()),
-            x(scenario.fault.end.as_secs_f64()),
-        );
-        let _ = writeln!(
-            svg,
-            r##"<rect x="{fault_from:.1}" y="{top}" width="{:.1}" height="{PANEL_HEIGHT}" fill="#fbe3e3"/>"##,
-            fault_to - fault_from
-        );
+        for (from, to) in scenario.highlights(Duration::from_secs(seconds as u64)) {
+            let (from, to) = (x(from.as_secs_f64()), x(to.as_secs_f64()));
+            let _ = writeln!(
+                svg,
+                r##"<rect x="{from:.1}" y="{top}" width="{:.1}" height="{PANEL_HEIGHT}" fill="#fbe3e3"/>"##,
+                to - from
+            );
+        }
+        let dashes = panel.dashed.is_some_and(|pick| {
+            runs.iter()
+                .any(|(_, series)| pick(series).iter().any(|v| *v > 0))
+        });
+        let title = if dashes {
+            panel.dashed_title
+        } else {
+            panel.title
+        };
         let _ = writeln!(
             svg,
             r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
             top - 8.0,
-            escape(panel.title)
+            escape(title)
         );
         for tick in 0..=4 {
             let value = y_max * f64::from(tick) / 4.0;

@@ -5,24 +5,28 @@
 //! requests/s. Clients that time out each attempt and retry every failure 3 times, 1 s apart,
 //! turn that into four times the load; the provider falls over and stays down while the load
 //! stays above its capacity (a metastable failure). This crate replays that incident, a total
-//! outage, a quota-limited provider and a black hole (a provider that accepts connections and
-//! answers nothing for 10 s, while clients that retry on timeouts pile up connections) against
-//! the *real* layers, side by side with what people use today, on virtual time: a 60 s scenario
-//! at the field's 12,000 requests/s runs in seconds.
+//! outage, a quota-limited provider, a black hole (a provider that accepts connections and
+//! answers nothing for 10 s, while clients that retry on timeouts pile up connections) and bursts
+//! above a quota of requests and tokens a minute (LLM-sized requests, 429s beyond the quota)
+//! against the *real* layers, side by side with what people use today, on virtual time: a 60 s
+//! scenario at the field's 12,000 requests/s runs in seconds.
 //!
 //! # How
 //! - [`backend`]: the provider, a tower `Service<http::Request<_>>` answering
 //!   `http::Response<Full<Bytes>>` with 200 / 500 / 503 / 529 / 429 + `Retry-After`, modelled as
 //!   a fixed number of GPU slots with a queue, log-normal service times and work that cannot be
-//!   cancelled (the model and its calibration are documented there and in [`scenario`]).
+//!   cancelled, and, in the burst scenario, a quota of requests and tokens a minute enforced per
+//!   second and stated in OpenAI's `x-ratelimit-*` headers (the model and its calibration are
+//!   documented there and in [`scenario`]).
 //! - [`pipeline`]: the clients: no retries; naive fixed-interval retries; tower's `retry` with
 //!   `ExponentialBackoff` and `TpsBudget`; `stormguard::ClientLayer::default()`, and the same with
-//!   a circuit breaker and a local fallback.
-//! - [`sim`]: Poisson arrivals through one pipeline on a paused-clock, current-thread tokio
-//!   runtime; seeded, so a seed always gives the same numbers.
+//!   a circuit breaker and a local fallback, or with a rate limit (configured with the
+//!   provider's quota, or learning it).
+//! - [`sim`]: Poisson arrivals (steady, or in bursts) through one pipeline on a paused-clock,
+//!   current-thread tokio runtime; seeded, so a seed always gives the same numbers.
 //! - [`metrics`], [`report`], [`chart`]: the figures (among them the attempts the clients hold
-//!   open, how fast traffic to a dead provider is cut, and the fallback's answers, which are no
-//!   successes), the table and an SVG chart.
+//!   open, how fast traffic to a dead provider is cut, the fallback's answers, which are no
+//!   successes, and the 429s), the table and an SVG chart.
 //!
 //! # What is compared, and how fairly
 //! Every pipeline meets the same arrivals (same seed) and the same provider. Today's pipelines

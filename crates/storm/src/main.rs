@@ -1,8 +1,9 @@
 //! `storm`: replay retry storms against the real layers and print what each pipeline did.
 //!
 //! ```text
-//! storm [--scenario seed|outage|quota|blackhole] [--qps N] [--duration SECS] [--capacity SLOTS]
-//!       [--seed N] [--pipelines none,naive,tower,stormguard,stormguard+breaker]
+//! storm [--scenario seed|outage|quota|blackhole|burst] [--qps N] [--duration SECS]
+//!       [--capacity SLOTS] [--seed N]
+//!       [--pipelines none,naive,tower,stormguard,stormguard+breaker,stormguard+rate-limit,stormguard+adaptive]
 //!       [--attempt-timeout SECS] [--out DIR] [--json]
 //! ```
 //!
@@ -18,10 +19,10 @@ use stormguard_storm::pipeline::Pipeline;
 use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::{chart, report};
 
-const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole] [--qps N] \
+const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst] [--qps N] \
 [--duration SECS] [--capacity SLOTS] [--seed N] \
-[--pipelines none,naive,tower,stormguard,stormguard+breaker] [--attempt-timeout SECS] \
-[--out DIR] [--json]";
+[--pipelines none,naive,tower,stormguard,stormguard+breaker,stormguard+rate-limit,stormguard+adaptive] \
+[--attempt-timeout SECS] [--out DIR] [--json]";
 
 struct Args {
     scenario: Scenario,

@@ -196,9 +196,9 @@ pub fn is_outside(bucket: usize, fault: &Fault) -> bool {
 }
 
 /// Share of the requests that arrived outside the fault window, the [`LEAD_IN`] before it and the
-/// [`RECOVERY_ALLOWANCE`] after it (see [`is_outside`]) that succeeded, per [`FINE_BUCKET`] of arrival; 0 when there
-/// are none.
-pub fn success_outside(offered: &[u64], succeeded: &[u64], fault: &Fault) -> f64 {
+/// [`RECOVERY_ALLOWANCE`] after it (see [`is_outside`]) that succeeded, per [`FINE_BUCKET`] of
+/// arrival; `None` when there are none (a fault that lasts the whole run).
+pub fn success_outside(offered: &[u64], succeeded: &[u64], fault: &Fault) -> Option<f64> {
     let sum = |series: &[u64]| -> u64 {
         (0..series.len())
             .filter(|b| is_outside(*b, fault))
@@ -206,11 +206,7 @@ pub fn success_outside(offered: &[u64], succeeded: &[u64], fault: &Fault) -> f64
             .sum()
     };
     let offered = sum(offered);
-    if offered == 0 {
-        0.0
-    } else {
-        sum(succeeded) as f64 / offered as f64
-    }
+    (offered > 0).then(|| sum(succeeded) as f64 / offered as f64)
 }
 
 /// The series of one pipeline's run: per second for the chart, and per [`FINE_BUCKET`]
@@ -221,6 +217,8 @@ pub struct Series {
     pub offered: Vec<u64>,
     /// Attempts that reached the provider per second.
     pub attempts: Vec<u64>,
+    /// Attempts the provider answered with 429 per second (by arrival).
+    pub rate_limited: Vec<u64>,
     /// Most attempts open at once (client side) in each second.
     pub in_flight: Vec<u64>,
     /// Successful answers per second (by completion).
@@ -257,8 +255,9 @@ pub struct Summary {
     /// no success).
     pub success_rate: f64,
     /// Share of the requests that arrived outside the fault, its [`LEAD_IN`] and its
-    /// [`RECOVERY_ALLOWANCE`] that succeeded (see [`success_outside`]).
-    pub success_outside: f64,
+    /// [`RECOVERY_ALLOWANCE`] that succeeded (see [`success_outside`]); `null` when the fault
+    /// lasts the whole run.
+    pub success_outside: Option<f64>,
     /// Requests answered by the circuit breaker's fallback.
     pub fallbacks: u64,
     /// 99th percentile latency of the fallback's answers, in milliseconds; `null` without any.
@@ -279,6 +278,9 @@ pub struct Summary {
     pub cut_s: Option<f64>,
     /// Attempts / offered during the fault window after its first [`FAULT_GRACE`].
     pub fault_load: f64,
+    /// Attempts the provider answered with 429 (Too Many Requests).
+    #[serde(rename = "429s")]
+    pub too_many_requests: u64,
     /// Attempts that were retries.
     pub retries: u64,
     /// Retries that arrived before the `Retry-After` they were given.
@@ -353,6 +355,7 @@ pub fn summarize(
             CUT_SHARE,
         ),
         fault_load: ratio(window(&attempts_series), window(&recorder.offered)),
+        too_many_requests: backend.rate_limited,
         retries: backend.retries,
         early_retries: backend.early_retries,
         successes,
@@ -364,6 +367,7 @@ pub fn summarize(
         recorder.succeeded_by_completion,
         recorder.fallbacks_by_completion,
     );
+    let mut rate_limited: Vec<u64> = backend.buckets.iter().map(|b| b.rate_limited).collect();
     let seconds = attempts.len().max(successes.len()).max(fallbacks.len());
     let per_second = (Duration::from_secs(1).as_micros() / FINE_BUCKET.as_micros()) as usize;
     let mut in_flight: Vec<u64> = backend
@@ -373,6 +377,7 @@ pub fn summarize(
         .collect();
     for series in [
         &mut attempts,
+        &mut rate_limited,
         &mut successes,
         &mut fallbacks,
         &mut in_flight,
@@ -382,6 +387,7 @@ pub fn summarize(
     let series = Series {
         offered: recorder.offered,
         attempts,
+        rate_limited,
         in_flight,
         successes,
         fallbacks,
@@ -396,6 +402,7 @@ pub fn summarize(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::backend::Bucket;
     use crate::scenario::ScenarioKind;
 
     #[test]
@@ -524,13 +531,47 @@ mod tests {
         let mut succeeded = vec![10; 600];
         succeeded[160..320].fill(0);
         succeeded[159] = 9;
-        let share = success_outside(&offered, &succeeded, &blackhole());
+        let share = success_outside(&offered, &succeeded, &blackhole()).unwrap();
         let outside = (600 - 160) * 10;
         assert!((share - (outside - 1) as f64 / outside as f64).abs() < 1e-12);
         // A failure at 32.0 s counts.
         succeeded[320] = 0;
-        let share = success_outside(&offered, &succeeded, &blackhole());
+        let share = success_outside(&offered, &succeeded, &blackhole()).unwrap();
         assert!((share - (outside - 11) as f64 / outside as f64).abs() < 1e-12);
-        assert_eq!(success_outside(&[], &[], &blackhole()), 0.0);
+        assert_eq!(success_outside(&[], &[], &blackhole()), None);
+        // A fault that lasts the whole run leaves nothing outside.
+        let quota = Scenario::builtin(ScenarioKind::Burst).fault;
+        assert_eq!(success_outside(&offered, &succeeded, &quota), None);
+    }
+
+    #[test]
+    fn attempts_answered_429_are_counted_in_total_and_per_second() {
+        let scenario = Scenario::builtin(ScenarioKind::Burst);
+        let mut stats = BackendStats {
+            rate_limited: 5,
+            attempts: 12,
+            ..BackendStats::default()
+        };
+        stats.buckets = vec![
+            Bucket {
+                attempts: 10,
+                rate_limited: 4,
+                ..Bucket::default()
+            },
+            Bucket::default(),
+            Bucket {
+                attempts: 2,
+                rate_limited: 1,
+                ..Bucket::default()
+            },
+        ];
+        let mut recorder = Recorder::default();
+        recorder.arrive(Duration::ZERO);
+        let (summary, series) = summarize("naive", &scenario, recorder, &stats);
+        assert_eq!(summary.too_many_requests, 5);
+        assert_eq!(series.rate_limited, vec![4, 0, 1]);
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["429s"], 5);
+        assert!(json["success_outside"].is_null(), "{json}");
     }
 }

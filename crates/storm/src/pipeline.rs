@@ -7,6 +7,8 @@
 //! | `tower` | `tower::retry::Retry` with [`TowerPolicy`]: `ExponentialBackoff` and `TpsBudget` (10 s, 10/s, 20%) |
 //! | `stormguard` | `stormguard::ClientLayer::default()` |
 //! | `stormguard+breaker` | the same, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
+//! | `stormguard+rate-limit` | the same, with a [`RateLimit`] configured with the provider's quota ([`Scenario::quota_per_minute`]) |
+//! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
 //!
 //! Today's pipelines (`none`, `naive`, `tower`) time out each attempt after the scenario's
 //! `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt is retried.
@@ -32,6 +34,7 @@ use tower::util::rng::Rng;
 use stormguard::ClientLayer;
 use stormguard::breaker::{BreakerConfig, CircuitBreaker, Fallback};
 use stormguard::jitter::{FullJitter, HintPolicy};
+use stormguard::rate_limit::{RateLimit, RateLimitConfig};
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 
 use crate::backend::Backend;
@@ -53,21 +56,29 @@ pub enum Pipeline {
     Stormguard,
     /// stormguard's `ClientLayer::default()` with a circuit breaker and a local fallback.
     StormguardBreaker,
+    /// stormguard's `ClientLayer::default()` with a rate limit configured with the provider's
+    /// quota.
+    StormguardRateLimit,
+    /// stormguard's `ClientLayer::default()` with a rate limit that learns the provider's.
+    StormguardAdaptive,
 }
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 5] = [
+    pub const ALL: [Pipeline; 7] = [
         Pipeline::None,
         Pipeline::Naive,
         Pipeline::Tower,
         Pipeline::Stormguard,
         Pipeline::StormguardBreaker,
+        Pipeline::StormguardRateLimit,
+        Pipeline::StormguardAdaptive,
     ];
 
     /// The pipelines a scenario compares unless told otherwise: today's clients and stormguard's
     /// default, and where the provider dies (outage, black hole) stormguard with a breaker too.
-    /// The black hole, the breaker's own incident, compares the retrying clients only.
+    /// The black hole, the breaker's own incident, compares the retrying clients only; so do the
+    /// bursts, the rate limit's incident, with stormguard's rate limit configured and learning.
     ///
     /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
     /// to), so its row would repeat stormguard's at the cost of one more run.
@@ -79,12 +90,25 @@ impl Pipeline {
                 Pipeline::Tower,
                 Pipeline::Stormguard,
             ],
-            ScenarioKind::Outage => &Pipeline::ALL,
+            ScenarioKind::Outage => &[
+                Pipeline::None,
+                Pipeline::Naive,
+                Pipeline::Tower,
+                Pipeline::Stormguard,
+                Pipeline::StormguardBreaker,
+            ],
             ScenarioKind::Blackhole => &[
                 Pipeline::Naive,
                 Pipeline::Tower,
                 Pipeline::Stormguard,
                 Pipeline::StormguardBreaker,
+            ],
+            ScenarioKind::Burst => &[
+                Pipeline::Naive,
+                Pipeline::Tower,
+                Pipeline::Stormguard,
+                Pipeline::StormguardRateLimit,
+                Pipeline::StormguardAdaptive,
             ],
         }
     }
@@ -97,6 +121,8 @@ impl Pipeline {
             Pipeline::Tower => "tower",
             Pipeline::Stormguard => "stormguard",
             Pipeline::StormguardBreaker => "stormguard+breaker",
+            Pipeline::StormguardRateLimit => "stormguard+rate-limit",
+            Pipeline::StormguardAdaptive => "stormguard+adaptive",
         }
     }
 
@@ -128,7 +154,8 @@ impl fmt::Display for UnknownPipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown pipeline `{}` (expected none, naive, tower, stormguard or stormguard+breaker)",
+            "unknown pipeline `{}` (expected none, naive, tower, stormguard, stormguard+breaker, \
+             stormguard+rate-limit or stormguard+adaptive)",
             self.0
         )
     }
@@ -336,6 +363,29 @@ pub fn stormguard_breaker(
     (client, breaker)
 }
 
+/// stormguard's client pipeline with a rate limit configured with the provider's quota (its
+/// requests and tokens a minute; where the provider states none, the limit has no numbers and
+/// learns them, as `stormguard+adaptive`'s): `ClientLayer::default()` (seeded)
+/// `.with_rate_limit(RateLimit::new(RateLimitConfig::default().with_requests_per_minute(..)
+/// .with_tokens_per_minute(..)))`.
+pub fn stormguard_rate_limit(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
+    let (requests, tokens) = scenario.quota_per_minute();
+    let limit = RateLimit::new(
+        RateLimitConfig::default()
+            .with_requests_per_minute(requests)
+            .with_tokens_per_minute(tokens),
+    );
+    client_layer(scenario).with_rate_limit(limit).layer(backend)
+}
+
+/// stormguard's client pipeline with a rate limit that learns the provider's quota from its
+/// headers and its 429s: `ClientLayer::default()` (seeded) `.with_rate_limit(RateLimit::default())`.
+pub fn stormguard_adaptive(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
+    client_layer(scenario)
+        .with_rate_limit(RateLimit::default())
+        .layer(backend)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -397,6 +447,34 @@ mod tests {
         assert_eq!(
             Pipeline::parse_list("stormguard+breaker,naive").unwrap(),
             vec![Pipeline::Naive, Pipeline::StormguardBreaker]
+        );
+        assert_eq!(
+            Pipeline::parse_list("stormguard+adaptive,stormguard+rate-limit").unwrap(),
+            vec![Pipeline::StormguardRateLimit, Pipeline::StormguardAdaptive]
+        );
+    }
+
+    #[test]
+    fn the_rate_limit_rows_are_the_defaults_of_the_bursts_only() {
+        for kind in ScenarioKind::ALL {
+            let defaults = Pipeline::defaults(kind);
+            let burst = kind == ScenarioKind::Burst;
+            for row in [Pipeline::StormguardRateLimit, Pipeline::StormguardAdaptive] {
+                assert_eq!(defaults.contains(&row), burst, "{kind}");
+            }
+        }
+        assert_eq!(
+            Pipeline::defaults(ScenarioKind::Burst)
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "naive",
+                "tower",
+                "stormguard",
+                "stormguard+rate-limit",
+                "stormguard+adaptive"
+            ]
         );
     }
 

@@ -25,16 +25,23 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
         "recovery",
         "cut",
         "fault load",
+        "429s",
         "retries",
         "early retries",
     ];
-    // A fault that leaves the provider serving has nothing to cut.
+    // A fault that leaves the provider serving has nothing to cut; one that lasts the whole run
+    // has no end to recover from.
     let uncut = if scenario.fault.kind.is_dead() {
         "never"
     } else {
         "-"
     };
-    let rows: Vec<[String; 19]> = summaries
+    let unrecovered = if scenario.fault.end >= scenario.duration {
+        "-"
+    } else {
+        "never"
+    };
+    let rows: Vec<[String; 20]> = summaries
         .iter()
         .map(|s| {
             [
@@ -46,7 +53,8 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
                 format!("{:.2}x", s.peak_load),
                 s.peak_in_flight.to_string(),
                 format!("{:.2}%", s.success_rate * 100.0),
-                format!("{:.2}%", s.success_outside * 100.0),
+                s.success_outside
+                    .map_or_else(|| "-".to_owned(), |share| format!("{:.2}%", share * 100.0)),
                 s.fallbacks.to_string(),
                 s.p50_ms.to_string(),
                 s.p99_ms.to_string(),
@@ -54,10 +62,11 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
                     .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
                 format!("{} s", s.overloaded_s),
                 s.recovery_s
-                    .map_or_else(|| "never".to_owned(), |r| format!("{r:.0} s")),
+                    .map_or_else(|| unrecovered.to_owned(), |r| format!("{r:.0} s")),
                 s.cut_s
                     .map_or_else(|| uncut.to_owned(), |c| format!("{c:.1} s")),
                 format!("{:.2}x", s.fault_load),
+                s.too_many_requests.to_string(),
                 s.retries.to_string(),
                 s.early_retries.to_string(),
             ]
@@ -98,13 +107,15 @@ peak load = most requests in the provider at once (running + queued) / its slots
 peak in-flight = most attempts open at once, client side (sent, not yet answered, dropped or cut);
 success = requests the provider answered with success (a fallback answer is none);
 success outside = the same, of the requests that arrived 4 s (the healthy p99.9) or more before the
-fault, or from 2 s after its end;
+fault, or from 2 s after its end (- when the fault lasts the whole run, as the burst scenario's
+quota does; so does recovery);
 fallback = requests answered locally by the breaker's fallback (fallback p99: their p99 latency);
 overloaded = seconds in which over 1% of attempts found every slot busy;
 recovery = seconds after the fault ends until goodput stays >= 95% of offered (per second of arrival);
 cut = seconds after a dead provider's fault starts until attempts stay below 5% of offered until it
 ends (per 100 ms of arrival; - when the provider still serves);
 fault load = attempts / offered during the fault, after its first 3 s;
+429s = attempts the provider answered with 429 (Too Many Requests);
 retries = attempts that repeat a request; early retries = those sent before the Retry-After they
 were given.";
 
@@ -125,7 +136,7 @@ mod tests {
             peak_load: 1.9,
             peak_in_flight: 9_000,
             success_rate: 0.41,
-            success_outside: 0.5,
+            success_outside: Some(0.5),
             fallbacks: 0,
             fallback_p99_ms: None,
             p50_ms: 4_000,
@@ -134,6 +145,7 @@ mod tests {
             recovery_s: None,
             cut_s: None,
             fault_load: 3.9,
+            too_many_requests: 0,
             retries: 1_780_000,
             early_retries: 0,
             successes: 295_200,
@@ -168,8 +180,21 @@ mod tests {
             fallback_p99_ms: Some(2_003),
             ..summary
         };
-        let cells = cells(&table(&outage, &[cut]));
+        let cells = cells(&table(&outage, std::slice::from_ref(&cut)));
         assert_eq!(cells[15], "2.1 s");
         assert_eq!((cells[9].as_str(), cells[12].as_str()), ("9000", "2003 ms"));
+        // The burst scenario's quota lasts the whole run: nothing outside it, no recovery from it.
+        let burst = Scenario::builtin(ScenarioKind::Burst);
+        let limited = Summary {
+            success_outside: None,
+            too_many_requests: 1_234,
+            ..cut
+        };
+        let text = table(&burst, &[limited]);
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        let header = text.lines().next().unwrap();
+        assert!(header.contains("fault load  429s  retries"), "{header}");
+        assert_eq!(row[8], "-", "success outside: {row:?}");
+        assert_eq!(row[row.len() - 3], "1234", "{row:?}");
     }
 }

@@ -83,6 +83,49 @@ pub const BLACKHOLE_QPS: f64 = 1_000.0;
 /// incident is about the connections the clients hold open, not about the provider's capacity.
 pub const BLACKHOLE_CAPACITY: u32 = 10_000;
 
+/// Requests a minute of the burst scenario's quota: 10,000, the size of OpenAI's higher usage
+/// tiers for its flagship models.
+pub const BURST_REQUESTS_PER_MINUTE: u32 = 10_000;
+
+/// Tokens a minute of the burst scenario's quota: 30,000,000 (the same tiers).
+///
+/// With [`TokenSizes::LLM`] the mean request weighs 3,075 tokens: 500,000 tokens a second admit
+/// 162.6 of them, fewer than the 166.7 requests a second of [`BURST_REQUESTS_PER_MINUTE`]. Tokens
+/// are the tighter dimension, as they usually are for LLM traffic: a limit that counts requests
+/// alone lets 2.5% too many tokens through.
+pub const BURST_TOKENS_PER_MINUTE: u32 = 30_000_000;
+
+/// Average offered load of the burst scenario, as a share of its quota: 70%.
+pub const BURST_AVERAGE_SHARE: f64 = 0.7;
+
+/// Heights of the burst scenario's bursts, as multiples of the quota, cycled in this order.
+pub const BURST_HEIGHTS: [f64; 3] = [2.0, 2.5, 3.0];
+
+/// What each burst sends above the quota, in seconds of quota: 2 s.
+///
+/// A burst of height `h` lasts `2 s / (h - 1)`: 2 s at 2x, 1.33 s at 2.5x, 1 s at 3x. This is the
+/// incident's shape, bursts that a 2 s queue absorbs: the provider's bucket (and a client limit
+/// of the same size) holds one second of quota, so a client that paces the burst makes its last
+/// request wait about 1 s, inside the 2 s it may wait; a client that sends the burst as it comes
+/// meets a 429 for about one second of quota per burst. Were the excess beyond the bucket more
+/// than 2 s of quota, the last requests of every burst would need to wait longer than 2 s, and no
+/// pacing with a bounded wait could answer them.
+pub const BURST_EXCESS: Duration = Duration::from_secs(2);
+
+/// One burst every 10 s: between two bursts the calm rate (37% to 44% of the quota) drains the
+/// queue and refills the bucket in under 4 s.
+pub const BURST_PERIOD: Duration = Duration::from_secs(10);
+
+/// Where in its period each burst starts: 3 s (the first at 3 s, the sixth at 53 s).
+pub const BURST_OFFSET: Duration = Duration::from_secs(3);
+
+/// Concurrent slots of the burst scenario's provider: ample.
+///
+/// The quota admits at most 166.7 requests a second (and a second's worth at once), which keep
+/// about 150 slots busy (Little's law: 166.7 x 0.91 s mean); 1,500 slots leave the quota, not the
+/// slots, as the only limit.
+pub const BURST_CAPACITY: u32 = 1_500;
+
 /// Which built-in scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScenarioKind {
@@ -96,15 +139,19 @@ pub enum ScenarioKind {
     /// The field's black hole, at 1,000 requests/s: from 20 s to 30 s the provider accepts
     /// connections and never answers.
     Blackhole,
+    /// Bursts above a provider's quota of requests and tokens a minute: traffic averages 70% of
+    /// the quota and comes in bursts of 2x to 3x it; beyond the quota the provider answers 429.
+    Burst,
 }
 
 impl ScenarioKind {
     /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 4] = [
+    pub const ALL: [ScenarioKind; 5] = [
         ScenarioKind::Seed,
         ScenarioKind::Outage,
         ScenarioKind::Quota,
         ScenarioKind::Blackhole,
+        ScenarioKind::Burst,
     ];
 
     /// The name used on the command line and in file names.
@@ -114,6 +161,7 @@ impl ScenarioKind {
             ScenarioKind::Outage => "outage",
             ScenarioKind::Quota => "quota",
             ScenarioKind::Blackhole => "blackhole",
+            ScenarioKind::Burst => "burst",
         }
     }
 }
@@ -132,7 +180,7 @@ impl fmt::Display for UnknownScenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown scenario `{}` (expected seed, outage, quota or blackhole)",
+            "unknown scenario `{}` (expected seed, outage, quota, blackhole or burst)",
             self.0
         )
     }
@@ -191,6 +239,17 @@ pub enum FaultKind {
     /// The provider accepts connections and never answers: every attempt that arrives in the
     /// window, and every attempt in flight when it starts, hangs until its client drops it.
     Blackhole,
+    /// The provider's quota of requests and tokens a minute, in force for the whole run (the
+    /// window only marks the measured part): a token bucket per dimension, refilled continuously
+    /// and holding one second's worth. A request takes 1 request and its tokens (prompt and
+    /// `max_tokens`) when admitted; one that does not fit gets 429 with `Retry-After`. Every
+    /// answer states the quota in OpenAI's `x-ratelimit-*` headers (see [`crate::backend`]).
+    RateLimit {
+        /// Requests a minute.
+        requests_per_minute: u32,
+        /// Tokens a minute.
+        tokens_per_minute: u32,
+    },
 }
 
 impl FaultKind {
@@ -199,6 +258,130 @@ impl FaultKind {
     pub fn is_dead(self) -> bool {
         matches!(self, FaultKind::Outage | FaultKind::Blackhole)
     }
+}
+
+/// The sizes of LLM requests: prompt tokens and `max_tokens`, each drawn uniformly from its range
+/// (both ends included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenSizes {
+    /// Smallest and largest prompt, in tokens.
+    pub prompt: (u32, u32),
+    /// Smallest and largest `max_tokens`.
+    pub max_tokens: (u32, u32),
+}
+
+impl TokenSizes {
+    /// Chat completions as LLM applications send them: prompts of 100 to 4,000 tokens, answers
+    /// allowed 50 to 2,000 (3,075 tokens on average).
+    pub const LLM: TokenSizes = TokenSizes {
+        prompt: (100, 4_000),
+        max_tokens: (50, 2_000),
+    };
+
+    /// Tokens of the mean request (prompt and `max_tokens`).
+    pub fn mean(&self) -> f64 {
+        let mid = |(low, high): (u32, u32)| (f64::from(low) + f64::from(high)) / 2.0;
+        mid(self.prompt) + mid(self.max_tokens)
+    }
+
+    /// Tokens of the heaviest request.
+    pub fn largest(&self) -> u64 {
+        u64::from(self.prompt.1) + u64::from(self.max_tokens.1)
+    }
+}
+
+/// One burst of a [`Bursts`] arrival process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Burst {
+    /// When it starts, from the start of the run.
+    pub start: Duration,
+    /// When it ends.
+    pub end: Duration,
+    /// Its rate, a multiple of the quota.
+    pub height: f64,
+}
+
+impl Burst {
+    /// Whether `at` falls in the burst.
+    pub fn contains(&self, at: Duration) -> bool {
+        self.start <= at && at < self.end
+    }
+}
+
+/// Arrivals in bursts: one burst a period, its height cycling through `heights`, its length such
+/// that it sends `excess` above the quota; between bursts a calm rate that makes each period
+/// average `average` of the quota. Arrivals are Poisson at the rate of the moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bursts {
+    /// The rate the heights are relative to, requests a second: the quota, for the mean request.
+    pub quota: f64,
+    /// Average offered load over a period, a share of `quota`.
+    pub average: f64,
+    /// Burst heights, multiples of `quota`, cycled.
+    pub heights: [f64; 3],
+    /// What each burst sends above the quota, in seconds of quota.
+    pub excess: Duration,
+    /// One burst per period.
+    pub period: Duration,
+    /// Where in its period each burst starts.
+    pub offset: Duration,
+}
+
+impl Bursts {
+    /// The burst of period `k` (from 0).
+    pub fn burst(&self, k: u64) -> Burst {
+        let height = self.heights[(k % self.heights.len() as u64) as usize];
+        let length = Duration::from_secs_f64(self.excess.as_secs_f64() / (height - 1.0))
+            .min(self.period.saturating_sub(self.offset));
+        let start = self.period * u32::try_from(k).unwrap_or(u32::MAX) + self.offset;
+        Burst {
+            start,
+            end: start + length,
+            height,
+        }
+    }
+
+    /// The period that `at` falls in.
+    fn period_of(&self, at: Duration) -> u64 {
+        (at.as_nanos() / self.period.as_nanos().max(1)) as u64
+    }
+
+    /// The offered rate at `at`, requests a second.
+    pub fn rate_at(&self, at: Duration) -> f64 {
+        let k = self.period_of(at);
+        let burst = self.burst(k);
+        if burst.contains(at) {
+            burst.height * self.quota
+        } else {
+            self.calm_rate(k)
+        }
+    }
+
+    /// The rate between the bursts of period `k`, requests a second: what makes the period
+    /// average `average` of the quota.
+    pub fn calm_rate(&self, k: u64) -> f64 {
+        let burst = self.burst(k);
+        let period = self.period.as_secs_f64();
+        let length = (burst.end - burst.start).as_secs_f64();
+        let calm = (self.average * period - burst.height * length) / (period - length);
+        calm.max(0.0) * self.quota
+    }
+
+    /// The bursts that start before `until`.
+    pub fn until(&self, until: Duration) -> impl Iterator<Item = Burst> + '_ {
+        (0..)
+            .map(|k| self.burst(k))
+            .take_while(move |burst| burst.start < until)
+    }
+}
+
+/// How requests arrive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arrivals {
+    /// A Poisson process at the scenario's `qps`.
+    Poisson,
+    /// Bursts above a quota; `qps` is their average.
+    Bursts(Bursts),
 }
 
 /// The fault and when it happens.
@@ -244,11 +427,16 @@ pub struct Scenario {
     pub fault: Fault,
     /// Per-attempt timeout of today's pipelines (`none`, `naive`, `tower`).
     pub attempt_timeout: Duration,
+    /// How requests arrive.
+    pub arrivals: Arrivals,
+    /// The requests' sizes in tokens; `None`: every request is the same small chat completion.
+    pub sizes: Option<TokenSizes>,
 }
 
 impl Scenario {
     /// A built-in scenario at the field's load (12,000 req/s, 40,000 slots, 60 s); the black
-    /// hole at its incident's (1,000 req/s, 10,000 slots, 60 s).
+    /// hole at its incident's (1,000 req/s, 10,000 slots, 60 s); the bursts at 70% of a quota of
+    /// 10,000 requests and 30,000,000 tokens a minute (113.8 req/s on average, 1,500 slots, 60 s).
     pub fn builtin(kind: ScenarioKind) -> Scenario {
         let fault = match kind {
             ScenarioKind::Seed => Fault {
@@ -274,11 +462,38 @@ impl Scenario {
                 end: Duration::from_secs(30),
                 kind: FaultKind::Blackhole,
             },
+            ScenarioKind::Burst => Fault {
+                start: Duration::ZERO,
+                end: DEFAULT_DURATION,
+                kind: FaultKind::RateLimit {
+                    requests_per_minute: BURST_REQUESTS_PER_MINUTE,
+                    tokens_per_minute: BURST_TOKENS_PER_MINUTE,
+                },
+            },
         };
-        let (qps, capacity) = match kind {
+        let (mut qps, capacity) = match kind {
             ScenarioKind::Blackhole => (BLACKHOLE_QPS, BLACKHOLE_CAPACITY),
+            ScenarioKind::Burst => (0.0, BURST_CAPACITY),
             _ => (FIELD_QPS, FIELD_CAPACITY),
         };
+        let (mut arrivals, mut sizes) = (Arrivals::Poisson, None);
+        if kind == ScenarioKind::Burst {
+            let quota = quota_rate(
+                BURST_REQUESTS_PER_MINUTE,
+                BURST_TOKENS_PER_MINUTE,
+                TokenSizes::LLM.mean(),
+            );
+            qps = quota * BURST_AVERAGE_SHARE;
+            sizes = Some(TokenSizes::LLM);
+            arrivals = Arrivals::Bursts(Bursts {
+                quota,
+                average: BURST_AVERAGE_SHARE,
+                heights: BURST_HEIGHTS,
+                excess: BURST_EXCESS,
+                period: BURST_PERIOD,
+                offset: BURST_OFFSET,
+            });
+        }
         Scenario {
             kind,
             qps,
@@ -291,10 +506,14 @@ impl Scenario {
             overload_error_span: OVERLOAD_ERROR_SPAN,
             fault,
             attempt_timeout: ATTEMPT_TIMEOUT,
+            arrivals,
+            sizes,
         }
     }
 
-    /// Change the offered load, scaling capacity (and a quota) with it so utilisation stays the same.
+    /// Change the offered load, scaling capacity (and a quota, and the bursts' heights) with it so
+    /// utilisation stays the same. A token quota keeps room for the heaviest request in its
+    /// second's worth.
     pub fn with_qps(mut self, qps: f64) -> Scenario {
         let qps = if qps.is_finite() && qps > 0.0 {
             qps
@@ -312,6 +531,26 @@ impl Scenario {
                 per_sec: per_sec * factor,
                 retry_after,
             };
+        }
+        if let FaultKind::RateLimit {
+            requests_per_minute,
+            tokens_per_minute,
+        } = self.fault.kind
+        {
+            let scale = |n: u32| {
+                (f64::from(n) * factor)
+                    .round()
+                    .clamp(1.0, f64::from(u32::MAX))
+            };
+            let heaviest = self.sizes.map_or(1, |sizes| sizes.largest()) as f64 * 60.0;
+            self.fault.kind = FaultKind::RateLimit {
+                requests_per_minute: scale(requests_per_minute) as u32,
+                tokens_per_minute: scale(tokens_per_minute).max(heaviest.min(f64::from(u32::MAX)))
+                    as u32,
+            };
+        }
+        if let Arrivals::Bursts(bursts) = &mut self.arrivals {
+            bursts.quota *= factor;
         }
         self.qps = qps;
         self
@@ -363,7 +602,8 @@ impl Scenario {
         Duration::try_from_secs_f64(median.as_secs_f64() * factor).unwrap_or(median)
     }
 
-    /// Requests per second the provider can complete at `at` (capacity / mean service time).
+    /// Requests per second the provider can complete at `at` (capacity / mean service time; under
+    /// a quota of requests and tokens, at most the quota for the mean request).
     pub fn throughput_at(&self, at: Duration) -> f64 {
         if self.fault.kind.is_dead() && self.fault.contains(at) {
             return 0.0;
@@ -371,7 +611,44 @@ impl Scenario {
         let mean = self
             .mean_service_time(self.health_at(at).median)
             .as_secs_f64();
-        f64::from(self.capacity) / mean
+        let slots = f64::from(self.capacity) / mean;
+        match self.fault.kind {
+            FaultKind::RateLimit {
+                requests_per_minute,
+                tokens_per_minute,
+            } => {
+                let mean = self.sizes.map_or(0.0, |sizes| sizes.mean());
+                slots.min(quota_rate(requests_per_minute, tokens_per_minute, mean))
+            }
+            _ => slots,
+        }
+    }
+
+    /// The provider's quota as a client limit would be configured with it: requests and tokens a
+    /// minute (the quota scenario's requests a second, times 60; `None` where there is none).
+    pub fn quota_per_minute(&self) -> (Option<u32>, Option<u32>) {
+        match self.fault.kind {
+            FaultKind::RateLimit {
+                requests_per_minute,
+                tokens_per_minute,
+            } => (Some(requests_per_minute), Some(tokens_per_minute)),
+            FaultKind::Quota { per_sec, .. } => (
+                Some((per_sec * 60.0).round().clamp(1.0, f64::from(u32::MAX)) as u32),
+                None,
+            ),
+            _ => (None, None),
+        }
+    }
+
+    /// The stretches of the run the chart shades: the bursts, or the fault window.
+    pub fn highlights(&self, until: Duration) -> Vec<(Duration, Duration)> {
+        match &self.arrivals {
+            Arrivals::Bursts(bursts) => bursts
+                .until(until)
+                .map(|burst| (burst.start, burst.end))
+                .collect(),
+            Arrivals::Poisson => vec![(self.fault.start, self.fault.end)],
+        }
     }
 
     /// One line describing the scenario, for the report's header.
@@ -396,9 +673,37 @@ impl Scenario {
                 "quota {per_sec:.0} req/s, 429 with Retry-After {} s",
                 retry_after.as_secs_f64()
             ),
+            FaultKind::RateLimit {
+                requests_per_minute,
+                tokens_per_minute,
+            } => format!(
+                "quota {requests_per_minute} requests and {tokens_per_minute} tokens a minute, \
+                 enforced per second, 429 with Retry-After"
+            ),
+        };
+        let arrivals = match (&self.arrivals, &self.sizes) {
+            (Arrivals::Poisson, _) => String::new(),
+            (Arrivals::Bursts(b), sizes) => {
+                let heights: Vec<String> = b.heights.iter().map(|h| format!("{h}x")).collect();
+                let sizes = sizes.map_or_else(String::new, |s| {
+                    format!(
+                        "; prompts {}-{} tokens, max_tokens {}-{}",
+                        s.prompt.0, s.prompt.1, s.max_tokens.0, s.max_tokens.1
+                    )
+                });
+                format!(
+                    "; bursts of {} the quota ({:.1} req/s for the mean request), each {} s of \
+                     quota above it, every {} s from {} s{sizes}",
+                    heights.join(", "),
+                    b.quota,
+                    secs(b.excess),
+                    secs(b.period),
+                    secs(b.offset),
+                )
+            }
         };
         format!(
-            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}; \
+            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}; \
              attempt timeout (none/naive/tower) {} s",
             self.kind,
             self.qps,
@@ -408,8 +713,21 @@ impl Scenario {
             secs(self.fault.start),
             secs(self.fault.end),
             fault,
+            arrivals,
             secs(self.attempt_timeout),
         )
+    }
+}
+
+/// Requests a second that a quota of `requests_per_minute` and `tokens_per_minute` admits for
+/// requests of `mean_tokens` tokens: the tighter of the two (requests alone for weightless ones).
+pub fn quota_rate(requests_per_minute: u32, tokens_per_minute: u32, mean_tokens: f64) -> f64 {
+    let requests = f64::from(requests_per_minute) / 60.0;
+    let mean = mean_tokens;
+    if mean > 0.0 {
+        requests.min(f64::from(tokens_per_minute) / 60.0 / mean)
+    } else {
+        requests
     }
 }
 
@@ -459,6 +777,76 @@ mod tests {
         assert!(busy < 0.4 * f64::from(s.capacity), "{busy}");
         assert_eq!(s.throughput_at(Duration::from_secs(25)), 0.0);
         assert!(s.throughput_at(Duration::from_secs(30)) > 10_000.0);
+    }
+
+    #[test]
+    fn burst_quota_binds_on_tokens_and_offers_70_percent_of_it() {
+        let s = Scenario::builtin(ScenarioKind::Burst);
+        assert_eq!(TokenSizes::LLM.mean(), 3_075.0);
+        assert_eq!(
+            s.quota_per_minute(),
+            (Some(10_000), Some(30_000_000)),
+            "a limit is configured with the provider's numbers"
+        );
+        let Arrivals::Bursts(bursts) = s.arrivals else {
+            panic!("bursts")
+        };
+        // 500,000 tokens a second / 3,075 = 162.6 requests, under the 166.7 of the requests quota.
+        assert!((bursts.quota - 162.60).abs() < 0.01, "{}", bursts.quota);
+        assert!((s.qps - 0.7 * bursts.quota).abs() < 1e-9);
+        assert_eq!(s.throughput_at(Duration::from_secs(5)), bursts.quota);
+        assert_eq!((s.fault.start, s.fault.end), (Duration::ZERO, s.duration));
+        assert!(!s.fault.kind.is_dead());
+    }
+
+    #[test]
+    fn bursts_are_2_to_3_times_the_quota_and_average_70_percent() {
+        let s = Scenario::builtin(ScenarioKind::Burst);
+        let Arrivals::Bursts(bursts) = s.arrivals else {
+            panic!("bursts")
+        };
+        let q = bursts.quota;
+        // Integrate the rate per millisecond over the run: six whole periods.
+        let rates: Vec<f64> = (0..60_000)
+            .map(|ms| bursts.rate_at(Duration::from_millis(ms)))
+            .collect();
+        let average = rates.iter().sum::<f64>() / rates.len() as f64;
+        assert!((average / q - 0.7).abs() < 0.001, "{}", average / q);
+        let peak = rates.iter().copied().fold(0.0, f64::max);
+        assert!((peak / q - 3.0).abs() < 1e-9);
+        let in_bursts: Vec<Burst> = bursts.until(s.duration).collect();
+        assert_eq!(in_bursts.len(), 6);
+        for (k, burst) in in_bursts.iter().enumerate() {
+            assert!((2.0..=3.0).contains(&burst.height), "{burst:?}");
+            assert_eq!(burst.start, Duration::from_secs(10 * k as u64 + 3));
+            // Each burst sends 2 s of quota above the quota: what a 2 s queue absorbs.
+            let length = (burst.end - burst.start).as_secs_f64();
+            let excess = (burst.height - 1.0) * length;
+            assert!((excess - 2.0).abs() < 1e-6, "{burst:?}");
+            assert!((1.0..=2.0).contains(&length), "a burst of {length} s");
+            // Between bursts, well under the quota: 37.5% to 44.4%.
+            let calm = bursts.calm_rate(k as u64) / q;
+            assert!((0.37..0.45).contains(&calm), "{calm}");
+            assert_eq!(bursts.rate_at(burst.end), bursts.calm_rate(k as u64));
+        }
+        assert_eq!(
+            s.highlights(s.duration)[5],
+            (Duration::from_secs(53), Duration::from_secs(54))
+        );
+    }
+
+    #[test]
+    fn qps_scales_the_bursts_and_the_token_quota_keeps_room_for_the_heaviest_request() {
+        let tenth = Scenario::builtin(ScenarioKind::Burst).qps / 10.0;
+        let s = Scenario::builtin(ScenarioKind::Burst).with_qps(tenth);
+        assert_eq!(s.quota_per_minute(), (Some(1_000), Some(3_000_000)));
+        let Arrivals::Bursts(bursts) = s.arrivals else {
+            panic!("bursts")
+        };
+        assert!((bursts.quota * 0.7 - tenth).abs() < 1e-9);
+        assert_eq!(s.capacity, 150);
+        let tiny = Scenario::builtin(ScenarioKind::Burst).with_qps(0.1);
+        assert_eq!(tiny.quota_per_minute(), (Some(9), Some(6_000 * 60)));
     }
 
     #[test]

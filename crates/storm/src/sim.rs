@@ -6,8 +6,10 @@
 //! every run.
 //!
 //! Arrivals are a Poisson process drawn per millisecond (tokio's timers have millisecond
-//! resolution); each logical request is a task that calls the pipeline once and records when and
-//! how it ended. Requests that arrive within the scenario's duration are measured. Arrivals go on
+//! resolution), at the scenario's rate or, in bursts, at the rate of the moment
+//! ([`ArrivalProcess`]); each logical request is a task that calls the pipeline once and records
+//! when and how it ended. Requests are a small chat completion, or, where the scenario gives
+//! sizes, a chat completion of its prompt and `max_tokens` ([`llm_body`]). Requests that arrive within the scenario's duration are measured. Arrivals go on
 //! after it, unmeasured, until every measured request has its answer: the last measured requests
 //! meet the same load as the others instead of an idle provider. (A request a black hole holds
 //! until the caller's patience runs out keeps them going that long.)
@@ -28,14 +30,112 @@ use tokio::time::Instant;
 use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
-use crate::backend::{Backend, FINE_BUCKET, REQUEST_ID};
+use crate::backend::{Backend, FINE_BUCKET, REQUEST_ID, TOKENS};
 use crate::metrics::{Answer, Recorder, Series, Summary, summarize};
 use crate::pipeline::{self, NaivePolicy, Pipeline, SimRequest, TowerPolicy};
-use crate::scenario::{CALLER_PATIENCE, Scenario};
+use crate::scenario::{Arrivals, CALLER_PATIENCE, Scenario, TokenSizes};
 
-/// The body every logical request sends: a small chat completion.
+/// The body every logical request sends where the scenario gives no sizes: a small chat
+/// completion.
 const REQUEST_BODY: &[u8] =
     br#"{"model":"storm-1","max_tokens":256,"messages":[{"role":"user","content":"Summarise the incident."}]}"#;
+
+/// Bytes of prompt text per token: what `stormguard_deadline::TokenEstimate` (the rate limit's
+/// weight of a request) reads a prompt at (its `BYTES_PER_TOKEN`).
+pub const BYTES_PER_TOKEN: usize = 4;
+
+/// The chat completion of `prompt` prompt tokens that allows `max_tokens` output tokens, as a
+/// client weighs it (`TokenEstimate`: every string of `messages` at [`BYTES_PER_TOKEN`] bytes a
+/// token, the role's 4 bytes included, and `max_tokens`): the content is `x`s, 4 bytes a token
+/// less the role's 4. One allocation and a fill; the rate limit parses it once per request.
+pub fn llm_body(prompt: u32, max_tokens: u32) -> Bytes {
+    const ROLE: &str = "user";
+    let content = (prompt as usize * BYTES_PER_TOKEN).saturating_sub(ROLE.len());
+    let head = format!(
+        r#"{{"model":"storm-1","max_tokens":{max_tokens},"messages":[{{"role":"{ROLE}","content":""#
+    );
+    const TAIL: &[u8] = br#""}]}"#;
+    let mut body = Vec::with_capacity(head.len() + content + TAIL.len());
+    body.extend_from_slice(head.as_bytes());
+    body.resize(head.len() + content, b'x');
+    body.extend_from_slice(TAIL);
+    Bytes::from(body)
+}
+
+/// The arrivals of a scenario, drawn one millisecond at a time: a Poisson process at the
+/// scenario's `qps`, or at the rate of the moment for bursts (the same draws on a clock that runs
+/// at `rate / qps`, the time-rescaling of a Poisson process).
+pub struct ArrivalProcess {
+    rng: SmallRng,
+    qps: f64,
+    arrivals: Arrivals,
+    /// When the next request arrives, on the process's clock (seconds).
+    next: f64,
+    /// The process's clock at the end of the last millisecond drawn (bursts only).
+    clock: f64,
+}
+
+impl ArrivalProcess {
+    /// The arrivals of `scenario`, from time zero.
+    pub fn new(scenario: &Scenario) -> ArrivalProcess {
+        let mut rng = SmallRng::seed_from_u64(scenario.seed);
+        let qps = scenario.qps.max(f64::MIN_POSITIVE);
+        let next = Self::gap(&mut rng, qps);
+        ArrivalProcess {
+            rng,
+            qps,
+            arrivals: scenario.arrivals,
+            next,
+            clock: 0.0,
+        }
+    }
+
+    fn gap(rng: &mut SmallRng, qps: f64) -> f64 {
+        -(1.0 - rng.random::<f64>()).ln() / qps
+    }
+
+    /// How many requests arrive in millisecond `ms`; call it for 0, 1, 2, ... in turn.
+    pub fn tick(&mut self, ms: u64) -> u32 {
+        let tick_end = match &self.arrivals {
+            Arrivals::Poisson => (ms + 1) as f64 / 1_000.0,
+            Arrivals::Bursts(bursts) => {
+                let rate = bursts.rate_at(Duration::from_millis(ms));
+                self.clock += rate / self.qps / 1_000.0;
+                self.clock
+            }
+        };
+        let mut count = 0;
+        while self.next < tick_end {
+            count += 1;
+            self.next += Self::gap(&mut self.rng, self.qps);
+        }
+        count
+    }
+}
+
+/// Draws each request's prompt and `max_tokens`, uniformly, in the order of the requests' ids.
+struct SizeDraws {
+    sizes: TokenSizes,
+    rng: SmallRng,
+}
+
+impl SizeDraws {
+    fn new(sizes: TokenSizes, seed: u64) -> SizeDraws {
+        SizeDraws {
+            sizes,
+            rng: SmallRng::seed_from_u64(seed ^ 0x5123_70c3_e45e_0001),
+        }
+    }
+
+    /// The next request's (prompt, `max_tokens`).
+    fn draw(&mut self) -> (u32, u32) {
+        let (prompt, output) = (self.sizes.prompt, self.sizes.max_tokens);
+        (
+            self.rng.random_range(prompt.0..=prompt.1.max(prompt.0)),
+            self.rng.random_range(output.0..=output.1.max(output.0)),
+        )
+    }
+}
 
 /// The outcome of one run.
 #[derive(Clone, Debug, PartialEq)]
@@ -129,6 +229,12 @@ fn start(
             driver.spawn(tower::retry::Retry::new(policy, attempt(backend)));
         }
         Pipeline::Stormguard => driver.spawn(pipeline::stormguard(backend, scenario)),
+        Pipeline::StormguardRateLimit => {
+            driver.spawn(pipeline::stormguard_rate_limit(backend, scenario));
+        }
+        Pipeline::StormguardAdaptive => {
+            driver.spawn(pipeline::stormguard_adaptive(backend, scenario));
+        }
         Pipeline::StormguardBreaker => {
             let (client, breaker) = pipeline::stormguard_breaker(backend, scenario);
             driver.spawn(client);
@@ -162,10 +268,11 @@ impl Driver {
         S::Future: 'static,
         RB: 'static,
     {
-        let mut rng = SmallRng::seed_from_u64(self.scenario.seed);
-        let qps = self.scenario.qps.max(f64::MIN_POSITIVE);
-        let gap = |rng: &mut SmallRng| -(1.0 - rng.random::<f64>()).ln() / qps;
-        let mut next = gap(&mut rng);
+        let mut arrivals = ArrivalProcess::new(&self.scenario);
+        let mut sizes = self
+            .scenario
+            .sizes
+            .map(|sizes| SizeDraws::new(sizes, self.scenario.seed));
         let millis = u64::try_from(self.scenario.duration.as_millis()).unwrap_or(u64::MAX);
         let outstanding = Rc::new(Cell::new(0_u64));
         let mut id: u64 = 0;
@@ -182,8 +289,7 @@ impl Driver {
             }
             let at = Duration::from_millis(ms);
             tokio::time::sleep_until(self.epoch + at).await;
-            let tick_end = (ms + 1) as f64 / 1_000.0;
-            while next < tick_end {
+            for _ in 0..arrivals.tick(ms) {
                 let record = measured.then(|| {
                     self.recorder.borrow_mut().arrive(at);
                     outstanding.set(outstanding.get() + 1);
@@ -194,9 +300,9 @@ impl Driver {
                         outstanding: outstanding.clone(),
                     }
                 });
-                tokio::task::spawn_local(call(service.clone(), request(id), record));
+                let size = sizes.as_mut().map(SizeDraws::draw);
+                tokio::task::spawn_local(call(service.clone(), request(id, size), record));
                 id += 1;
-                next += gap(&mut rng);
             }
             if measured && (ms + 1) % 1_000 == 0 {
                 (self.on_second)();
@@ -205,8 +311,14 @@ impl Driver {
     }
 }
 
-fn request(id: u64) -> SimRequest {
-    let mut request = Request::new(Full::new(Bytes::from_static(REQUEST_BODY)));
+/// Request `id`: the small chat completion, or one of `(prompt, max_tokens)` tokens, which also
+/// tells the provider its weight in [`TOKENS`].
+fn request(id: u64, size: Option<(u32, u32)>) -> SimRequest {
+    let body = match size {
+        Some((prompt, max_tokens)) => llm_body(prompt, max_tokens),
+        None => Bytes::from_static(REQUEST_BODY),
+    };
+    let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = Uri::from_static("http://llm.invalid/v1/chat/completions");
     request
@@ -215,6 +327,12 @@ fn request(id: u64) -> SimRequest {
     request
         .headers_mut()
         .insert(REQUEST_ID, HeaderValue::from(id));
+    if let Some((prompt, max_tokens)) = size {
+        let tokens = u64::from(prompt) + u64::from(max_tokens);
+        request
+            .headers_mut()
+            .insert(TOKENS, HeaderValue::from(tokens));
+    }
     request
 }
 
@@ -246,5 +364,101 @@ where
         record
             .outstanding
             .set(record.outstanding.get().saturating_sub(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::scenario::ScenarioKind;
+
+    /// Requests per second of `scenario`'s arrivals over its duration.
+    fn per_second(scenario: &Scenario) -> Vec<u64> {
+        let mut arrivals = ArrivalProcess::new(scenario);
+        let millis = scenario.duration.as_millis() as u64;
+        let mut seconds = vec![0; millis.div_ceil(1_000) as usize];
+        for ms in 0..millis {
+            seconds[(ms / 1_000) as usize] += u64::from(arrivals.tick(ms));
+        }
+        seconds
+    }
+
+    #[test]
+    fn burst_arrivals_average_70_percent_of_the_quota_in_bursts_of_2_to_3_times_it() {
+        let scenario = Scenario::builtin(ScenarioKind::Burst);
+        let Arrivals::Bursts(bursts) = scenario.arrivals else {
+            panic!("bursts")
+        };
+        let q = bursts.quota;
+        let seconds = per_second(&scenario);
+        let total: u64 = seconds.iter().sum();
+        let average = total as f64 / 60.0 / q;
+        // 6,830 expected; Poisson's spread is about 1.2%.
+        assert!((0.67..0.73).contains(&average), "{average}");
+        for burst in bursts.until(scenario.duration) {
+            // The whole seconds of each burst: 2x for 2 s, 2.5x for 1.33 s, 3x for 1 s.
+            let first = burst.start.as_secs() as usize;
+            let whole = ((burst.end - burst.start).as_secs_f64().floor() as usize).max(1);
+            for count in &seconds[first..first + whole] {
+                let height = *count as f64 / q;
+                let expected = burst.height;
+                assert!(
+                    (height - expected).abs() < 0.25 * expected,
+                    "{burst:?}: {height}"
+                );
+            }
+            // The second before each burst is calm: under half the quota.
+            assert!((seconds[first - 1] as f64) < 0.5 * q * 1.3, "{burst:?}");
+        }
+        let peak = seconds.iter().copied().max().unwrap() as f64 / q;
+        assert!((2.7..3.3).contains(&peak), "{peak}");
+    }
+
+    #[test]
+    fn poisson_arrivals_are_the_scenarios_rate() {
+        let scenario = Scenario::builtin(ScenarioKind::Seed).with_qps(1_000.0);
+        let seconds = per_second(&scenario);
+        let total: u64 = seconds.iter().sum();
+        assert!((59_000..61_000).contains(&total), "{total}");
+        assert!(
+            seconds.iter().all(|n| (880..1_120).contains(n)),
+            "{seconds:?}"
+        );
+    }
+
+    #[test]
+    fn an_llm_body_weighs_its_prompt_and_max_tokens_as_token_estimate_reads_it() {
+        for (prompt, max_tokens) in [(100, 50), (2_345, 1_000), (4_000, 2_000)] {
+            let body = llm_body(prompt, max_tokens);
+            let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(json["max_tokens"], max_tokens);
+            // `TokenEstimate`: the bytes of every string of `messages`, 4 a token.
+            let message = &json["messages"][0];
+            let bytes = message["role"].as_str().unwrap().len()
+                + message["content"].as_str().unwrap().len();
+            assert_eq!(bytes, prompt as usize * BYTES_PER_TOKEN, "{prompt}");
+        }
+        let request = request(7, Some((2_345, 1_000)));
+        assert_eq!(request.headers()[TOKENS], "3345");
+        assert_eq!(request.headers()[REQUEST_ID], "7");
+        assert!(
+            super::request(7, None).headers().get(TOKENS).is_none(),
+            "a small request is not weighed"
+        );
+    }
+
+    #[test]
+    fn sizes_are_drawn_uniformly_from_their_ranges() {
+        let mut draws = SizeDraws::new(TokenSizes::LLM, 42);
+        let sample: Vec<(u32, u32)> = (0..20_000).map(|_| draws.draw()).collect();
+        assert!(
+            sample
+                .iter()
+                .all(|(p, m)| (100..=4_000).contains(p) && (50..=2_000).contains(m))
+        );
+        let mean =
+            sample.iter().map(|(p, m)| f64::from(*p + *m)).sum::<f64>() / sample.len() as f64;
+        assert!((mean - TokenSizes::LLM.mean()).abs() < 30.0, "{mean}");
     }
 }

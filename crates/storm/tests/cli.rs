@@ -60,6 +60,7 @@ fn same_seed_same_json_with_the_documented_keys() {
             "fallbacks",
             "fallback_p99_ms",
             "success_outside",
+            "429s",
         ] {
             assert!(row.get(key).is_some(), "{key} missing in {row}");
         }
@@ -115,6 +116,52 @@ fn blackhole_compares_the_retrying_clients_and_the_breaker() {
     );
     assert!(rows[0]["cut_s"].is_null(), "naive retries never cut");
     assert!(out.join("blackhole.svg").exists(), "the chart is written");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn burst_compares_the_rate_limit_rows_and_counts_429s() {
+    let out = out_dir("burst");
+    let json = run_json(&["--scenario", "burst", "--duration", "10"], &out);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let rows = value.as_array().expect("an array");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "naive",
+            "tower",
+            "stormguard",
+            "stormguard+rate-limit",
+            "stormguard+adaptive"
+        ]
+    );
+    let count = |row: &serde_json::Value| row["429s"].as_u64().expect("a count");
+    assert!(count(&rows[0]) > 0, "{}", rows[0]);
+    assert!(
+        rows[0]["success_outside"].is_null(),
+        "the quota lasts the whole run"
+    );
+    assert!(out.join("burst.svg").exists(), "the chart is written");
+
+    // Any row on any scenario.
+    let json = run_json(
+        &[
+            "--scenario",
+            "quota",
+            "--qps",
+            "100",
+            "--duration",
+            "6",
+            "--pipelines",
+            "stormguard+rate-limit",
+        ],
+        &out,
+    );
+    assert!(
+        json.contains(r#""name": "stormguard+rate-limit""#),
+        "{json}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 
