@@ -26,7 +26,8 @@ type WeightFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 /// `with_rate_limit` weighs LLM requests by their body (prompt and `max_tokens`), which it buffers
 /// anyway. On a gateway's way in, keyed by caller, the layer limits each caller's requests a
 /// minute: answer its errors with
-/// [`error_response`](stormguard_classify::error_response) (429 and `Retry-After`).
+/// [`error_response`](stormguard_classify::error_response) (429 and `Retry-After`), for axum
+/// through `HandleErrorLayer` (the facade's `tests/ingress.rs` shows the stack).
 ///
 /// The wait happens inside the response future, after `poll_ready`: the service is cloned at
 /// each call (the readied one serves the request), like tower's `Buffer` clients.
