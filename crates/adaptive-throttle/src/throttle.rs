@@ -80,10 +80,7 @@ struct Totals {
 impl AdaptiveThrottle {
     /// A throttle with the settings of `config`.
     pub fn new(config: ThrottleConfig) -> Self {
-        let random = match config.seed() {
-            Some(seed) => RandomSource::seeded(seed),
-            None => RandomSource::new(),
-        };
+        let random = RandomSource::from_seed(config.seed());
         Self {
             shared: Arc::new(Shared {
                 config,

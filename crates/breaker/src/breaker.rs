@@ -192,10 +192,7 @@ fn is_answer(outcome: &Outcome) -> bool {
 impl CircuitBreaker {
     /// A breaker with the settings of `config`, closed.
     pub fn new(config: BreakerConfig) -> Self {
-        let random = match config.seed() {
-            Some(seed) => RandomSource::seeded(seed),
-            None => RandomSource::new(),
-        };
+        let random = RandomSource::from_seed(config.seed());
         Self {
             shared: Arc::new(Shared {
                 config,

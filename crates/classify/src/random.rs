@@ -51,6 +51,12 @@ impl RandomSource {
         Self::default()
     }
 
+    /// A source seeded with `seed` if there is one ([`seeded`](Self::seeded)), else unseeded
+    /// ([`new`](Self::new)): what a configuration's optional seed makes.
+    pub fn from_seed(seed: Option<u64>) -> Self {
+        seed.map_or_else(Self::new, Self::seeded)
+    }
+
     /// A seeded source: the `k`-th generator it hands out is the same on every run.
     pub fn seeded(seed: u64) -> Self {
         Self {

@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use stormguard_classify::decimal::{DecimalError, parse_decimal};
 use stormguard_classify::headers;
 use stormguard_classify::hint::{HINT_CEILING, go_duration, reset_at};
 
@@ -105,14 +106,11 @@ pub(crate) fn believed(wait: Duration) -> Option<Duration> {
 /// A non-negative decimal count from a header, capped at [`LARGEST_LIMIT`].
 fn count(headers: &HeaderMap, name: HeaderName) -> Option<u64> {
     let value: &HeaderValue = headers.get(name)?;
-    let text = value.to_str().ok()?.trim();
-    if text.is_empty() || text.len() > 20 || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    match parse_decimal(value.as_bytes().trim_ascii()) {
+        Ok(count) => Some(count.min(LARGEST_LIMIT)),
+        Err(DecimalError::TooLarge) => Some(LARGEST_LIMIT),
+        Err(DecimalError::NotANumber) => None,
     }
-    Some(
-        text.parse::<u64>()
-            .map_or(LARGEST_LIMIT, |n| n.min(LARGEST_LIMIT)),
-    )
 }
 
 /// The multiplicative decrease of the request rate on a 429: to 70% of the rate that met it.

@@ -5,10 +5,8 @@ use std::fmt;
 
 use http::Response;
 use stormguard_adaptive_throttle::Throttled;
-use stormguard_breaker::Rejected;
 use stormguard_classify::{BoxError, Failure, Outcome, Reason, refusal_response};
 use stormguard_deadline::DeadlineExceeded;
-use stormguard_rate_limit::RateLimited;
 
 /// Why the engine stopped retrying a retryable failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,19 +75,11 @@ impl Error {
         Self::new(Failure::with_source(outcome, Box::new(Throttled)), attempts)
     }
 
-    /// The circuit breaker refused the attempt, or cut it in flight.
-    pub(crate) fn refused(rejected: Rejected, attempts: u32) -> Self {
-        let outcome = rejected.outcome();
-        Self::new(
-            Failure::with_source(outcome, rejected.into_error()),
-            attempts,
-        )
-    }
-
-    /// The rate limit had no slot for the attempt within the wait it allows.
-    pub(crate) fn rate_limited(limited: RateLimited, attempts: u32) -> Self {
-        let outcome = limited.outcome();
-        Self::new(Failure::with_source(outcome, Box::new(limited)), attempts)
+    /// A layer of the engine refused the attempt locally (the rate limit had no slot for it,
+    /// the circuit breaker refused it or cut it in flight): `refusal`, whose outcome is
+    /// `outcome`.
+    pub(crate) fn refused(outcome: Outcome, refusal: BoxError, attempts: u32) -> Self {
+        Self::new(Failure::with_source(outcome, refusal), attempts)
     }
 
     /// The request's deadline passed.

@@ -437,7 +437,10 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                     }
                     return self.send(service, request, false, clock);
                 }
-                Err(limited) => return self.refuse(Err(Error::rate_limited(limited, self.sent))),
+                Err(limited) => {
+                    let error = Error::refused(limited.outcome(), Box::new(limited), self.sent);
+                    return self.refuse(Err(error));
+                }
             }
         }
         self.send(service, request, false, clock)
@@ -512,7 +515,11 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     fn breaker_answer<RB: Body>(&self, head: &Parts, rejected: Rejected) -> Output<RB> {
         match &self.config.fallback {
             Some(fallback) => Ok(fallback.answer(head, &rejected)),
-            None => Err(Error::refused(rejected, self.sent)),
+            None => Err(Error::refused(
+                rejected.outcome(),
+                rejected.into_error(),
+                self.sent,
+            )),
         }
     }
 
@@ -534,7 +541,11 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         };
         Some(match (head, &self.config.fallback) {
             (Some(head), Some(_)) => self.breaker_answer(head, rejected),
-            _ => Err(Error::refused(rejected, self.sent)),
+            _ => Err(Error::refused(
+                rejected.outcome(),
+                rejected.into_error(),
+                self.sent,
+            )),
         })
     }
 

@@ -95,7 +95,7 @@ where
                 StateProj::Refused { limited } => {
                     let error: BoxError = match limited.take() {
                         Some(limited) => Box::new(limited),
-                        None => "rate limit future polled after it completed".into(),
+                        None => polled_again(),
                     };
                     this.state.set(State::Done);
                     return Poll::Ready(Err(error));
@@ -118,9 +118,7 @@ where
                         (service.take(), request.take(), reservation.take())
                     else {
                         this.state.set(State::Done);
-                        return Poll::Ready(Err(
-                            "rate limit future polled after it completed".into()
-                        ));
+                        return Poll::Ready(Err(polled_again()));
                     };
                     let permit = reservation.send();
                     let future = service.call(request);
@@ -153,9 +151,13 @@ where
                     });
                 }
                 StateProj::Done => {
-                    return Poll::Ready(Err("rate limit future polled after it completed".into()));
+                    return Poll::Ready(Err(polled_again()));
                 }
             }
         }
     }
+}
+
+fn polled_again() -> BoxError {
+    "stormguard's rate limit ResponseFuture polled after it completed".into()
 }
