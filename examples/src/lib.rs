@@ -4,12 +4,14 @@
 //! - `mock_llm`: the fault-injecting mock LLM server of [`mock`], hit by a plain client;
 //! - `reqwest_client`: a reqwest-middleware client with `StormguardMiddleware` against the mock;
 //! - `axum_gateway`: an axum gateway with `ServerLayer` whose upstream client has `ClientLayer`;
-//! - `tonic_client`: a tonic health client with `ClientLayer` against a flaky tonic server.
+//! - `tonic_client`: a tonic health client with `ClientLayer` against a flaky tonic server;
+//! - `fleet_admit`: one replica of a fleet sharing a rate limit through Redis ([`fleet`]).
 //!
 //! ```text
 //! cargo run -p stormguard-examples --bin mock_llm
 //! ```
 
+pub mod fleet;
 pub mod mock;
 
 /// Whether a reqwest client's own stormguard engine dropped its request locally: stormguard's

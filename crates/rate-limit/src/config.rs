@@ -17,7 +17,7 @@ use std::time::Duration;
 /// );
 /// assert_eq!(limit.config().requests_per_minute(), Some(500));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct RateLimitConfig {
     requests_per_minute: Option<u32>,
     tokens_per_minute: Option<u32>,
@@ -27,6 +27,8 @@ pub struct RateLimitConfig {
     usage_correction: bool,
     max_keys: usize,
     idle: Duration,
+    #[cfg(feature = "redis")]
+    fleet: Option<crate::Fleet>,
 }
 
 impl RateLimitConfig {
@@ -106,6 +108,22 @@ impl RateLimitConfig {
         self
     }
 
+    /// Keep the limit's state in Redis, shared by every replica configured with the same fleet
+    /// settings and numbers (see [`Fleet`](crate::Fleet)): the replicas together admit at most
+    /// the quota, and each falls back to its share of it while Redis is away.
+    #[cfg(feature = "redis")]
+    #[must_use]
+    pub fn with_fleet(mut self, fleet: crate::Fleet) -> Self {
+        self.fleet = Some(fleet);
+        self
+    }
+
+    /// Where the limit's state is shared, if in Redis.
+    #[cfg(feature = "redis")]
+    pub fn fleet(&self) -> Option<&crate::Fleet> {
+        self.fleet.as_ref()
+    }
+
     /// The configured requests a minute.
     pub fn requests_per_minute(&self) -> Option<u32> {
         self.requests_per_minute
@@ -154,6 +172,8 @@ impl Default for RateLimitConfig {
             usage_correction: false,
             max_keys: Self::DEFAULT_MAX_KEYS,
             idle: Self::DEFAULT_IDLE,
+            #[cfg(feature = "redis")]
+            fleet: None,
         }
     }
 }

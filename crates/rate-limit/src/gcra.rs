@@ -85,6 +85,32 @@ impl Gcra {
         }
     }
 
+    /// Nanoseconds per unit and units the bucket holds, if limited.
+    #[cfg(feature = "redis")]
+    pub(crate) fn shape(&self) -> Option<(u64, u64)> {
+        match self.interval.load(Ordering::Acquire) {
+            0 => None,
+            interval => Some((interval, self.burst.load(Ordering::Acquire))),
+        }
+    }
+
+    /// The instant before which nothing goes (0: no block).
+    pub(crate) fn blocked(&self) -> u64 {
+        self.blocked.load(Ordering::Acquire)
+    }
+
+    /// Makes this dimension a share of `whole`: `1 / replicas` of its rate, and its block.
+    pub(crate) fn follow(&self, whole: &Gcra, replicas: u32, burst: Duration) {
+        let share = whole
+            .per_minute()
+            .map(|per_minute| (per_minute / u64::from(replicas.max(1))).max(1));
+        if share != self.per_minute() {
+            let share = share.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+            self.set_rate(share, burst);
+        }
+        self.block_until(whole.blocked());
+    }
+
     /// Reserves `units` at `now`, if they can go within `max_wait`: the slot, or how long until
     /// they could (nothing is taken then).
     pub(crate) fn reserve(&self, now: u64, units: u64, max_wait: u64) -> Result<Slot, u64> {

@@ -87,6 +87,8 @@
 
 mod config;
 mod error;
+#[cfg(feature = "redis")]
+mod fleet;
 mod gcra;
 mod learn;
 mod limit;
@@ -95,6 +97,8 @@ mod usage;
 
 pub use config::RateLimitConfig;
 pub use error::{RateLimitCause, RateLimited};
-pub use limit::{Permit, RateLimit, RateLimitSnapshot, Reservation};
+#[cfg(feature = "redis")]
+pub use fleet::{Fleet, FleetError, FleetSnapshot};
+pub use limit::{Acquire, Permit, RateLimit, RateLimitSnapshot, Reservation};
 pub use service::{RateLimitLayer, RateLimitService, ResponseFuture};
 pub use usage::{USAGE_BODY_LIMIT, usage_tokens};

@@ -3,8 +3,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use http::request::Parts;
@@ -13,6 +16,8 @@ use stormguard_classify::window::SlidingWindow;
 use stormguard_classify::{Outcome, Reason};
 use tokio::time::Instant;
 
+#[cfg(feature = "redis")]
+use crate::fleet;
 use crate::gcra::{Gcra, Slot};
 use crate::learn::{Cubic, Stated, believed};
 use crate::{RateLimitCause, RateLimitConfig, RateLimited};
@@ -64,6 +69,12 @@ struct Bucket {
     learned: Mutex<Learned>,
     /// When the bucket was last used, nanoseconds since the origin.
     used: AtomicU64,
+    /// With a fleet: this replica's share of the limit (requests, tokens), which decides while
+    /// Redis is away.
+    share: Option<[Gcra; 2]>,
+    /// With a fleet: the bucket's keys in Redis.
+    #[cfg(feature = "redis")]
+    fleet: Option<fleet::Keys>,
 }
 
 /// What a bucket learned from the provider.
@@ -130,7 +141,7 @@ impl RateLimit {
         let origin = Instant::now();
         Self {
             shared: Arc::new(Shared {
-                unkeyed: Arc::new(Bucket::new(&config, 0)),
+                unkeyed: Arc::new(Bucket::new(&config, 0, None)),
                 counts_sent: config.learning() && config.requests_per_minute().is_none(),
                 config,
                 origin,
@@ -169,51 +180,164 @@ impl RateLimit {
         tokens: u64,
         deadline: Option<Instant>,
     ) -> Result<Reservation, RateLimited> {
+        let (key, tokens) = self.weigh(head, tokens)?;
+        self.decide_here(key, tokens, deadline)
+    }
+
+    /// Reserves a slot as [`reserve`](Self::reserve) does, deciding where the limit's state is:
+    /// in this process, or with a [fleet](crate::Fleet) in Redis (one round trip, or the local
+    /// share when Redis is away or slower than the fleet's timeout). The decision is ready at
+    /// once ([`Acquire::now`]) unless Redis is asked.
+    pub fn acquire(&self, head: &Parts, tokens: u64, deadline: Option<Instant>) -> Acquire {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = self.shared.config.fleet() {
+            return match self.weigh(head, tokens) {
+                Ok((key, tokens)) => self.ask(fleet, key, tokens, deadline),
+                Err(limited) => Acquire::decided(Err(limited)),
+            };
+        }
+        Acquire::decided(self.reserve(head, tokens, deadline))
+    }
+
+    /// The bucket of the request with head `head` (`None`: the unkeyed one) and the tokens it
+    /// weighs there, or its refusal if it is heavier than the bucket's minute.
+    fn weigh(&self, head: &Parts, tokens: u64) -> Result<(Option<Arc<Bucket>>, u64), RateLimited> {
         let shared = &*self.shared;
-        let now = Instant::now();
-        let at = shared.nanos(now);
+        let at = shared.nanos(Instant::now());
         let key = shared.bucket_of(head, at);
         let bucket = shared.bucket(&key);
         if key.is_some() {
             bucket.used.store(at, Ordering::Relaxed);
         }
         bucket.adapt(shared, at);
-        let tokens = if bucket.tokens.per_minute().is_some() {
-            tokens
-        } else {
-            0
+        let Some(per_minute) = bucket.tokens.per_minute() else {
+            return Ok((key, 0));
         };
-        if let Some(per_minute) = bucket.tokens.per_minute()
-            && tokens > per_minute
-        {
+        if tokens > per_minute {
             let cause = RateLimitCause::TooHeavy { tokens, per_minute };
             return Err(RateLimited::new(Duration::from_secs(60), cause));
         }
-        let mut max_wait = shared.config.max_wait();
-        if let Some(deadline) = deadline {
-            max_wait = max_wait.min(deadline.saturating_duration_since(now));
+        Ok((key, tokens))
+    }
+
+    /// Decides in this process: on the whole limit, or, with a fleet, on this replica's share.
+    fn decide_here(
+        &self,
+        key: Option<Arc<Bucket>>,
+        tokens: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Reservation, RateLimited> {
+        let shared = &*self.shared;
+        let now = Instant::now();
+        let at = shared.nanos(now);
+        let bucket = shared.bucket(&key);
+        if let Some([requests, tokens]) = &bucket.share {
+            let replicas = shared.replicas();
+            let burst = shared.config.burst();
+            requests.follow(&bucket.requests, replicas, burst);
+            tokens.follow(&bucket.tokens, replicas, burst);
+            shared.decided_locally();
         }
-        let max_wait = nanos_of(max_wait);
+        let [requests, token_gcra] = bucket.dimensions(true);
+        let max_wait = nanos_of(shared.max_wait(now, deadline));
         let refused =
             |wait: u64| RateLimited::new(Duration::from_nanos(wait), RateLimitCause::Wait);
-        let requests = bucket.requests.reserve(at, 1, max_wait).map_err(refused)?;
-        let token_slot = match bucket.tokens.reserve(at, tokens, max_wait) {
+        let request_slot = requests.reserve(at, 1, max_wait).map_err(refused)?;
+        let token_slot = match token_gcra.reserve(at, tokens, max_wait) {
             Ok(slot) => slot,
             Err(wait) => {
-                bucket.requests.give_back(requests);
+                requests.give_back(request_slot);
                 return Err(refused(wait));
             }
         };
-        let start = requests.start.max(token_slot.start);
+        let start = request_slot.start.max(token_slot.start);
+        let taken = Taken::Here {
+            share: bucket.share.is_some(),
+            requests: request_slot,
+            tokens: token_slot,
+        };
         Ok(Reservation {
-            permit: Permit {
-                shared: Arc::clone(&self.shared),
-                key,
-                tokens,
-                reserved: at,
-                unsent: Some((requests, token_slot)),
-            },
+            permit: Permit::new(Arc::clone(&self.shared), key, tokens, at, taken),
             start: shared.origin + Duration::from_nanos(start),
+        })
+    }
+
+    /// Asks the fleet's Redis for the slot: a decision to wait for, or the local share's at once
+    /// while Redis is away.
+    #[cfg(feature = "redis")]
+    fn ask(
+        &self,
+        fleet: &crate::Fleet,
+        key: Option<Arc<Bucket>>,
+        tokens: u64,
+        deadline: Option<Instant>,
+    ) -> Acquire {
+        let shared = &*self.shared;
+        let now = Instant::now();
+        let at = shared.nanos(now);
+        let bucket = shared.bucket(&key);
+        let requests = Shape::of(&bucket.requests, 1);
+        let weighed = Shape::of(&bucket.tokens, tokens);
+        let block = |gcra: &Gcra| fleet::micros(gcra.blocked().saturating_sub(at));
+        let Some(keys) = &bucket.fleet else {
+            return Acquire::decided(self.decide_here(key, tokens, deadline));
+        };
+        let mut invocation = fleet.invocation(keys, "reserve");
+        invocation
+            .arg(fleet.id())
+            .arg(block(&bucket.requests))
+            .arg(block(&bucket.tokens))
+            .arg(&requests.interval)
+            .arg(requests.burst)
+            .arg(&weighed.interval)
+            .arg(weighed.burst)
+            .arg(weighed.units)
+            .arg(fleet::micros(nanos_of(shared.max_wait(now, deadline))));
+        let Some(call) = fleet.call(invocation) else {
+            return Acquire::decided(self.decide_here(key, tokens, deadline));
+        };
+        let limit = self.clone();
+        Acquire::asking(Box::pin(async move {
+            match call.await {
+                Some(reply) => {
+                    limit.decided_in_fleet(key, tokens, deadline, &reply, [requests, weighed])
+                }
+                None => limit.decide_here(key, tokens, deadline),
+            }
+        }))
+    }
+
+    /// The fleet's decision, from the script's reply.
+    #[cfg(feature = "redis")]
+    fn decided_in_fleet(
+        &self,
+        key: Option<Arc<Bucket>>,
+        tokens: u64,
+        deadline: Option<Instant>,
+        reply: &[String],
+        mut shapes: [Shape; 2],
+    ) -> Result<Reservation, RateLimited> {
+        let number = |i: usize| reply.get(i).and_then(|text| text.parse::<u64>().ok());
+        let (Some(wait), Some(replicas)) = (number(1), number(2)) else {
+            // Not the script's reply: decide here.
+            return self.decide_here(key, tokens, deadline);
+        };
+        if let Some(fleet) = self.shared.config.fleet() {
+            fleet.decided(u32::try_from(replicas).unwrap_or(u32::MAX));
+        }
+        let wait = Duration::from_micros(wait);
+        if reply.first().map(String::as_str) != Some("1") {
+            return Err(RateLimited::new(wait, RateLimitCause::Wait));
+        }
+        let now = Instant::now();
+        for (shape, end) in shapes.iter_mut().zip(reply.iter().skip(3)) {
+            shape.end.clone_from(end);
+        }
+        let at = self.shared.nanos(now);
+        let taken = Taken::Fleet(Box::new(shapes));
+        Ok(Reservation {
+            permit: Permit::new(Arc::clone(&self.shared), key, tokens, at, taken),
+            start: now + wait,
         })
     }
 
@@ -255,6 +379,31 @@ impl Shared {
         nanos_of(now.saturating_duration_since(self.origin))
     }
 
+    /// The longest a request reserving at `now` may wait for its slot.
+    fn max_wait(&self, now: Instant, deadline: Option<Instant>) -> Duration {
+        let max_wait = self.config.max_wait();
+        deadline.map_or(max_wait, |deadline| {
+            max_wait.min(deadline.saturating_duration_since(now))
+        })
+    }
+
+    /// The replicas sharing the limit: 1 without a fleet.
+    fn replicas(&self) -> u32 {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = self.config.fleet() {
+            return fleet.share();
+        }
+        1
+    }
+
+    /// Counts a decision made on the local share of a fleet's quota.
+    fn decided_locally(&self) {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = self.config.fleet() {
+            fleet.decided_locally();
+        }
+    }
+
     /// The bucket of a key (`None`: the unkeyed one).
     fn bucket<'a>(&'a self, key: &'a Option<Arc<Bucket>>) -> &'a Bucket {
         key.as_deref().unwrap_or(&self.unkeyed)
@@ -283,7 +432,7 @@ impl Shared {
                 buckets.remove(&oldest);
             }
         }
-        let bucket = Arc::new(Bucket::new(&self.config, at));
+        let bucket = Arc::new(Bucket::new(&self.config, at, Some(key.as_bytes())));
         buckets.insert(key, Arc::clone(&bucket));
         Some(bucket)
     }
@@ -296,8 +445,23 @@ impl Keyed {
 }
 
 impl Bucket {
-    fn new(config: &RateLimitConfig, at: u64) -> Self {
+    /// A bucket for the key `key` (`None`: the unkeyed bucket).
+    fn new(config: &RateLimitConfig, at: u64, key: Option<&[u8]>) -> Self {
+        #[cfg(feature = "redis")]
+        let fleet = config.fleet().map(|fleet| fleet.keys(key));
+        #[cfg(not(feature = "redis"))]
+        let _ = key;
+        #[cfg(feature = "redis")]
+        let share = fleet.as_ref().map(|_| {
+            let dimension = || Gcra::new(None, config.burst());
+            [dimension(), dimension()]
+        });
+        #[cfg(not(feature = "redis"))]
+        let share = None;
         Self {
+            share,
+            #[cfg(feature = "redis")]
+            fleet,
             requests: Gcra::new(config.requests_per_minute(), config.burst()),
             tokens: Gcra::new(config.tokens_per_minute(), config.burst()),
             sent: SlidingWindow::new(Duration::from_secs(1), 10),
@@ -307,13 +471,23 @@ impl Bucket {
         }
     }
 
+    /// The requests and tokens that decide here: the whole limit, or (`share`) a fleet's local
+    /// share.
+    fn dimensions(&self, share: bool) -> [&Gcra; 2] {
+        match (&self.share, share) {
+            (Some([requests, tokens]), true) => [requests, tokens],
+            _ => [&self.requests, &self.tokens],
+        }
+    }
+
     fn learned(&self) -> MutexGuard<'_, Learned> {
         self.learned.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Requests sent over the last second.
-    fn sent_rate(&self) -> f64 {
-        self.sent.sum(self.sent.epoch_now(), 0) as f64
+    /// Requests sent over the last second; by the fleet, when there is one (this replica's
+    /// times the replicas: a balanced fleet's).
+    fn sent_rate(&self, shared: &Shared) -> f64 {
+        self.sent.sum(self.sent.epoch_now(), 0) as f64 * f64::from(shared.replicas())
     }
 
     /// Moves the request rate along its CUBIC curve, if it is learned from 429s.
@@ -323,7 +497,7 @@ impl Bucket {
         }
         let learned = self.learned();
         if let Some(cubic) = learned.cubic {
-            let rate = cubic.rate(seconds(at), self.sent_rate());
+            let rate = cubic.rate(seconds(at), self.sent_rate(shared));
             self.requests
                 .set_rate(Some(per_minute(rate)), shared.config.burst());
         }
@@ -372,7 +546,7 @@ impl Bucket {
             // No numbers at all: CUBIC from the rate that met this 429. A 429 to a request
             // reserved before the last cut met the rate already cut: it says nothing new.
             let rate = self.requests.per_minute().map(|n| n as f64 / 60.0);
-            learned.cubic = Some(Cubic::throttled(seconds(at), self.sent_rate(), rate));
+            learned.cubic = Some(Cubic::throttled(seconds(at), self.sent_rate(shared), rate));
             self.adaptive.store(true, Ordering::Release);
         }
         if unknown_tokens
@@ -405,7 +579,7 @@ impl Reservation {
     /// The request goes: the slot is spent.
     pub fn send(self) -> Permit {
         let mut permit = self.permit;
-        permit.unsent = None;
+        permit.unsent = false;
         if permit.shared.counts_sent {
             let sent = &permit.shared.bucket(&permit.key).sent;
             sent.add(sent.epoch_now(), 0);
@@ -423,6 +597,67 @@ impl fmt::Debug for Reservation {
     }
 }
 
+/// A decision on a request's slot, as [`RateLimit::acquire`] returns it: ready at once
+/// ([`now`](Self::now)) unless the limit asks its fleet's Redis, then a future to await.
+pub struct Acquire {
+    decision: Decision,
+}
+
+enum Decision {
+    Made(Option<Result<Reservation, RateLimited>>),
+    #[cfg(feature = "redis")]
+    Asking(Pin<Box<dyn Future<Output = Result<Reservation, RateLimited>> + Send>>),
+}
+
+impl Acquire {
+    fn decided(result: Result<Reservation, RateLimited>) -> Self {
+        Self {
+            decision: Decision::Made(Some(result)),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    fn asking(
+        future: Pin<Box<dyn Future<Output = Result<Reservation, RateLimited>> + Send>>,
+    ) -> Self {
+        Self {
+            decision: Decision::Asking(future),
+        }
+    }
+
+    /// The decision, if it was made without waiting for Redis (always, without a fleet).
+    pub fn now(&mut self) -> Option<Result<Reservation, RateLimited>> {
+        match &mut self.decision {
+            Decision::Made(made) => made.take(),
+            #[cfg(feature = "redis")]
+            Decision::Asking(_) => None,
+        }
+    }
+}
+
+impl Future for Acquire {
+    type Output = Result<Reservation, RateLimited>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let _ = &cx;
+        match &mut self.decision {
+            Decision::Made(made) => match made.take() {
+                Some(result) => Poll::Ready(result),
+                None => panic!("stormguard's rate limit Acquire polled after it completed"),
+            },
+            #[cfg(feature = "redis")]
+            Decision::Asking(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl fmt::Debug for Acquire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let asking = !matches!(self.decision, Decision::Made(_));
+        f.debug_struct("Acquire").field("asking", &asking).finish()
+    }
+}
+
 /// A request that went: tell it what the provider answered.
 pub struct Permit {
     shared: Arc<Shared>,
@@ -432,13 +667,72 @@ pub struct Permit {
     tokens: u64,
     /// When it was reserved, nanoseconds since the origin.
     reserved: u64,
-    /// What the reservation took, while the request is not sent: given back if it never is.
-    unsent: Option<(Slot, Slot)>,
+    /// What the reservation took, and where.
+    taken: Taken,
+    /// The request was not sent (yet): what it took is given back if it never is.
+    unsent: bool,
+}
+
+/// What a reservation took, and where.
+enum Taken {
+    /// From the bucket in this process: the whole limit, or (`share`) a fleet's local share.
+    Here {
+        share: bool,
+        requests: Slot,
+        tokens: Slot,
+    },
+    /// From the fleet's bucket in Redis: the requests' and tokens' shapes and the TATs left.
+    #[cfg(feature = "redis")]
+    Fleet(Box<[Shape; 2]>),
+}
+
+/// One dimension of a decision in Redis, as the script takes it and answered it.
+#[cfg(feature = "redis")]
+struct Shape {
+    /// Microseconds per unit, a decimal ("0": no limit).
+    interval: String,
+    /// Units the bucket holds.
+    burst: u64,
+    /// Units taken.
+    units: u64,
+    /// The TAT the decision left ("": none).
+    end: String,
+}
+
+#[cfg(feature = "redis")]
+impl Shape {
+    fn of(gcra: &Gcra, units: u64) -> Self {
+        let (interval, burst) = gcra.shape().unwrap_or_default();
+        Self {
+            interval: fleet::micros_per_unit(interval),
+            burst,
+            units: if interval == 0 { 0 } else { units },
+            end: String::new(),
+        }
+    }
 }
 
 impl Permit {
+    fn new(
+        shared: Arc<Shared>,
+        key: Option<Arc<Bucket>>,
+        tokens: u64,
+        reserved: u64,
+        taken: Taken,
+    ) -> Self {
+        Self {
+            shared,
+            key,
+            tokens,
+            reserved,
+            taken,
+            unsent: true,
+        }
+    }
+
     /// Learns from the provider's answer (see the crate docs): the limits its headers state, a
-    /// quota it says is spent, a 429 and its `Retry-After`.
+    /// quota it says is spent, a 429 and its `Retry-After`. With a fleet, what it learns reaches
+    /// Redis with this replica's next decision.
     pub fn observe(&self, headers: &HeaderMap, outcome: &Outcome) {
         if self.shared.config.learning() {
             self.shared
@@ -450,11 +744,24 @@ impl Permit {
     /// Corrects the request's weight to the `tokens` it really used (the response's `usage`):
     /// the difference is taken from, or given back to, the tokens of the minute.
     pub fn settle(self, tokens: u64) {
-        let at = self.shared.nanos(Instant::now());
         let difference = i128::from(tokens) - i128::from(self.tokens);
         let difference =
             i64::try_from(difference).unwrap_or(if difference > 0 { i64::MAX } else { i64::MIN });
-        self.shared.bucket(&self.key).tokens.adjust(at, difference);
+        let bucket = self.shared.bucket(&self.key);
+        match &self.taken {
+            Taken::Here { share, .. } => {
+                let at = self.shared.nanos(Instant::now());
+                bucket.dimensions(*share)[1].adjust(at, difference);
+            }
+            #[cfg(feature = "redis")]
+            Taken::Fleet(shapes) => {
+                if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet) {
+                    let mut invocation = fleet.invocation(keys, "adjust");
+                    invocation.arg(&shapes[1].interval).arg(difference);
+                    fleet.spawn(invocation);
+                }
+            }
+        }
     }
 
     /// Whether the request's weight should be corrected to its answer's usage: the limit counts
@@ -471,10 +778,34 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if let Some((requests, tokens)) = self.unsent.take() {
-            let bucket = self.shared.bucket(&self.key);
-            bucket.requests.give_back(requests);
-            bucket.tokens.give_back(tokens);
+        if !self.unsent {
+            return;
+        }
+        let bucket = self.shared.bucket(&self.key);
+        match &self.taken {
+            Taken::Here {
+                share,
+                requests,
+                tokens,
+            } => {
+                let [request_gcra, token_gcra] = bucket.dimensions(*share);
+                request_gcra.give_back(*requests);
+                token_gcra.give_back(*tokens);
+            }
+            #[cfg(feature = "redis")]
+            Taken::Fleet(shapes) => {
+                if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet) {
+                    let mut invocation = fleet.invocation(keys, "return");
+                    for shape in shapes.iter() {
+                        invocation
+                            .arg(&shape.interval)
+                            .arg(shape.burst)
+                            .arg(shape.units)
+                            .arg(&shape.end);
+                    }
+                    fleet.spawn(invocation);
+                }
+            }
         }
     }
 }

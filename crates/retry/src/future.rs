@@ -1,10 +1,10 @@
 //! [`ResponseFuture`]: one request through the engine, as a state machine.
 //!
 //! ```text
-//! Buffering ──▶ [Pacing] ──▶ Calling ──▶ Classifying ──▶ (output)
-//!   (body)          ▲           │ error     │ retryable
-//!                   │           └──────┬────┘
-//!                 Ready ◀──────── Backoff
+//! Buffering ──▶ [Reserving] ─▶ [Pacing] ──▶ Calling ──▶ Classifying ──▶ (output)
+//!   (body)            ▲                         │ error     │ retryable
+//!                     │                         └──────┬────┘
+//!                   Ready ◀─────────────────────── Backoff
 //! ```
 //!
 //! The states only wait; what happens between them is decided by [`Attempts`], which holds the
@@ -34,7 +34,7 @@ use stormguard_classify::{BoxError, Classify, Outcome, Reason, is_grpc};
 use stormguard_deadline::TokenEstimate;
 use stormguard_deadline::{Deadline, propagate};
 use stormguard_jitter::{Backoff, HintDecision};
-use stormguard_rate_limit::Reservation;
+use stormguard_rate_limit::{Acquire, RateLimited, Reservation};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -79,6 +79,8 @@ pin_project! {
         Buffering { read: Prefix<B> },
         // Waiting for the service to be ready for a retry.
         Ready,
+        // Waiting for the rate limit's fleet (in Redis) to decide on the attempt's slot.
+        Reserving { acquire: Acquire, request: Option<Request<B>> },
         // Waiting for the rate limit's slot; the readied service sends the request then.
         Pacing { #[pin] sleep: Sleep, request: Option<Request<B>> },
         // An attempt is in flight.
@@ -221,6 +223,18 @@ where
                     Poll::Ready((bytes, tail, rest)) => {
                         this.attempts.buffered(this.service, bytes, tail, rest)
                     }
+                    Poll::Pending => break,
+                },
+                StateProj::Reserving { acquire, request } => match Pin::new(acquire).poll(cx) {
+                    Poll::Ready(decision) => match request.take() {
+                        Some(request) => Step::Next(this.attempts.paced(
+                            this.service,
+                            request,
+                            decision,
+                            &mut Clock::default(),
+                        )),
+                        None => panic!("stormguard's ResponseFuture polled after it completed"),
+                    },
                     Poll::Pending => break,
                 },
                 StateProj::Pacing { sleep, request } => match sleep.poll(cx) {
@@ -420,30 +434,52 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 }
                 None => 0,
             };
-            let reserved = limit.reserve(&head, tokens, deadline);
+            let mut acquire = limit.acquire(&head, tokens, deadline);
             let request = Request::from_parts(head, body);
-            match reserved {
-                Ok(reservation) => {
-                    let start = reservation.start();
-                    self.pace = Some(reservation);
-                    // Read after the reservation: a slot free now starts at the limit's own
-                    // reading of the clock, later than this step's, and waiting for it would
-                    // still cost a timer rounded up to the next millisecond.
-                    if start > Instant::now() {
-                        return State::Pacing {
-                            sleep: tokio::time::sleep_until(start),
-                            request: Some(request),
-                        };
-                    }
-                    return self.send(service, request, false, clock);
-                }
-                Err(limited) => {
-                    let error = Error::refused(limited.outcome(), Box::new(limited), self.sent);
-                    return self.refuse(Err(error));
-                }
-            }
+            return match acquire.now() {
+                Some(decision) => self.paced(service, request, decision, clock),
+                None => State::Reserving {
+                    acquire,
+                    request: Some(request),
+                },
+            };
         }
         self.send(service, request, false, clock)
+    }
+
+    /// Sends an attempt once the rate limit decided on its slot: at once, after a wait, or not
+    /// at all.
+    fn paced<S, B, F, RB>(
+        &mut self,
+        service: &mut S,
+        request: Request<B>,
+        decision: Result<Reservation, RateLimited>,
+        clock: &mut Clock,
+    ) -> State<F, B, RB, C>
+    where
+        S: Service<Request<B>, Future = F>,
+        RB: Body,
+    {
+        match decision {
+            Ok(reservation) => {
+                let start = reservation.start();
+                self.pace = Some(reservation);
+                // Read after the reservation: a slot free now starts at the limit's own
+                // reading of the clock, later than this step's, and waiting for it would
+                // still cost a timer rounded up to the next millisecond.
+                if start > Instant::now() {
+                    return State::Pacing {
+                        sleep: tokio::time::sleep_until(start),
+                        request: Some(request),
+                    };
+                }
+                self.send(service, request, false, clock)
+            }
+            Err(limited) => {
+                let error = Error::refused(limited.outcome(), Box::new(limited), self.sent);
+                self.refuse(Err(error))
+            }
+        }
     }
 
     /// Sends an attempt, if the breaker and the throttle let it go (`paced`: after a wait for
@@ -902,6 +938,7 @@ where
         let state = match &self.state {
             State::Buffering { .. } => "buffering the request body",
             State::Ready => "waiting for the service",
+            State::Reserving { .. } => "asking the rate limit's fleet",
             State::Pacing { .. } => "waiting for the rate limit",
             State::Calling { .. } => "calling",
             State::Classifying { .. } => "classifying the answer",

@@ -165,9 +165,11 @@ pub mod breaker {
 /// a bounded wait, token weights, limits learned from the provider.
 pub mod rate_limit {
     pub use stormguard_rate_limit::{
-        Permit, RateLimit, RateLimitCause, RateLimitConfig, RateLimitLayer, RateLimitService,
-        RateLimitSnapshot, RateLimited, Reservation,
+        Acquire, Permit, RateLimit, RateLimitCause, RateLimitConfig, RateLimitLayer,
+        RateLimitService, RateLimitSnapshot, RateLimited, Reservation,
     };
+    #[cfg(feature = "redis")]
+    pub use stormguard_rate_limit::{Fleet, FleetError, FleetSnapshot};
 }
 
 /// The client engine's parts ([`stormguard_retry`]): what [`ClientLayer`] is made of.

@@ -10,7 +10,7 @@ use stormguard_classify::{BoxError, Classify};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::{Permit, RateLimited, Reservation};
+use crate::{Acquire, Permit, RateLimited, Reservation};
 
 pin_project! {
     /// Response future of [`RateLimitService`](super::RateLimitService): waits for the
@@ -33,6 +33,11 @@ pin_project! {
         S: Service<http::Request<B>>,
     {
         Refused { limited: Option<RateLimited> },
+        Acquiring {
+            acquire: Acquire,
+            service: Option<S>,
+            request: Option<http::Request<B>>,
+        },
         Waiting {
             #[pin]
             sleep: Sleep,
@@ -70,6 +75,22 @@ where
         }
     }
 
+    pub(super) fn acquiring(
+        service: S,
+        request: http::Request<B>,
+        acquire: Acquire,
+        classifier: C,
+    ) -> Self {
+        Self {
+            state: State::Acquiring {
+                acquire,
+                service: Some(service),
+                request: Some(request),
+            },
+            classifier,
+        }
+    }
+
     pub(super) fn refused(limited: RateLimited, classifier: C) -> Self {
         Self {
             state: State::Refused {
@@ -99,6 +120,28 @@ where
                     };
                     this.state.set(State::Done);
                     return Poll::Ready(Err(error));
+                }
+                StateProj::Acquiring {
+                    acquire,
+                    service,
+                    request,
+                } => {
+                    let decision = ready!(Pin::new(acquire).poll(cx));
+                    let (Some(service), Some(request)) = (service.take(), request.take()) else {
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(polled_again()));
+                    };
+                    match decision {
+                        Ok(reservation) => this.state.set(State::Waiting {
+                            sleep: tokio::time::sleep_until(reservation.start()),
+                            service: Some(service),
+                            request: Some(request),
+                            reservation: Some(reservation),
+                        }),
+                        Err(limited) => this.state.set(State::Refused {
+                            limited: Some(limited),
+                        }),
+                    }
                 }
                 StateProj::Waiting {
                     sleep,

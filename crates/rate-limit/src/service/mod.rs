@@ -150,15 +150,20 @@ where
         let tokens = self.weight.as_ref().map_or(0, |weight| weight(&head));
         let deadline = stormguard_deadline::Deadline::from_extensions(&head.extensions)
             .map(|deadline| deadline.instant());
-        let reserved = self.limit.reserve(&head, tokens, deadline);
+        let mut acquire = self.limit.acquire(&head, tokens, deadline);
         let request = http::Request::from_parts(head, body);
-        match reserved {
-            Ok(reservation) => {
-                let fresh = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, fresh);
-                ResponseFuture::waiting(ready, request, reservation, self.classifier.clone())
+        let classifier = self.classifier.clone();
+        let decision = acquire.now();
+        if let Some(Err(limited)) = decision {
+            return ResponseFuture::refused(limited, classifier);
+        }
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        match decision {
+            Some(Ok(reservation)) => {
+                ResponseFuture::waiting(ready, request, reservation, classifier)
             }
-            Err(limited) => ResponseFuture::refused(limited, self.classifier.clone()),
+            _ => ResponseFuture::acquiring(ready, request, acquire, classifier),
         }
     }
 }
