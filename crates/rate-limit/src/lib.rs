@@ -65,6 +65,40 @@
 //! learning on its own, with bounded memory: 10,000 keys by default, the idle ones (10 minutes)
 //! forgotten first when room is needed.
 //!
+//! # A fleet (feature `redis`)
+//!
+//! A provider's quota belongs to an API key, and a gateway runs as N replicas: with a limit in
+//! each process, the fleet sends N times the quota. With a [`Fleet`] set on the config
+//! ([`RateLimitConfig::with_fleet`]), the limit's state lives in Redis and the replicas share it;
+//! reserve with [`RateLimit::acquire`] (the retry engine and the layer do).
+//!
+//! - **One script per decision.** Each admission runs one Lua script in Redis, atomically, in
+//!   one round trip: the same weighted GCRA as in a process, on the Redis server's clock (so the
+//!   replicas' clocks need not agree), over a hash per bucket (`tr`, `tt`: the requests' and
+//!   tokens' TATs; `br`, `bt`: until when the provider said a quota is spent) that expires a
+//!   minute after it is full again. It reserves the slot in both dimensions or in neither, and
+//!   answers how long to wait. The wait is slept in the process: nobody polls Redis. A slot given
+//!   back and a weight corrected to the usage run the script again, in the background.
+//! - **What the fleet guarantees.** Replicas with the same numbers, prefix and keys admit
+//!   together what one limit would: at most the bucket at once, then the rate (3 replicas in 3
+//!   processes: 499 admitted for an allowance of 500). Limits a replica learns from the
+//!   provider's headers, and a spent quota or a `Retry-After`, are shared: a block is written to
+//!   Redis as soon as it is learned, and each decision carries the replica's rates, so the fleet
+//!   paces at what the provider states. A request rate learned from 429s alone (CUBIC) counts
+//!   the fleet's sending rate as this replica's times the replicas (a balanced fleet's).
+//! - **Redis slow or away.** A decision waits for Redis at most the fleet's timeout (5 ms), then
+//!   is made in the process on a local share of the quota: the rate and the bucket divided by
+//!   the replicas (configured with [`Fleet::with_replicas`], else as Redis last counted them).
+//!   Redis is then left alone for 25 ms, doubling to 2 s, while the connection manager
+//!   reconnects; the first decision it answers brings the fleet back. Each change is logged once.
+//!   Callers never get an error because Redis is away, and a replica never admits more than its
+//!   share then; what it admitted on its share is not written back (the bucket in Redis fills
+//!   from where it was).
+//! - **Keys.** A keyed limit's key names its bucket in Redis as it is (`<prefix>:k:{<key>}`;
+//!   `<prefix>:u:{all}` for the unkeyed bucket): pick keys that are not secrets (a tenant's
+//!   name or a hash of its API key, not the key itself). The braces keep a bucket and its count
+//!   of replicas in one cluster slot.
+//!
 //! # Example
 //!
 //! ```

@@ -731,14 +731,29 @@ impl Permit {
     }
 
     /// Learns from the provider's answer (see the crate docs): the limits its headers state, a
-    /// quota it says is spent, a 429 and its `Retry-After`. With a fleet, what it learns reaches
-    /// Redis with this replica's next decision.
+    /// quota it says is spent, a 429 and its `Retry-After`. With a fleet, a spent quota and a
+    /// `Retry-After` are written to Redis at once (in the background), for every replica.
     pub fn observe(&self, headers: &HeaderMap, outcome: &Outcome) {
-        if self.shared.config.learning() {
-            self.shared
-                .bucket(&self.key)
-                .learn(&self.shared, headers, outcome, self.reserved);
+        if !self.shared.config.learning() {
+            return;
         }
+        let bucket = self.shared.bucket(&self.key);
+        let blocked = [bucket.requests.blocked(), bucket.tokens.blocked()];
+        bucket.learn(&self.shared, headers, outcome, self.reserved);
+        #[cfg(feature = "redis")]
+        if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet)
+            && [bucket.requests.blocked(), bucket.tokens.blocked()] != blocked
+        {
+            // The provider said its quota is spent: every replica is to know now.
+            let at = self.shared.nanos(Instant::now());
+            let mut invocation = fleet.invocation(keys, "block");
+            for gcra in [&bucket.requests, &bucket.tokens] {
+                invocation.arg(fleet::micros(gcra.blocked().saturating_sub(at)));
+            }
+            fleet.spawn(invocation);
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = blocked;
     }
 
     /// Corrects the request's weight to the `tokens` it really used (the response's `usage`):

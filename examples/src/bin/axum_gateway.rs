@@ -15,6 +15,16 @@
 //! ```text
 //! cargo run -p stormguard-examples --bin axum_gateway
 //! ```
+//!
+//! With `--redis URL`, it runs one phase instead: a healthy provider whose quota, 1,200 requests
+//! a minute, is shared through Redis by every gateway started with the same URL. Start two at
+//! once and together they send the quota upstream once, not once each:
+//!
+//! ```text
+//! redis-server --port 6379 --save '' &
+//! cargo run -p stormguard-examples --bin axum_gateway -- --redis redis://127.0.0.1:6379/ &
+//! cargo run -p stormguard-examples --bin axum_gateway -- --redis redis://127.0.0.1:6379/
+//! ```
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +43,7 @@ use reqwest_middleware::ClientBuilder;
 use stormguard::ClientLayer;
 use stormguard::classify::Reason;
 use stormguard::jitter::FullJitter;
+use stormguard::rate_limit::{Fleet, RateLimit, RateLimitConfig};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard_examples::mock::{self, CHAT_COMPLETIONS, Fault, MockConfig};
 use stormguard_examples::throttled;
@@ -56,10 +67,14 @@ struct Gateway {
     refused: Arc<Refused>,
 }
 
+/// The quota the gateways started with `--redis` share: 1,200 requests a minute.
+const SHARED_QUOTA: u32 = 1_200;
+
 /// Upstream calls that ended without a response, which the gateway answered itself.
 #[derive(Default)]
 struct Refused {
     throttled: AtomicU64,
+    rate_limited: AtomicU64,
     deadline: AtomicU64,
     failed: AtomicU64,
 }
@@ -68,6 +83,7 @@ impl Refused {
     fn count(&self, error: &stormguard::Error) {
         let counter = match error.reason() {
             Reason::Throttled => &self.throttled,
+            Reason::RateLimitedLocally => &self.rate_limited,
             Reason::DeadlineExceeded => &self.deadline,
             _ => &self.failed,
         };
@@ -77,6 +93,12 @@ impl Refused {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    match (args.next().as_deref(), args.next()) {
+        (Some("--redis"), Some(url)) => return shared_quota(&url).await,
+        (None, _) => {}
+        _ => return Err("usage: axum_gateway [--redis URL]".into()),
+    }
     let flaky = MockConfig {
         error_rate: 0.1,
         faults: vec![
@@ -91,13 +113,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ],
         ..MockConfig::default()
     };
-    phase("flaky provider (10% errors)", flaky, 400).await?;
+    phase("flaky provider (10% errors)", flaky, 400, None).await?;
     phase(
         "total outage (100% 503)",
         MockConfig::outage(Fault::Unavailable),
         400,
+        None,
     )
     .await?;
+    Ok(())
+}
+
+/// A healthy provider whose quota the gateways share through the Redis at `url`: 1,000
+/// requests in 5 s, five times the quota's pace.
+async fn shared_quota(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let fleet = Fleet::new(url)?.with_prefix("stormguard:example:axum_gateway");
+    let quota = RateLimit::new(
+        RateLimitConfig::default()
+            .with_requests_per_minute(Some(SHARED_QUOTA))
+            .with_fleet(fleet.clone()),
+    );
+    let name = format!("a quota of {SHARED_QUOTA} requests a minute shared through {url}");
+    phase(&name, MockConfig::default(), 1_000, Some(quota)).await?;
+    let fleet = fleet.snapshot();
+    println!(
+        "fleet: {} replicas, {} decisions in Redis, {} on the local share",
+        fleet.replicas, fleet.fleet_decisions, fleet.local_decisions
+    );
     Ok(())
 }
 
@@ -105,17 +147,21 @@ async fn phase(
     name: &str,
     config: MockConfig,
     requests: usize,
+    quota: Option<RateLimit>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let backend = mock::spawn(config).await?;
 
     // The gateway: ServerLayer on its routes, ClientLayer on its upstream client. Delays are
     // scaled down from the defaults (500 ms .. 8 s) so that the example ends in seconds.
-    let client_layer = ClientLayer::default()
+    let mut client_layer = ClientLayer::default()
         .with_backoff(FullJitter::new(
             Duration::from_millis(10),
             Duration::from_millis(200),
         ))
         .with_timeout(Duration::from_secs(5));
+    if let Some(quota) = quota {
+        client_layer = client_layer.with_rate_limit(quota);
+    }
     let upstream_budget = client_layer.budget().clone();
     let upstream_throttle = client_layer.throttle().cloned();
     let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
@@ -201,14 +247,18 @@ async fn phase(
          {errors} other errors; the gateway received {} attempts",
         received.load(Ordering::Relaxed)
     );
+    let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     println!(
-        "the gateway answered {} upstream calls itself: {} throttled, {} past the deadline, {} failed",
-        refused.throttled.load(Ordering::Relaxed)
-            + refused.deadline.load(Ordering::Relaxed)
-            + refused.failed.load(Ordering::Relaxed),
-        refused.throttled.load(Ordering::Relaxed),
-        refused.deadline.load(Ordering::Relaxed),
-        refused.failed.load(Ordering::Relaxed)
+        "the gateway answered {} upstream calls itself: {} throttled, {} over the quota, {} past \
+         the deadline, {} failed",
+        count(&refused.throttled)
+            + count(&refused.rate_limited)
+            + count(&refused.deadline)
+            + count(&refused.failed),
+        count(&refused.throttled),
+        count(&refused.rate_limited),
+        count(&refused.deadline),
+        count(&refused.failed)
     );
     println!(
         "upstream attempts {} ({} retries by the gateway), statuses {:?}",

@@ -14,6 +14,7 @@
 --   return   interval_r, burst_r, units_r, end_r, interval_t, burst_t, units_t, end_t
 --            gives back what a reservation took, for a request that was never sent
 --   adjust   interval_t, units: takes (units > 0) or gives back tokens after the fact
+--   block    block_r, block_t: nothing goes before now + block (0: no block)
 -- Durations are microseconds, intervals microseconds per unit (0: no limit), bursts units.
 
 local bucket, replicas = KEYS[1], KEYS[2]
@@ -31,6 +32,16 @@ local function write(name, instant)
   return text
 end
 
+-- Nothing goes in dimension `dim` for `block` microseconds (0: no block); the later block holds.
+local function block_for(dim, block)
+  local blocked = read('b' .. dim)
+  if block > 0 and now + block > blocked then
+    blocked = now + block
+    write('b' .. dim, blocked)
+  end
+  return blocked
+end
+
 -- Keeps the bucket while it holds anything, and a minute more.
 local function expire(latest)
   local ms = math.ceil(math.max(latest - now, 0) / 1000) + 60000
@@ -42,11 +53,7 @@ if op == 'reserve' then
   local latest = now
   -- One dimension: when `units` may go, and the TAT they leave (nil: nothing to take).
   local function plan(dim, block, interval, burst, units)
-    local blocked = read('b' .. dim)
-    if block > 0 and now + block > blocked then
-      blocked = now + block
-      write('b' .. dim, blocked)
-    end
+    local blocked = block_for(dim, block)
     latest = math.max(latest, blocked)
     if interval <= 0 or units <= 0 then
       return math.max(now, blocked), nil
@@ -112,6 +119,12 @@ if op == 'adjust' then
   end
   write('tt', tat)
   expire(tat)
+  return {}
+end
+
+if op == 'block' then
+  local latest = math.max(block_for('r', tonumber(ARGV[2])), block_for('t', tonumber(ARGV[3])))
+  expire(latest)
   return {}
 end
 

@@ -1,0 +1,146 @@
+//! Redis killed in the middle of a run: the fleet's limit goes on deciding on its local share of
+//! the quota (a third, for three replicas), nothing hangs and nothing fails, it says so once in
+//! the log, and it shares the state in Redis again once a server is back.
+//!
+//! Alone in its test binary: it captures the log of the whole process. Real time, about 10 s.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stormguard::rate_limit::{Fleet, RateLimit};
+use stormguard_examples::fleet::{self, Run};
+use support::{Server, missing, off_by, unique};
+use tokio::time::Instant;
+
+/// 100 requests a second for the fleet, 33.3 for a replica's share of three.
+const PER_MINUTE: u32 = 6_000;
+const REPLICAS: u32 = 3;
+const PHASE: Duration = Duration::from_secs(2);
+
+/// Collects what a `fmt` subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn lines(&self, level: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains(level) && line.contains("fleet state in Redis"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_leaves_each_replica_its_share_until_it_is_back() {
+    // The test kills its Redis: always one of its own.
+    let Some(server) = Server::start().or_else(missing) else {
+        return;
+    };
+    let captured = Captured::default();
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .without_time()
+        .init();
+    let prefix = unique("outage");
+    let port = server.port;
+    let fleet = Fleet::new(&server.url())
+        .unwrap()
+        .with_prefix(&prefix)
+        .with_replicas(Some(REPLICAS));
+    let limit = fleet::limit(fleet.clone(), PER_MINUTE);
+
+    // Up: the whole quota (this replica is alone), decided in Redis.
+    let up = phase(&limit).await;
+    let allowance = fleet::allowance(PER_MINUTE, PHASE);
+    assert!(off_by(up.admitted, allowance) <= 0.02, "{up:?}");
+    assert_eq!(fleet.snapshot().local_decisions, 0);
+
+    // Killed: the local share, a third of the rate and of the bucket.
+    server.kill();
+    let away = phase(&limit).await;
+    let share = fleet::allowance(PER_MINUTE / REPLICAS, PHASE);
+    assert!(
+        away.admitted as f64 <= share + 1.0,
+        "{} admitted, share {share}",
+        away.admitted
+    );
+    assert!(
+        away.admitted as f64 >= 0.9 * share,
+        "{} admitted, share {share}",
+        away.admitted
+    );
+    // Nothing hung and nothing failed: every decision was a slot (no refusal: the wait allowed
+    // is 2 s), none took more than a moment.
+    assert_eq!(away.refused, 0);
+    assert!(
+        away.longest() < Duration::from_secs(1),
+        "{:?}",
+        away.longest()
+    );
+    let snapshot = fleet.snapshot();
+    assert!(!snapshot.connected, "{snapshot:?}");
+    assert!(
+        snapshot.local_decisions as f64 >= 0.9 * share,
+        "{snapshot:?}"
+    );
+    assert_eq!(captured.lines("WARN").len(), 1, "{:?}", captured.lines(""));
+
+    // Back: a new server on the same port. Within the pauses between tries (2 s at most) and
+    // the connection manager's reconnection, decisions are shared again.
+    let server = Server::start_on(port).unwrap();
+    let decided_before = fleet.snapshot().fleet_decisions;
+    let back_by = Instant::now() + Duration::from_secs(10);
+    while !(fleet.snapshot().connected && fleet.snapshot().fleet_decisions > decided_before) {
+        assert!(Instant::now() < back_by, "{:?}", fleet.snapshot());
+        fleet::admit(&limit, 1, Instant::now() + Duration::from_millis(100)).await;
+    }
+    assert_eq!(captured.lines("INFO").len(), 1, "{:?}", captured.lines(""));
+    let again = phase(&limit).await;
+    // At the fleet's rate again (the bucket the new server holds may still be full).
+    assert!(
+        again.admitted as f64 >= 0.9 * f64::from(PER_MINUTE) / 60.0 * PHASE.as_secs_f64(),
+        "{again:?}"
+    );
+    assert!(again.admitted as f64 <= allowance + 1.0, "{again:?}");
+    let mut connection = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let held: bool = redis::cmd("EXISTS")
+        .arg(format!("{prefix}:u:{{all}}"))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert!(held, "the bucket is in the new server");
+    eprintln!(
+        "up {}, away {} (share {share:.1}), back {}; decision p50 {:?} p99 {:?} while up",
+        up.admitted,
+        away.admitted,
+        again.admitted,
+        up.quantile(0.5),
+        up.quantile(0.99)
+    );
+}
+
+/// Takes every slot for one phase, with four tasks.
+async fn phase(limit: &RateLimit) -> Run {
+    fleet::admit(limit, 4, Instant::now() + PHASE).await
+}
