@@ -74,6 +74,15 @@ impl Server {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// Stops (`STOP`) or resumes (`CONT`) the server: a Redis that hangs, then answers again.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     /// Kills the server at once, as a crash would.
     pub fn kill(mut self) {
         let _ = self.child.kill();
