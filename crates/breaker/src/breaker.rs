@@ -114,6 +114,8 @@ struct Shared {
     /// Set while the breaker is closed: the lock-free path.
     closed: AtomicBool,
     in_flight: AtomicU32,
+    /// Health failures in a row (while closed).
+    consecutive: AtomicU32,
     /// When the number of attempts in flight last rose from zero.
     busy_since: AtomicU64,
     /// When the latest answer came back.
@@ -201,6 +203,7 @@ impl CircuitBreaker {
                 origin: Instant::now(),
                 closed: AtomicBool::new(true),
                 in_flight: AtomicU32::new(0),
+                consecutive: AtomicU32::new(0),
                 busy_since: AtomicU64::new(0),
                 last_answer: AtomicU64::new(0),
                 next_stall_check: AtomicU64::new(0),
@@ -456,6 +459,7 @@ impl Shared {
     fn close(&self, control: &mut Control, now: Instant) {
         control.phase = Phase::Closed;
         control.reopens = 0;
+        self.consecutive.store(0, Ordering::Release);
         self.window.clear(self.window.epoch(now));
         self.last_answer.store(self.nanos(now), Ordering::Release);
         self.closed.store(true, Ordering::Release);
@@ -480,6 +484,14 @@ impl Shared {
             }
         }
         let closed = self.closed.load(Ordering::Acquire);
+        if closed && self.in_a_row(role, verdict) {
+            let mut control = self.lock();
+            if matches!(control.phase, Phase::Closed) {
+                let hint = outcome.retry_after();
+                self.open(&mut control, now, OpenCause::ConsecutiveFailures, hint);
+            }
+            return;
+        }
         match (role, verdict) {
             (Role::Probe { id, trial }, _) => {
                 let mut control = self.lock();
@@ -520,6 +532,21 @@ impl Shared {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Counts a call's health failures in a row: whether they reached the configured count.
+    fn in_a_row(&self, role: Role, verdict: Verdict) -> bool {
+        let (Some(limit), Role::Call { .. }) = (self.config.consecutive_failures(), role) else {
+            return false;
+        };
+        match verdict {
+            Verdict::Failed => self.consecutive.fetch_add(1, Ordering::AcqRel) + 1 >= limit,
+            Verdict::Healthy => {
+                self.consecutive.store(0, Ordering::Release);
+                false
+            }
+            Verdict::Unsent => false,
         }
     }
 

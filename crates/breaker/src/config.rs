@@ -31,6 +31,7 @@ pub struct BreakerConfig {
     silent_answers: f64,
     cancel_on_stall: bool,
     max_in_flight: Option<u32>,
+    consecutive_failures: Option<u32>,
     seed: Option<u64>,
 }
 
@@ -167,6 +168,15 @@ impl BreakerConfig {
         self
     }
 
+    /// Also open after `failures` health failures in a row, however few calls the window holds
+    /// (`None`, the default: the failure ratio alone opens). A failover routes on it: a backend
+    /// that failed 3 times in a row is left for the next, never one that failed once.
+    #[must_use]
+    pub fn with_consecutive_failures(mut self, failures: Option<u32>) -> Self {
+        self.consecutive_failures = failures.map(|n| n.max(1));
+        self
+    }
+
     /// Makes the jitter of the open waits replay on every run.
     #[must_use]
     pub fn with_seed(mut self, seed: u64) -> Self {
@@ -210,6 +220,11 @@ impl BreakerConfig {
         self.cancel_on_stall
     }
 
+    /// The health failures in a row that open the breaker, if any.
+    pub fn consecutive_failures(&self) -> Option<u32> {
+        self.consecutive_failures
+    }
+
     /// The cap on attempts in flight, if any.
     pub fn max_in_flight(&self) -> Option<u32> {
         self.max_in_flight
@@ -236,6 +251,7 @@ impl Default for BreakerConfig {
             silent_answers: Self::DEFAULT_SILENT_ANSWERS,
             cancel_on_stall: true,
             max_in_flight: None,
+            consecutive_failures: None,
             seed: None,
         }
     }

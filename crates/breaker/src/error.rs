@@ -18,6 +18,8 @@ pub enum OpenCause {
     Stall,
     /// A half-open probe failed.
     ProbeFailed,
+    /// Health failures in a row reached the configured count.
+    ConsecutiveFailures,
 }
 
 impl OpenCause {
@@ -27,6 +29,7 @@ impl OpenCause {
             Self::Failures => "failures",
             Self::Stall => "stall",
             Self::ProbeFailed => "probe_failed",
+            Self::ConsecutiveFailures => "consecutive_failures",
         }
     }
 }
@@ -37,6 +40,7 @@ impl fmt::Display for OpenCause {
             Self::Failures => "too many health failures",
             Self::Stall => "the backend stopped answering",
             Self::ProbeFailed => "a probe failed",
+            Self::ConsecutiveFailures => "failures in a row",
         })
     }
 }

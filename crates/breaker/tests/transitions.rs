@@ -588,3 +588,32 @@ async fn the_snapshot_reports_what_the_breaker_saw() {
     let snapshot = breaker.snapshot();
     assert_eq!((snapshot.in_flight, snapshot.probes), (0, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn failures_in_a_row_open_however_few_calls_the_window_holds() {
+    let breaker = CircuitBreaker::new(BreakerConfig::default().with_consecutive_failures(Some(3)));
+    // Two failures, a success, two failures: never three in a row.
+    record(&breaker, UNAVAILABLE, 2);
+    record(&breaker, Outcome::success(), 1);
+    record(&breaker, UNAVAILABLE, 2);
+    assert_eq!(breaker.state(), State::Closed);
+    // Refusals below the breaker (a throttle's drop) are not failures and break no run.
+    record(
+        &breaker,
+        Outcome::fatal(Reason::Throttled).with_accepted(false),
+        1,
+    );
+    record(&breaker, UNAVAILABLE, 1);
+    assert_eq!(breaker.state(), State::Open);
+    assert_eq!(refusal(&breaker).cause(), OpenCause::ConsecutiveFailures);
+    // Closed again by a probe, the count starts over.
+    tokio::time::advance(2 * SECOND).await;
+    probe(&breaker).record(&Outcome::success());
+    assert_eq!(breaker.state(), State::Closed);
+    record(&breaker, UNAVAILABLE, 2);
+    assert_eq!(breaker.state(), State::Closed);
+    // Without the setting, 20 calls are needed.
+    let by_ratio = CircuitBreaker::default();
+    record(&by_ratio, UNAVAILABLE, 19);
+    assert_eq!(by_ratio.state(), State::Closed);
+}

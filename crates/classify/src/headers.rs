@@ -166,3 +166,10 @@ pub fn mark_do_not_retry(headers: &mut HeaderMap, grpc: bool) {
         headers.insert(X_SHOULD_RETRY, HeaderValue::from_static("false"));
     }
 }
+
+/// The failover's mark on a response: the name of the backend that answered it.
+pub const X_STORMGUARD_BACKEND: HeaderName = HeaderName::from_static("x-stormguard-backend");
+
+/// The failover's mark on a degraded answer (`true`): no backend answered, the caller's
+/// degraded answer did.
+pub const X_STORMGUARD_DEGRADED: HeaderName = HeaderName::from_static("x-stormguard-degraded");

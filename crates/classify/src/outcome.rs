@@ -239,6 +239,9 @@ pub enum Reason {
     /// The request was refused locally: the client's own rate limit had no slot for it within
     /// the wait it allows (or it weighs more than a whole minute's quota).
     RateLimitedLocally,
+    /// No backend could take the request: every provider of a failover was unhealthy, refused it
+    /// locally, or failed.
+    NoBackend,
     /// The request's deadline expired.
     DeadlineExceeded,
     /// An error nobody could identify.
@@ -275,6 +278,7 @@ impl Reason {
             Reason::BreakerOpen => "breaker_open",
             Reason::BulkheadFull => "bulkhead_full",
             Reason::RateLimitedLocally => "rate_limited_locally",
+            Reason::NoBackend => "no_backend",
             Reason::DeadlineExceeded => "deadline_exceeded",
             Reason::Other => "other",
         }
@@ -309,6 +313,7 @@ impl Reason {
             Reason::BreakerOpen => "circuit breaker open: the backend is failing",
             Reason::BulkheadFull => "too many requests in flight to the backend",
             Reason::RateLimitedLocally => "over the client's rate limit",
+            Reason::NoBackend => "no backend available: every provider is failing",
             Reason::DeadlineExceeded => "deadline exceeded",
             Reason::Other => "unidentified error",
         }
@@ -355,6 +360,7 @@ mod tests {
         Reason::BreakerOpen,
         Reason::BulkheadFull,
         Reason::RateLimitedLocally,
+        Reason::NoBackend,
         Reason::DeadlineExceeded,
         Reason::Other,
     ];

@@ -52,7 +52,8 @@ pub fn refusal_response<B: Default>(outcome: &Outcome, grpc: bool) -> Response<B
         Reason::Throttled
         | Reason::RetryBudgetExhausted
         | Reason::BreakerOpen
-        | Reason::BulkheadFull => (StatusCode::SERVICE_UNAVAILABLE, GrpcCode::Unavailable),
+        | Reason::BulkheadFull
+        | Reason::NoBackend => (StatusCode::SERVICE_UNAVAILABLE, GrpcCode::Unavailable),
         Reason::RateLimitedLocally => (StatusCode::TOO_MANY_REQUESTS, GrpcCode::ResourceExhausted),
         Reason::DeadlineExceeded | Reason::Timeout => {
             (StatusCode::GATEWAY_TIMEOUT, GrpcCode::DeadlineExceeded)

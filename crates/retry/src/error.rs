@@ -75,10 +75,10 @@ impl Error {
         Self::new(Failure::with_source(outcome, Box::new(Throttled)), attempts)
     }
 
-    /// A layer of the engine refused the attempt locally (the rate limit had no slot for it,
-    /// the circuit breaker refused it or cut it in flight): `refusal`, whose outcome is
-    /// `outcome`.
-    pub(crate) fn refused(outcome: Outcome, refusal: BoxError, attempts: u32) -> Self {
+    /// A layer of the engine, or one above it (a failover with no backend left), refused the
+    /// request locally (the rate limit had no slot for it, the circuit breaker refused it or cut
+    /// it in flight): `refusal`, whose outcome is `outcome`, after `attempts` attempts.
+    pub fn refused(outcome: Outcome, refusal: BoxError, attempts: u32) -> Self {
         Self::new(Failure::with_source(outcome, refusal), attempts)
     }
 

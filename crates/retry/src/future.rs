@@ -667,6 +667,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             return Step::Finish(Ok(response));
         }
         self.attempt_finished();
+        // A failure handed back carries its outcome, for a layer above (a failover) to judge.
+        response.extensions_mut().insert(outcome);
         if !outcome.is_retryable() {
             // Fatal: no retry helps, here or above. Marked when this layer could have retried.
             if self.could_retry() {

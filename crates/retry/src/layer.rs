@@ -251,6 +251,13 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.change(|config| config.timeout = None)
     }
 
+    /// The timeout this layer gives the request with head `head` and body `body` (`None`: no
+    /// deadline of its own), as it would set it: for a layer above (a failover over several
+    /// backends) that sets one deadline for all of them first.
+    pub fn timeout_for(&self, head: &Parts, body: Option<&[u8]>) -> Option<Duration> {
+        self.config.timeout.as_ref()?.timeout(head, body)
+    }
+
     /// Subtract `margin` from the time left before sending it downstream (default 50 ms), so that
     /// the next hop gives up slightly before this one does.
     pub fn with_margin(self, margin: Duration) -> Self {

@@ -23,10 +23,12 @@
 //! | several clients of one backend | one [`budget::RetryBudget`] and one [`throttle::AdaptiveThrottle`], handed to each layer |
 //! | a provider quota (requests and tokens a minute), known or to be learned | [`ClientLayer::with_rate_limit`] with a [`rate_limit::RateLimit`] |
 //! | a backend that can stop answering, or a local answer better than an error | [`ClientLayer::with_breaker`] with a [`breaker::CircuitBreaker`] (and [`ClientLayer::with_fallback`]) |
+//! | two providers or more (or models, or keys) | [`failover::Failover::new`]`(ClientLayer::default())` with a [`failover::Backend`] each, `.layer(client)` |
+//! | one provider quota for several gateway replicas | [`rate_limit::RateLimitConfig`]`::with_fleet` (feature `redis`) |
 //!
 //! The modules hold the pieces, each from its own crate, for changing one part of the pipeline
 //! or using it alone: [`classify`], [`jitter`], [`budget`], [`deadline`], [`throttle`],
-//! [`breaker`], [`rate_limit`], [`retry`].
+//! [`breaker`], [`rate_limit`], [`failover`], [`retry`].
 //!
 //! ## The client pipeline
 //!
@@ -170,6 +172,15 @@ pub mod rate_limit {
     };
     #[cfg(feature = "redis")]
     pub use stormguard_rate_limit::{Fleet, FleetError, FleetSnapshot};
+}
+
+/// Failover across providers ([`stormguard_failover`]): ordered backends with their own guards,
+/// per-error cures, one deadline and one retry budget per request, a degraded answer.
+pub mod failover {
+    pub use stormguard_failover::{
+        Adapter, Answered, Backend, Cure, Degraded, DegradedAnswer, Failover, FailoverService,
+        NoBackend, ResponseFuture,
+    };
 }
 
 /// The client engine's parts ([`stormguard_retry`]): what [`ClientLayer`] is made of.

@@ -1,0 +1,292 @@
+//! [`Backend`]: one provider of a failover, with its own guards, and the [`Adapter`] that rewrites
+//! a request for it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::CONTENT_LENGTH;
+use http::request::Parts;
+use http::{HeaderName, HeaderValue, Uri};
+use stormguard_adaptive_throttle::AdaptiveThrottle;
+use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
+use stormguard_rate_limit::RateLimit;
+
+/// One provider (or model, or API key) of a [`Failover`](crate::Failover): its name, how a
+/// request is rewritten for it, and its own guards.
+///
+/// Each backend has its own circuit breaker, which decides when it is left for the next: by
+/// default ([`Backend::default_breaker`]) one that also opens after 3 health failures in a row and
+/// probes again after 1 s, doubling to at most 3 s. Its throttle is its own too (a fresh one
+/// with the failover's layer's settings, unless set), and so is its rate limit, if any.
+#[derive(Clone)]
+pub struct Backend {
+    name: Arc<str>,
+    mark: HeaderValue,
+    adapter: Adapter,
+    breaker: CircuitBreaker,
+    throttle: Option<AdaptiveThrottle>,
+    rate_limit: Option<RateLimit>,
+}
+
+impl Backend {
+    /// Health failures in a row after which a backend is left for the next: 3, the threshold
+    /// LLM gateways use so that one blip never moves traffic (and never doubles its cost).
+    pub const DEFAULT_CONSECUTIVE_FAILURES: u32 = 3;
+
+    /// Longest wait between probes of a backend that failed: 3 s (from 1 s, doubling), so that
+    /// traffic is back on a recovered primary within a few seconds.
+    pub const DEFAULT_MAX_OPEN_WAIT: Duration = Duration::from_secs(3);
+
+    /// A backend named `name` (its mark on the responses it answers: printable ASCII; other
+    /// characters are replaced by `_`), sent the request as it comes, with the default breaker.
+    pub fn new(name: &str) -> Self {
+        let printable: String = name
+            .chars()
+            .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+            .collect();
+        let mark =
+            HeaderValue::from_str(&printable).unwrap_or_else(|_| HeaderValue::from_static("_"));
+        Self {
+            name: Arc::from(name),
+            mark,
+            adapter: Adapter::default(),
+            breaker: Self::default_breaker(),
+            throttle: None,
+            rate_limit: None,
+        }
+    }
+
+    /// The breaker a backend gets unless one is set: the defaults of [`BreakerConfig`], and
+    /// also open after [`DEFAULT_CONSECUTIVE_FAILURES`](Self::DEFAULT_CONSECUTIVE_FAILURES) in a
+    /// row, probing again within [`DEFAULT_MAX_OPEN_WAIT`](Self::DEFAULT_MAX_OPEN_WAIT).
+    pub fn default_breaker() -> CircuitBreaker {
+        CircuitBreaker::new(
+            BreakerConfig::default()
+                .with_consecutive_failures(Some(Self::DEFAULT_CONSECUTIVE_FAILURES))
+                .with_open_wait(Duration::from_secs(1), Self::DEFAULT_MAX_OPEN_WAIT),
+        )
+    }
+
+    /// Rewrite each request for this backend with `adapter`.
+    #[must_use]
+    pub fn with_adapter(mut self, adapter: Adapter) -> Self {
+        self.adapter = adapter;
+        self
+    }
+
+    /// Guard this backend with `breaker` (shared with whatever else calls the same backend).
+    #[must_use]
+    pub fn with_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// Throttle this backend's attempts with `throttle`.
+    #[must_use]
+    pub fn with_throttle(mut self, throttle: AdaptiveThrottle) -> Self {
+        self.throttle = Some(throttle);
+        self
+    }
+
+    /// Pace this backend's attempts with `limit` (its quota: a provider's, a key's).
+    #[must_use]
+    pub fn with_rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rate_limit = Some(limit);
+        self
+    }
+
+    /// The backend's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How requests are rewritten for it.
+    pub fn adapter(&self) -> &Adapter {
+        &self.adapter
+    }
+
+    /// Its circuit breaker.
+    pub fn breaker(&self) -> &CircuitBreaker {
+        &self.breaker
+    }
+
+    /// Its throttle, if set (else the failover gives it one of its own when it is built).
+    pub fn throttle(&self) -> Option<&AdaptiveThrottle> {
+        self.throttle.as_ref()
+    }
+
+    /// Its rate limit, if any.
+    pub fn rate_limit(&self) -> Option<&RateLimit> {
+        self.rate_limit.as_ref()
+    }
+
+    pub(crate) fn mark(&self) -> &HeaderValue {
+        &self.mark
+    }
+
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub(crate) fn set_throttle(&mut self, throttle: AdaptiveThrottle) {
+        self.throttle = Some(throttle);
+    }
+
+    /// Whether the backend may be tried: its breaker is not open (half-open, a probe may go),
+    /// and its throttle, if any, drops less than half of what it gets.
+    pub fn is_healthy(&self) -> bool {
+        self.breaker.state() != State::Open
+            && self
+                .throttle
+                .as_ref()
+                .is_none_or(|throttle| throttle.snapshot().probability < 0.5)
+    }
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backend")
+            .field("name", &self.name)
+            .field("adapter", &self.adapter)
+            .field("breaker", &self.breaker.state())
+            .finish()
+    }
+}
+
+type HeadFn = dyn Fn(&mut Parts) + Send + Sync;
+
+/// How a request is rewritten for a backend: another origin (scheme and host), other headers
+/// (a key), other body fields (the model's name, its parameters), or any change to the head.
+///
+/// ```
+/// use stormguard_failover::Adapter;
+///
+/// let azure = Adapter::new()
+///     .with_origin("http://127.0.0.1:8081".parse().unwrap())
+///     .with_header(http::HeaderName::from_static("api-key"), http::HeaderValue::from_static("k2"))
+///     .with_model("gpt-4o-mini");
+/// # let _ = azure;
+/// ```
+#[derive(Clone, Default)]
+pub struct Adapter {
+    origin: Option<Uri>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    fields: Vec<(String, serde_json::Value)>,
+    head: Option<Arc<HeadFn>>,
+}
+
+impl Adapter {
+    /// An adapter that changes nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Send to `origin`'s scheme and host (its path is ignored: the request keeps its own).
+    #[must_use]
+    pub fn with_origin(mut self, origin: Uri) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// Set the header `name` to `value` (replacing it).
+    #[must_use]
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// Set the JSON body's `model` to `model`.
+    #[must_use]
+    pub fn with_model(self, model: &str) -> Self {
+        self.with_body_field("model", serde_json::Value::from(model))
+    }
+
+    /// Set the JSON body's top-level field `name` to `value` (a body that is not a JSON object
+    /// is sent as it is).
+    #[must_use]
+    pub fn with_body_field(mut self, name: &str, value: serde_json::Value) -> Self {
+        self.fields.push((name.to_owned(), value));
+        self
+    }
+
+    /// Change the head with `change`, after the other rewrites.
+    #[must_use]
+    pub fn with_head<F>(mut self, change: F) -> Self
+    where
+        F: Fn(&mut Parts) + Send + Sync + 'static,
+    {
+        self.head = Some(Arc::new(change));
+        self
+    }
+
+    /// Whether the adapter changes nothing.
+    pub fn is_identity(&self) -> bool {
+        self.origin.is_none()
+            && self.headers.is_empty()
+            && self.fields.is_empty()
+            && self.head.is_none()
+    }
+
+    /// Rewrites the head and the body of a request for the backend.
+    pub fn apply(&self, head: &mut Parts, body: &Bytes) -> Bytes {
+        let body = self.rewrite_body(body);
+        if head.headers.contains_key(CONTENT_LENGTH) {
+            head.headers
+                .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
+        self.apply_head(head);
+        body
+    }
+
+    /// Rewrites the head alone, for a body sent as it streams (its fields stay as they are).
+    pub fn apply_head(&self, head: &mut Parts) {
+        if let Some(origin) = &self.origin
+            && let (Some(scheme), Some(authority)) = (origin.scheme(), origin.authority())
+        {
+            let mut parts = head.uri.clone().into_parts();
+            parts.scheme = Some(scheme.clone());
+            parts.authority = Some(authority.clone());
+            if parts.path_and_query.is_none() {
+                parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+            }
+            if let Ok(uri) = Uri::from_parts(parts) {
+                head.uri = uri;
+                head.headers.remove(http::header::HOST);
+            }
+        }
+        for (name, value) in &self.headers {
+            head.headers.insert(name.clone(), value.clone());
+        }
+        if let Some(change) = &self.head {
+            change(head);
+        }
+    }
+
+    fn rewrite_body(&self, body: &Bytes) -> Bytes {
+        if self.fields.is_empty() {
+            return body.clone();
+        }
+        let Ok(mut object) =
+            serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body)
+        else {
+            return body.clone();
+        };
+        for (name, value) in &self.fields {
+            object.insert(name.clone(), value.clone());
+        }
+        serde_json::to_vec(&object).map_or_else(|_| body.clone(), Bytes::from)
+    }
+}
+
+impl fmt::Debug for Adapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Adapter")
+            .field("origin", &self.origin)
+            .field("headers", &self.headers.len())
+            .field("fields", &self.fields)
+            .field("head", &self.head.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,452 @@
+//! [`ResponseFuture`]: one request through the failover, as a state machine.
+//!
+//! ```text
+//! Buffering ──▶ Ready ──▶ Calling ──▶ (output)
+//!   (body)        ▲          │ the backend failed, or refused, or an error has a cure
+//!                 └──────────┘ the next backend, within the deadline and the budget
+//! ```
+//!
+//! Each hop is one backend's engine, which retries on that backend as its policy allows; what
+//! happens between hops is decided by [`Hops`].
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Request, Response};
+use http_body::Body;
+use pin_project_lite::pin_project;
+use stormguard_budget::{RetryBudget, Withdrawal};
+use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
+use stormguard_classify::{BoxError, Classify, Outcome, Reason};
+use stormguard_deadline::Deadline;
+use stormguard_jitter::Backoff;
+use stormguard_retry::{Client, Error, ReplayBody};
+use tokio::time::Instant;
+use tower_service::Service;
+
+use crate::layer::Shared;
+use crate::marks::{Cure, NoBackend, mark};
+
+type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
+
+/// Most backends a failover tells apart (the hops of one request are kept as bits).
+pub(crate) const MAX_BACKENDS: usize = 64;
+
+pin_project! {
+    /// The response future of [`FailoverService`](crate::FailoverService).
+    ///
+    /// Dropping it cancels the request wherever it is: the engine of the backend in flight
+    /// counts its attempt as not accepted, and a failover the budget granted but that was never
+    /// sent is given back.
+    pub struct ResponseFuture<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>>,
+        RB: Body,
+        Bk: Backoff,
+    {
+        #[pin]
+        state: State<S, B, RB, C, Bk>,
+        hops: Hops<S, C, Bk>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>>,
+        RB: Body,
+        Bk: Backoff,
+    {
+        // Reading the request body, to send it to each backend it reaches.
+        Buffering { read: Prefix<B> },
+        // Waiting for a backend's engine to be ready.
+        Ready { client: Client<S, C, Bk>, request: Option<Request<B>> },
+        // A backend's engine has the request.
+        Calling { #[pin] future: stormguard_retry::ResponseFuture<S, B, RB, C, Bk> },
+        Done,
+    }
+}
+
+/// What comes after a hop: the next, or the end. Made and moved once per step (the engine's
+/// future, in `Next`, is as large as it is wherever it goes).
+#[allow(clippy::large_enum_variant)]
+enum Step<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
+    Next(State<S, B, RB, C, Bk>),
+    Finish(Output<RB>),
+}
+
+/// The bookkeeping of one request across its backends.
+pub(crate) struct Hops<S, C, Bk> {
+    shared: Arc<Shared<S, C, Bk>>,
+    /// The retry budget every backend shares (the layer's).
+    budget: RetryBudget,
+    /// The request as it came (with its deadline), rebuilt for each backend.
+    head: Parts,
+    /// The buffered body; `None` while it is read, or for a body sent once as a stream.
+    body: Option<Bytes>,
+    deadline: Option<Deadline>,
+    /// Backends tried, as bits.
+    tried: u64,
+    /// The backend of the hop in flight.
+    current: usize,
+    /// When the hop in flight started.
+    started: Instant,
+    /// Whether any backend was sent an attempt: a failover after that is a retry, drawn from
+    /// the budget; before it, nothing was sent and moving on is free.
+    sent: bool,
+    /// The budget's grant for the hop in flight, given back if it sends nothing.
+    withdrawal: Option<Withdrawal>,
+}
+
+impl<S, B, RB, C, Bk> ResponseFuture<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
+    pub(crate) fn new(hops: Hops<S, C, Bk>, read: Prefix<B>) -> Self {
+        Self {
+            state: State::Buffering { read },
+            hops,
+        }
+    }
+}
+
+impl<S, B, RB, C, Bk> Future for ResponseFuture<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes>,
+    C: Classify + Clone,
+    Bk: Backoff + Clone,
+{
+    type Output = Output<RB>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let step = match this.state.as_mut().project() {
+                StateProj::Buffering { read } => {
+                    let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
+                    this.hops.buffered(bytes, tail, rest)
+                }
+                StateProj::Ready { client, request } => {
+                    let ready = ready!(client.poll_ready(cx));
+                    match (ready, request.take()) {
+                        (Ok(()), Some(request)) => Step::Next(State::Calling {
+                            future: client.call(request),
+                        }),
+                        (Err(error), _) => this.hops.after(Err(error)),
+                        (Ok(()), None) => {
+                            panic!("stormguard's failover ResponseFuture polled after it completed")
+                        }
+                    }
+                }
+                StateProj::Calling { future } => {
+                    let result = ready!(future.poll(cx));
+                    this.hops.after(result)
+                }
+                StateProj::Done => {
+                    panic!("stormguard's failover ResponseFuture polled after it completed")
+                }
+            };
+            match step {
+                Step::Next(state) => this.state.set(state),
+                Step::Finish(output) => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(output);
+                }
+            }
+        }
+    }
+}
+
+impl<S, C, Bk> Hops<S, C, Bk>
+where
+    C: Classify + Clone,
+    Bk: Backoff + Clone,
+{
+    pub(crate) fn new(shared: Arc<Shared<S, C, Bk>>, head: Parts) -> Self {
+        Self {
+            budget: shared.layer.budget().clone(),
+            shared,
+            head,
+            body: None,
+            deadline: None,
+            tried: 0,
+            current: 0,
+            started: Instant::now(),
+            sent: false,
+            withdrawal: None,
+        }
+    }
+
+    /// The body was read: one deadline for every backend, then the first hop.
+    fn buffered<B, RB>(
+        &mut self,
+        bytes: Bytes,
+        tail: Tail<B::Error>,
+        rest: B,
+    ) -> Step<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>> + Clone,
+        B: ReplayBody,
+        B::Error: Into<BoxError>,
+        RB: Body,
+    {
+        let timeout = self.shared.layer.timeout_for(&self.head, Some(&bytes));
+        if let Some(timeout) = timeout {
+            Deadline::after(timeout).apply_to_extensions(&mut self.head.extensions);
+        }
+        self.deadline = Deadline::from_extensions(&self.head.extensions);
+        let Some(first) = self.next_healthy() else {
+            return self.end(None);
+        };
+        match tail {
+            Tail::Ended => {
+                self.body = Some(bytes);
+                self.hop(first)
+            }
+            Tail::Failed(error) => {
+                let outcome = Outcome::fatal(Reason::BadRequest).with_accepted(false);
+                Step::Finish(Err(Error::refused(outcome, error.into(), 0)))
+            }
+            // Trailers, or a body longer than the replay cap: sent once, to the first backend.
+            tail => {
+                let body = B::from_partial(PartialBody::new(bytes, tail, rest));
+                self.tried |= 1 << first;
+                self.current = first;
+                self.started = Instant::now();
+                let route = &self.shared.routes[first];
+                let mut head = self.head.clone();
+                route.backend.adapter().apply_head(&mut head);
+                Step::Next(State::Ready {
+                    client: route.client.clone(),
+                    request: Some(Request::from_parts(head, body)),
+                })
+            }
+        }
+    }
+
+    /// Sends the request to backend `index`, rewritten for it.
+    fn hop<B, RB>(&mut self, index: usize) -> Step<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>> + Clone,
+        B: ReplayBody,
+        RB: Body,
+    {
+        self.tried |= 1 << index;
+        self.current = index;
+        self.started = Instant::now();
+        let route = &self.shared.routes[index];
+        let mut head = self.head.clone();
+        let body = self.body.as_ref().map_or_else(Bytes::new, |body| {
+            route.backend.adapter().apply(&mut head, body)
+        });
+        Step::Next(State::Ready {
+            client: route.client.clone(),
+            request: Some(Request::from_parts(head, B::from_bytes(body))),
+        })
+    }
+
+    /// A hop ended: hand its answer back, or go on to another backend.
+    fn after<B, RB>(&mut self, result: Output<RB>) -> Step<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>> + Clone,
+        B: ReplayBody,
+        RB: Body,
+    {
+        let took = self.started.elapsed();
+        let route = &self.shared.routes[self.current];
+        let healthy = route.backend.is_healthy();
+        let (outcome, attempts) = match &result {
+            // A success carries no outcome: the engine marks only what it hands back failed.
+            Ok(response) => match response.extensions().get::<Outcome>() {
+                Some(outcome) => (*outcome, 1),
+                None => (Outcome::success(), 1),
+            },
+            Err(error) => (error.outcome(), error.attempts()),
+        };
+        if attempts == 0 {
+            if let Some(withdrawal) = self.withdrawal.take() {
+                self.budget.refund(withdrawal);
+            }
+        } else {
+            self.withdrawal = None;
+            self.sent = true;
+        }
+        let result = result.map(|mut response| {
+            mark(
+                &mut response,
+                route.backend.shared_name(),
+                route.backend.mark(),
+            );
+            response
+        });
+        if outcome.is_success() {
+            return Step::Finish(result);
+        }
+        let refused = attempts == 0 && is_local_refusal(outcome.reason());
+        let failed = !refused && failed_on_backend(&result, &outcome);
+        let next = match Cure::of(&outcome) {
+            Some(cure) => self.cure(cure),
+            // A backend that refused, or that failed and is now left for the next (its breaker
+            // opened: failures in a row), not one that failed once.
+            None if refused || failed && !healthy => self.next_healthy(),
+            None => return Step::Finish(result),
+        };
+        let Some(next) = next else {
+            return self.end(Some(result));
+        };
+        if !self.fits(took, attempts) {
+            return self.end(Some(result));
+        }
+        if self.sent {
+            match self.budget.try_withdraw() {
+                Some(withdrawal) => self.withdrawal = Some(withdrawal),
+                None => return self.end(Some(result)),
+            }
+        }
+        self.hop(next)
+    }
+
+    /// The backend configured for `cure`, if it was not tried yet.
+    fn cure(&self, cure: Cure) -> Option<usize> {
+        let (_, index) = self.shared.cures.iter().find(|(known, _)| *known == cure)?;
+        (self.tried & (1 << index) == 0).then_some(*index)
+    }
+
+    /// The first healthy backend not tried yet.
+    fn next_healthy(&self) -> Option<usize> {
+        self.shared
+            .routes
+            .iter()
+            .enumerate()
+            .take(MAX_BACKENDS)
+            .find(|(index, route)| self.tried & (1 << index) == 0 && route.backend.is_healthy())
+            .map(|(index, _)| index)
+    }
+
+    /// Whether another hop fits in the time left: as long as an attempt of the last one took.
+    fn fits(&self, took: Duration, attempts: u32) -> bool {
+        let Some(deadline) = self.deadline else {
+            return true;
+        };
+        let attempt = took / attempts.max(1);
+        Instant::now()
+            .checked_add(attempt)
+            .is_some_and(|finish| finish < deadline.instant())
+    }
+
+    /// No other backend: the last one's answer (`None`: no backend could be tried), or the
+    /// degraded answer instead of a failure no backend could avoid.
+    fn end<B, RB>(&mut self, last: Option<Output<RB>>) -> Step<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>>,
+        RB: Body,
+    {
+        let why = match &last {
+            Some(Ok(response)) => response
+                .extensions()
+                .get::<Outcome>()
+                .copied()
+                .unwrap_or_else(Outcome::success),
+            Some(Err(error)) => error.outcome(),
+            None => no_backend(),
+        };
+        // A request at fault (bad, unauthorized) is answered as it is, degraded or not.
+        let degradable = !matches!(
+            why.reason(),
+            Reason::BadRequest
+                | Reason::Unauthorized
+                | Reason::Forbidden
+                | Reason::NotFound
+                | Reason::PayloadTooLarge
+                | Reason::Unprocessable
+                | Reason::Conflict
+                | Reason::ClientError
+        );
+        if let Some(degraded) = &self.shared.degraded
+            && degradable
+            && !why.is_success()
+        {
+            return Step::Finish(Ok(degraded.answer(&self.head, &why)));
+        }
+        match last {
+            Some(Err(error)) if !self.sent && is_local_refusal(error.outcome().reason()) => {
+                Step::Finish(Err(self.no_backend_error()))
+            }
+            Some(last) => Step::Finish(last),
+            None => Step::Finish(Err(self.no_backend_error())),
+        }
+    }
+
+    fn no_backend_error(&self) -> Error {
+        let tried = self.tried.count_ones() as usize;
+        Error::refused(no_backend(), Box::new(NoBackend { tried }), 0)
+    }
+}
+
+impl<S, C, Bk> Drop for Hops<S, C, Bk> {
+    fn drop(&mut self) {
+        // A failover granted and never answered for: the engine in flight counts its own.
+        if let Some(withdrawal) = self.withdrawal.take() {
+            self.budget.refund(withdrawal);
+        }
+    }
+}
+
+impl<S, C, Bk> fmt::Debug for Hops<S, C, Bk> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hops")
+            .field("tried", &self.tried.count_ones())
+            .field("current", &self.current)
+            .finish()
+    }
+}
+
+/// The outcome of a request no backend could take: 503, retry in a second (the backends'
+/// first open wait).
+fn no_backend() -> Outcome {
+    Outcome::fatal(Reason::NoBackend)
+        .with_accepted(false)
+        .with_retry_after(Some(Duration::from_secs(1)))
+}
+
+/// Whether a request was refused on this side, never reaching the backend.
+fn is_local_refusal(reason: Reason) -> bool {
+    matches!(
+        reason,
+        Reason::BreakerOpen | Reason::BulkheadFull | Reason::Throttled | Reason::RateLimitedLocally
+    )
+}
+
+/// Whether a hop's failure was the backend's: a retryable answer the engine gave up on, or an
+/// error it gave up on or could not retry.
+fn failed_on_backend<RB: Body>(result: &Output<RB>, outcome: &Outcome) -> bool {
+    match result {
+        Ok(_) => outcome.is_retryable() || !outcome.is_accepted(),
+        Err(error) => {
+            error.gave_up().is_some()
+                || outcome.is_retryable()
+                || matches!(
+                    outcome.reason(),
+                    Reason::BreakerOpen | Reason::Unavailable | Reason::Transport | Reason::Timeout
+                )
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! [`Failover`]: the layer and its settings, and [`FailoverService`], what it makes of a service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use http_body::Body;
+use stormguard_adaptive_throttle::AdaptiveThrottle;
+use stormguard_classify::body::{Prefix, ResponseBody};
+use stormguard_classify::{BoxError, Classify, LlmClassifier};
+use stormguard_jitter::{Backoff, FullJitter};
+use stormguard_retry::{Client, ClientLayer, Error, ReplayBody};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::future::{Hops, ResponseFuture};
+use crate::{Backend, Cure, Degraded};
+
+/// Failover over an ordered list of backends, each request under one deadline and one retry
+/// budget: see the [crate docs](crate).
+///
+/// Made from the [`ClientLayer`] whose policy every backend follows (deadline, attempts,
+/// backoff, classification, and its retry budget, which all backends share); each backend adds
+/// its own breaker, throttle and rate limit.
+#[derive(Clone)]
+pub struct Failover<C = LlmClassifier, Bk = FullJitter> {
+    layer: ClientLayer<C, Bk>,
+    backends: Vec<Backend>,
+    cures: Vec<(Cure, Arc<str>)>,
+    degraded: Option<Degraded>,
+}
+
+impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
+    /// A failover with no backend yet, whose backends follow `layer`'s policy and share its
+    /// retry budget.
+    pub fn new(layer: ClientLayer<C, Bk>) -> Self {
+        Self {
+            layer,
+            backends: Vec::new(),
+            cures: Vec::new(),
+            degraded: None,
+        }
+    }
+
+    /// Add `backend` after those already added: the first healthy backend in this order takes
+    /// each request.
+    #[must_use]
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.backends.push(backend);
+        self
+    }
+
+    /// Send a request that failed with `cure`'s error straight to the backend named `backend`
+    /// (a larger-context model, another provider, another key), if it was not tried yet. Errors
+    /// without a cure (a bad request, a bad key) are returned as they are.
+    #[must_use]
+    pub fn with_cure(mut self, cure: Cure, backend: &str) -> Self {
+        self.cures.retain(|(known, _)| *known != cure);
+        self.cures.push((cure, Arc::from(backend)));
+        self
+    }
+
+    /// Answer with `degraded` when no backend can: every one failed or was unhealthy, or the
+    /// deadline left no time for another. Without it, the request ends with the last backend's
+    /// failure, or [`NoBackend`](crate::NoBackend) when none could be tried.
+    #[must_use]
+    pub fn with_degraded(mut self, degraded: Degraded) -> Self {
+        self.degraded = Some(degraded);
+        self
+    }
+
+    /// The policy every backend follows.
+    pub fn policy(&self) -> &ClientLayer<C, Bk> {
+        &self.layer
+    }
+
+    /// The backends, in order.
+    pub fn backends(&self) -> &[Backend] {
+        &self.backends
+    }
+
+    /// The degraded answer, if any.
+    pub fn degraded(&self) -> Option<&Degraded> {
+        self.degraded.as_ref()
+    }
+}
+
+impl<S, C, Bk> Layer<S> for Failover<C, Bk>
+where
+    S: Clone,
+    C: Classify + Clone,
+    Bk: Backoff + Clone,
+{
+    type Service = FailoverService<S, C, Bk>;
+
+    /// One engine per backend over clones of `service`: the failover's layer with the
+    /// backend's breaker, throttle (its own: a fresh one with the layer's settings if the
+    /// backend has none) and rate limit. The budget stays the layer's, shared by all.
+    fn layer(&self, service: S) -> Self::Service {
+        let backends = self
+            .backends
+            .iter()
+            .map(|backend| {
+                let mut backend = backend.clone();
+                let mut layer = self.layer.clone().with_breaker(backend.breaker().clone());
+                layer = match (backend.throttle(), self.layer.throttle()) {
+                    (Some(own), _) => layer.with_throttle(own.clone()),
+                    (None, Some(template)) => {
+                        let own = AdaptiveThrottle::new(*template.config());
+                        backend.set_throttle(own.clone());
+                        layer.with_throttle(own)
+                    }
+                    (None, None) => layer,
+                };
+                if let Some(limit) = backend.rate_limit() {
+                    layer = layer.with_rate_limit(limit.clone());
+                }
+                let client = layer.layer(service.clone());
+                Route { backend, client }
+            })
+            .collect::<Vec<_>>();
+        let cures = self
+            .cures
+            .iter()
+            .filter_map(|(cure, name)| {
+                let index = backends
+                    .iter()
+                    .position(|route| route.backend.name() == &**name)?;
+                Some((*cure, index))
+            })
+            .collect();
+        FailoverService {
+            shared: Arc::new(Shared {
+                layer: self.layer.clone(),
+                routes: backends,
+                cures,
+                degraded: self.degraded.clone(),
+            }),
+        }
+    }
+}
+
+impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Failover<C, Bk> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Failover")
+            .field("layer", &self.layer)
+            .field("backends", &self.backends)
+            .field("cures", &self.cures)
+            .field("degraded", &self.degraded.is_some())
+            .finish()
+    }
+}
+
+/// A service that sends each request to the first healthy of its backends, each through the
+/// engine with its own guards, and on to the next when one fails: see the [crate docs](crate).
+pub struct FailoverService<S, C = LlmClassifier, Bk = FullJitter> {
+    shared: Arc<Shared<S, C, Bk>>,
+}
+
+/// What every clone of a [`FailoverService`] shares.
+pub(crate) struct Shared<S, C, Bk> {
+    pub(crate) layer: ClientLayer<C, Bk>,
+    pub(crate) routes: Vec<Route<S, C, Bk>>,
+    pub(crate) cures: Vec<(Cure, usize)>,
+    pub(crate) degraded: Option<Degraded>,
+}
+
+/// A backend and its engine.
+pub(crate) struct Route<S, C, Bk> {
+    pub(crate) backend: Backend,
+    pub(crate) client: Client<S, C, Bk>,
+}
+
+impl<S, C, Bk> FailoverService<S, C, Bk> {
+    /// The backends, in order, with their guards as in use.
+    pub fn backends(&self) -> impl Iterator<Item = &Backend> {
+        self.shared.routes.iter().map(|route| &route.backend)
+    }
+}
+
+impl<S, C, Bk> Clone for FailoverService<S, C, Bk> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S, C, Bk> fmt::Debug for FailoverService<S, C, Bk> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.shared.routes.iter().map(|route| &route.backend))
+            .finish()
+    }
+}
+
+impl<S, B, RB, C, Bk> Service<Request<B>> for FailoverService<S, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = bytes::Bytes>,
+    C: Classify + Clone,
+    Bk: Backoff + Clone,
+{
+    type Response = Response<ResponseBody<RB>>;
+    type Error = Error;
+    type Future = ResponseFuture<S, B, RB, C, Bk>;
+
+    /// Always ready: each backend's engine is readied when the request reaches it.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let (head, body) = request.into_parts();
+        let cap = self.shared.layer.max_replay_body();
+        ResponseFuture::new(
+            Hops::new(Arc::clone(&self.shared), head),
+            Prefix::new(body, cap),
+        )
+    }
+}

@@ -1,0 +1,89 @@
+//! Failover across LLM providers for tower: an ordered list of backends, each with its own
+//! circuit breaker, throttle and rate limit; errors another backend can cure sent straight to
+//! it; one deadline and one retry budget per request across every backend; and a degraded
+//! answer, marked as such, when none can answer.
+//!
+//! # The incident
+//!
+//! Production LLM systems use two providers or more. When the primary fails, its retries fail
+//! too, and the request should go to the backup, but only once the primary is really down
+//! (3 failures in a row), never on one blip: switching on every error runs both providers at
+//! double cost, and each one's own retries multiply the load on both. Gateways that fail over
+//! do it per request, with a retry count per provider; none shares one deadline and one retry
+//! budget across the whole chain, so their failover multiplies load exactly when providers are
+//! struggling.
+//!
+//! # How a request is routed
+//!
+//! [`Failover`] is made from a [`ClientLayer`](stormguard_retry::ClientLayer): its policy
+//! (deadline, attempts, backoff, classifier) is every backend's, and its retry budget is shared
+//! by all. Each [`Backend`] adds its own guards; [`Failover::layer`](tower_layer::Layer) builds
+//! one engine per backend over clones of the service below (a hyper client that reaches every
+//! provider; the backend's [`Adapter`] rewrites the origin, headers and body fields).
+//!
+//! 1. The deadline is set once, before the first backend, from the layer's timeout (or the one
+//!    already on the request): every attempt on every backend shares it.
+//! 2. The request goes to the first *healthy* backend in order: its breaker is not open (a
+//!    half-open breaker lets its probes through and refuses the rest), and its throttle drops
+//!    less than half of what it gets. The backend's engine retries there as the policy allows.
+//! 3. When the backend answers, its answer is handed back, marked with its name
+//!    ([`Answered`] in the extensions, `x-stormguard-backend`), unless:
+//!    - the answer is an error with a [`Cure`] configured ([`Failover::with_cure`]: context too
+//!      long, content filtered, quota exhausted): the request goes to the cure's backend;
+//!    - the backend refused the request without sending it (its breaker, throttle, bulkhead or
+//!      rate limit): the next healthy backend takes it, for free;
+//!    - the backend failed and is now unhealthy (its breaker opened: by default after 3 health
+//!      failures in a row, [`Backend::DEFAULT_CONSECUTIVE_FAILURES`]): the next healthy backend
+//!      takes it. A backend that failed once and is still healthy is not left: its failure is
+//!      the answer (never fail over on a blip).
+//!
+//!    Errors with no cure (400, 401, 403, 404) are answered as they are.
+//! 4. A move to another backend after an attempt was sent is a retry: it draws on the shared
+//!    budget, and is not made when the budget is empty or when the time left is shorter than an
+//!    attempt of the last backend took.
+//! 5. When no backend is left: the [`Degraded`] answer if there is one (marked with
+//!    [`DegradedAnswer`] and `x-stormguard-degraded: true`), else the last backend's failure,
+//!    or, when no backend could take the request at all, [`NoBackend`]: an error whose outcome
+//!    (`Reason::NoBackend`) `error_response` answers with 503 and `Retry-After`.
+//!
+//! Traffic returns to a recovered primary through its breaker's probes: while it is half-open,
+//! the probes go to it and every other request to the next backend; its first successful probe
+//! closes it, and requests go to it first again. A backend's default breaker probes again after
+//! 1 s, doubling to at most 3 s ([`Backend::DEFAULT_MAX_OPEN_WAIT`]).
+//!
+//! # The bound on attempts
+//!
+//! A request visits each backend at most once, and each visit is one engine's retries: at most
+//! `max_attempts × backends` attempts (3 × 2 = 6 with two backends and the default policy).
+//! Every attempt after a request's first, on any backend, is a withdrawal from the one retry
+//! budget, so across all requests the attempts stay within the budget's ratio of the traffic
+//! (10% by default) however many backends fail.
+//!
+//! # Example
+//!
+//! ```
+//! use stormguard_failover::{Adapter, Backend, Failover};
+//! use stormguard_retry::ClientLayer;
+//!
+//! let failover = Failover::new(ClientLayer::default())
+//!     .with_backend(Backend::new("openai"))
+//!     .with_backend(
+//!         Backend::new("backup").with_adapter(
+//!             Adapter::new()
+//!                 .with_origin("http://127.0.0.1:8081".parse().unwrap())
+//!                 .with_model("backup-large"),
+//!         ),
+//!     );
+//! assert_eq!(failover.backends().len(), 2);
+//! // let client = tower::ServiceBuilder::new().layer(failover).service(hyper_client);
+//! ```
+
+mod backend;
+mod future;
+mod layer;
+mod marks;
+
+pub use backend::{Adapter, Backend};
+pub use future::ResponseFuture;
+pub use layer::{Failover, FailoverService};
+pub use marks::{Answered, Cure, Degraded, DegradedAnswer, NoBackend};

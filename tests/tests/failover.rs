@@ -1,0 +1,292 @@
+//! Failover between real axum providers on loopback, through a hyper client: who answers, what
+//! each provider receives, and how many attempts it takes.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::BodyExt;
+use stormguard::classify::Reason;
+use stormguard::classify::headers::{X_STORMGUARD_BACKEND, X_STORMGUARD_DEGRADED};
+use stormguard::failover::{
+    Adapter, Answered, Backend, Cure, Degraded, DegradedAnswer, Failover, FailoverService,
+    NoBackend,
+};
+use stormguard_tests::{
+    HyperClient, PROVIDER_ANSWER, Reply, ScriptedBackend, chat_post, fast_client_layer,
+    hyper_client, outage_budget,
+};
+use tower::{Layer, Service, ServiceExt};
+
+const PATH: &str = "/v1/chat/completions";
+
+const OPENAI_CONTEXT: &str = r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+
+const BAD_REQUEST: &str = r#"{"error":{"message":"'messages' is required","type":"invalid_request_error","param":"messages","code":null}}"#;
+
+fn ok() -> Reply {
+    Reply::status(200).json(PROVIDER_ANSWER)
+}
+
+fn unavailable() -> Reply {
+    Reply::status(503)
+}
+
+/// A backend named `name` at `provider`, asked for `model`.
+fn backup(name: &str, provider: &ScriptedBackend, model: &str) -> Backend {
+    Backend::new(name).with_adapter(
+        Adapter::new()
+            .with_origin(provider.url("").parse().unwrap())
+            .with_model(model),
+    )
+}
+
+/// The failover of the tests: the primary is the request's own URI, then the backups, with the
+/// fast backoff and the outage budget (10 free retries).
+fn failover(backups: Vec<Backend>) -> Failover {
+    let mut failover =
+        Failover::new(fast_client_layer(outage_budget())).with_backend(Backend::new("primary"));
+    for backup in backups {
+        failover = failover.with_backend(backup);
+    }
+    failover
+}
+
+fn models(provider: &ScriptedBackend) -> Vec<String> {
+    provider
+        .seen()
+        .iter()
+        .map(|seen| {
+            let body: serde_json::Value = serde_json::from_slice(&seen.body).unwrap();
+            body["model"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// Sends a chat request through `client`, addressed to `primary`; the answer's body read.
+async fn send(
+    client: &mut FailoverService<HyperClient>,
+    primary: &ScriptedBackend,
+) -> Result<http::Response<Bytes>, stormguard::Error> {
+    let response = client
+        .ready()
+        .await
+        .unwrap()
+        .call(chat_post(&primary.url(PATH)))
+        .await?;
+    let (head, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Ok(http::Response::from_parts(head, body))
+}
+
+fn text(response: &http::Response<Bytes>) -> &str {
+    std::str::from_utf8(response.body()).unwrap()
+}
+
+fn answered_by<B>(response: &http::Response<B>) -> &str {
+    let header = response.headers()[X_STORMGUARD_BACKEND].to_str().unwrap();
+    let extension = response.extensions().get::<Answered>().unwrap().backend();
+    assert_eq!(header, extension);
+    header
+}
+
+#[tokio::test]
+async fn a_healthy_primary_answers_everything() {
+    let primary = ScriptedBackend::spawn([ok()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let mut client =
+        failover(vec![backup("secondary", &secondary, "backup-1")]).layer(hyper_client());
+    for _ in 0..10 {
+        let response = send(&mut client, &primary).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(answered_by(&response), "primary");
+    }
+    assert_eq!(primary.hits(), 10);
+    assert_eq!(secondary.hits(), 0);
+    // The primary gets the request as it was sent.
+    assert!(models(&primary).iter().all(|model| model == "gpt-4o-mini"));
+}
+
+#[tokio::test]
+async fn one_blip_is_retried_on_the_primary_not_failed_over() {
+    let primary = ScriptedBackend::spawn([unavailable(), ok()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let mut client =
+        failover(vec![backup("secondary", &secondary, "backup-1")]).layer(hyper_client());
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(answered_by(&response), "primary");
+    assert_eq!(primary.hits(), 2);
+    assert_eq!(secondary.hits(), 0);
+}
+
+#[tokio::test]
+async fn a_primary_failing_three_times_in_a_row_is_left_for_the_backup() {
+    let primary = ScriptedBackend::spawn([unavailable()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let mut client =
+        failover(vec![backup("secondary", &secondary, "backup-1")]).layer(hyper_client());
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(answered_by(&response), "secondary");
+    // Three attempts on the primary (its breaker opened on the third failure in a row), then
+    // one on the backup, adapted: its model, at its address.
+    assert_eq!(primary.hits(), 3);
+    assert_eq!(secondary.hits(), 1);
+    assert_eq!(models(&secondary), ["backup-1"]);
+    // While the primary's breaker is open, requests go straight to the backup.
+    for _ in 0..5 {
+        let response = send(&mut client, &primary).await.unwrap();
+        assert_eq!(answered_by(&response), "secondary");
+    }
+    assert_eq!(primary.hits(), 3);
+    assert_eq!(secondary.hits(), 6);
+    let healthy: Vec<bool> = client.backends().map(Backend::is_healthy).collect();
+    assert_eq!(healthy, [false, true]);
+}
+
+#[tokio::test]
+async fn a_prompt_too_long_goes_to_the_larger_model_at_once() {
+    let primary = ScriptedBackend::spawn([Reply::status(400).json(OPENAI_CONTEXT)]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let large = ScriptedBackend::spawn([ok()]).await;
+    let mut client = failover(vec![
+        backup("secondary", &secondary, "backup-1"),
+        backup("large", &large, "gpt-4o-1m"),
+    ])
+    .with_cure(Cure::ContextTooLong, "large")
+    .layer(hyper_client());
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(answered_by(&response), "large");
+    // Not retried on the primary (no retry helps), not sent to the secondary (it would not
+    // help either), and the primary is healthy: it answered.
+    assert_eq!((primary.hits(), secondary.hits(), large.hits()), (1, 0, 1));
+    assert_eq!(models(&large), ["gpt-4o-1m"]);
+    assert!(client.backends().all(Backend::is_healthy));
+}
+
+#[tokio::test]
+async fn a_bad_request_is_answered_as_it_is() {
+    let primary = ScriptedBackend::spawn([Reply::status(400).json(BAD_REQUEST)]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let degraded = Degraded::new(|_, _| http::Response::new(Bytes::from_static(b"degraded")));
+    let mut client = failover(vec![backup("secondary", &secondary, "backup-1")])
+        .with_degraded(degraded)
+        .layer(hyper_client());
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(answered_by(&response), "primary");
+    assert!(response.extensions().get::<DegradedAnswer>().is_none());
+    assert!(text(&response).contains("'messages' is required"));
+    assert_eq!((primary.hits(), secondary.hits()), (1, 0));
+}
+
+#[tokio::test]
+async fn when_every_provider_fails_the_answer_is_the_degraded_one() {
+    let primary = ScriptedBackend::spawn([unavailable()]).await;
+    let secondary = ScriptedBackend::spawn([unavailable()]).await;
+    let degraded = Degraded::new(|_, why| {
+        let body = format!(r#"{{"choices":[],"why":"{}"}}"#, why.reason().as_str());
+        http::Response::new(Bytes::from(body))
+    });
+    let mut client = failover(vec![backup("secondary", &secondary, "backup-1")])
+        .with_degraded(degraded)
+        .layer(hyper_client());
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()[X_STORMGUARD_DEGRADED], "true");
+    let why = response
+        .extensions()
+        .get::<DegradedAnswer>()
+        .unwrap()
+        .outcome();
+    assert_eq!(why.reason(), Reason::Unavailable);
+    assert_eq!(text(&response), r#"{"choices":[],"why":"unavailable"}"#);
+    // Three attempts each: both breakers opened.
+    assert_eq!((primary.hits(), secondary.hits()), (3, 3));
+    // Now no backend is healthy: degraded at once, nothing sent.
+    let response = send(&mut client, &primary).await.unwrap();
+    let why = response
+        .extensions()
+        .get::<DegradedAnswer>()
+        .unwrap()
+        .outcome();
+    assert_eq!(why.reason(), Reason::NoBackend);
+    assert_eq!((primary.hits(), secondary.hits()), (3, 3));
+}
+
+#[tokio::test]
+async fn without_a_degraded_answer_no_backend_is_a_503_with_retry_after() {
+    let primary = ScriptedBackend::spawn([unavailable()]).await;
+    let secondary = ScriptedBackend::spawn([unavailable()]).await;
+    let mut client =
+        failover(vec![backup("secondary", &secondary, "backup-1")]).layer(hyper_client());
+    // The first request meets both failures: the last backend's answer is handed back.
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(answered_by(&response), "secondary");
+    // The next finds no healthy backend.
+    let error = send(&mut client, &primary).await.unwrap_err();
+    assert_eq!(error.reason(), Reason::NoBackend);
+    assert_eq!(error.attempts(), 0);
+    let refusal: http::Response<()> = stormguard::error_response(&error, false);
+    assert_eq!(refusal.status(), 503);
+    assert_eq!(refusal.headers()["retry-after"], "1");
+    assert_eq!(refusal.headers()["x-should-retry"], "false");
+    let no_backend = error.downcast_source::<NoBackend>().unwrap();
+    assert_eq!(no_backend.tried(), 0);
+}
+
+#[tokio::test]
+async fn an_empty_budget_stops_the_failover_as_it_stops_retries() {
+    let primary = ScriptedBackend::spawn([unavailable()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    // No retry at all: one attempt on the primary, and no failover after it.
+    let budget = stormguard::budget::RetryBudget::new(Duration::from_secs(10), 0, 0.0);
+    let mut client = Failover::new(fast_client_layer(budget).with_max_attempts(5))
+        .with_backend(Backend::new("primary").with_breaker(
+            stormguard::breaker::CircuitBreaker::new(
+                stormguard::breaker::BreakerConfig::default().with_consecutive_failures(Some(1)),
+            ),
+        ))
+        .with_backend(backup("secondary", &secondary, "backup-1"))
+        .layer(hyper_client());
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!((primary.hits(), secondary.hits()), (1, 0));
+    // The next request starts on the backup: nothing was sent to the primary, so nothing is
+    // drawn from the budget.
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(answered_by(&response), "secondary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_threads_fail_over_with_a_bounded_number_of_attempts() {
+    let primary = ScriptedBackend::spawn([unavailable()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let client = failover(vec![backup("secondary", &secondary, "backup-1")]).layer(hyper_client());
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let client = client.clone();
+        let url = primary.url(PATH);
+        callers.spawn(async move {
+            for _ in 0..50 {
+                let response = client.clone().oneshot(chat_post(&url)).await.unwrap();
+                assert_eq!(response.status(), 200);
+                assert_eq!(answered_by(&response), "secondary");
+            }
+        });
+    }
+    while let Some(caller) = callers.join_next().await {
+        caller.unwrap();
+    }
+    // Every request answered by the backup, once. The dead primary saw only the attempts of
+    // the requests in flight when its breaker opened (at most 4, at most 3 attempts each), not
+    // 200 x 3.
+    assert_eq!(secondary.hits(), 200);
+    assert!(primary.hits() <= 4 * 3, "{}", primary.hits());
+    assert!(primary.hits() >= 3, "{}", primary.hits());
+}
