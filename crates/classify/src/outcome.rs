@@ -333,7 +333,7 @@ impl fmt::Display for Reason {
 mod tests {
     use super::*;
 
-    const ALL_REASONS: [Reason; 28] = [
+    const ALL_REASONS: [Reason; 29] = [
         Reason::Success,
         Reason::RateLimited,
         Reason::Overloaded,
