@@ -26,7 +26,7 @@ use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
-use stormguard_retry::{Client, Error, ReplayBody};
+use stormguard_retry::{Client, Error, FailedAnswer, ReplayBody};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -108,6 +108,8 @@ pub(crate) struct Hops<S, C, Bk> {
     sent: bool,
     /// The budget's grant for the hop in flight, given back if it sends nothing.
     withdrawal: Option<Withdrawal>,
+    /// Whether the hop in flight was handed to its engine (which may have sent it).
+    calling: bool,
 }
 
 impl<S, B, RB, C, Bk> ResponseFuture<S, B, RB, C, Bk>
@@ -147,9 +149,12 @@ where
                 StateProj::Ready { client, request } => {
                     let ready = ready!(client.poll_ready(cx));
                     match (ready, request.take()) {
-                        (Ok(()), Some(request)) => Step::Next(State::Calling {
-                            future: client.call(request),
-                        }),
+                        (Ok(()), Some(request)) => {
+                            this.hops.calling = true;
+                            Step::Next(State::Calling {
+                                future: client.call(request),
+                            })
+                        }
                         (Err(error), _) => this.hops.after(Err(error)),
                         (Ok(()), None) => {
                             panic!("stormguard's failover ResponseFuture polled after it completed")
@@ -192,6 +197,7 @@ where
             started: Instant::now(),
             sent: false,
             withdrawal: None,
+            calling: false,
         }
     }
 
@@ -252,6 +258,7 @@ where
         self.tried |= 1 << index;
         self.current = index;
         self.started = Instant::now();
+        self.calling = false;
         let route = &self.shared.routes[index];
         let mut head = self.head.clone();
         let body = self.body.as_ref().map_or_else(Bytes::new, |body| {
@@ -274,9 +281,9 @@ where
         let route = &self.shared.routes[self.current];
         let healthy = route.backend.is_healthy();
         let (outcome, attempts) = match &result {
-            // A success carries no outcome: the engine marks only what it hands back failed.
-            Ok(response) => match response.extensions().get::<Outcome>() {
-                Some(outcome) => (*outcome, 1),
+            // A success carries no verdict: the engine marks only what it hands back failed.
+            Ok(response) => match response.extensions().get::<FailedAnswer>() {
+                Some(failed) => (failed.outcome(), failed.attempts()),
                 None => (Outcome::success(), 1),
             },
             Err(error) => (error.outcome(), error.attempts()),
@@ -362,9 +369,8 @@ where
         let why = match &last {
             Some(Ok(response)) => response
                 .extensions()
-                .get::<Outcome>()
-                .copied()
-                .unwrap_or_else(Outcome::success),
+                .get::<FailedAnswer>()
+                .map_or_else(Outcome::success, FailedAnswer::outcome),
             Some(Err(error)) => error.outcome(),
             None => no_backend(),
         };
@@ -403,8 +409,11 @@ where
 
 impl<S, C, Bk> Drop for Hops<S, C, Bk> {
     fn drop(&mut self) {
-        // A failover granted and never answered for: the engine in flight counts its own.
-        if let Some(withdrawal) = self.withdrawal.take() {
+        // A failover granted and never handed to its backend's engine goes back; one handed
+        // over may have been sent, and stays spent.
+        if let Some(withdrawal) = self.withdrawal.take()
+            && !self.calling
+        {
             self.budget.refund(withdrawal);
         }
     }

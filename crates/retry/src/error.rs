@@ -270,3 +270,28 @@ mod tests {
         );
     }
 }
+
+/// In the extensions of a failed response the engine hands back (fatal, or a retryable failure
+/// it gave up on or could not retry): how it judged it and how many attempts it sent, for a
+/// layer above (a failover) to decide what comes next.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FailedAnswer {
+    outcome: Outcome,
+    attempts: u32,
+}
+
+impl FailedAnswer {
+    pub(crate) fn new(outcome: Outcome, attempts: u32) -> Self {
+        Self { outcome, attempts }
+    }
+
+    /// The outcome of the last attempt.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Attempts sent for the request.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+}

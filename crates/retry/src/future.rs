@@ -40,7 +40,7 @@ use tower_service::Service;
 
 use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
 use crate::body::ReplayBody;
-use crate::error::{Error, GiveUpCause};
+use crate::error::{Error, FailedAnswer, GiveUpCause};
 use crate::layer::Config;
 
 /// What the future hands back.
@@ -667,8 +667,10 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             return Step::Finish(Ok(response));
         }
         self.attempt_finished();
-        // A failure handed back carries its outcome, for a layer above (a failover) to judge.
-        response.extensions_mut().insert(outcome);
+        // A failure handed back carries its verdict, for a layer above (a failover) to judge.
+        response
+            .extensions_mut()
+            .insert(FailedAnswer::new(outcome, self.sent));
         if !outcome.is_retryable() {
             // Fatal: no retry helps, here or above. Marked when this layer could have retried.
             if self.could_retry() {

@@ -135,7 +135,7 @@ mod service;
 
 pub use attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
 pub use body::ReplayBody;
-pub use error::{Error, GiveUpCause};
+pub use error::{Error, FailedAnswer, GiveUpCause};
 pub use future::ResponseFuture;
 pub use layer::{ClientLayer, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY};
 pub use service::Client;

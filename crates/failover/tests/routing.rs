@@ -1,0 +1,258 @@
+//! The routing state on a paused clock, against providers scripted in memory (a service that
+//! answers by the request's host): the return to a recovered primary through its probes, one
+//! deadline across backends, a failover the deadline cannot fit, cancellation.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
+use stormguard_budget::RetryBudget;
+use stormguard_classify::Reason;
+use stormguard_classify::headers::X_REQUEST_TIMEOUT_MS;
+use stormguard_failover::{Adapter, Answered, Backend, Degraded, DegradedAnswer, Failover};
+use stormguard_jitter::Constant;
+use stormguard_retry::ClientLayer;
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// What a scripted provider answers, and what it saw.
+#[derive(Clone, Debug)]
+struct Provider {
+    /// The status it answers; 0: it never answers.
+    status: u16,
+    delay: Duration,
+    hits: u32,
+    /// The `x-request-timeout-ms` of each request.
+    time_left: Vec<u64>,
+}
+
+/// Providers by host: `primary.test`, `secondary.test`.
+#[derive(Clone, Default)]
+struct Providers(Arc<Mutex<HashMap<String, Provider>>>);
+
+impl Providers {
+    fn new(primary: u16, secondary: u16) -> Self {
+        let providers = Self::default();
+        providers.set("primary.test", primary, Duration::ZERO);
+        providers.set("secondary.test", secondary, Duration::ZERO);
+        providers
+    }
+
+    fn set(&self, host: &str, status: u16, delay: Duration) {
+        let mut all = self.0.lock().unwrap();
+        let provider = all.entry(host.to_owned()).or_insert(Provider {
+            status,
+            delay,
+            hits: 0,
+            time_left: Vec::new(),
+        });
+        provider.status = status;
+        provider.delay = delay;
+    }
+
+    fn get(&self, host: &str) -> Provider {
+        self.0.lock().unwrap()[host].clone()
+    }
+
+    fn hits(&self) -> (u32, u32) {
+        (
+            self.get("primary.test").hits,
+            self.get("secondary.test").hits,
+        )
+    }
+
+    fn service(&self) -> Scripted {
+        Scripted(self.clone())
+    }
+}
+
+/// The providers as one service: each request answered by its host's script.
+#[derive(Clone)]
+struct Scripted(Providers);
+
+impl tower::Service<Request<Full<Bytes>>> for Scripted {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Full<Bytes>>) -> Self::Future {
+        let host = request.uri().host().unwrap_or_default().to_owned();
+        let (status, delay) = {
+            let mut all = (self.0).0.lock().unwrap();
+            let provider = all.get_mut(&host).unwrap();
+            provider.hits += 1;
+            let left = request
+                .headers()
+                .get(X_REQUEST_TIMEOUT_MS)
+                .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+            provider.time_left.extend(left);
+            (provider.status, provider.delay)
+        };
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            if status == 0 {
+                std::future::pending::<()>().await;
+            }
+            let response = Response::builder()
+                .status(status)
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap();
+            Ok(response)
+        })
+    }
+}
+
+fn request() -> Request<Full<Bytes>> {
+    Request::post("http://primary.test/v1/chat/completions")
+        .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))
+        .unwrap()
+}
+
+fn layer(budget: &RetryBudget) -> ClientLayer<stormguard_classify::LlmClassifier, Constant> {
+    ClientLayer::default()
+        .with_budget(budget.clone())
+        .with_backoff(Constant::new(10 * MS))
+        .without_throttle()
+}
+
+fn secondary() -> Backend {
+    Backend::new("secondary")
+        .with_adapter(Adapter::new().with_origin("http://secondary.test".parse().unwrap()))
+}
+
+fn answered_by<B>(response: &Response<B>) -> String {
+    response
+        .extensions()
+        .get::<Answered>()
+        .map(|answered| answered.backend().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn traffic_returns_to_a_recovered_primary_through_its_probes() {
+    let providers = Providers::new(503, 200);
+    let budget = RetryBudget::default();
+    let primary = Backend::new("primary");
+    let breaker = primary.breaker().clone();
+    let client = Failover::new(layer(&budget))
+        .with_backend(primary)
+        .with_backend(secondary())
+        .layer(providers.service());
+    let response = client.clone().oneshot(request()).await.unwrap();
+    assert_eq!(answered_by(&response), "secondary");
+    assert_eq!(breaker.state(), State::Open);
+
+    // The primary recovers; it answers in 500 ms. Once its breaker is half-open, one probe goes
+    // to it (the next may follow a third of the lease later) and everything else still to the
+    // secondary.
+    providers.set("primary.test", 200, 500 * MS);
+    tokio::time::advance(Backend::DEFAULT_MAX_OPEN_WAIT).await;
+    assert_eq!(breaker.state(), State::HalfOpen);
+    let before = providers.hits();
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let client = client.clone();
+        calls.spawn(async move { answered_by(&client.oneshot(request()).await.unwrap()) });
+    }
+    let mut by = HashMap::<String, u32>::new();
+    while let Some(name) = calls.join_next().await {
+        *by.entry(name.unwrap()).or_default() += 1;
+    }
+    assert_eq!(by["primary"], 1, "{by:?}");
+    assert_eq!(by["secondary"], 7, "{by:?}");
+    let after = providers.hits();
+    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 7));
+    // The probes closed it: the primary takes everything again.
+    assert_eq!(breaker.state(), State::Closed);
+    for _ in 0..4 {
+        let response = client.clone().oneshot(request()).await.unwrap();
+        assert_eq!(answered_by(&response), "primary");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_backend_shares_the_one_deadline() {
+    let providers = Providers::new(503, 200);
+    providers.set("primary.test", 503, 2_000 * MS);
+    let budget = RetryBudget::default();
+    let client = Failover::new(layer(&budget).with_timeout(Duration::from_secs(10)))
+        .with_backend(Backend::new("primary"))
+        .with_backend(secondary())
+        .layer(providers.service());
+    let started = Instant::now();
+    let response = client.oneshot(request()).await.unwrap();
+    assert_eq!(answered_by(&response), "secondary");
+    // Three attempts of 2 s on the primary and two backoffs of 10 ms, then the secondary: what
+    // it was told is left is what remained of the 10 s (less the 50 ms margin), not 10 s anew.
+    let secondary = providers.get("secondary.test");
+    assert_eq!(secondary.time_left.len(), 1);
+    let left = secondary.time_left[0];
+    assert!((3_900..=3_980).contains(&left), "{left}");
+    assert!(started.elapsed() >= Duration::from_secs(6));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failover_the_deadline_cannot_fit_is_not_tried() {
+    let providers = Providers::new(503, 200);
+    providers.set("primary.test", 503, 700 * MS);
+    let budget = RetryBudget::default();
+    let quick_to_open =
+        CircuitBreaker::new(BreakerConfig::default().with_consecutive_failures(Some(1)));
+    let client = Failover::new(layer(&budget).with_timeout(Duration::from_secs(1)))
+        .with_backend(Backend::new("primary").with_breaker(quick_to_open))
+        .with_backend(secondary())
+        .with_degraded(Degraded::new(|_, _| {
+            Response::new(Bytes::from_static(b"later"))
+        }))
+        .layer(providers.service());
+    let response = client.oneshot(request()).await.unwrap();
+    // 300 ms were left after the primary's 700 ms attempt: too short for another like it.
+    // The engine gave up on the primary's 503 (a retry would not fit either).
+    let why = response
+        .extensions()
+        .get::<DegradedAnswer>()
+        .unwrap()
+        .outcome();
+    assert_eq!(why.reason(), Reason::Unavailable);
+    assert_eq!(providers.hits(), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_on_the_secondary_sends_nothing_more() {
+    let providers = Providers::new(503, 0);
+    let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
+    let quick_to_open =
+        CircuitBreaker::new(BreakerConfig::default().with_consecutive_failures(Some(1)));
+    let client = Failover::new(layer(&budget))
+        .with_backend(Backend::new("primary").with_breaker(quick_to_open))
+        .with_backend(secondary())
+        .layer(providers.service());
+    let call = tokio::spawn(client.oneshot(request()));
+    tokio::time::sleep(100 * MS).await;
+    // On the secondary, which never answers.
+    assert_eq!(providers.hits(), (1, 1));
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    // The failover was sent: it stays drawn from the budget (the engine's retry on the
+    // primary, refused by its open breaker, was given back).
+    let snapshot = budget.snapshot();
+    assert_eq!(snapshot.withdrawals, 1, "{snapshot:?}");
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert_eq!(providers.hits(), (1, 1));
+}
