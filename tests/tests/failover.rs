@@ -290,3 +290,32 @@ async fn four_threads_fail_over_with_a_bounded_number_of_attempts() {
     assert!(primary.hits() <= 4 * 3, "{}", primary.hits());
     assert!(primary.hits() >= 3, "{}", primary.hits());
 }
+
+#[tokio::test]
+async fn a_reqwest_client_fails_over_through_the_same_engine() {
+    let primary = ScriptedBackend::spawn([unavailable()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let middleware = stormguard::reqwest::StormguardMiddleware::failover(failover(vec![backup(
+        "secondary",
+        &secondary,
+        "backup-1",
+    )]));
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(middleware)
+        .build();
+    for _ in 0..3 {
+        let response = client
+            .post(primary.url(PATH))
+            .header("content-type", "application/json")
+            .body(stormguard_tests::CHAT_REQUEST)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()[X_STORMGUARD_BACKEND], "secondary");
+        assert_eq!(response.text().await.unwrap(), PROVIDER_ANSWER);
+    }
+    // Three attempts on the primary for the first request (then its breaker opened), none after.
+    assert_eq!((primary.hits(), secondary.hits()), (3, 3));
+    assert_eq!(models(&secondary), ["backup-1"; 3]);
+}

@@ -44,9 +44,15 @@ impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
     }
 
     /// Add `backend` after those already added: the first healthy backend in this order takes
-    /// each request.
+    /// each request. A backend without a throttle gets its own here, with the layer's settings
+    /// (if the layer has a throttle), shared by every service this failover makes.
     #[must_use]
-    pub fn with_backend(mut self, backend: Backend) -> Self {
+    pub fn with_backend(mut self, mut backend: Backend) -> Self {
+        if backend.throttle().is_none()
+            && let Some(template) = self.layer.throttle()
+        {
+            backend.set_throttle(AdaptiveThrottle::new(*template.config()));
+        }
         self.backends.push(backend);
         self
     }
@@ -69,7 +75,9 @@ impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
         self.degraded = Some(degraded);
         self
     }
+}
 
+impl<C, Bk> Failover<C, Bk> {
     /// The policy every backend follows.
     pub fn policy(&self) -> &ClientLayer<C, Bk> {
         &self.layer
@@ -95,24 +103,17 @@ where
     type Service = FailoverService<S, C, Bk>;
 
     /// One engine per backend over clones of `service`: the failover's layer with the
-    /// backend's breaker, throttle (its own: a fresh one with the layer's settings if the
-    /// backend has none) and rate limit. The budget stays the layer's, shared by all.
+    /// backend's breaker, throttle and rate limit. The budget stays the layer's, shared by all.
     fn layer(&self, service: S) -> Self::Service {
         let backends = self
             .backends
             .iter()
             .map(|backend| {
-                let mut backend = backend.clone();
+                let backend = backend.clone();
                 let mut layer = self.layer.clone().with_breaker(backend.breaker().clone());
-                layer = match (backend.throttle(), self.layer.throttle()) {
-                    (Some(own), _) => layer.with_throttle(own.clone()),
-                    (None, Some(template)) => {
-                        let own = AdaptiveThrottle::new(*template.config());
-                        backend.set_throttle(own.clone());
-                        layer.with_throttle(own)
-                    }
-                    (None, None) => layer,
-                };
+                if let Some(own) = backend.throttle() {
+                    layer = layer.with_throttle(own.clone());
+                }
                 if let Some(limit) = backend.rate_limit() {
                     layer = layer.with_rate_limit(limit.clone());
                 }

@@ -60,6 +60,7 @@ use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
 use stormguard_classify::{Classify, LlmClassifier, Reason};
 use stormguard_deadline::Deadline;
+use stormguard_failover::Failover;
 use stormguard_jitter::{Backoff, FullJitter};
 use stormguard_retry::ClientLayer;
 use tower_layer::Layer;
@@ -74,7 +75,14 @@ use crate::next::{NextService, RequestBody};
 /// clients and reqwest clients that call one backend.
 #[derive(Clone, Debug)]
 pub struct StormguardMiddleware<C = LlmClassifier, Bk = FullJitter> {
-    layer: ClientLayer<C, Bk>,
+    engine: Engine<C, Bk>,
+}
+
+/// What drives each request: one engine, or a failover over several backends.
+#[derive(Clone, Debug)]
+enum Engine<C, Bk> {
+    One(ClientLayer<C, Bk>),
+    Failover(Failover<C, Bk>),
 }
 
 impl Default for StormguardMiddleware {
@@ -86,16 +94,31 @@ impl Default for StormguardMiddleware {
 impl<C, Bk> StormguardMiddleware<C, Bk> {
     /// Middleware driving `layer`.
     pub fn new(layer: ClientLayer<C, Bk>) -> Self {
-        Self { layer }
+        Self {
+            engine: Engine::One(layer),
+        }
     }
 
-    /// The engine's configuration (its budget and throttle, for their snapshots).
+    /// Middleware driving `failover`: each request goes to its first healthy backend (the
+    /// backend's adapter rewrites its URL), each backend through the engine with its own guards,
+    /// under one deadline and one retry budget.
+    pub fn failover(failover: Failover<C, Bk>) -> Self {
+        Self {
+            engine: Engine::Failover(failover),
+        }
+    }
+
+    /// The engine's configuration (its budget and throttle, for their snapshots); a failover's
+    /// policy.
     pub fn layer(&self) -> &ClientLayer<C, Bk> {
-        &self.layer
+        match &self.engine {
+            Engine::One(layer) => layer,
+            Engine::Failover(failover) => failover.policy(),
+        }
     }
 }
 
-impl<C: Classify, Bk: Backoff> StormguardMiddleware<C, Bk> {
+impl<C: Classify + Clone, Bk: Backoff + Clone> StormguardMiddleware<C, Bk> {
     async fn execute(
         &self,
         request: Request,
@@ -109,12 +132,10 @@ impl<C: Classify, Bk: Backoff> StormguardMiddleware<C, Bk> {
             deadline.apply_to(&mut request);
         }
         let shared = Arc::new(Mutex::new(std::mem::take(extensions)));
-        let mut client = self
-            .layer
-            .layer(NextService::new(next, Arc::clone(&shared), timeout));
-        let result = match poll_fn(|cx| client.poll_ready(cx)).await {
-            Ok(()) => client.call(request).await,
-            Err(error) => Err(error),
+        let next = NextService::new(next, Arc::clone(&shared), timeout);
+        let result = match &self.engine {
+            Engine::One(layer) => drive(layer.layer(next), request).await,
+            Engine::Failover(failover) => drive(failover.layer(next), request).await,
         };
         *extensions = std::mem::take(&mut *shared.lock().unwrap_or_else(PoisonError::into_inner));
         match result {
@@ -122,6 +143,15 @@ impl<C: Classify, Bk: Backoff> StormguardMiddleware<C, Bk> {
             Err(error) => Err(into_middleware_error(error)),
         }
     }
+}
+
+/// Readies `service` and calls it with `request`.
+async fn drive<S, R>(mut service: S, request: R) -> std::result::Result<S::Response, S::Error>
+where
+    S: Service<R>,
+{
+    poll_fn(|cx| service.poll_ready(cx)).await?;
+    service.call(request).await
 }
 
 /// An error the engine passed on untouched goes back as the chain returned it; stormguard's own
@@ -142,8 +172,8 @@ fn into_middleware_error(error: stormguard_retry::Error) -> Error {
 /// that no macro crate is needed.
 impl<C, Bk> Middleware for StormguardMiddleware<C, Bk>
 where
-    C: Classify,
-    Bk: Backoff,
+    C: Classify + Clone,
+    Bk: Backoff + Clone,
 {
     fn handle<'life0, 'life1, 'life2, 'async_trait>(
         &'life0 self,
