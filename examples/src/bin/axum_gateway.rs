@@ -16,6 +16,14 @@
 //! cargo run -p stormguard-examples --bin axum_gateway
 //! ```
 //!
+//! With `--failover`, it runs one phase instead: its OpenAI-style provider is in a total outage,
+//! and a second mock provider, asked for another model (`backup-large`), takes the traffic
+//! through `stormguard::failover` (the answers say which provider and model answered):
+//!
+//! ```text
+//! cargo run -p stormguard-examples --bin axum_gateway -- --failover
+//! ```
+//!
 //! With `--redis URL`, it runs one phase instead: a healthy provider whose quota, 1,200 requests
 //! a minute, is shared through Redis by every gateway started with the same URL. Start two at
 //! once and together they send the quota upstream once, not once each:
@@ -43,6 +51,8 @@ use reqwest_middleware::ClientBuilder;
 use stormguard::ClientLayer;
 use stormguard::classify::Reason;
 use stormguard::jitter::FullJitter;
+use stormguard::classify::headers::X_STORMGUARD_BACKEND;
+use stormguard::failover::{Adapter, Backend, Degraded, Failover};
 use stormguard::rate_limit::{Fleet, RateLimit, RateLimitConfig};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard_examples::mock::{self, CHAT_COMPLETIONS, Fault, MockConfig};
@@ -70,16 +80,33 @@ struct Gateway {
 /// The quota the gateways started with `--redis` share: 1,200 requests a minute.
 const SHARED_QUOTA: u32 = 1_200;
 
-/// Upstream calls that ended without a response, which the gateway answered itself.
+/// Upstream calls that ended without a response, which the gateway answered itself (and, behind
+/// a failover, which provider answered the others).
 #[derive(Default)]
 struct Refused {
     throttled: AtomicU64,
     rate_limited: AtomicU64,
     deadline: AtomicU64,
     failed: AtomicU64,
+    by_provider: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Refused {
+    fn answered(&self, provider: &str) {
+        let mut by = self
+            .by_provider
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *by.entry(provider.to_owned()).or_default() += 1;
+    }
+
+    fn answered_by(&self) -> std::collections::BTreeMap<String, u64> {
+        self.by_provider
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn count(&self, error: &stormguard::Error) {
         let counter = match error.reason() {
             Reason::Throttled => &self.throttled,
@@ -96,8 +123,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     match (args.next().as_deref(), args.next()) {
         (Some("--redis"), Some(url)) => return shared_quota(&url).await,
+        (Some("--failover"), None) => return failover().await,
         (None, _) => {}
-        _ => return Err("usage: axum_gateway [--redis URL]".into()),
+        _ => return Err("usage: axum_gateway [--failover | --redis URL]".into()),
     }
     let flaky = MockConfig {
         error_rate: 0.1,
@@ -113,15 +141,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ],
         ..MockConfig::default()
     };
-    phase("flaky provider (10% errors)", flaky, 400, None).await?;
+    phase("flaky provider (10% errors)", flaky, 400, Route::Direct).await?;
     phase(
         "total outage (100% 503)",
         MockConfig::outage(Fault::Unavailable),
         400,
-        None,
+        Route::Direct,
     )
     .await?;
     Ok(())
+}
+
+/// How the gateway reaches the provider.
+enum Route {
+    Direct,
+    /// Paced by a rate limit.
+    Quota(RateLimit),
+    /// Failing over to a second provider, asked for another model.
+    Failover(MockConfig),
+}
+
+/// The OpenAI-style provider is down; the backup takes its traffic, asked for its own model.
+async fn failover() -> Result<(), Box<dyn std::error::Error>> {
+    let name = "failover: the primary in a total outage, a backup with another model";
+    phase(
+        name,
+        MockConfig::outage(Fault::Unavailable),
+        400,
+        Route::Failover(MockConfig::healthy()),
+    )
+    .await
 }
 
 /// A healthy provider whose quota the gateways share through the Redis at `url`: 1,000
@@ -134,7 +183,7 @@ async fn shared_quota(url: &str) -> Result<(), Box<dyn std::error::Error>> {
             .with_fleet(fleet.clone()),
     );
     let name = format!("a quota of {SHARED_QUOTA} requests a minute shared through {url}");
-    phase(&name, MockConfig::default(), 1_000, Some(quota)).await?;
+    phase(&name, MockConfig::default(), 1_000, Route::Quota(quota)).await?;
     let fleet = fleet.snapshot();
     println!(
         "fleet: {} replicas, {} decisions in Redis, {} on the local share",
@@ -147,7 +196,7 @@ async fn phase(
     name: &str,
     config: MockConfig,
     requests: usize,
-    quota: Option<RateLimit>,
+    route: Route,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let backend = mock::spawn(config).await?;
 
@@ -159,18 +208,42 @@ async fn phase(
             Duration::from_millis(200),
         ))
         .with_timeout(Duration::from_secs(5));
-    if let Some(quota) = quota {
-        client_layer = client_layer.with_rate_limit(quota);
+    if let Route::Quota(quota) = &route {
+        client_layer = client_layer.with_rate_limit(quota.clone());
     }
     let upstream_budget = client_layer.budget().clone();
     let upstream_throttle = client_layer.throttle().cloned();
     let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let upstream = BoxCloneSyncService::new(
-        ServiceBuilder::new()
-            .layer(client_layer)
-            .service(hyper)
-            .map_response(|response| response.map(Body::new)),
-    );
+    let mut backup = None;
+    let upstream = match route {
+        Route::Direct | Route::Quota(_) => BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .layer(client_layer)
+                .service(hyper)
+                .map_response(|response| response.map(Body::new)),
+        ),
+        Route::Failover(config) => {
+            let server = mock::spawn(config).await?;
+            let origin = format!("http://{}", server.addr).parse()?;
+            let busy = Degraded::new(|_, _| {
+                let body = r#"{"error":{"message":"busy, retry later","type":"degraded"}}"#;
+                http::Response::new(axum::body::Bytes::from_static(body.as_bytes()))
+            });
+            let failover = Failover::new(client_layer)
+                .with_backend(Backend::new("openai"))
+                .with_backend(Backend::new("backup").with_adapter(
+                    Adapter::new().with_origin(origin).with_model("backup-large"),
+                ))
+                .with_degraded(busy);
+            backup = Some(server);
+            BoxCloneSyncService::new(
+                ServiceBuilder::new()
+                    .layer(failover)
+                    .service(hyper)
+                    .map_response(|response| response.map(Body::new)),
+            )
+        }
+    };
     let received = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(Refused::default());
     let app = Router::new()
@@ -233,6 +306,14 @@ async fn phase(
     let _ = tokio::time::timeout(Duration::from_secs(1), gateway).await;
     let stats = backend.stats.snapshot();
     backend.shutdown().await;
+    let backup_stats = match backup {
+        Some(backup) => {
+            let stats = backup.stats.snapshot();
+            backup.shutdown().await;
+            Some(stats)
+        }
+        None => None,
+    };
 
     let first_tries = stats.by_attempt_header.get(&0).copied().unwrap_or(0);
     let budget = upstream_budget.snapshot();
@@ -261,7 +342,7 @@ async fn phase(
         count(&refused.failed)
     );
     println!(
-        "upstream attempts {} ({} retries by the gateway), statuses {:?}",
+        "attempts to the provider {} ({} retries by the gateway), statuses {:?}",
         stats.attempts,
         stats.attempts.saturating_sub(first_tries),
         stats.by_status
@@ -275,6 +356,14 @@ async fn phase(
         100.0 * ok as f64 / requests.max(1) as f64,
         stats.attempts as f64 / requests.max(1) as f64
     );
+    if let Some(backup) = backup_stats {
+        println!(
+            "the backup provider got {} attempts (statuses {:?}); answers by provider: {:?}",
+            backup.attempts,
+            backup.by_status,
+            refused.answered_by()
+        );
+    }
     Ok(())
 }
 
@@ -312,5 +401,10 @@ async fn forward(
         .oneshot(Request::from_parts(parts, body))
         .await
         .inspect_err(|error| gateway.refused.count(error))?;
+    if let Some(backend) = response.headers().get(X_STORMGUARD_BACKEND) {
+        gateway
+            .refused
+            .answered(backend.to_str().unwrap_or("?"));
+    }
     Ok(response)
 }
