@@ -18,7 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 
-use crate::{Classify, ERROR_BODY_LIMIT, Outcome};
+use crate::{BoxError, Classify, ERROR_BODY_LIMIT, Outcome};
 
 /// Where reading the start of a body stopped.
 #[derive(Debug)]
@@ -339,18 +339,24 @@ impl<RB: Body> ResponseBody<RB> {
     }
 }
 
-impl<RB: Body<Data = Bytes>> Body for ResponseBody<RB> {
+/// Its errors are boxed: the backend's body's own, or stormguard's (a guarded stream that was
+/// interrupted after its first content: `stream::StreamInterrupted`).
+impl<RB> Body for ResponseBody<RB>
+where
+    RB: Body<Data = Bytes>,
+    RB::Error: Into<BoxError>,
+{
     type Data = Bytes;
-    type Error = RB::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, RB::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
         let polled = match this.kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Read { body } => Pin::new(body).poll_frame(cx),
+            KindProj::Inner { body } => body.poll_frame(cx).map_err(Into::into),
+            KindProj::Read { body } => Pin::new(body).poll_frame(cx).map_err(Into::into),
             KindProj::Local { body } => Pin::new(body)
                 .poll_frame(cx)
                 .map(|frame| frame.map(|frame| frame.map_err(|never| match never {}))),

@@ -257,7 +257,7 @@ async fn a_200_reset_mid_body_is_handed_over_and_its_body_fails_after_the_bytes_
         }
     };
     assert_eq!(read, b"0123456789");
-    assert!(is_cut_short(&error), "{error:?}");
+    assert!(is_cut_short(&*error), "{error:?}");
     assert_eq!(requests.load(Ordering::SeqCst), 1);
 }
 
@@ -284,7 +284,7 @@ async fn a_500_reset_mid_error_body_is_retried_then_handed_back_marked_final() {
     );
     let rest = body.frame().await.unwrap();
     let error = rest.unwrap_err();
-    assert!(is_cut_short(&error), "{error:?}");
+    assert!(is_cut_short(&*error), "{error:?}");
 }
 
 /// A 200 `text/event-stream` whose first event is `event: error` (how streaming LLM APIs report a
