@@ -75,7 +75,9 @@
 //! - [`decimal`]: the one parser of numbers from the network;
 //! - [`window`]: the lock-free sliding window the retry budget and the adaptive throttle count in;
 //! - [`random`]: where every randomised part draws its numbers, and how it is seeded;
-//! - [`body`]: reading the start of a body without taking it from its next reader.
+//! - [`body`]: reading the start of a body without taking it from its next reader;
+//! - [`sse`]: reading `text/event-stream` responses, and telling their events apart (content,
+//!   keep-alive, end, an error after the `200` classified like an error body).
 //!
 //! ```
 //! use http::Response;
@@ -106,6 +108,7 @@ mod llm;
 mod outcome;
 pub mod random;
 mod refusal;
+pub mod sse;
 mod status;
 mod sync;
 mod transport;

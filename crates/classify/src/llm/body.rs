@@ -101,6 +101,15 @@ impl Kind {
             && (matches!(self, Kind::RateLimited | Kind::Overloaded) || is_generic(base.reason()))
     }
 
+    /// The outcome this kind has on its own, as if its status had said it: retryable kinds are
+    /// not accepted, fatal ones are (like the statuses they stand for).
+    const fn outcome(self) -> Outcome {
+        match self.verdict() {
+            Verdict::Retryable => Outcome::retryable(self.reason()),
+            Verdict::Success | Verdict::Fatal => Outcome::fatal(self.reason()),
+        }
+    }
+
     /// The verdict this kind has on its own.
     const fn verdict(self) -> Verdict {
         match self {
@@ -250,7 +259,14 @@ impl ErrorBody {
             return None;
         }
         let value: Value = serde_json::from_slice(body).ok()?;
-        let root = match &value {
+        ErrorBody::from_value(&value)
+    }
+
+    /// Reads an error body already parsed as JSON (an error event of a stream, see
+    /// [`sse`](crate::sse)); `None` when it is neither an object nor an array whose first item
+    /// is an object.
+    pub(crate) fn from_value(value: &Value) -> Option<ErrorBody> {
+        let root = match value {
             Value::Array(items) => items.first()?,
             other => other,
         };
@@ -312,6 +328,20 @@ impl ErrorBody {
             tokens.extend(detail.get("reason").and_then(Value::as_str));
             self.daily_quota |= detail.get("metadata").is_some_and(names_daily_quota);
         }
+    }
+
+    /// The outcome of an error that came without a status of its own: an error event in a
+    /// stream whose response was a `200` (see [`sse`](crate::sse)). The kind the body names
+    /// stands in for the status, with the verdict and reason it has on its own (`overloaded_error`
+    /// is retryable `overloaded`, `invalid_request_error` fatal `bad_request` ...); a body that
+    /// names no kind gets `fallback`. Then [`refine`](ErrorBody::refine) applies as for a
+    /// response (daily quotas, messages naming a fatal answer), and a retryable outcome takes the
+    /// body's `RetryInfo` delay as its hint.
+    pub(crate) fn outcome_without_status(&self, fallback: Outcome) -> Outcome {
+        let base = self.kind.map_or(fallback, Kind::outcome);
+        let outcome = self.refine(base);
+        let hint = self.retry_delay.filter(|_| outcome.is_retryable());
+        outcome.with_retry_after(hint)
     }
 
     /// Refines the outcome of the status with what the body says:
