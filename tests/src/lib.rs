@@ -12,7 +12,9 @@
 //! milliseconds.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -648,4 +650,140 @@ pub fn assert_dead_upstream_within_floor(
         amplification(connections, requests)
     );
     assert!((requests..=requests + floor).contains(&connections));
+}
+
+/// One step of a [`StreamingProvider`]'s answer.
+#[derive(Clone, Debug)]
+pub enum Sse {
+    /// Send these bytes (one or more events, or part of one).
+    Send(String),
+    /// Wait this long before the next step.
+    Wait(Duration),
+    /// Fail the connection: the body ends with an error.
+    Cut,
+    /// Send nothing more, and never end.
+    Stall,
+}
+
+/// Send `text`.
+pub fn send(text: impl Into<String>) -> Sse {
+    Sse::Send(text.into())
+}
+
+/// An OpenAI chat chunk carrying `content`, as a complete event.
+pub fn openai_chunk(content: &'static str) -> String {
+    format!(
+        "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":null}}]}}\n\n"
+    )
+}
+
+/// OpenAI's first chunk: the role, no content yet.
+pub const OPENAI_ROLE: &str = "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+
+/// Anthropic's opening events.
+pub const ANTHROPIC_START: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\nevent: ping\ndata: {\"type\": \"ping\"}\n\n";
+
+/// Anthropic's error event when it is overloaded, sent after a 200.
+pub const ANTHROPIC_OVERLOADED: &str = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+
+/// The end of an OpenAI stream.
+pub const OPENAI_DONE: &str = "data: [DONE]\n\n";
+
+/// A loopback LLM provider that streams scripted answers (`text/event-stream`): the n-th request
+/// gets the n-th script, the last one repeating.
+pub struct StreamingProvider {
+    server: Server,
+    hits: Arc<AtomicUsize>,
+}
+
+impl StreamingProvider {
+    /// Serves `scripts` on `127.0.0.1` at an ephemeral port.
+    ///
+    /// # Panics
+    ///
+    /// If `scripts` is empty, or no loopback port can be bound.
+    pub async fn spawn(scripts: Vec<Vec<Sse>>) -> Self {
+        assert!(!scripts.is_empty(), "a provider needs at least one script");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&hits);
+        let scripts = Arc::new(scripts);
+        let router = Router::new().fallback(move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let script = scripts[n.min(scripts.len() - 1)].clone();
+            async move {
+                Response::builder()
+                    .header(http::header::CONTENT_TYPE, "text/event-stream")
+                    .body(axum::body::Body::new(ScriptedStream::new(script)))
+                    .expect("valid response")
+            }
+        });
+        Self {
+            server: Server::spawn(router).await,
+            hits,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        self.server.url(path)
+    }
+
+    /// Requests received so far.
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+/// The body of a [`StreamingProvider`]'s answer: its script, step by step.
+struct ScriptedStream {
+    steps: std::collections::VecDeque<Sse>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl ScriptedStream {
+    fn new(steps: Vec<Sse>) -> Self {
+        Self {
+            steps: steps.into(),
+            sleep: None,
+        }
+    }
+}
+
+impl http_body::Body for ScriptedStream {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        use std::task::Poll;
+        loop {
+            if let Some(sleep) = self.sleep.as_mut() {
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => self.sleep = None,
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            let Some(step) = self.steps.pop_front() else {
+                return Poll::Ready(None);
+            };
+            match step {
+                Sse::Send(text) => {
+                    return Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(text)))));
+                }
+                Sse::Wait(delay) => self.sleep = Some(Box::pin(tokio::time::sleep(delay))),
+                Sse::Cut => {
+                    return Poll::Ready(Some(Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "cut mid-stream",
+                    ))));
+                }
+                Sse::Stall => {
+                    self.steps.push_front(Sse::Stall);
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
 }

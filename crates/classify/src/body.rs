@@ -18,6 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 
+use crate::stream::GuardedStream;
 use crate::{BoxError, Classify, ERROR_BODY_LIMIT, Outcome};
 
 /// Where reading the start of a body stopped.
@@ -290,6 +291,10 @@ pin_project! {
         Local {
             body: Full<Bytes>,
         },
+        // An event stream under the stream guard.
+        Stream {
+            body: Box<GuardedStream<RB>>,
+        },
     }
 }
 
@@ -307,6 +312,24 @@ impl<RB: Body> ResponseBody<RB> {
         Self {
             kind: Kind::Local {
                 body: Full::new(bytes),
+            },
+            watch: None,
+        }
+    }
+
+    /// An event stream under the stream guard ([`stream::open`](crate::stream::open)).
+    pub fn stream(body: Box<GuardedStream<RB>>) -> Self {
+        Self {
+            kind: Kind::Stream { body },
+            watch: None,
+        }
+    }
+
+    /// A body whose first bytes, `read`, were read already; `rest` follows them.
+    pub fn from_read(read: Bytes, rest: Pin<Box<RB>>) -> Self {
+        Self {
+            kind: Kind::Read {
+                body: PartialBody::new(read, Tail::Open, rest),
             },
             watch: None,
         }
@@ -360,6 +383,7 @@ where
             KindProj::Local { body } => Pin::new(body)
                 .poll_frame(cx)
                 .map(|frame| frame.map(|frame| frame.map_err(|never| match never {}))),
+            KindProj::Stream { body } => Pin::new(&mut **body).poll_frame(cx),
         };
         if let Some(watch) = this.watch {
             match &polled {
@@ -389,6 +413,7 @@ where
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Read { body } => body.is_end_stream(),
             Kind::Local { body } => body.is_end_stream(),
+            Kind::Stream { body } => body.is_end_stream(),
         }
     }
 
@@ -397,6 +422,7 @@ where
             Kind::Inner { body } => body.size_hint(),
             Kind::Read { body } => body.size_hint(),
             Kind::Local { body } => body.size_hint(),
+            Kind::Stream { body } => body.size_hint(),
         }
     }
 }
@@ -407,6 +433,7 @@ impl<RB: Body> fmt::Debug for ResponseBody<RB> {
             Kind::Inner { .. } => f.write_str("ResponseBody::Inner"),
             Kind::Read { body } => f.debug_tuple("ResponseBody::Read").field(body).finish(),
             Kind::Local { .. } => f.write_str("ResponseBody::Local"),
+            Kind::Stream { body } => f.debug_tuple("ResponseBody::Stream").field(body).finish(),
         }
     }
 }

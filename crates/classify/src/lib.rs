@@ -110,6 +110,7 @@ pub mod random;
 mod refusal;
 pub mod sse;
 mod status;
+pub mod stream;
 mod sync;
 mod transport;
 pub mod window;

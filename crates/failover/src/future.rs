@@ -133,6 +133,7 @@ where
     B: ReplayBody,
     B::Error: Into<BoxError>,
     RB: Body<Data = Bytes>,
+    RB::Error: Into<BoxError>,
     C: Classify + Clone,
     Bk: Backoff + Clone,
 {

@@ -203,6 +203,7 @@ where
     B: ReplayBody,
     B::Error: Into<BoxError>,
     RB: Body<Data = bytes::Bytes>,
+    RB::Error: Into<BoxError>,
     C: Classify + Clone,
     Bk: Backoff + Clone,
 {

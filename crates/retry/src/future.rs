@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, Request, Response, response};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_breaker::{Permit, Rejected};
@@ -30,6 +30,7 @@ use stormguard_classify::body::{
     ClassifyResponse, PartialBody, Prefix, ResponseBody, Tail, classify_response,
 };
 use stormguard_classify::headers::mark_do_not_retry;
+use stormguard_classify::stream::{self, OpenStream, Opening, is_event_stream};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason, is_grpc};
 use stormguard_deadline::TokenEstimate;
 use stormguard_deadline::{Deadline, propagate};
@@ -87,6 +88,8 @@ pin_project! {
         Calling { #[pin] future: F },
         // Classifying the answer, reading the start of a failed response's body if need be.
         Classifying { answer: ClassifyResponse<RB, C> },
+        // Reading an event stream up to its first content event.
+        Opening { open: Box<OpenStream<RB>>, head: Option<response::Parts> },
         // Waiting out the delay before a retry.
         Backoff { #[pin] sleep: Sleep },
         // Ended before the attempt was sent: the output (an error, or the breaker's fallback)
@@ -210,6 +213,7 @@ where
     B: ReplayBody,
     B::Error: Into<BoxError>,
     RB: Body<Data = Bytes>,
+    RB::Error: Into<BoxError>,
     C: Classify,
     Bk: Backoff,
 {
@@ -258,6 +262,16 @@ where
                 },
                 StateProj::Calling { future } => match future.poll(cx) {
                     Poll::Ready(result) => this.attempts.answered(result),
+                    Poll::Pending => match this.attempts.poll_cut(cx) {
+                        Some(output) => Step::Finish(output),
+                        None => break,
+                    },
+                },
+                StateProj::Opening { open, head } => match Pin::new(&mut **open).poll(cx) {
+                    Poll::Ready(opening) => match head.take() {
+                        Some(head) => this.attempts.opened(head, opening),
+                        None => panic!("stormguard's ResponseFuture polled after it completed"),
+                    },
                     Poll::Pending => match this.attempts.poll_cut(cx) {
                         Some(output) => Step::Finish(output),
                         None => break,
@@ -618,7 +632,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     /// An attempt came back: a response is classified next, an error is judged now.
     fn answered<F, B, RB, E>(&mut self, result: Result<Response<RB>, E>) -> Step<F, B, RB, C>
     where
-        RB: Body,
+        RB: Body<Data = Bytes>,
+        RB::Error: Into<BoxError>,
         E: Into<BoxError>,
     {
         let error = match result {
@@ -630,8 +645,18 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                     let answer = classify_response(&self.config.classifier, response);
                     return Step::Next(State::Classifying { answer });
                 }
-                // Judged on its head alone (every success): at once.
+                // Judged on its head alone (every success): at once; an event stream once its
+                // first content event came.
                 let outcome = self.config.classifier.classify_http(&head, &[]);
+                if let Some(policy) = self.config.streams
+                    && outcome.is_success()
+                    && is_event_stream(&head.headers)
+                {
+                    return Step::Next(State::Opening {
+                        open: Box::new(stream::open(body, policy)),
+                        head: Some(head),
+                    });
+                }
                 return self.judged(Response::from_parts(head, ResponseBody::new(body)), outcome);
             }
             Err(error) => error.into(),
@@ -647,6 +672,32 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             Plan::NotReplayable => Step::Finish(Err(Error::failed(outcome, error, self.sent))),
             Plan::GiveUp(cause) => {
                 Step::Finish(Err(Error::given_up(outcome, error, self.sent, cause)))
+            }
+        }
+    }
+
+    /// An event stream was read up to its first content event (handed back, the breaker told
+    /// how it ends when it ends), or failed before it (judged like a failed response).
+    fn opened<F, B, RB>(&mut self, head: response::Parts, opening: Opening<RB>) -> Step<F, B, RB, C>
+    where
+        RB: Body<Data = Bytes>,
+        RB::Error: Into<BoxError>,
+    {
+        match opening {
+            Opening::Open(mut stream) => {
+                if let Some(permit) = self.permit.take() {
+                    stream = Box::new((*stream).with_at_end(move |outcome| permit.record(outcome)));
+                }
+                let response = Response::from_parts(head, ResponseBody::stream(stream));
+                self.judged(response, Outcome::success())
+            }
+            Opening::Failed {
+                outcome,
+                read,
+                rest,
+            } => {
+                let response = Response::from_parts(head, ResponseBody::from_read(read, rest));
+                self.judged(response, outcome)
             }
         }
     }
@@ -946,6 +997,7 @@ where
             State::Pacing { .. } => "waiting for the rate limit",
             State::Calling { .. } => "calling",
             State::Classifying { .. } => "classifying the answer",
+            State::Opening { .. } => "reading a stream up to its first content",
             State::Backoff { .. } => "backing off",
             State::Refused { .. } => "refused",
             State::Done => "done",

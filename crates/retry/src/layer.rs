@@ -8,6 +8,7 @@ use http::request::Parts;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{CircuitBreaker, Fallback};
 use stormguard_budget::RetryBudget;
+use stormguard_classify::stream::StreamPolicy;
 use stormguard_classify::{Classify, LlmClassifier};
 use stormguard_deadline::client::{FromFn, TimeoutSource};
 use stormguard_deadline::propagate::DEFAULT_MARGIN;
@@ -49,6 +50,7 @@ pub(crate) struct Config<C, Bk> {
     pub(crate) timeout: Option<SharedTimeout>,
     pub(crate) margin: Duration,
     pub(crate) propagation: bool,
+    pub(crate) streams: Option<StreamPolicy>,
 }
 
 /// The whole client pipeline for `http::Request<B>` services, as one [`Layer`] (see the
@@ -129,6 +131,7 @@ impl Default for ClientLayer {
             timeout: Some(Arc::new(DEFAULT_TIMEOUT)),
             margin: DEFAULT_MARGIN,
             propagation: true,
+            streams: Some(StreamPolicy::default()),
         })
     }
 }
@@ -251,6 +254,24 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.change(|config| config.timeout = None)
     }
 
+    /// Guard event streams with `policy` (the default: [`StreamPolicy::default`]): a
+    /// `text/event-stream` success is read up to its first content event before it is handed
+    /// back, an error event before it is retried like a 529, and an interruption after it ends
+    /// the body with `StreamInterrupted` (see `stormguard_classify::stream`).
+    pub fn with_stream_policy(self, policy: StreamPolicy) -> Self {
+        self.change(|config| config.streams = Some(policy))
+    }
+
+    /// Hand event streams back as they come, unguarded.
+    pub fn without_stream_guard(self) -> Self {
+        self.change(|config| config.streams = None)
+    }
+
+    /// The stream guard's policy, if streams are guarded.
+    pub fn stream_policy(&self) -> Option<&StreamPolicy> {
+        self.config.streams.as_ref()
+    }
+
     /// The timeout this layer gives the request with head `head` and body `body` (`None`: no
     /// deadline of its own), as it would set it: for a layer above (a failover over several
     /// backends) that sets one deadline for all of them first.
@@ -351,6 +372,7 @@ impl<C, Bk> Config<C, Bk> {
             timeout: self.timeout,
             margin: self.margin,
             propagation: self.propagation,
+            streams: self.streams,
         }
     }
 }

@@ -52,6 +52,7 @@ where
     B: ReplayBody,
     B::Error: Into<BoxError>,
     RB: Body<Data = Bytes>,
+    RB::Error: Into<BoxError>,
     C: Classify,
     Bk: Backoff,
 {

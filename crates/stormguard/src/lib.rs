@@ -174,6 +174,17 @@ pub mod rate_limit {
     pub use stormguard_rate_limit::{Fleet, FleetError, FleetSnapshot};
 }
 
+/// The stream guard for `text/event-stream` answers (`stormguard_classify::stream`): read up to
+/// the first content event (an error event before it is retried), never restarted after it,
+/// ended with [`StreamInterrupted`](stream::StreamInterrupted) when it breaks. The engine applies
+/// it to every event stream ([`ClientLayer::with_stream_policy`]).
+pub mod stream {
+    pub use stormguard_classify::sse::{Event, EventKind, SseError, classify_event};
+    pub use stormguard_classify::stream::{
+        GuardedStream, InterruptCause, StreamInterrupted, StreamPolicy, is_event_stream,
+    };
+}
+
 /// Failover across providers ([`stormguard_failover`]): ordered backends with their own guards,
 /// per-error cures, one deadline and one retry budget per request, a degraded answer.
 pub mod failover {

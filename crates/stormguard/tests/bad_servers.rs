@@ -288,10 +288,11 @@ async fn a_500_reset_mid_error_body_is_retried_then_handed_back_marked_final() {
 }
 
 /// A 200 `text/event-stream` whose first event is `event: error` (how streaming LLM APIs report a
-/// failure after the stream started): a success at the HTTP level, handed to the caller whole,
-/// never retried, and counted as accepted.
+/// failure after the stream started): the stream guard reads it before anyone sees it, and it is
+/// a failure like a 529: retried (3 attempts), counted as not accepted, and, once the retries run
+/// out, handed back as it came, marked final.
 #[tokio::test]
-async fn a_200_event_stream_carrying_an_error_event_is_a_success_never_retried() {
+async fn a_200_event_stream_carrying_an_error_event_is_retried_like_a_529() {
     const EVENTS: &[u8] = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
     let (address, requests) = backend(|mut stream| async move {
         let head = format!(
@@ -305,17 +306,17 @@ async fn a_200_event_stream_carrying_an_error_event_is_a_success_never_retried()
     let setup = setup();
     let response = send(&setup, address).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert!(response.headers().get(X_SHOULD_RETRY).is_none());
+    assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
     let body = tokio::time::timeout(HANG, response.into_body().collect())
         .await
         .unwrap()
         .unwrap()
         .to_bytes();
     assert_eq!(body, Bytes::from_static(EVENTS));
-    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    assert_eq!(requests.load(Ordering::SeqCst), 3);
     let spent = setup.budget.snapshot();
-    assert_eq!((spent.deposits, spent.withdrawals), (1, 0));
-    assert_throttle_counted(&setup, 1, 1);
+    assert_eq!((spent.deposits, spent.withdrawals), (0, 2));
+    assert_throttle_counted(&setup, 3, 0);
 }
 
 /// A response head with 10,000 headers: hyper refuses it (more headers than it parses) with a

@@ -50,9 +50,9 @@ use hyper_util::rt::TokioExecutor;
 use reqwest_middleware::ClientBuilder;
 use stormguard::ClientLayer;
 use stormguard::classify::Reason;
-use stormguard::jitter::FullJitter;
 use stormguard::classify::headers::X_STORMGUARD_BACKEND;
 use stormguard::failover::{Adapter, Backend, Degraded, Failover};
+use stormguard::jitter::FullJitter;
 use stormguard::rate_limit::{Fleet, RateLimit, RateLimitConfig};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard_examples::mock::{self, CHAT_COMPLETIONS, Fault, MockConfig};
@@ -231,9 +231,13 @@ async fn phase(
             });
             let failover = Failover::new(client_layer)
                 .with_backend(Backend::new("openai"))
-                .with_backend(Backend::new("backup").with_adapter(
-                    Adapter::new().with_origin(origin).with_model("backup-large"),
-                ))
+                .with_backend(
+                    Backend::new("backup").with_adapter(
+                        Adapter::new()
+                            .with_origin(origin)
+                            .with_model("backup-large"),
+                    ),
+                )
                 .with_degraded(busy);
             backup = Some(server);
             BoxCloneSyncService::new(
@@ -402,9 +406,7 @@ async fn forward(
         .await
         .inspect_err(|error| gateway.refused.count(error))?;
     if let Some(backend) = response.headers().get(X_STORMGUARD_BACKEND) {
-        gateway
-            .refused
-            .answered(backend.to_str().unwrap_or("?"));
+        gateway.refused.answered(backend.to_str().unwrap_or("?"));
     }
     Ok(response)
 }

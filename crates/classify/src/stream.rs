@@ -1,0 +1,649 @@
+//! The stream guard: an LLM's `text/event-stream` answer read up to its first content event
+//! before anyone sees it ([`open`]), then handed on whole, from its first byte, as a
+//! [`GuardedStream`] that ends with a typed [`StreamInterrupted`] if it breaks after that.
+//!
+//! # Why
+//!
+//! Most LLM traffic is streamed, and streams fail in two ways that status codes miss:
+//!
+//! - before any content: Anthropic answers `200` and then sends `event: error` with
+//!   `overloaded_error`; OpenAI-compatible servers send a `{"error": ...}` data frame. The status
+//!   said success, the provider said "overloaded". Read up to the first content event, such a
+//!   stream is a failure like a 529: retried under the budget and the deadline, and the caller
+//!   only ever sees a clean stream.
+//! - after content: the user has seen part of the answer. A retry would show it twice, so the
+//!   stream is never restarted: it ends with [`StreamInterrupted`], which says how many content
+//!   events and bytes were delivered and why it stopped (an error event, a reset, silence).
+//!
+//! # Timeouts
+//!
+//! SDK timeouts cover the time to the first byte; a stream that stalls half way hangs. The guard
+//! has three, each off with `None` ([`StreamPolicy`]):
+//!
+//! - **first event** (60 s): until any event or comment arrives. Providers send an opening event
+//!   as soon as they admit the request (OpenAI's role chunk, Anthropic's `message_start`), long
+//!   before the first token of a slow model, so a minute of silence means a stuck request;
+//! - **idle** (60 s): between any two frames, keep-alive comments and `ping` events included
+//!   (they are life). Anthropic pings every few seconds, and a token stream sends many events a
+//!   second;
+//! - **progress** (300 s): between content events, pings *not* included: a stream that only
+//!   pings for five minutes delivers nothing, whatever its keep-alives say. Long enough for a
+//!   reasoning model's thinking before its first token.
+//!
+//! Before the first content event the request's own deadline bounds the wait as well.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::{Instant, Sleep};
+
+use crate::sse::{self, EventKind, FrameKind, Parser};
+use crate::{BoxError, Failure, Outcome, Reason};
+
+/// The stream guard's settings: see the [module docs](self).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamPolicy {
+    first_event: Option<Duration>,
+    idle: Option<Duration>,
+    progress: Option<Duration>,
+    max_opening: usize,
+}
+
+impl StreamPolicy {
+    /// Longest wait for a stream's first frame: 60 s.
+    pub const DEFAULT_FIRST_EVENT: Duration = Duration::from_secs(60);
+    /// Longest silence between two frames of any kind: 60 s.
+    pub const DEFAULT_IDLE: Duration = Duration::from_secs(60);
+    /// Longest time between two content events, pings notwithstanding: 300 s.
+    pub const DEFAULT_PROGRESS: Duration = Duration::from_secs(300);
+    /// Most bytes held back before the first content event: 1 MiB. A stream that sends more
+    /// before any content is handed on as it is (it is not an LLM's).
+    pub const DEFAULT_MAX_OPENING: usize = 1 << 20;
+
+    /// Wait at most `timeout` for the first frame (`None`: only the deadline bounds it).
+    #[must_use]
+    pub fn with_first_event(mut self, timeout: Option<Duration>) -> Self {
+        self.first_event = timeout;
+        self
+    }
+
+    /// End a stream silent for `timeout` (`None`: never).
+    #[must_use]
+    pub fn with_idle(mut self, timeout: Option<Duration>) -> Self {
+        self.idle = timeout;
+        self
+    }
+
+    /// End a stream without a content event for `timeout` (`None`: never).
+    #[must_use]
+    pub fn with_progress(mut self, timeout: Option<Duration>) -> Self {
+        self.progress = timeout;
+        self
+    }
+
+    /// Hold back at most `bytes` before the first content event.
+    #[must_use]
+    pub fn with_max_opening(mut self, bytes: usize) -> Self {
+        self.max_opening = bytes;
+        self
+    }
+
+    /// The first-event timeout.
+    pub fn first_event(&self) -> Option<Duration> {
+        self.first_event
+    }
+
+    /// The idle timeout.
+    pub fn idle(&self) -> Option<Duration> {
+        self.idle
+    }
+
+    /// The progress timeout.
+    pub fn progress(&self) -> Option<Duration> {
+        self.progress
+    }
+
+    /// The most bytes held back before the first content event.
+    pub fn max_opening(&self) -> usize {
+        self.max_opening
+    }
+}
+
+impl Default for StreamPolicy {
+    fn default() -> Self {
+        Self {
+            first_event: Some(Self::DEFAULT_FIRST_EVENT),
+            idle: Some(Self::DEFAULT_IDLE),
+            progress: Some(Self::DEFAULT_PROGRESS),
+            max_opening: Self::DEFAULT_MAX_OPENING,
+        }
+    }
+}
+
+/// Whether a response is an event stream: `content-type: text/event-stream`.
+pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value
+                .split(';')
+                .next()
+                .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+}
+
+/// Why a stream that had delivered content stopped early.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InterruptCause {
+    /// The provider sent an error event; its outcome.
+    ErrorEvent(Outcome),
+    /// The connection failed (reset, cut): the body's error.
+    Reset(BoxError),
+    /// Nothing came for the idle timeout.
+    Idle(Duration),
+    /// No content came for the progress timeout, whatever else did.
+    NoProgress(Duration),
+    /// The stream broke the event-stream format's limits (a line or an event too large).
+    Malformed(sse::SseError),
+}
+
+impl InterruptCause {
+    /// A short snake_case name, for logs and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::ErrorEvent(_) => "error_event",
+            Self::Reset(_) => "reset",
+            Self::Idle(_) => "idle",
+            Self::NoProgress(_) => "no_progress",
+            Self::Malformed(_) => "malformed",
+        }
+    }
+
+    /// What the interruption is in stormguard's vocabulary: the error event's outcome, or a
+    /// failure the backend did not accept (a transport error, a timeout).
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::ErrorEvent(outcome) => *outcome,
+            Self::Reset(_) | Self::Malformed(_) => {
+                Outcome::retryable(Reason::Transport).with_accepted(false)
+            }
+            Self::Idle(_) | Self::NoProgress(_) => {
+                Outcome::retryable(Reason::Timeout).with_accepted(false)
+            }
+        }
+    }
+}
+
+/// A stream that stopped after it had delivered content: never restarted (the caller has seen
+/// part of the answer), it ends with this error, which says how much was delivered and why.
+///
+/// Its source chain holds a [`Failure`] with the interruption's outcome
+/// ([`outcome_of`](crate::outcome_of) reads it).
+pub struct StreamInterrupted {
+    events: u64,
+    bytes: u64,
+    cause: InterruptCause,
+    failure: Failure,
+}
+
+impl StreamInterrupted {
+    fn new(events: u64, bytes: u64, cause: InterruptCause) -> Self {
+        let failure = Failure::new(cause.outcome());
+        Self {
+            events,
+            bytes,
+            cause,
+            failure,
+        }
+    }
+
+    /// Content events delivered before the interruption.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Bytes of the stream delivered before the interruption.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Why it stopped.
+    pub fn cause(&self) -> &InterruptCause {
+        &self.cause
+    }
+}
+
+impl fmt::Debug for StreamInterrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamInterrupted")
+            .field("events", &self.events)
+            .field("bytes", &self.bytes)
+            .field("cause", &self.cause)
+            .finish()
+    }
+}
+
+impl fmt::Display for StreamInterrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stream interrupted after {} content events ({} bytes): ",
+            self.events, self.bytes
+        )?;
+        match &self.cause {
+            InterruptCause::ErrorEvent(outcome) => write!(f, "error event ({outcome})"),
+            InterruptCause::Reset(error) => write!(f, "connection failed ({error})"),
+            InterruptCause::Idle(after) => write!(f, "nothing for {after:?}"),
+            InterruptCause::NoProgress(after) => write!(f, "no content for {after:?}"),
+            InterruptCause::Malformed(error) => write!(f, "malformed stream ({error})"),
+        }
+    }
+}
+
+impl StdError for StreamInterrupted {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.failure)
+    }
+}
+
+/// Called once with how a guarded stream ended: success, or the interruption's outcome.
+type AtEnd = Box<dyn FnOnce(&Outcome) + Send + Sync>;
+
+/// Reads `body`, an event stream, up to its first content event: see the [module docs](self).
+pub fn open<RB: Body<Data = Bytes>>(body: RB, policy: StreamPolicy) -> OpenStream<RB> {
+    let now = Instant::now();
+    OpenStream {
+        guard: Some(Guard::new(Box::pin(body), policy, now)),
+        read: BytesMut::new(),
+    }
+}
+
+/// What reading a stream up to its first content event found.
+pub enum Opening<RB: Body> {
+    /// Content came (or the stream ended, or it held back the most it may): the stream, whole
+    /// from its first byte.
+    Open(Box<GuardedStream<RB>>),
+    /// Something else came first: an error event (its outcome), a failure or silence (a
+    /// transport failure or a timeout, not accepted). `read` holds the bytes read, `rest` what
+    /// was not, for a caller who gets this answer as it is.
+    Failed {
+        /// How the stream failed.
+        outcome: Outcome,
+        /// The bytes read before it failed.
+        read: Bytes,
+        /// The unread rest of the stream.
+        rest: Pin<Box<RB>>,
+    },
+}
+
+impl<RB: Body> fmt::Debug for Opening<RB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Open(stream) => f.debug_tuple("Open").field(stream).finish(),
+            Self::Failed { outcome, read, .. } => f
+                .debug_struct("Failed")
+                .field("outcome", outcome)
+                .field("read", &read.len())
+                .finish(),
+        }
+    }
+}
+
+/// The future of [`open`].
+pub struct OpenStream<RB: Body> {
+    guard: Option<Guard<RB>>,
+    read: BytesMut,
+}
+
+impl<RB: Body> Unpin for OpenStream<RB> {}
+
+impl<RB: Body<Data = Bytes>> Future for OpenStream<RB>
+where
+    RB::Error: Into<BoxError>,
+{
+    type Output = Opening<RB>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let Some(guard) = this.guard.as_mut() else {
+            panic!("stormguard's OpenStream polled after it completed");
+        };
+        loop {
+            let failed = match guard.poll_chunk(cx) {
+                Poll::Pending => match guard.poll_timers(cx) {
+                    Some(cause) => Some(cause.outcome()),
+                    None => return Poll::Pending,
+                },
+                Poll::Ready(Chunk::Data(data)) => {
+                    this.read.extend_from_slice(&data);
+                    match guard.scan(this.read.len() as u64 - data.len() as u64) {
+                        Scan::Nothing if this.read.len() <= guard.policy.max_opening => continue,
+                        Scan::Error { outcome, .. } if guard.events == 0 => Some(outcome),
+                        // Content, an error after it, or the most held back: open.
+                        scan => {
+                            let mut guard = this.guard.take().expect("checked above");
+                            let mut read = std::mem::take(&mut this.read).freeze();
+                            if let Scan::Error { outcome, at } = scan {
+                                read.truncate(usize::try_from(at).unwrap_or(usize::MAX));
+                                guard.interrupt(InterruptCause::ErrorEvent(outcome));
+                            }
+                            return Poll::Ready(Opening::Open(Box::new(GuardedStream::new(
+                                guard, read,
+                            ))));
+                        }
+                    }
+                }
+                Poll::Ready(Chunk::Trailers(_) | Chunk::End) => {
+                    let guard = this.guard.take().expect("checked above");
+                    let read = std::mem::take(&mut this.read).freeze();
+                    return Poll::Ready(Opening::Open(Box::new(GuardedStream::new(guard, read))));
+                }
+                Poll::Ready(Chunk::Failed(_)) => {
+                    Some(Outcome::retryable(Reason::Transport).with_accepted(false))
+                }
+                Poll::Ready(Chunk::Malformed(_)) => {
+                    Some(Outcome::retryable(Reason::Transport).with_accepted(false))
+                }
+            };
+            if let Some(outcome) = failed {
+                let guard = this.guard.take().expect("checked above");
+                let read = std::mem::take(&mut this.read).freeze();
+                return Poll::Ready(Opening::Failed {
+                    outcome,
+                    read,
+                    rest: guard.body,
+                });
+            }
+        }
+    }
+}
+
+/// What the guard got from the body.
+enum Chunk<E> {
+    Data(Bytes),
+    Trailers(http::HeaderMap),
+    End,
+    Failed(E),
+    Malformed(sse::SseError),
+}
+
+/// What a chunk held, in stream order.
+enum Scan {
+    /// No content, no error: life (or nothing complete yet).
+    Nothing,
+    /// At least one content event, and no error.
+    Content,
+    /// An error event, starting at byte `at` of the stream.
+    Error { outcome: Outcome, at: u64 },
+}
+
+/// The reading side shared by the opening and the guarded stream: the body, the parser, the
+/// counts and the timers.
+struct Guard<RB: Body> {
+    body: Pin<Box<RB>>,
+    parser: Parser,
+    /// The frames the last chunk completed, read by `scan`.
+    frames: Vec<sse::Frame>,
+    policy: StreamPolicy,
+    /// Content events seen.
+    events: u64,
+    /// When the alive timer and the progress timer run out (the first-event timeout counts as
+    /// the alive timer until the first frame).
+    alive: Option<Instant>,
+    progress: Option<Instant>,
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// An interruption found ahead of what was delivered, handed out after it.
+    interrupted: Option<InterruptCause>,
+    done: bool,
+}
+
+impl<RB: Body<Data = Bytes>> Guard<RB> {
+    fn new(body: Pin<Box<RB>>, policy: StreamPolicy, now: Instant) -> Self {
+        Self {
+            body,
+            parser: Parser::new(),
+            frames: Vec::new(),
+            alive: policy.first_event.map(|timeout| now + timeout),
+            progress: policy.progress.map(|timeout| now + timeout),
+            policy,
+            events: 0,
+            sleep: None,
+            interrupted: None,
+            done: false,
+        }
+    }
+
+    fn interrupt(&mut self, cause: InterruptCause) {
+        self.interrupted.get_or_insert(cause);
+    }
+
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Chunk<RB::Error>> {
+        loop {
+            return Poll::Ready(match ready!(self.body.as_mut().poll_frame(cx)) {
+                None => Chunk::End,
+                Some(Err(error)) => Chunk::Failed(error),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if data.is_empty() => continue,
+                    Ok(data) => match self.parser.feed(&data, &mut self.frames) {
+                        Ok(()) => Chunk::Data(data),
+                        Err(error) => Chunk::Malformed(error),
+                    },
+                    Err(frame) => match frame.into_trailers() {
+                        Ok(trailers) => Chunk::Trailers(trailers),
+                        Err(_) => continue,
+                    },
+                },
+            });
+        }
+    }
+
+    /// Reads the frames the last chunk completed (it started at byte `start` of the stream),
+    /// moving the timers.
+    fn scan(&mut self, start: u64) -> Scan {
+        let now = Instant::now();
+        let mut scan = Scan::Nothing;
+        let mut boundary = start;
+        for frame in self.frames.drain(..) {
+            self.alive = self.policy.idle.map(|timeout| now + timeout);
+            let kind = match frame.kind {
+                FrameKind::Comment => EventKind::Control,
+                FrameKind::Event(ref event) => sse::classify_event(event),
+            };
+            match kind {
+                EventKind::Content => {
+                    self.events += 1;
+                    self.progress = self.policy.progress.map(|timeout| now + timeout);
+                    scan = Scan::Content;
+                }
+                // What follows an error is not read: the stream ends there.
+                EventKind::Error(outcome) => {
+                    scan = Scan::Error {
+                        outcome,
+                        at: boundary,
+                    };
+                    break;
+                }
+                EventKind::Control | EventKind::Done => {}
+            }
+            boundary = frame.end;
+        }
+        scan
+    }
+
+    /// The timeout that ran out, if one did; else the timer is armed for the next.
+    fn poll_timers(&mut self, cx: &mut Context<'_>) -> Option<InterruptCause> {
+        let now = Instant::now();
+        if self.alive.is_some_and(|at| now >= at) {
+            let after = if self.parser.consumed() == 0 {
+                self.policy.first_event
+            } else {
+                self.policy.idle
+            };
+            return Some(InterruptCause::Idle(after.unwrap_or_default()));
+        }
+        if self.events > 0 && self.progress.is_some_and(|at| now >= at) {
+            return Some(InterruptCause::NoProgress(
+                self.policy.progress.unwrap_or_default(),
+            ));
+        }
+        let next = match (self.alive, self.progress.filter(|_| self.events > 0)) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return None,
+        };
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next)));
+        if sleep.deadline() != next {
+            sleep.as_mut().reset(next);
+        }
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => self.poll_timers(cx),
+            Poll::Pending => None,
+        }
+    }
+}
+
+/// An event stream after its first content event, handed on whole from its first byte: yields
+/// what was read to open it, then the rest, counting content events and bytes, and ends with
+/// [`StreamInterrupted`] if it breaks (an error event, a failure, a timeout).
+pub struct GuardedStream<RB: Body> {
+    guard: Guard<RB>,
+    /// What was read to open it, not yet handed on.
+    opening: Option<Bytes>,
+    /// Bytes handed on.
+    bytes: u64,
+    at_end: Option<AtEnd>,
+}
+
+impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
+    fn new(guard: Guard<RB>, opening: Bytes) -> Self {
+        Self {
+            guard,
+            opening: Some(opening).filter(|bytes| !bytes.is_empty()),
+            bytes: 0,
+            at_end: None,
+        }
+    }
+
+    /// Calls `at_end` once, with how the stream ended: success when it ends cleanly, the
+    /// interruption's outcome when it breaks; never when its reader drops it first (then
+    /// `at_end` is dropped uncalled).
+    #[must_use]
+    pub fn with_at_end<F>(mut self, at_end: F) -> Self
+    where
+        F: FnOnce(&Outcome) + Send + Sync + 'static,
+    {
+        self.at_end = Some(Box::new(at_end));
+        self
+    }
+
+    /// Content events seen so far.
+    pub fn events(&self) -> u64 {
+        self.guard.events
+    }
+
+    /// Bytes handed on so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn end(&mut self, outcome: &Outcome) {
+        self.guard.done = true;
+        if let Some(at_end) = self.at_end.take() {
+            at_end(outcome);
+        }
+    }
+
+    fn interrupted(&mut self, cause: InterruptCause) -> BoxError {
+        self.end(&cause.outcome());
+        Box::new(StreamInterrupted::new(self.guard.events, self.bytes, cause))
+    }
+}
+
+impl<RB: Body<Data = Bytes>> Body for GuardedStream<RB>
+where
+    RB::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if this.guard.done {
+            return Poll::Ready(None);
+        }
+        if let Some(opening) = this.opening.take() {
+            this.bytes += opening.len() as u64;
+            return Poll::Ready(Some(Ok(Frame::data(opening))));
+        }
+        if let Some(cause) = this.guard.interrupted.take() {
+            return Poll::Ready(Some(Err(this.interrupted(cause))));
+        }
+        let chunk = match this.guard.poll_chunk(cx) {
+            Poll::Ready(chunk) => chunk,
+            Poll::Pending => {
+                return match this.guard.poll_timers(cx) {
+                    Some(cause) => Poll::Ready(Some(Err(this.interrupted(cause)))),
+                    None => Poll::Pending,
+                };
+            }
+        };
+        match chunk {
+            Chunk::Data(mut data) => {
+                let start = this.guard.parser.consumed() - data.len() as u64;
+                if let Scan::Error { outcome, at } = this.guard.scan(start) {
+                    data.truncate(usize::try_from(at - start).unwrap_or(usize::MAX));
+                    this.guard.interrupt(InterruptCause::ErrorEvent(outcome));
+                    if data.is_empty() {
+                        let cause = this.guard.interrupted.take().expect("just set");
+                        return Poll::Ready(Some(Err(this.interrupted(cause))));
+                    }
+                }
+                this.bytes += data.len() as u64;
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Chunk::Trailers(trailers) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Chunk::End => {
+                this.end(&Outcome::success());
+                Poll::Ready(None)
+            }
+            Chunk::Failed(error) => {
+                let cause = InterruptCause::Reset(error.into());
+                Poll::Ready(Some(Err(this.interrupted(cause))))
+            }
+            Chunk::Malformed(error) => {
+                let cause = InterruptCause::Malformed(error);
+                Poll::Ready(Some(Err(this.interrupted(cause))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.guard.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+impl<RB: Body> fmt::Debug for GuardedStream<RB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedStream")
+            .field("events", &self.guard.events)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}

@@ -1,0 +1,166 @@
+//! Streamed answers (`text/event-stream`) through the engine, from real axum SSE servers on
+//! loopback, read by hyper and reqwest clients: retried before their first content event, never
+//! after it, and ended with `StreamInterrupted` when they break.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use stormguard::stream::{InterruptCause, StreamInterrupted};
+use stormguard_tests::{
+    ANTHROPIC_OVERLOADED, ANTHROPIC_START, OPENAI_DONE, OPENAI_ROLE, Sse, StreamingProvider,
+    chat_post, fast_client_layer, hyper_client, openai_chunk, outage_budget, send,
+};
+use tower::{Layer, ServiceExt};
+
+const PATH: &str = "/v1/chat/completions";
+
+/// Reads a body to its end or its first error: the bytes read, and the error.
+async fn read_all<B>(mut body: B) -> (String, Option<B::Error>)
+where
+    B: http_body::Body<Data = bytes::Bytes> + Unpin,
+{
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => read.extend_from_slice(&frame.into_data().unwrap_or_default()),
+            Err(error) => return (String::from_utf8(read).unwrap(), Some(error)),
+        }
+    }
+    (String::from_utf8(read).unwrap(), None)
+}
+
+fn answer(words: &[&'static str]) -> Vec<Sse> {
+    let mut script = vec![send(OPENAI_ROLE)];
+    script.extend(words.iter().map(|word| send(openai_chunk(word))));
+    script.push(send(OPENAI_DONE));
+    script
+}
+
+#[tokio::test]
+async fn an_error_event_before_content_is_retried_and_the_caller_sees_a_clean_stream() {
+    // Anthropic's way: 200, the opening events, then `event: error` overloaded.
+    let overloaded = vec![send(ANTHROPIC_START), send(ANTHROPIC_OVERLOADED)];
+    let provider = StreamingProvider::spawn(vec![overloaded, answer(&["Hel", "lo"])]).await;
+    let client = fast_client_layer(outage_budget()).layer(hyper_client());
+    let response = client
+        .oneshot(chat_post(&provider.url(PATH)))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (text, error) = read_all(response.into_body()).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(provider.hits(), 2);
+    // The caller's stream is the second answer, whole from its first byte, and nothing of the
+    // first.
+    assert!(text.starts_with(OPENAI_ROLE), "{text}");
+    assert!(!text.contains("overloaded"), "{text}");
+    assert!(
+        text.contains("\"Hel\"") && text.ends_with(OPENAI_DONE),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_three_content_events_is_never_restarted() {
+    let mut cut = answer(&["one ", "two ", "three "]);
+    cut.pop();
+    // Delivered, then the connection fails.
+    cut.extend([Sse::Wait(Duration::from_millis(50)), Sse::Cut]);
+    let provider = StreamingProvider::spawn(vec![cut, answer(&["again"])]).await;
+    let client = fast_client_layer(outage_budget()).layer(hyper_client());
+    let response = client
+        .oneshot(chat_post(&provider.url(PATH)))
+        .await
+        .unwrap();
+    let (text, error) = read_all(response.into_body()).await;
+    assert_eq!(provider.hits(), 1);
+    assert!(text.contains("three") && !text.contains("again"), "{text}");
+    let error = error.unwrap();
+    let interrupted = error.downcast_ref::<StreamInterrupted>().unwrap();
+    assert_eq!(interrupted.events(), 3);
+    assert_eq!(interrupted.bytes(), text.len() as u64);
+    assert!(
+        matches!(interrupted.cause(), InterruptCause::Reset(_)),
+        "{interrupted:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_stalls_after_two_events_ends_at_the_idle_timeout() {
+    let mut stalled = answer(&["one ", "two "]);
+    stalled.pop();
+    stalled.push(Sse::Stall);
+    let provider = StreamingProvider::spawn(vec![stalled]).await;
+    let policy =
+        stormguard::stream::StreamPolicy::default().with_idle(Some(Duration::from_secs(30)));
+    let client = fast_client_layer(outage_budget())
+        .with_stream_policy(policy)
+        .layer(hyper_client());
+    let response = client
+        .oneshot(chat_post(&provider.url(PATH)))
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let (text, error) = read_all(response.into_body()).await;
+    let error = error.unwrap();
+    let interrupted = error.downcast_ref::<StreamInterrupted>().unwrap();
+    assert_eq!(interrupted.events(), 2);
+    assert!(text.contains("two"), "{text}");
+    assert!(
+        matches!(interrupted.cause(), InterruptCause::Idle(idle) if *idle == Duration::from_secs(30))
+    );
+    // On the paused clock: 30 s after the last event, not a moment later.
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(30) && waited < Duration::from_secs(31),
+        "{waited:?}"
+    );
+    assert_eq!(provider.hits(), 1);
+}
+
+#[tokio::test]
+async fn a_reqwest_client_gets_the_same_guard() {
+    let overloaded = vec![
+        send(OPENAI_ROLE),
+        send(
+            "data: {\"error\":{\"message\":\"The server is overloaded\",\"type\":\"server_error\",\"code\":null}}\n\n",
+        ),
+    ];
+    let mut cut = answer(&["a", "b", "c"]);
+    cut.pop();
+    cut.extend([Sse::Wait(Duration::from_millis(50)), Sse::Cut]);
+    let provider = StreamingProvider::spawn(vec![overloaded, cut]).await;
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(stormguard::reqwest::StormguardMiddleware::new(
+            fast_client_layer(outage_budget()),
+        ))
+        .build();
+    let mut response = client
+        .post(provider.url(PATH))
+        .body(stormguard_tests::CHAT_REQUEST)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut text = Vec::new();
+    let error = loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => text.extend_from_slice(&chunk),
+            Ok(None) => panic!("the stream ended cleanly"),
+            Err(error) => break error,
+        }
+    };
+    // The error event before content was retried (2 attempts); the cut after 3 events was not.
+    assert_eq!(provider.hits(), 2);
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        !text.contains("overloaded") && text.contains("\"c\""),
+        "{text}"
+    );
+    let interrupted = stormguard::classify::chain(&error)
+        .find_map(|link| link.downcast_ref::<StreamInterrupted>())
+        .unwrap();
+    assert_eq!(interrupted.events(), 3);
+}
