@@ -48,6 +48,10 @@
 //!   in the window hangs until its client drops it, and costs no slot (the provider lost it);
 //!   requests in flight when it starts are lost the same way and free their slots at that moment.
 //!   Attempts that arrive after the window are answered as usual.
+//! - **Outage, then black hole** (the `failover` scenario's primary): the outage for the first
+//!   half of the window (work in flight when it starts fails with 503 then), the black hole for
+//!   the second. A second provider (the scenario's [`secondary`](crate::scenario::Scenario::secondary))
+//!   is another model of its own, healthy throughout; [`crate::router`] sends it its requests.
 //! - **Open attempts.** Apart from the provider's own load, the model counts the attempts the
 //!   clients hold open: sent, and not yet answered, dropped (timed out) or cut. A black hole
 //!   frees nothing when a client drops an attempt, but the client's connection is gone.
@@ -465,10 +469,10 @@ impl Model {
         };
         let fault = self.scenario.fault;
         let in_fault = fault.contains(at);
-        if in_fault && matches!(fault.kind, FaultKind::Outage) {
+        if fault.refuses_at(at) {
             return answer_now(StatusCode::SERVICE_UNAVAILABLE, None);
         }
-        if in_fault && matches!(fault.kind, FaultKind::Blackhole) {
+        if fault.swallows_at(at) {
             return Decision {
                 respond_at_us: None,
                 ..answer_now(StatusCode::GATEWAY_TIMEOUT, None)
@@ -536,7 +540,9 @@ impl Model {
             end = crash;
             slot_free = start.max(crash);
             (status, respond_at_us) = match fault.kind {
-                FaultKind::Outage => (StatusCode::SERVICE_UNAVAILABLE, Some(crash)),
+                FaultKind::Outage | FaultKind::OutageThenBlackhole => {
+                    (StatusCode::SERVICE_UNAVAILABLE, Some(crash))
+                }
                 _ => (StatusCode::GATEWAY_TIMEOUT, None),
             };
         }
@@ -1041,6 +1047,34 @@ mod tests {
         assert_eq!(after.status, StatusCode::OK);
         assert!(after.respond_at_us.unwrap() > 30 * SECOND);
         assert_eq!(model.open(), 4, "nobody closed an attempt yet");
+    }
+
+    #[test]
+    fn failover_primary_fails_what_is_in_flight_refuses_then_swallows_then_serves() {
+        let scenario = Scenario::builtin(ScenarioKind::Failover).with_qps(100.0);
+        let mut model = Model::new(&scenario);
+        let caught = model.admit(19_900_000, Some(0));
+        assert_eq!(
+            (caught.status.as_u16(), caught.respond_at_us),
+            (503, Some(20 * SECOND)),
+            "in flight at 20 s: lost with 503, as in an outage"
+        );
+        let refused = model.admit(25 * SECOND, Some(1));
+        assert_eq!(
+            (refused.status.as_u16(), refused.respond_at_us),
+            (503, Some(25 * SECOND))
+        );
+        let swallowed = model.admit(27_500_000, Some(2));
+        assert_eq!(swallowed.respond_at_us, None, "a black hole from 27.5 s");
+        let after = model.admit(35 * SECOND, Some(3));
+        assert_eq!(after.status, StatusCode::OK);
+        // The secondary serves throughout.
+        let mut secondary = Model::new(&scenario.secondary().unwrap());
+        for (id, at) in [20, 25, 30].into_iter().enumerate() {
+            let answer = secondary.admit(at * SECOND, Some(id));
+            assert_eq!(answer.status, StatusCode::OK, "{at} s");
+            assert!(answer.respond_at_us.unwrap() > at * SECOND);
+        }
     }
 
     #[test]

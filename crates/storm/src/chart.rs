@@ -1,7 +1,9 @@
 //! A hand-written SVG chart of one scenario: offered load, attempts reaching the provider (with
 //! those answered 429, dashed, where there are any), attempts in flight and successes (with
 //! fallback answers, dashed) per second, one line per pipeline, with the fault window (or the
-//! bursts) shaded and the provider's throughput drawn in the attempts panel.
+//! bursts) shaded and the provider's throughput drawn in the attempts panel. A scenario with two
+//! providers gets a panel for the attempts reaching the secondary, with its throughput, under
+//! the primary's.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -26,7 +28,9 @@ fn colour(name: &str) -> &'static str {
         "stormguard+breaker" => "#1f77b4",
         "stormguard+rate-limit" => "#9467bd",
         "stormguard+adaptive" => "#8c564b",
-        _ => "#17becf",
+        "naive+failover" => "#e377c2",
+        "stormguard+failover" => "#17becf",
+        _ => "#7f7f7f",
     }
 }
 
@@ -56,36 +60,12 @@ struct Panel<'a> {
     pick: fn(&Series) -> &[u64],
     /// A second series drawn dashed in the pipeline's colour, if any.
     dashed: Option<fn(&Series) -> &[u64]>,
+    /// A provider's throughput per second, drawn dashed in grey, and its name in the legend.
+    throughput: Option<(&'a [f64], &'a str)>,
 }
 
 /// Render the chart of `scenario` for the runs `(pipeline name, series)`.
 pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
-    let panels = [
-        Panel {
-            title: "offered load (requests/s)",
-            dashed_title: "",
-            pick: |s| &s.offered,
-            dashed: None,
-        },
-        Panel {
-            title: "attempts reaching the provider (requests/s)",
-            dashed_title: "attempts reaching the provider (requests/s); dashed: those answered 429",
-            pick: |s| &s.attempts,
-            dashed: Some(|s| &s.rate_limited),
-        },
-        Panel {
-            title: "attempts in flight, client side (most at once in each second)",
-            dashed_title: "",
-            pick: |s| &s.in_flight,
-            dashed: None,
-        },
-        Panel {
-            title: "successful answers (requests/s); dashed: the fallback's answers",
-            dashed_title: "successful answers (requests/s); dashed: the fallback's answers",
-            pick: |s| &s.successes,
-            dashed: Some(|s| &s.fallbacks),
-        },
-    ];
     let seconds = runs
         .iter()
         .flat_map(|(_, s)| [s.offered.len(), s.attempts.len(), s.successes.len()])
@@ -93,9 +73,64 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
         .unwrap_or(0)
         .max(scenario.duration.as_secs() as usize)
         .max(1);
-    let capacity: Vec<f64> = (0..seconds)
-        .map(|s| scenario.throughput_at(Duration::from_millis(s as u64 * 1_000 + 500)))
-        .collect();
+    let throughput = |provider: &Scenario| -> Vec<f64> {
+        (0..seconds)
+            .map(|s| provider.throughput_at(Duration::from_millis(s as u64 * 1_000 + 500)))
+            .collect()
+    };
+    let capacity = throughput(scenario);
+    let secondary = scenario.secondary();
+    let secondary_capacity = secondary.as_ref().map(throughput).unwrap_or_default();
+    let mut panels = vec![
+        Panel {
+            title: "offered load (requests/s)",
+            dashed_title: "",
+            pick: |s| &s.offered,
+            dashed: None,
+            throughput: None,
+        },
+        Panel {
+            title: "attempts reaching the provider (requests/s)",
+            dashed_title: "attempts reaching the provider (requests/s); dashed: those answered 429",
+            pick: |s| &s.attempts,
+            dashed: Some(|s| &s.rate_limited),
+            throughput: Some((&capacity, "provider")),
+        },
+        Panel {
+            title: "attempts in flight, client side (most at once in each second)",
+            dashed_title: "",
+            pick: |s| &s.in_flight,
+            dashed: None,
+            throughput: None,
+        },
+        Panel {
+            title: "successful answers (requests/s); dashed: the fallback's answers",
+            dashed_title: "successful answers (requests/s); dashed: the fallback's answers",
+            pick: |s| &s.successes,
+            dashed: Some(|s| &s.fallbacks),
+            throughput: None,
+        },
+    ];
+    if secondary.is_some() {
+        panels[1] = Panel {
+            title: "attempts reaching the primary (requests/s)",
+            dashed_title: "attempts reaching the primary (requests/s); dashed: those answered 429",
+            throughput: Some((&capacity, "primary")),
+            ..panels[1]
+        };
+        panels[2].title =
+            "attempts in flight to the primary, client side (most at once in each second)";
+        panels.insert(
+            2,
+            Panel {
+                title: "attempts reaching the secondary (requests/s)",
+                dashed_title: "",
+                pick: |s| &s.secondary_attempts,
+                dashed: None,
+                throughput: Some((&secondary_capacity, "secondary")),
+            },
+        );
+    }
     let plot_width = WIDTH - LEFT - RIGHT;
     let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + PANEL_GAP) + 10.0;
     let x = |second: f64| LEFT + second / seconds as f64 * plot_width;
@@ -106,10 +141,14 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let slots = match &secondary {
+        Some(secondary) => format!("{} + {} slots", scenario.capacity, secondary.capacity),
+        None => format!("{} slots", scenario.capacity),
+    };
     let _ = writeln!(
         svg,
-        r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">stormguard storm: scenario {} ({:.0} req/s, {} slots, seed {})</text>"#,
-        scenario.kind, scenario.qps, scenario.capacity, scenario.seed
+        r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">stormguard storm: scenario {} ({:.0} req/s, {slots}, seed {})</text>"#,
+        scenario.kind, scenario.qps, scenario.seed
     );
 
     for (index, panel) in panels.iter().enumerate() {
@@ -123,7 +162,7 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
             })
             .max()
             .unwrap_or(0) as f64;
-        if index == 1 {
+        if let Some((capacity, _)) = panel.throughput {
             peak = capacity.iter().copied().fold(peak, f64::max);
         }
         let y_max = nice_ceiling(peak);
@@ -178,7 +217,7 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
             svg,
             r##"<rect x="{LEFT}" y="{top}" width="{plot_width}" height="{PANEL_HEIGHT}" fill="none" stroke="#999"/>"##
         );
-        if index == 1 {
+        if let Some((capacity, provider)) = panel.throughput {
             let points: Vec<String> = capacity
                 .iter()
                 .enumerate()
@@ -196,7 +235,7 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
             );
             let _ = writeln!(
                 svg,
-                r##"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="#444" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#444">provider</text><text x="{:.1}" y="{:.1}" fill="#444">throughput</text>"##,
+                r##"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="#444" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#444">{provider}</text><text x="{:.1}" y="{:.1}" fill="#444">throughput</text>"##,
                 lx + 18.0,
                 lx + 24.0,
                 ly + 4.0,
@@ -295,6 +334,36 @@ mod tests {
             2,
             "provider throughput line and its legend; no fallback line without fallbacks"
         );
+    }
+
+    #[test]
+    fn two_providers_get_a_panel_for_the_secondary_with_its_throughput() {
+        let scenario = Scenario::builtin(ScenarioKind::Failover);
+        let series = Series {
+            offered: vec![10; 60],
+            attempts: vec![10; 60],
+            secondary_attempts: vec![4; 60],
+            in_flight: vec![10; 60],
+            successes: vec![10; 60],
+            fallbacks: vec![0; 60],
+            ..Series::default()
+        };
+        let svg = render(&scenario, &[("stormguard+failover", &series)]);
+        assert_eq!(
+            svg.matches(r##"stroke="#17becf" stroke-width="1.8""##)
+                .count(),
+            5,
+            "one line a panel, five panels"
+        );
+        assert!(svg.contains("attempts reaching the primary (requests/s)"));
+        assert!(svg.contains("attempts reaching the secondary (requests/s)"));
+        assert!(svg.contains(">secondary</text>") && svg.contains(">primary</text>"));
+        assert!(svg.contains("1813 + 1088 slots"));
+        let one = render(
+            &Scenario::builtin(ScenarioKind::Outage),
+            &[("stormguard", &series)],
+        );
+        assert!(!one.contains("secondary") && one.contains(">provider</text>"));
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //! turn that into four times the load; the provider falls over and stays down while the load
 //! stays above its capacity (a metastable failure). This crate replays that incident, a total
 //! outage, a quota-limited provider, a black hole (a provider that accepts connections and
-//! answers nothing for 10 s, while clients that retry on timeouts pile up connections) and bursts
-//! above a quota of requests and tokens a minute (LLM-sized requests, 429s beyond the quota)
-//! against the *real* layers, side by side with what people use today, on virtual time: a 60 s
-//! scenario at the field's 12,000 requests/s runs in seconds.
+//! answers nothing for 10 s, while clients that retry on timeouts pile up connections), bursts
+//! above a quota of requests and tokens a minute (LLM-sized requests, 429s beyond the quota) and
+//! a failover between two providers (the primary down for 15 s, first with 503s, then as a black
+//! hole; a smaller secondary healthy throughout) against the *real* layers, side by side with
+//! what people use today, on virtual time: a 60 s scenario at the field's 12,000 requests/s runs
+//! in seconds.
 //!
 //! # How
 //! - [`backend`]: the provider, a tower `Service<http::Request<_>>` answering
@@ -18,10 +20,12 @@
 //!   cancelled, and, in the burst scenario, a quota of requests and tokens a minute enforced per
 //!   second and stated in OpenAI's `x-ratelimit-*` headers (the model and its calibration are
 //!   documented there and in [`scenario`]).
-//! - [`pipeline`]: the clients: no retries; naive fixed-interval retries; tower's `retry` with
-//!   `ExponentialBackoff` and `TpsBudget`; `stormguard::ClientLayer::default()`, and the same with
-//!   a circuit breaker and a local fallback, or with a rate limit (configured with the
-//!   provider's quota, or learning it).
+//! - [`pipeline`]: the clients: no retries; naive fixed-interval retries; a naive failover that
+//!   switches provider on every failure; tower's `retry` with `ExponentialBackoff` and
+//!   `TpsBudget`; `stormguard::ClientLayer::default()`, and the same with a circuit breaker and a
+//!   local fallback, or with a rate limit (configured with the provider's quota, or learning it);
+//!   stormguard's `Failover` over two providers.
+//! - [`router`]: the network to two providers: each request goes to the one its URI names.
 //! - [`sim`]: Poisson arrivals (steady, or in bursts) through one pipeline on a paused-clock,
 //!   current-thread tokio runtime; seeded, so a seed always gives the same numbers.
 //! - [`metrics`], [`report`], [`chart`]: the figures (among them the attempts the clients hold
@@ -58,6 +62,7 @@ pub mod chart;
 pub mod metrics;
 pub mod pipeline;
 pub mod report;
+pub mod router;
 pub mod scenario;
 pub mod sim;
 

@@ -1,13 +1,16 @@
 //! `storm`: replay retry storms against the real layers and print what each pipeline did.
 //!
 //! ```text
-//! storm [--scenario seed|outage|quota|blackhole|burst] [--qps N] [--duration SECS]
+//! storm [--scenario seed|outage|quota|blackhole|burst|failover] [--qps N] [--duration SECS]
 //!       [--capacity SLOTS] [--seed N]
-//!       [--pipelines none,naive,tower,stormguard,stormguard+breaker,stormguard+rate-limit,stormguard+adaptive]
+//!       [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,
+//!                    stormguard+rate-limit,stormguard+adaptive,stormguard+failover]
 //!       [--attempt-timeout SECS] [--out DIR] [--json]
 //! ```
 //!
-//! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]).
+//! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]). The failover
+//! rows (`naive+failover`, `stormguard+failover`) need the scenario with two providers
+//! (`failover`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -19,10 +22,10 @@ use stormguard_storm::pipeline::Pipeline;
 use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::{chart, report};
 
-const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst] [--qps N] \
-[--duration SECS] [--capacity SLOTS] [--seed N] \
-[--pipelines none,naive,tower,stormguard,stormguard+breaker,stormguard+rate-limit,stormguard+adaptive] \
-[--attempt-timeout SECS] [--out DIR] [--json]";
+const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst|failover] \
+[--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
+[--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,stormguard+rate-limit,\
+stormguard+adaptive,stormguard+failover] [--attempt-timeout SECS] [--out DIR] [--json]";
 
 struct Args {
     scenario: Scenario,
@@ -97,6 +100,14 @@ fn parse_args() -> Result<Args, lexopt::Error> {
     if pipelines.is_empty() {
         return Err("--pipelines names no pipeline".into());
     }
+    if let Some(row) = pipelines.iter().find(|row| row.fails_over())
+        && scenario.secondary().is_none()
+    {
+        return Err(format!(
+            "--pipelines {row} needs two providers: --scenario failover, not {kind}"
+        )
+        .into());
+    }
     Ok(Args {
         scenario,
         pipelines,
@@ -163,7 +174,7 @@ fn main() -> ExitCode {
             "{}\n\n{}\n{}\n\n{chart}\nwall time: {:.1} s\n",
             args.scenario.describe(),
             report::table(&args.scenario, &summaries),
-            report::LEGEND,
+            report::legend(&args.scenario),
             started.elapsed().as_secs_f64()
         )
     };

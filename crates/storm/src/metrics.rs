@@ -34,6 +34,10 @@ pub const RECOVERY_ALLOWANCE: Duration = Duration::from_secs(2);
 /// whatever the client does (a black hole answers nothing in flight).
 pub const LEAD_IN: Duration = Duration::from_secs(4);
 
+/// Share of the offered load that must reach the primary again, after its fault, for the traffic
+/// to count as back on it (see [`back_time`]): 95%.
+pub const BACK_SHARE: f64 = 0.95;
+
 /// How a logical request ended, as its caller saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Answer {
@@ -184,6 +188,66 @@ pub fn cut_time(offered: &[u64], attempts: &[u64], fault: &Fault, share: f64) ->
     cut_at.map(|b| (b as f64 * bucket - fault.start.as_secs_f64()).max(0.0))
 }
 
+/// `attempts / offered` over the [`FINE_BUCKET`]s (100 ms) that lie wholly in the fault window:
+/// the share of the offered load that reached the faulty provider during its fault. `None` when
+/// no request arrived in the window.
+pub fn share_in_fault(offered: &[u64], attempts: &[u64], fault: &Fault) -> Option<f64> {
+    let bucket = FINE_BUCKET.as_secs_f64();
+    let first = (fault.start.as_secs_f64() / bucket).ceil() as usize;
+    let end = (fault.end.as_secs_f64() / bucket).floor() as usize;
+    let sum = |series: &[u64]| -> u64 { (first..end).filter_map(|b| series.get(b)).sum() };
+    let offered = sum(offered);
+    (offered > 0).then(|| sum(attempts) as f64 / offered as f64)
+}
+
+/// Seconds from the end of `fault` until the attempts reaching its provider are back at or above
+/// `share` of the offered load and stay there until `until` (the end of the arrivals), measured
+/// per [`FINE_BUCKET`] (100 ms) of arrival: how long after its recovery a provider that clients
+/// left gets its traffic back.
+///
+/// `attempts[b]` and `offered[b]` are the attempts and requests that arrived in fine bucket `b`;
+/// a bucket without requests counts as back. The answer is the start of the first bucket of the
+/// last run of such buckets, from the fault's end: `Some(0.0)` when the traffic never left (or
+/// was back by the end of the fault), `None` when it is not back by `until`.
+pub fn back_time(
+    offered: &[u64],
+    attempts: &[u64],
+    fault_end: Duration,
+    until: Duration,
+    share: f64,
+) -> Option<f64> {
+    let bucket = FINE_BUCKET.as_secs_f64();
+    let first = (fault_end.as_secs_f64() / bucket).ceil() as usize;
+    let end = (until.as_secs_f64() / bucket).floor() as usize;
+    if first >= end {
+        return None;
+    }
+    let back = |b: usize| {
+        let sent = attempts.get(b).copied().unwrap_or(0) as f64;
+        sent >= share * offered.get(b).copied().unwrap_or(0) as f64
+    };
+    let mut back_at = None;
+    for b in first..end {
+        match (back(b), back_at) {
+            (true, None) => back_at = Some(b),
+            (false, Some(_)) => back_at = None,
+            _ => {}
+        }
+    }
+    back_at.map(|b| (b as f64 * bucket - fault_end.as_secs_f64()).max(0.0))
+}
+
+/// Seconds of the run (up to `duration`) in which more than [`OVERLOADED_SHARE`] of the attempts
+/// found every slot of the provider busy.
+fn overloaded_seconds(stats: &BackendStats, duration: Duration) -> u64 {
+    stats
+        .buckets
+        .iter()
+        .take(duration.as_secs_f64().ceil() as usize)
+        .filter(|b| b.attempts > 0 && b.delayed as f64 > OVERLOADED_SHARE * b.attempts as f64)
+        .count() as u64
+}
+
 /// Whether [`FINE_BUCKET`] number `bucket` lies wholly outside `fault`, the [`LEAD_IN`] before it
 /// and the [`RECOVERY_ALLOWANCE`] after it: before the fault's start minus the lead-in, or from
 /// its end plus the allowance on.
@@ -225,6 +289,8 @@ pub struct Series {
     pub successes: Vec<u64>,
     /// Fallback answers per second (by completion).
     pub fallbacks: Vec<u64>,
+    /// Attempts that reached the secondary provider per second (empty with one provider).
+    pub secondary_attempts: Vec<u64>,
     /// Logical requests offered per 100 ms.
     pub offered_fine: Vec<u64>,
     /// Attempts that reached the provider per 100 ms.
@@ -287,14 +353,39 @@ pub struct Summary {
     pub early_retries: u64,
     /// Successful logical requests.
     pub successes: u64,
+    /// The figures of a scenario with two providers (every other figure is the primary's);
+    /// absent with one provider.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverFigures>,
 }
 
-/// Compute the summary and the chart series of one run.
+/// What a scenario with two providers adds to a [`Summary`]: the secondary's load, and how much
+/// of the traffic the primary got during its fault and after it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FailoverFigures {
+    /// Attempts that reached the secondary.
+    pub secondary_attempts: u64,
+    /// Most requests in the secondary at once (running or queued) / its slots.
+    pub secondary_peak_load: f64,
+    /// Seconds of the run in which more than [`OVERLOADED_SHARE`] of the secondary's attempts
+    /// found every one of its slots busy.
+    pub secondary_overloaded_s: u64,
+    /// Attempts that reached the primary during its fault / requests offered during it (per
+    /// 100 ms; see [`share_in_fault`]); `null` when none arrived in it.
+    pub primary_in_fault: Option<f64>,
+    /// Seconds from the end of the primary's fault until the attempts reaching it stay at or
+    /// above [`BACK_SHARE`] of the offered load (see [`back_time`]); `null` if they never do.
+    pub back_s: Option<f64>,
+}
+
+/// Compute the summary and the chart series of one run, from what the callers saw and what the
+/// provider (and the secondary provider, in a scenario with two) counted.
 pub fn summarize(
     name: &'static str,
     scenario: &Scenario,
     mut recorder: Recorder,
     backend: &BackendStats,
+    secondary: Option<&BackendStats>,
 ) -> (Summary, Series) {
     let offered: u64 = recorder.offered.iter().sum();
     let successes: u64 = recorder.succeeded_by_arrival.iter().sum();
@@ -307,17 +398,31 @@ pub fn summarize(
             num as f64 / den as f64
         }
     };
-    let overloaded_s = backend
-        .buckets
-        .iter()
-        .take(scenario.duration.as_secs_f64().ceil() as usize)
-        .filter(|b| b.attempts > 0 && b.delayed as f64 > OVERLOADED_SHARE * b.attempts as f64)
-        .count() as u64;
+    let overloaded_s = overloaded_seconds(backend, scenario.duration);
     let from = (scenario.fault.start + FAULT_GRACE).as_secs() as usize;
     let to = scenario.fault.end.as_secs() as usize;
     let window = |series: &[u64]| series.iter().take(to).skip(from).sum::<u64>();
     let attempts_series: Vec<u64> = backend.buckets.iter().map(|b| b.attempts).collect();
     let fine_attempts: Vec<u64> = backend.fine.iter().map(|b| b.attempts).collect();
+    let failover = secondary
+        .zip(scenario.secondary())
+        .map(|(stats, second)| FailoverFigures {
+            secondary_attempts: stats.attempts,
+            secondary_peak_load: ratio(stats.peak_in_flight, u64::from(second.capacity)),
+            secondary_overloaded_s: overloaded_seconds(stats, scenario.duration),
+            primary_in_fault: share_in_fault(
+                &recorder.offered_fine,
+                &fine_attempts,
+                &scenario.fault,
+            ),
+            back_s: back_time(
+                &recorder.offered_fine,
+                &fine_attempts,
+                scenario.fault.end,
+                scenario.duration,
+                BACK_SHARE,
+            ),
+        });
     let summary = Summary {
         name,
         offered,
@@ -359,6 +464,7 @@ pub fn summarize(
         retries: backend.retries,
         early_retries: backend.early_retries,
         successes,
+        failover,
     };
     // Attempts and answers run on after the last arrival; they all end at the same second, and
     // so does the in-flight series (attempts that hang stay open to the end of the run).
@@ -368,7 +474,14 @@ pub fn summarize(
         recorder.fallbacks_by_completion,
     );
     let mut rate_limited: Vec<u64> = backend.buckets.iter().map(|b| b.rate_limited).collect();
-    let seconds = attempts.len().max(successes.len()).max(fallbacks.len());
+    let mut secondary_attempts: Vec<u64> = secondary
+        .map(|stats| stats.buckets.iter().map(|b| b.attempts).collect())
+        .unwrap_or_default();
+    let seconds = attempts
+        .len()
+        .max(successes.len())
+        .max(fallbacks.len())
+        .max(secondary_attempts.len());
     let per_second = (Duration::from_secs(1).as_micros() / FINE_BUCKET.as_micros()) as usize;
     let mut in_flight: Vec<u64> = backend
         .fine
@@ -384,6 +497,9 @@ pub fn summarize(
     ] {
         series.resize(seconds, 0);
     }
+    if secondary.is_some() {
+        secondary_attempts.resize(seconds, 0);
+    }
     let series = Series {
         offered: recorder.offered,
         attempts,
@@ -391,6 +507,7 @@ pub fn summarize(
         in_flight,
         successes,
         fallbacks,
+        secondary_attempts,
         offered_fine: recorder.offered_fine,
         attempts_fine: fine_attempts,
         in_flight_fine: backend.fine.iter().map(|b| b.peak_open).collect(),
@@ -477,7 +594,7 @@ mod tests {
 
         let scenario = Scenario::builtin(ScenarioKind::Blackhole);
         let stats = BackendStats::default();
-        let (summary, series) = summarize("stormguard+breaker", &scenario, r, &stats);
+        let (summary, series) = summarize("stormguard+breaker", &scenario, r, &stats, None);
         assert_eq!(
             (summary.successes, summary.success_rate, summary.fallbacks),
             (0, 0.0, 1)
@@ -525,6 +642,120 @@ mod tests {
     }
 
     #[test]
+    fn share_in_fault_counts_the_100_ms_buckets_wholly_in_the_window() {
+        let failover = Scenario::builtin(ScenarioKind::Failover).fault;
+        // 60 s at 100 per 100 ms; the fault is buckets 200..350.
+        let offered = vec![100; 600];
+        let mut attempts = vec![100; 600];
+        attempts[200..350].fill(0);
+        attempts[200] = 150;
+        attempts[300..303].fill(10);
+        let share = share_in_fault(&offered, &attempts, &failover).unwrap();
+        assert!((share - 180.0 / 15_000.0).abs() < 1e-12, "{share}");
+        // A window that does not start on a bucket leaves its first, partial bucket out.
+        let scaled = Scenario::builtin(ScenarioKind::Failover)
+            .with_duration(Duration::from_secs(40))
+            .fault;
+        assert_eq!(scaled.start, Duration::from_millis(13_333));
+        let mut late = vec![0; 400];
+        late[133] = 100;
+        assert_eq!(share_in_fault(&offered, &late, &scaled), Some(0.0));
+        assert_eq!(share_in_fault(&[], &[], &failover), None);
+    }
+
+    #[test]
+    fn back_is_when_the_primary_gets_95_percent_of_offered_again_for_good() {
+        let end = Duration::from_secs(35);
+        let until = Duration::from_secs(60);
+        // 60 s at 100 per 100 ms; nothing reaches the primary from 20 s to 36.3 s, but a probe.
+        let offered = vec![100; 600];
+        let mut attempts = vec![100; 600];
+        attempts[200..363].fill(1);
+        // 95 of 100 is back; a relapse to 94 at 36.0 s restarts the count.
+        attempts[355..360].fill(95);
+        attempts[360] = 94;
+        let back = back_time(&offered, &attempts, end, until, BACK_SHARE).unwrap();
+        assert!((back - 1.3).abs() < 1e-9, "{back}");
+        // Retries on top of the offered load are back too; a second without arrivals counts.
+        let mut busy = vec![100; 600];
+        busy[350..360].fill(300);
+        let mut quiet = offered.clone();
+        quiet[400..410].fill(0);
+        let mut none = busy.clone();
+        none[400..410].fill(0);
+        assert_eq!(back_time(&quiet, &none, end, until, BACK_SHARE), Some(0.0));
+        // Never back by the end of the arrivals, or nothing after the fault to judge by.
+        attempts[599] = 90;
+        assert_eq!(back_time(&offered, &attempts, end, until, BACK_SHARE), None);
+        assert_eq!(
+            back_time(&offered, &attempts, until, until, BACK_SHARE),
+            None
+        );
+    }
+
+    #[test]
+    fn a_second_provider_adds_its_figures_and_series() {
+        let scenario = Scenario::builtin(ScenarioKind::Failover).with_qps(100.0);
+        let primary = BackendStats {
+            attempts: 10,
+            buckets: vec![Bucket {
+                attempts: 10,
+                ..Bucket::default()
+            }],
+            ..BackendStats::default()
+        };
+        let secondary = BackendStats {
+            attempts: 7,
+            peak_in_flight: 218,
+            buckets: vec![
+                Bucket::default(),
+                Bucket {
+                    attempts: 5,
+                    delayed: 1,
+                    ..Bucket::default()
+                },
+                Bucket {
+                    attempts: 2,
+                    ..Bucket::default()
+                },
+            ],
+            ..BackendStats::default()
+        };
+        let mut recorder = Recorder::default();
+        recorder.arrive(Duration::ZERO);
+        let (summary, series) = summarize(
+            "stormguard+failover",
+            &scenario,
+            recorder.clone(),
+            &primary,
+            Some(&secondary),
+        );
+        let figures = summary.failover.unwrap();
+        assert_eq!(figures.secondary_attempts, 7);
+        // 218 of the secondary's 109 slots.
+        assert_eq!(scenario.secondary().unwrap().capacity, 109);
+        assert!((figures.secondary_peak_load - 2.0).abs() < 1e-12);
+        assert_eq!(figures.secondary_overloaded_s, 1);
+        assert_eq!(series.secondary_attempts, vec![0, 5, 2]);
+        assert_eq!(series.attempts, vec![10, 0, 0], "the primary's, as long");
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["failover"]["secondary_attempts"], 7);
+        assert_eq!(
+            json["failover"]["back_s"], 0.0,
+            "no arrivals after the fault"
+        );
+        // One provider: no figures, and no key in the JSON.
+        let (alone, series) = summarize("stormguard", &scenario, recorder, &primary, None);
+        assert!(alone.failover.is_none() && series.secondary_attempts.is_empty());
+        assert!(
+            serde_json::to_value(&alone)
+                .unwrap()
+                .get("failover")
+                .is_none()
+        );
+    }
+
+    #[test]
     fn success_outside_leaves_out_the_fault_4_s_before_it_and_2_s_after_it() {
         // 60 s at 10 per 100 ms; every request inside 16 s..32 s fails, and one before it.
         let offered = vec![10; 600];
@@ -567,7 +798,7 @@ mod tests {
         ];
         let mut recorder = Recorder::default();
         recorder.arrive(Duration::ZERO);
-        let (summary, series) = summarize("naive", &scenario, recorder, &stats);
+        let (summary, series) = summarize("naive", &scenario, recorder, &stats, None);
         assert_eq!(summary.too_many_requests, 5);
         assert_eq!(series.rate_limited, vec![4, 0, 1]);
         let json = serde_json::to_value(&summary).unwrap();

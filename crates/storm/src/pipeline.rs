@@ -4,14 +4,18 @@
 //! |---|---|
 //! | `none` | `tower::timeout::Timeout` per attempt, no retries |
 //! | `naive` | `tower::retry::Retry` with [`NaivePolicy`]: retry every failure 3 times, 1 s apart, no budget |
+//! | `naive+failover` | `tower::retry::Retry` with [`NaiveFailoverPolicy`]: every failure goes to the other provider at once, 3 retries on each |
 //! | `tower` | `tower::retry::Retry` with [`TowerPolicy`]: `ExponentialBackoff` and `TpsBudget` (10 s, 10/s, 20%) |
 //! | `stormguard` | `stormguard::ClientLayer::default()` |
 //! | `stormguard+breaker` | the same, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
 //! | `stormguard+rate-limit` | the same, with a [`RateLimit`] configured with the provider's quota ([`Scenario::quota_per_minute`]) |
 //! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
+//! | `stormguard+failover` | [`Failover`] over the primary and the secondary, made from the same `ClientLayer` (each provider with the default backend breaker, [`failover::Backend::default_breaker`]) |
 //!
-//! Today's pipelines (`none`, `naive`, `tower`) time out each attempt after the scenario's
-//! `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt is retried.
+//! Today's pipelines (`none`, `naive`, `naive+failover`, `tower`) time out each attempt after the
+//! scenario's `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt
+//! is retried. The failover rows need a scenario with two providers (`failover`); every other row
+//! sends to the primary alone.
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -33,11 +37,13 @@ use tower::util::rng::Rng;
 
 use stormguard::ClientLayer;
 use stormguard::breaker::{BreakerConfig, CircuitBreaker, Fallback};
+use stormguard::failover::{self, Adapter, Failover, FailoverService};
 use stormguard::jitter::{FullJitter, HintPolicy};
 use stormguard::rate_limit::{RateLimit, RateLimitConfig};
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 
 use crate::backend::Backend;
+use crate::router::{PRIMARY_AUTHORITY, Router, SECONDARY_AUTHORITY, SECONDARY_ORIGIN};
 use crate::scenario::{Scenario, ScenarioKind};
 
 /// The request every pipeline sends.
@@ -50,6 +56,8 @@ pub enum Pipeline {
     None,
     /// Retry 3 times, 1 s apart, no budget.
     Naive,
+    /// Switch to the other provider on every failure, at once, 3 retries on each.
+    NaiveFailover,
     /// tower's retry with exponential backoff and `TpsBudget`.
     Tower,
     /// stormguard's `ClientLayer::default()`.
@@ -61,24 +69,30 @@ pub enum Pipeline {
     StormguardRateLimit,
     /// stormguard's `ClientLayer::default()` with a rate limit that learns the provider's.
     StormguardAdaptive,
+    /// stormguard's failover over two providers, made from `ClientLayer::default()`.
+    StormguardFailover,
 }
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 7] = [
+    pub const ALL: [Pipeline; 9] = [
         Pipeline::None,
         Pipeline::Naive,
+        Pipeline::NaiveFailover,
         Pipeline::Tower,
         Pipeline::Stormguard,
         Pipeline::StormguardBreaker,
         Pipeline::StormguardRateLimit,
         Pipeline::StormguardAdaptive,
+        Pipeline::StormguardFailover,
     ];
 
     /// The pipelines a scenario compares unless told otherwise: today's clients and stormguard's
     /// default, and where the provider dies (outage, black hole) stormguard with a breaker too.
     /// The black hole, the breaker's own incident, compares the retrying clients only; so do the
     /// bursts, the rate limit's incident, with stormguard's rate limit configured and learning.
+    /// The failover compares stormguard on the primary alone with stormguard's failover and a
+    /// naive one.
     ///
     /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
     /// to), so its row would repeat stormguard's at the cost of one more run.
@@ -110,7 +124,17 @@ impl Pipeline {
                 Pipeline::StormguardRateLimit,
                 Pipeline::StormguardAdaptive,
             ],
+            ScenarioKind::Failover => &[
+                Pipeline::NaiveFailover,
+                Pipeline::Stormguard,
+                Pipeline::StormguardFailover,
+            ],
         }
+    }
+
+    /// Whether the pipeline sends to two providers (and needs a scenario that has them).
+    pub fn fails_over(self) -> bool {
+        matches!(self, Pipeline::NaiveFailover | Pipeline::StormguardFailover)
     }
 
     /// The name used on the command line and in the report.
@@ -118,11 +142,13 @@ impl Pipeline {
         match self {
             Pipeline::None => "none",
             Pipeline::Naive => "naive",
+            Pipeline::NaiveFailover => "naive+failover",
             Pipeline::Tower => "tower",
             Pipeline::Stormguard => "stormguard",
             Pipeline::StormguardBreaker => "stormguard+breaker",
             Pipeline::StormguardRateLimit => "stormguard+rate-limit",
             Pipeline::StormguardAdaptive => "stormguard+adaptive",
+            Pipeline::StormguardFailover => "stormguard+failover",
         }
     }
 
@@ -154,8 +180,8 @@ impl fmt::Display for UnknownPipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown pipeline `{}` (expected none, naive, tower, stormguard, stormguard+breaker, \
-             stormguard+rate-limit or stormguard+adaptive)",
+            "unknown pipeline `{}` (expected none, naive, naive+failover, tower, stormguard, \
+             stormguard+breaker, stormguard+rate-limit, stormguard+adaptive or stormguard+failover)",
             self.0
         )
     }
@@ -222,6 +248,56 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for NaivePolicy {
         }
         self.retries += 1;
         Some(tokio::time::sleep(Self::INTERVAL))
+    }
+
+    fn clone_request(&mut self, req: &SimRequest) -> Option<SimRequest> {
+        Some(clone_request(req))
+    }
+}
+
+/// The naive failover: every failure (as [`NaivePolicy`] counts them) sends the next attempt to
+/// the other provider, at once, until a provider would get more than
+/// [`NaiveFailoverPolicy::RETRIES`] retries: the attempts alternate primary, secondary, primary,
+/// ..., at most 4 on the primary and 3 on the secondary. No budget, no health of either
+/// provider: every request starts on the primary, whatever happened to the ones before it.
+#[derive(Clone, Debug, Default)]
+pub struct NaiveFailoverPolicy {
+    /// Retries sent to the primary and to the secondary.
+    retries: [u32; 2],
+    /// Whether the attempt in flight went to the secondary.
+    on_secondary: bool,
+}
+
+impl NaiveFailoverPolicy {
+    /// Retries per provider.
+    pub const RETRIES: u32 = 3;
+}
+
+impl<B> Policy<SimRequest, Response<B>, BoxError> for NaiveFailoverPolicy {
+    type Future = std::future::Ready<()>;
+
+    fn retry(
+        &mut self,
+        req: &mut SimRequest,
+        result: &mut Result<Response<B>, BoxError>,
+    ) -> Option<Self::Future> {
+        let next = usize::from(!self.on_secondary);
+        if !is_failure(result) || self.retries[next] >= Self::RETRIES {
+            return None;
+        }
+        self.retries[next] += 1;
+        self.on_secondary = !self.on_secondary;
+        let authority = if self.on_secondary {
+            SECONDARY_AUTHORITY
+        } else {
+            PRIMARY_AUTHORITY
+        };
+        let mut parts = req.uri().clone().into_parts();
+        parts.authority = http::uri::Authority::from_maybe_shared(authority).ok();
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+        Some(std::future::ready(()))
     }
 
     fn clone_request(&mut self, req: &SimRequest) -> Option<SimRequest> {
@@ -378,6 +454,34 @@ pub fn stormguard_rate_limit(backend: Backend, scenario: &Scenario) -> stormguar
     client_layer(scenario).with_rate_limit(limit).layer(backend)
 }
 
+/// stormguard's failover over the scenario's two providers: `Failover::new(ClientLayer::default())`
+/// (seeded) with a backend `primary` (requests as they are) and a backend `secondary` (rewritten
+/// for the secondary's origin, [`SECONDARY_ORIGIN`]), each with the default backend breaker
+/// ([`failover::Backend::default_breaker`], seeded). The primary's breaker is returned too, to
+/// watch it.
+pub fn stormguard_failover(
+    router: Router,
+    scenario: &Scenario,
+) -> (FailoverService<Router>, CircuitBreaker) {
+    let breaker = |salt: u64| {
+        CircuitBreaker::new(
+            failover::Backend::default_breaker()
+                .config()
+                .with_seed(scenario.seed ^ salt),
+        )
+    };
+    let primary = breaker(0xb4ea_6e01);
+    let secondary = Adapter::new().with_origin(http::Uri::from_static(SECONDARY_ORIGIN));
+    let failover = Failover::new(client_layer(scenario))
+        .with_backend(failover::Backend::new("primary").with_breaker(primary.clone()))
+        .with_backend(
+            failover::Backend::new("secondary")
+                .with_adapter(secondary)
+                .with_breaker(breaker(0xb4ea_6e02)),
+        );
+    (failover.layer(router), primary)
+}
+
 /// stormguard's client pipeline with a rate limit that learns the provider's quota from its
 /// headers and its 429s: `ClientLayer::default()` (seeded) `.with_rate_limit(RateLimit::default())`.
 pub fn stormguard_adaptive(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
@@ -479,18 +583,94 @@ mod tests {
     }
 
     #[test]
-    fn the_breaker_row_is_a_default_where_the_provider_dies() {
+    fn the_breaker_row_is_a_default_where_the_only_provider_dies() {
         for kind in ScenarioKind::ALL {
             let defaults = Pipeline::defaults(kind);
-            let dies = Scenario::builtin(kind).fault.kind.is_dead();
+            let scenario = Scenario::builtin(kind);
+            let alone = scenario.secondary().is_none();
+            let dies = scenario.fault.kind.is_dead();
             assert_eq!(
                 defaults.contains(&Pipeline::StormguardBreaker),
-                dies,
+                dies && alone,
                 "{kind}"
             );
-            assert!(
-                defaults.contains(&Pipeline::Naive) && defaults.contains(&Pipeline::Stormguard)
-            );
+            assert!(defaults.contains(&Pipeline::Stormguard));
+            // The naive row of a scenario is naive retries, or with two providers, naive failover.
+            let naive = if alone {
+                Pipeline::Naive
+            } else {
+                Pipeline::NaiveFailover
+            };
+            assert!(defaults.contains(&naive), "{kind}");
         }
+    }
+
+    #[test]
+    fn the_failover_rows_are_the_defaults_of_the_two_providers_only() {
+        for kind in ScenarioKind::ALL {
+            let two = Scenario::builtin(kind).secondary().is_some();
+            let defaults = Pipeline::defaults(kind);
+            assert_eq!(defaults.iter().any(|p| p.fails_over()), two, "{kind}");
+        }
+        assert_eq!(
+            Pipeline::defaults(ScenarioKind::Failover)
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>(),
+            ["naive+failover", "stormguard", "stormguard+failover"]
+        );
+        assert_eq!(
+            Pipeline::parse_list("stormguard+failover,naive+failover,naive").unwrap(),
+            vec![
+                Pipeline::Naive,
+                Pipeline::NaiveFailover,
+                Pipeline::StormguardFailover
+            ]
+        );
+    }
+
+    fn to(req: &SimRequest) -> &str {
+        req.uri().authority().unwrap().as_str()
+    }
+
+    #[test]
+    fn naive_failover_switches_on_every_failure_at_once_3_retries_on_each() {
+        let mut policy = NaiveFailoverPolicy::default();
+        let mut req = Request::new(Full::new(Bytes::new()));
+        *req.uri_mut() = http::Uri::from_static("http://llm.invalid/v1/chat/completions");
+        assert!(policy.retry(&mut req, &mut response(200)).is_none());
+        assert!(policy.retry(&mut req, &mut response(400)).is_none());
+        let mut sent = vec![to(&req).to_owned()];
+        for status in [503, 529, 429, 500, 503, 504] {
+            assert!(
+                policy.retry(&mut req, &mut response(status)).is_some(),
+                "{status}"
+            );
+            sent.push(to(&req).to_owned());
+        }
+        assert_eq!(
+            sent,
+            [
+                "llm.invalid",
+                "secondary.invalid",
+                "llm.invalid",
+                "secondary.invalid",
+                "llm.invalid",
+                "secondary.invalid",
+                "llm.invalid"
+            ]
+        );
+        assert_eq!(
+            req.uri().path(),
+            "/v1/chat/completions",
+            "only the provider changes"
+        );
+        assert!(
+            policy.retry(&mut req, &mut response(503)).is_none(),
+            "3 retries on the secondary: done"
+        );
+        let timeout: Result<Response<()>, BoxError> = Err("timed out".into());
+        let mut fresh = NaiveFailoverPolicy::default();
+        assert!(fresh.retry(&mut req, &mut { timeout }).is_some());
     }
 }

@@ -5,9 +5,21 @@ use std::fmt::Write as _;
 use crate::metrics::Summary;
 use crate::scenario::Scenario;
 
-/// One row per pipeline of a run of `scenario`, aligned columns, with a header line.
+/// The columns a scenario with two providers adds, after the others: the secondary's load, and
+/// how much of the traffic the primary got during its fault and after it.
+const FAILOVER_HEADER: [&str; 5] = [
+    "secondary",
+    "secondary peak load",
+    "secondary overloaded",
+    "primary in fault",
+    "back",
+];
+
+/// One row per pipeline of a run of `scenario`, aligned columns, with a header line (and, in a
+/// scenario with two providers, the columns of [`FailoverFigures`](crate::metrics::FailoverFigures)).
 pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
-    let header = [
+    let two_providers = scenario.secondary().is_some();
+    let mut header = vec![
         "pipeline",
         "offered",
         "attempts",
@@ -29,6 +41,9 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
         "retries",
         "early retries",
     ];
+    if two_providers {
+        header.extend(FAILOVER_HEADER);
+    }
     // A fault that leaves the provider serving has nothing to cut; one that lasts the whole run
     // has no end to recover from.
     let uncut = if scenario.fault.kind.is_dead() {
@@ -41,10 +56,10 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     } else {
         "never"
     };
-    let rows: Vec<[String; 20]> = summaries
+    let rows: Vec<Vec<String>> = summaries
         .iter()
         .map(|s| {
-            [
+            let mut row = vec![
                 s.name.to_owned(),
                 s.offered.to_string(),
                 s.backend_attempts.to_string(),
@@ -69,7 +84,11 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
                 s.too_many_requests.to_string(),
                 s.retries.to_string(),
                 s.early_retries.to_string(),
-            ]
+            ];
+            if two_providers {
+                row.extend(failover_cells(s));
+            }
+            row
         })
         .collect();
     let widths: Vec<usize> = (0..header.len())
@@ -100,6 +119,44 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     out
 }
 
+/// The cells of [`FAILOVER_HEADER`] for one row (`-` for a row without the figures).
+fn failover_cells(summary: &Summary) -> [String; 5] {
+    let Some(f) = &summary.failover else {
+        return std::array::from_fn(|_| "-".to_owned());
+    };
+    [
+        f.secondary_attempts.to_string(),
+        format!("{:.2}x", f.secondary_peak_load),
+        format!("{} s", f.secondary_overloaded_s),
+        f.primary_in_fault
+            .map_or_else(|| "-".to_owned(), |share| format!("{:.2}%", share * 100.0)),
+        f.back_s
+            .map_or_else(|| "never".to_owned(), |back| format!("{back:.1} s")),
+    ]
+}
+
+/// What the columns of `scenario`'s table mean: [`LEGEND`], and in a scenario with two providers
+/// [`FAILOVER_LEGEND`] after it.
+pub fn legend(scenario: &Scenario) -> String {
+    if scenario.secondary().is_some() {
+        format!("{LEGEND}\n{FAILOVER_LEGEND}")
+    } else {
+        LEGEND.to_owned()
+    }
+}
+
+/// What the columns of a scenario with two providers mean, printed under [`LEGEND`].
+pub const FAILOVER_LEGEND: &str = "\
+with two providers, the provider columns above (attempts, ampl, peak load, peak in-flight,
+overloaded, cut, fault load, 429s, retries) are the primary's; success, fallback, latency and
+recovery are the callers', whichever provider answered;
+secondary = attempts reaching the secondary provider (secondary peak load and overloaded: as above,
+of its slots);
+primary in fault = attempts reaching the primary during its fault / offered during it (per 100 ms
+of arrival);
+back = seconds after the primary's fault ends until the attempts reaching it stay >= 95% of
+offered (per 100 ms of arrival).";
+
 /// What the columns mean, printed under the table.
 pub const LEGEND: &str = "\
 ampl = attempts reaching the provider / offered (peak ampl: in the worst second);
@@ -123,6 +180,7 @@ were given.";
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::metrics::FailoverFigures;
     use crate::scenario::ScenarioKind;
 
     #[test]
@@ -149,6 +207,7 @@ mod tests {
             retries: 1_780_000,
             early_retries: 0,
             successes: 295_200,
+            failover: None,
         };
         let outage = Scenario::builtin(ScenarioKind::Outage);
         let text = table(&outage, std::slice::from_ref(&summary));
@@ -196,5 +255,88 @@ mod tests {
         assert!(header.contains("fault load  429s  retries"), "{header}");
         assert_eq!(row[8], "-", "success outside: {row:?}");
         assert_eq!(row[row.len() - 3], "1234", "{row:?}");
+        assert!(!legend(&burst).contains("secondary"));
+        assert_eq!(legend(&burst), LEGEND);
+    }
+
+    #[test]
+    fn two_providers_add_the_failover_columns_at_the_end() {
+        let failover = Scenario::builtin(ScenarioKind::Failover);
+        let alone = Summary {
+            name: "stormguard",
+            offered: 60_000,
+            backend_attempts: 45_000,
+            amplification: 0.75,
+            peak_amplification: 1.67,
+            peak_load: 0.56,
+            peak_in_flight: 1_088,
+            success_rate: 0.7,
+            success_outside: Some(1.0),
+            fallbacks: 0,
+            fallback_p99_ms: None,
+            p50_ms: 612,
+            p99_ms: 2_354,
+            overloaded_s: 0,
+            recovery_s: Some(2.0),
+            cut_s: Some(1.9),
+            fault_load: 0.01,
+            too_many_requests: 0,
+            retries: 904,
+            early_retries: 0,
+            successes: 42_000,
+            failover: Some(FailoverFigures {
+                secondary_attempts: 0,
+                secondary_peak_load: 0.0,
+                secondary_overloaded_s: 0,
+                primary_in_fault: Some(0.1374),
+                back_s: Some(1.8),
+            }),
+        };
+        let failing_over = Summary {
+            name: "stormguard+failover",
+            failover: Some(FailoverFigures {
+                secondary_attempts: 14_045,
+                secondary_peak_load: 1.31,
+                secondary_overloaded_s: 2,
+                primary_in_fault: Some(0.0007),
+                back_s: None,
+            }),
+            ..alone.clone()
+        };
+        let text = table(&failover, &[alone.clone(), failing_over]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].contains(
+                "early retries  secondary  secondary peak load  secondary overloaded  \
+                 primary in fault"
+            ) && lines[0].ends_with(" back"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines.iter().all(|line| line.len() == lines[0].len()));
+        let tail = |line: &str| -> Vec<String> {
+            let cells: Vec<&str> = line
+                .split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect();
+            cells[cells.len() - 5..]
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect()
+        };
+        assert_eq!(tail(lines[1]), ["0", "0.00x", "0 s", "13.74%", "1.8 s"]);
+        assert_eq!(tail(lines[2]), ["14045", "1.31x", "2 s", "0.07%", "never"]);
+        assert!(legend(&failover).starts_with(LEGEND));
+        assert!(legend(&failover).ends_with(FAILOVER_LEGEND));
+        // A one-provider scenario's table is as it always was.
+        let outage = Scenario::builtin(ScenarioKind::Outage);
+        let one = table(&outage, &[alone]);
+        assert!(
+            one.lines()
+                .next()
+                .unwrap()
+                .ends_with("retries  early retries")
+        );
     }
 }

@@ -73,6 +73,10 @@ pub const QUOTA_RETRY_AFTER: Duration = Duration::from_secs(2);
 /// Seed of the built-in scenarios.
 pub const DEFAULT_SEED: u64 = 42;
 
+/// Mixed into the seed of a second provider, so that its service times and errors are drawn
+/// apart from the primary's.
+const SECONDARY_SEED: u64 = 0x5ec0_0d00_0000_0002;
+
 /// Offered load of the black-hole incident: 1,000 requests per second.
 pub const BLACKHOLE_QPS: f64 = 1_000.0;
 
@@ -126,6 +130,22 @@ pub const BURST_OFFSET: Duration = Duration::from_secs(3);
 /// slots, as the only limit.
 pub const BURST_CAPACITY: u32 = 1_500;
 
+/// Offered load of the failover scenario: 1,000 requests per second, the black hole's.
+pub const FAILOVER_QPS: f64 = 1_000.0;
+
+/// Concurrent slots of the failover scenario's primary at [`FAILOVER_QPS`]: twice what the load
+/// keeps busy.
+///
+/// Little's law: 1,000 req/s x 0.9065 s (the healthy mean) keep 906.5 slots busy; 1,813 slots
+/// make the offered load half the primary's capacity (it completes 2,000 req/s).
+pub const FAILOVER_CAPACITY: u32 = 1_813;
+
+/// The failover scenario's secondary provider, as a share of the primary's slots: 60%.
+///
+/// 1,088 slots complete 1,200 req/s: the secondary carries the whole offered load alone at 83%
+/// of its slots, with room for little more. It is healthy throughout.
+pub const FAILOVER_SECONDARY_SHARE: f64 = 0.6;
+
 /// Which built-in scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScenarioKind {
@@ -142,16 +162,21 @@ pub enum ScenarioKind {
     /// Bursts above a provider's quota of requests and tokens a minute: traffic averages 70% of
     /// the quota and comes in bursts of 2x to 3x it; beyond the quota the provider answers 429.
     Burst,
+    /// Two providers, at 1,000 requests/s (half the primary's capacity; the secondary has 60% of
+    /// it and is healthy throughout): from 20 s to 35 s the primary is down, answering 503 at
+    /// once for the first half and a black hole for the second.
+    Failover,
 }
 
 impl ScenarioKind {
     /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 5] = [
+    pub const ALL: [ScenarioKind; 6] = [
         ScenarioKind::Seed,
         ScenarioKind::Outage,
         ScenarioKind::Quota,
         ScenarioKind::Blackhole,
         ScenarioKind::Burst,
+        ScenarioKind::Failover,
     ];
 
     /// The name used on the command line and in file names.
@@ -162,6 +187,7 @@ impl ScenarioKind {
             ScenarioKind::Quota => "quota",
             ScenarioKind::Blackhole => "blackhole",
             ScenarioKind::Burst => "burst",
+            ScenarioKind::Failover => "failover",
         }
     }
 }
@@ -180,7 +206,7 @@ impl fmt::Display for UnknownScenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown scenario `{}` (expected seed, outage, quota, blackhole or burst)",
+            "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst or failover)",
             self.0
         )
     }
@@ -239,6 +265,10 @@ pub enum FaultKind {
     /// The provider accepts connections and never answers: every attempt that arrives in the
     /// window, and every attempt in flight when it starts, hangs until its client drops it.
     Blackhole,
+    /// An [`Outage`](FaultKind::Outage) for the first half of the window (503 at once, work in
+    /// flight when it starts lost), then a [`Blackhole`](FaultKind::Blackhole) for the second: a
+    /// provider that goes down, and whose load balancer then stops answering too.
+    OutageThenBlackhole,
     /// The provider's quota of requests and tokens a minute, in force for the whole run (the
     /// window only marks the measured part): a token bucket per dimension, refilled continuously
     /// and holding one second's worth. A request takes 1 request and its tokens (prompt and
@@ -256,7 +286,10 @@ impl FaultKind {
     /// Whether the provider serves nothing during the fault (an outage, a black hole): the
     /// faults a client does best to stop sending to.
     pub fn is_dead(self) -> bool {
-        matches!(self, FaultKind::Outage | FaultKind::Blackhole)
+        matches!(
+            self,
+            FaultKind::Outage | FaultKind::Blackhole | FaultKind::OutageThenBlackhole
+        )
     }
 }
 
@@ -400,6 +433,32 @@ impl Fault {
     pub fn contains(&self, at: Duration) -> bool {
         self.start <= at && at < self.end
     }
+
+    /// The middle of the window, where an [`OutageThenBlackhole`](FaultKind::OutageThenBlackhole)
+    /// turns from the outage into the black hole.
+    pub fn middle(&self) -> Duration {
+        self.start + self.end.saturating_sub(self.start) / 2
+    }
+
+    /// Whether the provider answers every attempt at `at` with 503 at once.
+    pub fn refuses_at(&self, at: Duration) -> bool {
+        self.contains(at)
+            && match self.kind {
+                FaultKind::Outage => true,
+                FaultKind::OutageThenBlackhole => at < self.middle(),
+                _ => false,
+            }
+    }
+
+    /// Whether the provider swallows every attempt that arrives at `at` (a black hole).
+    pub fn swallows_at(&self, at: Duration) -> bool {
+        self.contains(at)
+            && match self.kind {
+                FaultKind::Blackhole => true,
+                FaultKind::OutageThenBlackhole => at >= self.middle(),
+                _ => false,
+            }
+    }
 }
 
 /// One complete scenario: load, backend, fault and client settings.
@@ -431,12 +490,17 @@ pub struct Scenario {
     pub arrivals: Arrivals,
     /// The requests' sizes in tokens; `None`: every request is the same small chat completion.
     pub sizes: Option<TokenSizes>,
+    /// A second provider's slots, as a share of `capacity`; it has the same health as the
+    /// primary's baseline and no fault (see [`Scenario::secondary`]). `None`: one provider.
+    pub secondary_share: Option<f64>,
 }
 
 impl Scenario {
     /// A built-in scenario at the field's load (12,000 req/s, 40,000 slots, 60 s); the black
     /// hole at its incident's (1,000 req/s, 10,000 slots, 60 s); the bursts at 70% of a quota of
-    /// 10,000 requests and 30,000,000 tokens a minute (113.8 req/s on average, 1,500 slots, 60 s).
+    /// 10,000 requests and 30,000,000 tokens a minute (113.8 req/s on average, 1,500 slots, 60 s);
+    /// the failover at 1,000 req/s with 1,813 slots on the primary and 60% of them (1,088) on the
+    /// secondary, 60 s.
     pub fn builtin(kind: ScenarioKind) -> Scenario {
         let fault = match kind {
             ScenarioKind::Seed => Fault {
@@ -470,12 +534,19 @@ impl Scenario {
                     tokens_per_minute: BURST_TOKENS_PER_MINUTE,
                 },
             },
+            ScenarioKind::Failover => Fault {
+                start: Duration::from_secs(20),
+                end: Duration::from_secs(35),
+                kind: FaultKind::OutageThenBlackhole,
+            },
         };
         let (mut qps, capacity) = match kind {
             ScenarioKind::Blackhole => (BLACKHOLE_QPS, BLACKHOLE_CAPACITY),
             ScenarioKind::Burst => (0.0, BURST_CAPACITY),
+            ScenarioKind::Failover => (FAILOVER_QPS, FAILOVER_CAPACITY),
             _ => (FIELD_QPS, FIELD_CAPACITY),
         };
+        let secondary_share = (kind == ScenarioKind::Failover).then_some(FAILOVER_SECONDARY_SHARE);
         let (mut arrivals, mut sizes) = (Arrivals::Poisson, None);
         if kind == ScenarioKind::Burst {
             let quota = quota_rate(
@@ -508,7 +579,26 @@ impl Scenario {
             attempt_timeout: ATTEMPT_TIMEOUT,
             arrivals,
             sizes,
+            secondary_share,
         }
+    }
+
+    /// The second provider, as a scenario of its own: this one's load and baseline health, with
+    /// `secondary_share` of the slots (rounded), an empty fault window (healthy throughout) and a
+    /// seed of its own (its service times and errors are drawn apart from the primary's). `None`
+    /// when there is no second provider.
+    pub fn secondary(&self) -> Option<Scenario> {
+        let share = self.secondary_share?;
+        let mut secondary = self.clone();
+        secondary.capacity = ((f64::from(self.capacity) * share).round() as u32).max(1);
+        secondary.fault = Fault {
+            start: Duration::ZERO,
+            end: Duration::ZERO,
+            kind: FaultKind::Degraded(self.baseline),
+        };
+        secondary.seed = self.seed ^ SECONDARY_SEED;
+        secondary.secondary_share = None;
+        Some(secondary)
     }
 
     /// Change the offered load, scaling capacity (and a quota, and the bursts' heights) with it so
@@ -556,7 +646,8 @@ impl Scenario {
         self
     }
 
-    /// Change the provider's slots (after [`Scenario::with_qps`], which scales them).
+    /// Change the provider's slots (after [`Scenario::with_qps`], which scales them); a second
+    /// provider keeps its share of them.
     pub fn with_capacity(mut self, capacity: u32) -> Scenario {
         self.capacity = capacity.max(1);
         self
@@ -666,6 +757,11 @@ impl Scenario {
             FaultKind::Blackhole => {
                 "black hole (connections accepted, never answered; in-flight work lost)".to_owned()
             }
+            FaultKind::OutageThenBlackhole => format!(
+                "total outage (503 at once, in-flight work lost), from {} s a black hole \
+                 (connections accepted, never answered)",
+                secs(self.fault.middle())
+            ),
             FaultKind::Quota {
                 per_sec,
                 retry_after,
@@ -702,8 +798,15 @@ impl Scenario {
                 )
             }
         };
+        let secondary = self.secondary().map_or_else(String::new, |secondary| {
+            format!(
+                "; secondary provider: {} slots ({}% of the primary's), healthy throughout",
+                secondary.capacity,
+                self.secondary_share.unwrap_or(0.0) * 100.0
+            )
+        });
         format!(
-            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}; \
+            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}; \
              attempt timeout (none/naive/tower) {} s",
             self.kind,
             self.qps,
@@ -714,6 +817,7 @@ impl Scenario {
             secs(self.fault.end),
             fault,
             arrivals,
+            secondary,
             secs(self.attempt_timeout),
         )
     }
@@ -847,6 +951,75 @@ mod tests {
         assert_eq!(s.capacity, 150);
         let tiny = Scenario::builtin(ScenarioKind::Burst).with_qps(0.1);
         assert_eq!(tiny.quota_per_minute(), (Some(9), Some(6_000 * 60)));
+    }
+
+    #[test]
+    fn failover_offers_half_the_primarys_capacity_and_the_secondary_can_carry_it_alone() {
+        let s = Scenario::builtin(ScenarioKind::Failover);
+        assert_eq!((s.qps, s.capacity), (1_000.0, 1_813));
+        // Little's law: 1,000 req/s x 0.9065 s keep 906.5 slots busy, half of 1,813.
+        let busy = s.qps * s.mean_service_time(HEALTHY_MEDIAN).as_secs_f64();
+        assert!((busy / f64::from(s.capacity) - 0.5).abs() < 0.001, "{busy}");
+        let healthy = Duration::from_secs(5);
+        assert!((s.throughput_at(healthy) / s.qps - 2.0).abs() < 0.002);
+        let secondary = s.secondary().unwrap();
+        assert_eq!(secondary.capacity, 1_088, "60% of the primary's slots");
+        assert_eq!(secondary.qps, s.qps);
+        // 1,200 req/s: the whole load at 83% of its slots, healthy at every moment.
+        for at in [5, 25, 30, 50].map(Duration::from_secs) {
+            let carried = s.qps / secondary.throughput_at(at);
+            assert!((0.82..0.84).contains(&carried), "{at:?}: {carried}");
+        }
+        assert!(secondary.secondary().is_none() && !secondary.fault.contains(healthy));
+        assert_ne!(secondary.seed, s.seed, "its own draws");
+    }
+
+    #[test]
+    fn failover_primary_refuses_then_swallows_from_the_middle_of_its_fault() {
+        let s = Scenario::builtin(ScenarioKind::Failover);
+        let fault = s.fault;
+        assert_eq!(
+            (fault.start, fault.middle(), fault.end),
+            (
+                Duration::from_secs(20),
+                Duration::from_millis(27_500),
+                Duration::from_secs(35)
+            )
+        );
+        assert!(fault.kind.is_dead());
+        let at = |ms: u64| Duration::from_millis(ms);
+        assert!(!fault.refuses_at(at(19_999)) && !fault.swallows_at(at(19_999)));
+        assert!(fault.refuses_at(at(20_000)) && !fault.swallows_at(at(20_000)));
+        assert!(fault.refuses_at(at(27_499)) && !fault.swallows_at(at(27_499)));
+        assert!(!fault.refuses_at(at(27_500)) && fault.swallows_at(at(27_500)));
+        assert!(!fault.refuses_at(at(35_000)) && !fault.swallows_at(at(35_000)));
+        assert_eq!(s.throughput_at(at(30_000)), 0.0);
+        // The other dead providers are one or the other for the whole window.
+        let outage = Scenario::builtin(ScenarioKind::Outage).fault;
+        assert!(outage.refuses_at(at(29_999)) && !outage.swallows_at(at(25_000)));
+        let hole = Scenario::builtin(ScenarioKind::Blackhole).fault;
+        assert!(hole.swallows_at(at(20_000)) && !hole.refuses_at(at(25_000)));
+    }
+
+    #[test]
+    fn failover_scales_both_providers_and_its_fault() {
+        let s = Scenario::builtin(ScenarioKind::Failover)
+            .with_qps(400.0)
+            .with_duration(Duration::from_secs(40));
+        assert_eq!(s.capacity, 725);
+        assert_eq!(s.secondary().unwrap().capacity, 435);
+        assert_eq!(s.fault.start, Duration::from_millis(13_333));
+        assert_eq!(s.fault.end, Duration::from_millis(23_333));
+        let s = s.with_capacity(1_000);
+        assert_eq!(s.secondary().unwrap().capacity, 600);
+        for kind in ScenarioKind::ALL {
+            let two = kind == ScenarioKind::Failover;
+            assert_eq!(Scenario::builtin(kind).secondary().is_some(), two, "{kind}");
+        }
+        assert!(s.describe().contains(
+            "from 18.333 s a black hole (connections accepted, never answered); secondary \
+             provider: 600 slots (60% of the primary's), healthy throughout"
+        ));
     }
 
     #[test]

@@ -13,6 +13,10 @@
 //! after it, unmeasured, until every measured request has its answer: the last measured requests
 //! meet the same load as the others instead of an idle provider. (A request a black hole holds
 //! until the caller's patience runs out keeps them going that long.)
+//!
+//! Where the scenario has a second provider, both are simulated, each with its own model, and
+//! the failover pipelines reach them through a [`Router`]; every other pipeline sends to the
+//! primary alone.
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -25,6 +29,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, Request, Response, Uri};
 use http_body_util::Full;
 use stormguard::breaker::{CircuitBreaker, FallbackAnswer, State};
+use stormguard::failover::DegradedAnswer;
 use tokio::task::LocalSet;
 use tokio::time::Instant;
 use tower::timeout::Timeout;
@@ -32,7 +37,8 @@ use tower::{BoxError, Service, ServiceExt};
 
 use crate::backend::{Backend, FINE_BUCKET, REQUEST_ID, TOKENS};
 use crate::metrics::{Answer, Recorder, Series, Summary, summarize};
-use crate::pipeline::{self, NaivePolicy, Pipeline, SimRequest, TowerPolicy};
+use crate::pipeline::{self, NaiveFailoverPolicy, NaivePolicy, Pipeline, SimRequest, TowerPolicy};
+use crate::router::Router;
 use crate::scenario::{Arrivals, CALLER_PATIENCE, Scenario, TokenSizes};
 
 /// The body every logical request sends where the scenario gives no sizes: a small chat
@@ -145,16 +151,27 @@ pub struct Run {
     /// Per-second series for the chart, and per-100 ms ones for a closer look.
     pub series: Series,
     /// The circuit breaker's state at the start of each [`FINE_BUCKET`] (100 ms) of the scenario's
-    /// duration; empty for a pipeline without a breaker.
+    /// duration (the primary's, for a failover); empty for a pipeline without a breaker.
     pub breaker: Vec<State>,
 }
 
 /// Run `pipeline` through `scenario`; `on_second` is called after each second of virtual time.
+///
+/// A failover pipeline needs a scenario with a second provider ([`Scenario::secondary`]); every
+/// other pipeline sends to the primary alone.
 pub fn simulate(
     scenario: &Scenario,
     pipeline: Pipeline,
     on_second: impl Fn() + 'static,
 ) -> Result<Run, BoxError> {
+    let second = scenario.secondary();
+    if pipeline.fails_over() && second.is_none() {
+        return Err(format!(
+            "pipeline {pipeline} needs a scenario with two providers (failover), not {}",
+            scenario.kind
+        )
+        .into());
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -163,21 +180,27 @@ pub fn simulate(
     let recorder = Rc::new(RefCell::new(Recorder::default()));
     let on_second: Rc<dyn Fn()> = Rc::new(on_second);
     let states = Rc::new(RefCell::new(Vec::new()));
-    let backend = local.block_on(&runtime, async {
+    let (backend, secondary) = local.block_on(&runtime, async {
         let epoch = Instant::now();
         let backend = Backend::new(scenario, epoch);
+        let secondary = second.as_ref().map(|second| Backend::new(second, epoch));
         let driver = Driver {
             scenario: scenario.clone(),
             epoch,
             recorder: recorder.clone(),
             on_second,
-            backend: backend.clone(),
+            backends: std::iter::once(backend.clone())
+                .chain(secondary.clone())
+                .collect(),
         };
-        if let Some(breaker) = start(pipeline, scenario, backend.clone(), driver)? {
+        let router = secondary
+            .clone()
+            .map(|secondary| Router::new(backend.clone(), secondary));
+        if let Some(breaker) = start(pipeline, scenario, backend.clone(), router, driver)? {
             let watch = watch(breaker, epoch, scenario.duration, states.clone());
             tokio::task::spawn_local(watch);
         }
-        Ok::<_, BoxError>(backend)
+        Ok::<_, BoxError>((backend, secondary))
     })?;
     // Every pipeline answers within its deadline or attempt timeouts, unless a black hole holds
     // an attempt with no timeout; this bound guarantees that a run ends. Requests still
@@ -185,8 +208,15 @@ pub fn simulate(
     let limit = scenario.duration.saturating_add(CALLER_PATIENCE);
     let _ = runtime.block_on(async { tokio::time::timeout(limit, local).await });
     let stats = backend.model().stats().clone();
+    let secondary = secondary.map(|secondary| secondary.model().stats().clone());
     let recorder = recorder.take();
-    let (summary, series) = summarize(pipeline.as_str(), scenario, recorder, &stats);
+    let (summary, series) = summarize(
+        pipeline.as_str(),
+        scenario,
+        recorder,
+        &stats,
+        secondary.as_ref(),
+    );
     Ok(Run {
         summary,
         series,
@@ -209,21 +239,37 @@ async fn watch(
     }
 }
 
-/// Build the pipeline around the backend and start the arrivals; returns the pipeline's circuit
-/// breaker, if it has one.
+/// Build the pipeline around the backend (a failover: around the router to both providers) and
+/// start the arrivals; returns the pipeline's circuit breaker (a failover's primary's), if it
+/// has one.
 fn start(
     pipeline: Pipeline,
     scenario: &Scenario,
     backend: Backend,
+    router: Option<Router>,
     driver: Driver,
 ) -> Result<Option<CircuitBreaker>, BoxError> {
     let attempt = |backend: Backend| Timeout::new(backend, scenario.attempt_timeout);
+    let router = || {
+        router
+            .clone()
+            .ok_or_else(|| BoxError::from(format!("{pipeline} needs two providers")))
+    };
     match pipeline {
         Pipeline::None => driver.spawn(attempt(backend)),
         Pipeline::Naive => driver.spawn(tower::retry::Retry::new(
             NaivePolicy::default(),
             attempt(backend),
         )),
+        Pipeline::NaiveFailover => driver.spawn(tower::retry::Retry::new(
+            NaiveFailoverPolicy::default(),
+            Timeout::new(router()?, scenario.attempt_timeout),
+        )),
+        Pipeline::StormguardFailover => {
+            let (client, breaker) = pipeline::stormguard_failover(router()?, scenario);
+            driver.spawn(client);
+            return Ok(Some(breaker));
+        }
         Pipeline::Tower => {
             let policy = TowerPolicy::new(scenario.seed ^ 0x7043_7e12)?;
             driver.spawn(tower::retry::Retry::new(policy, attempt(backend)));
@@ -249,7 +295,8 @@ struct Driver {
     epoch: Instant,
     recorder: Rc<RefCell<Recorder>>,
     on_second: Rc<dyn Fn()>,
-    backend: Backend,
+    /// The providers (the primary first), told which requests are measured.
+    backends: Vec<Backend>,
 }
 
 impl Driver {
@@ -285,7 +332,9 @@ impl Driver {
                 break;
             }
             if ms == millis {
-                self.backend.model().count_ids_below(id);
+                for backend in &self.backends {
+                    backend.model().count_ids_below(id);
+                }
             }
             let at = Duration::from_millis(ms);
             tokio::time::sleep_until(self.epoch + at).await;
@@ -350,7 +399,7 @@ where
 {
     let result = service.oneshot(request).await;
     let answer = match &result {
-        Ok(response) if response.extensions().get::<FallbackAnswer>().is_some() => Answer::Fallback,
+        Ok(response) if is_local_answer(response) => Answer::Fallback,
         Ok(response) if response.status().is_success() => Answer::Success,
         _ => Answer::Failure,
     };
@@ -365,6 +414,13 @@ where
             .outstanding
             .set(record.outstanding.get().saturating_sub(1));
     }
+}
+
+/// Whether the client answered `response` itself: the breaker's fallback, or a failover's
+/// degraded answer (no success, though a 200).
+fn is_local_answer<B>(response: &Response<B>) -> bool {
+    let extensions = response.extensions();
+    extensions.get::<FallbackAnswer>().is_some() || extensions.get::<DegradedAnswer>().is_some()
 }
 
 #[cfg(test)]

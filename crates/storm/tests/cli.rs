@@ -166,12 +166,63 @@ fn burst_compares_the_rate_limit_rows_and_counts_429s() {
 }
 
 #[test]
+fn failover_compares_the_failover_rows_with_the_secondarys_figures() {
+    let out = out_dir("failover");
+    let json = run_json(
+        &["--scenario", "failover", "--qps", "200", "--duration", "20"],
+        &out,
+    );
+    let value: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let rows = value.as_array().expect("an array");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["naive+failover", "stormguard", "stormguard+failover"]
+    );
+    for row in rows {
+        for key in [
+            "secondary_attempts",
+            "secondary_peak_load",
+            "secondary_overloaded_s",
+            "primary_in_fault",
+            "back_s",
+        ] {
+            assert!(row["failover"].get(key).is_some(), "{key} missing in {row}");
+        }
+    }
+    let secondary = |row: &serde_json::Value| row["failover"]["secondary_attempts"].as_u64();
+    assert_eq!(
+        secondary(&rows[1]),
+        Some(0),
+        "stormguard sends to the primary alone"
+    );
+    assert!(secondary(&rows[2]) > Some(0), "{}", rows[2]);
+    assert!(out.join("failover.svg").exists(), "the chart is written");
+
+    // One provider, no failover figures in the JSON, and no failover row.
+    let one = run_json(
+        &["--scenario", "outage", "--qps", "100", "--duration", "6"],
+        &out,
+    );
+    assert!(!one.contains("failover"), "{one}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_storm"))
+        .args(["--scenario", "outage", "--pipelines", "stormguard+failover"])
+        .output()
+        .expect("storm runs");
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("needs two providers"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
 fn bad_flags_are_refused_with_usage() {
     for args in [
         &["--scenario", "storm"][..],
         &["--pipelines", "none,retry"],
         &["--qps", "-5"],
         &["--bogus"],
+        &["--scenario", "seed", "--pipelines", "naive+failover"],
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_storm"))
             .args(args)

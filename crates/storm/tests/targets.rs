@@ -1,7 +1,8 @@
 //! The simulator's targets, on the built-in scenarios scaled down to run in seconds: load and
 //! capacity divided together (utilisation stays the field's), the run shortened with the fault
 //! window kept in proportion. stormguard (with a breaker, in the black hole; with a rate limit,
-//! in the bursts) against naive retries.
+//! in the bursts) against naive retries; in the failover, stormguard's failover against a naive
+//! one and against stormguard on the primary alone.
 
 use std::time::Duration;
 
@@ -196,4 +197,76 @@ fn burst_pacing_cuts_429s_and_answers_nearly_every_request() {
         adaptive.too_many_requests,
         naive.too_many_requests
     );
+}
+
+/// The failover scenario at 400 req/s for 40 s (725 slots on the primary, 435 on the secondary):
+/// the primary answers 503 from 13.3 s to 18.3 s and is a black hole from 18.3 s to 23.3 s.
+fn failover_runs() -> (Scenario, Vec<Run>) {
+    let scenario = Scenario::builtin(ScenarioKind::Failover)
+        .with_qps(400.0)
+        .with_duration(Duration::from_secs(40));
+    let runs = stormguard_storm::run(
+        &scenario,
+        &[
+            Pipeline::NaiveFailover,
+            Pipeline::Stormguard,
+            Pipeline::StormguardFailover,
+        ],
+        || {},
+    )
+    .expect("the simulation runs");
+    (scenario, runs)
+}
+
+#[test]
+fn failover_leaves_the_dead_primary_and_is_back_on_it_within_5_s() {
+    let (scenario, runs) = failover_runs();
+    let (naive, alone, failover) = (&runs[0].summary, &runs[1].summary, &runs[2].summary);
+    let figures = |s: &Summary| s.failover.expect("two providers, their figures");
+
+    // The naive failover sends every request to the dead primary first, and more on retries.
+    assert!(
+        figures(naive)
+            .primary_in_fault
+            .expect("arrivals in the fault")
+            >= 1.0,
+        "{naive:?}"
+    );
+    // stormguard on the primary alone loses the requests of the fault: a quarter of the run.
+    assert!(alone.success_rate < 0.75, "{alone:?}");
+    assert_eq!(figures(alone).secondary_attempts, 0, "{alone:?}");
+
+    // stormguard's failover: at most 5% of the offered load reaches the dead primary during its
+    // fault (its breaker's probes)...
+    let f = figures(failover);
+    let dead = f.primary_in_fault.expect("arrivals in the fault");
+    assert!(dead <= 0.05, "{failover:?}");
+    assert!(f.secondary_attempts > 0, "the secondary answers meanwhile");
+    // ...and the traffic is back on the primary within 5 s of its recovery, through its
+    // breaker's probes: the breaker is closed then.
+    let back = f.back_s.expect("back on the primary");
+    assert!(back <= 5.0, "{failover:?}");
+    let closed_at = scenario.fault.end.as_secs_f64() + back + 0.5;
+    let state = runs[2].breaker[(closed_at / FINE_BUCKET.as_secs_f64()) as usize];
+    assert_eq!(state, State::Closed, "at {closed_at} s");
+}
+
+/// The failover's targets for the secondary and for success, not met (see the README's failover
+/// section): at the primary's crash, its ~0.9 s of requests in flight (Little's law) fail at once
+/// and the failover sends them to the secondary within the first backoff (at most 500 ms), on top
+/// of the whole load, while the secondary has room for about a fifth of them (its 60% of the
+/// primary's slots leave 17% free at the full load). It thrashes (peak load 1.25x here, 1.31x at
+/// full scale), its throttle and breaker then mark it unhealthy, and with the primary's breaker
+/// open too, every request meets `NoBackend` until the secondary's breaker closes again, about 4 s
+/// later.
+#[test]
+#[ignore = "not met: the failover sends the primary's requests in flight at its crash to the \
+            secondary at once, and overloads it (see the README's failover section)"]
+fn failover_answers_999_in_1000_without_overloading_the_secondary() {
+    let (_, runs) = failover_runs();
+    let failover = &runs[2].summary;
+    let f = failover.failover.expect("two providers, their figures");
+    assert!(failover.success_rate >= 0.999, "{failover:?}");
+    assert_eq!(f.secondary_overloaded_s, 0, "{failover:?}");
+    assert!(f.secondary_peak_load <= 1.0, "{failover:?}");
 }
