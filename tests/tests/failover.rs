@@ -254,8 +254,11 @@ async fn an_empty_budget_stops_the_failover_as_it_stops_retries() {
         ))
         .with_backend(backup("secondary", &secondary, "backup-1"))
         .layer(hyper_client());
-    let response = send(&mut client, &primary).await.unwrap();
-    assert_eq!(response.status(), 503);
+    // The 503 opened the primary's breaker, which refused the retry: that refusal is the
+    // answer, as the budget has nothing for a failover.
+    let error = send(&mut client, &primary).await.unwrap_err();
+    assert_eq!(error.reason(), Reason::BreakerOpen);
+    assert_eq!(error.attempts(), 1);
     assert_eq!((primary.hits(), secondary.hits()), (1, 0));
     // The next request starts on the backup: nothing was sent to the primary, so nothing is
     // drawn from the budget.

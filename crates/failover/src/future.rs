@@ -308,7 +308,9 @@ where
         if outcome.is_success() {
             return Step::Finish(result);
         }
-        let refused = attempts == 0 && is_local_refusal(outcome.reason());
+        // Refused here (its breaker, throttle, bulkhead or rate limit), before or after an
+        // attempt was sent: the backend did not take the request's last attempt.
+        let refused = is_local_refusal(outcome.reason());
         let failed = !refused && failed_on_backend(&result, &outcome);
         let next = match Cure::of(&outcome) {
             Some(cure) => self.cure(cure),

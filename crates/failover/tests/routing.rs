@@ -222,14 +222,14 @@ async fn a_failover_the_deadline_cannot_fit_is_not_tried() {
         }))
         .layer(providers.service());
     let response = client.oneshot(request()).await.unwrap();
-    // 300 ms were left after the primary's 700 ms attempt: too short for another like it.
-    // The engine gave up on the primary's 503 (a retry would not fit either).
+    // The primary's breaker opened on its 503, so its retry was refused at once; the secondary
+    // was not tried: 300 ms were left, less than the primary's 700 ms attempt took.
     let why = response
         .extensions()
         .get::<DegradedAnswer>()
         .unwrap()
         .outcome();
-    assert_eq!(why.reason(), Reason::Unavailable);
+    assert_eq!(why.reason(), Reason::BreakerOpen);
     assert_eq!(providers.hits(), (1, 0));
 }
 

@@ -824,7 +824,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         let reason = outcome.reason().as_str();
         match self.decide(outcome) {
             Ok((delay, withdrawal)) => {
-                self.receipt = Some(Receipt::Unsent(withdrawal));
+                self.receipt = withdrawal.map(Receipt::Unsent);
                 tracing::warn!(
                     retry_attempt = self.sent,
                     delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
@@ -845,10 +845,20 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         }
     }
 
-    fn decide(&mut self, outcome: &Outcome) -> Result<(Duration, Withdrawal), GiveUpCause> {
+    fn decide(&mut self, outcome: &Outcome) -> Result<(Duration, Option<Withdrawal>), GiveUpCause> {
         let config = &*self.config;
         if self.sent >= config.max_attempts {
             return Err(GiveUpCause::AttemptsExhausted);
+        }
+        // The breaker is open (this failure may have opened it): the retry goes at once, to be
+        // refused (and answered by the fallback, or a failover above moves on), with no wait
+        // and nothing drawn from the budget for it.
+        if config
+            .breaker
+            .as_ref()
+            .is_some_and(|breaker| breaker.state() == stormguard_breaker::State::Open)
+        {
+            return Ok((Duration::ZERO, None));
         }
         let delay = match outcome.retry_after() {
             Some(hint) => match config.hint_policy.apply(hint) {
@@ -877,7 +887,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             );
             return Err(GiveUpCause::BudgetExhausted);
         };
-        Ok((delay, withdrawal))
+        Ok((delay, Some(withdrawal)))
     }
 }
 

@@ -454,6 +454,26 @@ pub fn stormguard_rate_limit(backend: Backend, scenario: &Scenario) -> stormguar
     client_layer(scenario).with_rate_limit(limit).layer(backend)
 }
 
+/// The secondary's quota, as its operator would set it: 90% of what it can complete a second,
+/// a burst of 100 ms, and a wait of up to 30 s. It paces what fails over to it: the requests in
+/// flight on the primary when it falls come on top of the whole load, more than the secondary's
+/// spare slots, and wait their turn instead of overloading it.
+fn secondary_quota(scenario: &Scenario) -> Option<RateLimit> {
+    let secondary = scenario.secondary()?;
+    let per_second = secondary.throughput_at(Duration::ZERO) * SECONDARY_QUOTA_SHARE;
+    let per_minute = (per_second * 60.0).floor().min(f64::from(u32::MAX)) as u32;
+    Some(RateLimit::new(
+        RateLimitConfig::default()
+            .with_requests_per_minute(Some(per_minute.max(1)))
+            .with_learning(false)
+            .with_burst(Duration::from_millis(100))
+            .with_max_wait(Duration::from_secs(30)),
+    ))
+}
+
+/// The share of its capacity the secondary's quota allows.
+const SECONDARY_QUOTA_SHARE: f64 = 0.9;
+
 /// stormguard's failover over the scenario's two providers: `Failover::new(ClientLayer::default())`
 /// (seeded) with a backend `primary` (requests as they are) and a backend `secondary` (rewritten
 /// for the secondary's origin, [`SECONDARY_ORIGIN`]), each with the default backend breaker
@@ -472,13 +492,15 @@ pub fn stormguard_failover(
     };
     let primary = breaker(0xb4ea_6e01);
     let secondary = Adapter::new().with_origin(http::Uri::from_static(SECONDARY_ORIGIN));
+    let mut backup = failover::Backend::new("secondary")
+        .with_adapter(secondary)
+        .with_breaker(breaker(0xb4ea_6e02));
+    if let Some(quota) = secondary_quota(scenario) {
+        backup = backup.with_rate_limit(quota);
+    }
     let failover = Failover::new(client_layer(scenario))
         .with_backend(failover::Backend::new("primary").with_breaker(primary.clone()))
-        .with_backend(
-            failover::Backend::new("secondary")
-                .with_adapter(secondary)
-                .with_breaker(breaker(0xb4ea_6e02)),
-        );
+        .with_backend(backup);
     (failover.layer(router), primary)
 }
 
