@@ -694,6 +694,7 @@ pub const OPENAI_DONE: &str = "data: [DONE]\n\n";
 pub struct StreamingProvider {
     server: Server,
     hits: Arc<AtomicUsize>,
+    bodies: Arc<Mutex<Vec<String>>>,
 }
 
 impl StreamingProvider {
@@ -706,9 +707,12 @@ impl StreamingProvider {
         assert!(!scripts.is_empty(), "a provider needs at least one script");
         let hits = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&hits);
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&bodies);
         let scripts = Arc::new(scripts);
-        let router = Router::new().fallback(move || {
+        let router = Router::new().fallback(move |body: Bytes| {
             let n = counted.fetch_add(1, Ordering::SeqCst);
+            lock(&seen).push(String::from_utf8_lossy(&body).into_owned());
             let script = scripts[n.min(scripts.len() - 1)].clone();
             async move {
                 Response::builder()
@@ -720,7 +724,13 @@ impl StreamingProvider {
         Self {
             server: Server::spawn(router).await,
             hits,
+            bodies,
         }
+    }
+
+    /// The bodies of the requests received so far.
+    pub fn bodies(&self) -> Vec<String> {
+        lock(&self.bodies).clone()
     }
 
     /// `http://127.0.0.1:PORT` followed by `path`.

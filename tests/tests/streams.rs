@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use stormguard::stream::{InterruptCause, StreamInterrupted};
+use stormguard::stream::{InterruptCause, Resume, Resumed, ResumedBody, StreamInterrupted};
 use stormguard_tests::{
     ANTHROPIC_OVERLOADED, ANTHROPIC_START, OPENAI_DONE, OPENAI_ROLE, Sse, StreamingProvider,
     chat_post, fast_client_layer, hyper_client, openai_chunk, outage_budget, send,
@@ -163,4 +163,64 @@ async fn a_reqwest_client_gets_the_same_guard() {
         .find_map(|link| link.downcast_ref::<StreamInterrupted>())
         .unwrap();
     assert_eq!(interrupted.events(), 3);
+}
+
+#[tokio::test]
+async fn a_resumed_stream_continues_after_what_was_delivered_with_nothing_twice() {
+    let mut cut = answer(&["one ", "two "]);
+    cut.pop();
+    cut.extend([Sse::Wait(Duration::from_millis(50)), Sse::Cut]);
+    let provider = StreamingProvider::spawn(vec![cut, answer(&["three ", "four"])]).await;
+    let layer = fast_client_layer(outage_budget());
+    // The continuation goes through the same policy and budget.
+    let continuation = layer.clone().layer(hyper_client());
+    let resume = Resume::new(move |received, head, body| {
+        // The partial answer, from the content events' deltas, as an assistant prefix.
+        let prefix: String = received
+            .content()
+            .iter()
+            .filter_map(|data| {
+                let chunk: serde_json::Value = serde_json::from_str(data).ok()?;
+                Some(chunk["choices"][0]["delta"]["content"].as_str()?.to_owned())
+            })
+            .collect();
+        let mut request: serde_json::Value = serde_json::from_slice(body).ok()?;
+        request["messages"]
+            .as_array_mut()?
+            .push(serde_json::json!({"role": "assistant", "content": prefix}));
+        let mut head = head.clone();
+        // Another request: its own idempotency key, its own length.
+        head.headers.remove("idempotency-key");
+        head.headers.remove(http::header::CONTENT_LENGTH);
+        let body = bytes::Bytes::from(serde_json::to_vec(&request).ok()?);
+        let request = http::Request::from_parts(head, http_body_util::Full::new(body));
+        let client = continuation.clone();
+        Some(Box::pin(async move {
+            let response = client.oneshot(request).await.ok()?;
+            let body: ResumedBody = Box::pin(response.into_body());
+            Some(body)
+        }) as Resumed)
+    });
+    let client = layer.with_stream_resume(resume).layer(hyper_client());
+    let response = client
+        .oneshot(chat_post(&provider.url(PATH)))
+        .await
+        .unwrap();
+    let (text, error) = read_all(response.into_body()).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(provider.hits(), 2);
+    for word in ["one", "two", "three", "four"] {
+        assert_eq!(
+            text.matches(&format!("\"{word}")).count(),
+            1,
+            "{word} in {text}"
+        );
+    }
+    assert!(text.ends_with(OPENAI_DONE), "{text}");
+    // The continuation asked for the rest of "one two ".
+    let second = provider.bodies().pop().unwrap();
+    assert!(
+        second.contains(r#"{"content":"one two ","role":"assistant"}"#),
+        "{second}"
+    );
 }

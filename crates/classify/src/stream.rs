@@ -254,6 +254,96 @@ impl StdError for StreamInterrupted {
     }
 }
 
+/// What a stream delivered before it was interrupted, for a [`Resume`] hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    events: u64,
+    bytes: u64,
+    content: Vec<String>,
+}
+
+impl Received {
+    /// Content events delivered.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Bytes of the stream delivered (whole events only, when a resume hook is set).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The `data` of each content event delivered, in order (an OpenAI chunk's JSON, an
+    /// Anthropic `content_block_delta`'s JSON): what the caller has seen of the answer.
+    pub fn content(&self) -> &[String] {
+        &self.content
+    }
+}
+
+/// The body of a continuation, as a [`Resume`] hook's future yields it.
+pub type ResumedBody = Pin<Box<dyn Body<Data = Bytes, Error = BoxError> + Send + 'static>>;
+
+/// The future a [`Resume`] hook returns: the continuation's body, or `None` (it failed: the
+/// stream ends with [`StreamInterrupted`]).
+pub type Resumed = Pin<Box<dyn Future<Output = Option<ResumedBody>> + Send + 'static>>;
+
+type ResumeFn = dyn Fn(&Received, &http::request::Parts, &Bytes) -> Option<Resumed> + Send + Sync;
+
+/// An opt-in hook that continues an interrupted stream instead of ending it: given what was
+/// received, the original request's head (with its deadline) and body, it may send a
+/// continuation request (for example the partial answer as an assistant prefix) through a client
+/// that shares the same retry budget, and return the future of its answer's body. The stream
+/// then goes on with that body's bytes after the last whole event delivered; if the hook
+/// declines (`None`), or the continuation fails, the stream ends with [`StreamInterrupted`].
+///
+/// The head is the original request's: it carries the deadline, and its `Idempotency-Key`,
+/// which a continuation (another request) should not reuse: remove it (and `content-length`)
+/// before sending. `tests/tests/streams.rs` has a hook that adds the partial answer as an
+/// assistant prefix to an OpenAI chat request.
+///
+/// While a hook is set, a stream is handed on in whole events (a partial event is held back
+/// until its end arrives), so that the continuation never joins half an event. The content kept
+/// for the hook is bounded (1 MiB); beyond it, the stream is not resumed.
+#[derive(Clone)]
+pub struct Resume {
+    hook: std::sync::Arc<ResumeFn>,
+}
+
+impl Resume {
+    /// A resume hook.
+    pub fn new<F>(hook: F) -> Self
+    where
+        F: Fn(&Received, &http::request::Parts, &Bytes) -> Option<Resumed> + Send + Sync + 'static,
+    {
+        Self {
+            hook: std::sync::Arc::new(hook),
+        }
+    }
+}
+
+impl fmt::Debug for Resume {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Resume")
+    }
+}
+
+/// A resume hook with the request it would continue.
+struct Resumable {
+    resume: Resume,
+    head: http::request::Parts,
+    body: Bytes,
+}
+
+/// Where a resumed stream stands: waiting for the continuation, or reading it. Behind a mutex
+/// only so that the stream stays `Sync`; it is reached with `get_mut`, never locked.
+enum Spliced {
+    Waiting {
+        resumed: std::sync::Mutex<Resumed>,
+        cause: Option<InterruptCause>,
+    },
+    Reading(std::sync::Mutex<ResumedBody>),
+}
+
 /// Called once with how a guarded stream ended: success, or the interruption's outcome.
 type AtEnd = Box<dyn FnOnce(&Outcome) + Send + Sync>;
 
@@ -301,6 +391,18 @@ impl<RB: Body> fmt::Debug for Opening<RB> {
 pub struct OpenStream<RB: Body> {
     guard: Option<Guard<RB>>,
     read: BytesMut,
+}
+
+impl<RB: Body> OpenStream<RB> {
+    /// Keeps the data of the content events, for a [`Resume`] hook
+    /// ([`GuardedStream::with_resume`]).
+    #[must_use]
+    pub fn keeping_content(mut self) -> Self {
+        if let Some(guard) = self.guard.as_mut() {
+            guard.keep = true;
+        }
+        self
+    }
 }
 
 impl<RB: Body> Unpin for OpenStream<RB> {}
@@ -403,7 +505,23 @@ struct Guard<RB: Body> {
     /// An interruption found ahead of what was delivered, handed out after it.
     interrupted: Option<InterruptCause>,
     done: bool,
+    /// Where the last complete frame ended, in bytes of the stream.
+    last_end: u64,
+    /// Whether the data of content events is kept (for a resume hook), and what was kept.
+    keep: bool,
+    kept: Kept,
 }
+
+/// The data of the content events seen, kept for a resume hook, up to [`MAX_KEPT`] bytes.
+#[derive(Default)]
+struct Kept {
+    content: Vec<String>,
+    size: usize,
+    overflowed: bool,
+}
+
+/// Most bytes of content kept for a resume hook: 1 MiB (a long answer's text is far less).
+const MAX_KEPT: usize = 1 << 20;
 
 impl<RB: Body<Data = Bytes>> Guard<RB> {
     fn new(body: Pin<Box<RB>>, policy: StreamPolicy, now: Instant) -> Self {
@@ -418,6 +536,9 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             sleep: None,
             interrupted: None,
             done: false,
+            last_end: 0,
+            keep: false,
+            kept: Kept::default(),
         }
     }
 
@@ -462,6 +583,15 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                     self.events += 1;
                     self.progress = self.policy.progress.map(|timeout| now + timeout);
                     scan = Scan::Content;
+                    if let (true, FrameKind::Event(event)) = (self.keep, &frame.kind) {
+                        let kept = &mut self.kept;
+                        if kept.size + event.data.len() <= MAX_KEPT {
+                            kept.size += event.data.len();
+                            kept.content.push(event.data.clone());
+                        } else {
+                            kept.overflowed = true;
+                        }
+                    }
                 }
                 // What follows an error is not read: the stream ends there.
                 EventKind::Error(outcome) => {
@@ -474,6 +604,7 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                 EventKind::Control | EventKind::Done => {}
             }
             boundary = frame.end;
+            self.last_end = frame.end;
         }
         scan
     }
@@ -522,6 +653,10 @@ pub struct GuardedStream<RB: Body> {
     /// Bytes handed on.
     bytes: u64,
     at_end: Option<AtEnd>,
+    /// With a resume hook: the hook, and the bytes after the last whole event, held back.
+    resumable: Option<Box<Resumable>>,
+    held: BytesMut,
+    spliced: Option<Spliced>,
 }
 
 impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
@@ -531,7 +666,27 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
             opening: Some(opening).filter(|bytes| !bytes.is_empty()),
             bytes: 0,
             at_end: None,
+            resumable: None,
+            held: BytesMut::new(),
+            spliced: None,
         }
+    }
+
+    /// Continues the stream with `resume` if it is interrupted, as a continuation of the request
+    /// with head `head` and body `body` (see [`Resume`]). Meant for a stream opened
+    /// [`keeping_content`](OpenStream::keeping_content).
+    #[must_use]
+    pub fn with_resume(mut self, resume: Resume, head: http::request::Parts, body: Bytes) -> Self {
+        // From now on, whole events only: what follows the last one waits for its end.
+        if let Some(mut opening) = self.opening.take() {
+            let whole = usize::try_from(self.guard.last_end)
+                .unwrap_or(usize::MAX)
+                .min(opening.len());
+            self.held.extend_from_slice(&opening.split_off(whole));
+            self.opening = Some(opening).filter(|bytes| !bytes.is_empty());
+        }
+        self.resumable = Some(Box::new(Resumable { resume, head, body }));
+        self
     }
 
     /// Calls `at_end` once, with how the stream ended: success when it ends cleanly, the
@@ -567,6 +722,105 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
         self.end(&cause.outcome());
         Box::new(StreamInterrupted::new(self.guard.events, self.bytes, cause))
     }
+
+    /// The stream broke: continued by the resume hook if there is one and it takes it (then
+    /// `None`, the continuation is being waited for), else ended with [`StreamInterrupted`].
+    fn stop(&mut self, cause: InterruptCause) -> Option<BoxError> {
+        let resumed = self.resumable.take().and_then(|resumable| {
+            if self.guard.kept.overflowed {
+                return None;
+            }
+            let received = Received {
+                events: self.guard.events,
+                bytes: self.bytes,
+                content: std::mem::take(&mut self.guard.kept.content),
+            };
+            (resumable.resume.hook)(&received, &resumable.head, &resumable.body)
+        });
+        let Some(resumed) = resumed else {
+            return Some(self.interrupted(cause));
+        };
+        // This attempt ended as it did, whatever the continuation does.
+        if let Some(at_end) = self.at_end.take() {
+            at_end(&cause.outcome());
+        }
+        self.held.clear();
+        self.spliced = Some(Spliced::Waiting {
+            resumed: std::sync::Mutex::new(resumed),
+            cause: Some(cause),
+        });
+        None
+    }
+
+    /// Hands on the continuation of a resumed stream.
+    fn poll_spliced(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            match self.spliced.as_mut() {
+                None => return Poll::Ready(None),
+                Some(Spliced::Waiting { resumed, cause }) => {
+                    let resumed = resumed
+                        .get_mut()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    match ready!(resumed.as_mut().poll(cx)) {
+                        Some(body) => {
+                            self.spliced = Some(Spliced::Reading(std::sync::Mutex::new(body)));
+                        }
+                        None => {
+                            let cause =
+                                cause.take().unwrap_or(InterruptCause::Idle(Duration::ZERO));
+                            self.spliced = None;
+                            self.guard.done = true;
+                            let error =
+                                StreamInterrupted::new(self.guard.events, self.bytes, cause);
+                            return Poll::Ready(Some(Err(Box::new(error))));
+                        }
+                    }
+                }
+                Some(Spliced::Reading(body)) => {
+                    let body = body
+                        .get_mut()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let frame = ready!(body.as_mut().poll_frame(cx));
+                    if let Some(Ok(frame)) = &frame
+                        && let Some(data) = frame.data_ref()
+                    {
+                        self.bytes += data.len() as u64;
+                    }
+                    if frame.is_none() {
+                        self.spliced = None;
+                        self.guard.done = true;
+                    }
+                    return Poll::Ready(frame);
+                }
+            }
+        }
+    }
+
+    /// Hands on `data` (the chunk that began at byte `start` of the stream), up to `upto`: all of
+    /// it, or, with a resume hook, up to the last whole event (the rest is held back).
+    fn deliver(&mut self, data: Bytes, start: u64, upto: Option<u64>) -> Option<Bytes> {
+        let upto = match (&self.resumable, upto) {
+            (_, Some(at)) => at,
+            (Some(_), None) => self.guard.last_end,
+            (None, None) => start + data.len() as u64,
+        };
+        let data = if self.resumable.is_some() || !self.held.is_empty() {
+            self.held.extend_from_slice(&data);
+            let ready = usize::try_from(upto.saturating_sub(self.bytes))
+                .unwrap_or(usize::MAX)
+                .min(self.held.len());
+            self.held.split_to(ready).freeze()
+        } else {
+            let mut data = data;
+            data.truncate(usize::try_from(upto.saturating_sub(start)).unwrap_or(usize::MAX));
+            data
+        };
+        self.bytes += data.len() as u64;
+        Some(data).filter(|data| !data.is_empty())
+    }
 }
 
 impl<RB: Body<Data = Bytes>> Body for GuardedStream<RB>
@@ -581,51 +835,57 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        if this.guard.done {
-            return Poll::Ready(None);
-        }
-        if let Some(opening) = this.opening.take() {
-            this.bytes += opening.len() as u64;
-            return Poll::Ready(Some(Ok(Frame::data(opening))));
-        }
-        if let Some(cause) = this.guard.interrupted.take() {
-            return Poll::Ready(Some(Err(this.interrupted(cause))));
-        }
-        let chunk = match this.guard.poll_chunk(cx) {
-            Poll::Ready(chunk) => chunk,
-            Poll::Pending => {
-                return match this.guard.poll_timers(cx) {
-                    Some(cause) => Poll::Ready(Some(Err(this.interrupted(cause)))),
-                    None => Poll::Pending,
-                };
+        loop {
+            if this.spliced.is_some() {
+                return this.poll_spliced(cx);
             }
-        };
-        match chunk {
-            Chunk::Data(mut data) => {
-                let start = this.guard.parser.consumed() - data.len() as u64;
-                if let Scan::Error { outcome, at } = this.guard.scan(start) {
-                    data.truncate(usize::try_from(at - start).unwrap_or(usize::MAX));
-                    this.guard.interrupt(InterruptCause::ErrorEvent(outcome));
-                    if data.is_empty() {
-                        let cause = this.guard.interrupted.take().expect("just set");
-                        return Poll::Ready(Some(Err(this.interrupted(cause))));
+            if this.guard.done {
+                return Poll::Ready(None);
+            }
+            if let Some(opening) = this.opening.take() {
+                this.bytes += opening.len() as u64;
+                return Poll::Ready(Some(Ok(Frame::data(opening))));
+            }
+            let cause = match this.guard.interrupted.take() {
+                Some(cause) => cause,
+                None => match this.guard.poll_chunk(cx) {
+                    Poll::Pending => match this.guard.poll_timers(cx) {
+                        Some(cause) => cause,
+                        None => return Poll::Pending,
+                    },
+                    Poll::Ready(Chunk::Data(data)) => {
+                        let start = this.guard.parser.consumed() - data.len() as u64;
+                        let upto = match this.guard.scan(start) {
+                            Scan::Error { outcome, at } => {
+                                this.guard.interrupt(InterruptCause::ErrorEvent(outcome));
+                                Some(at)
+                            }
+                            _ => None,
+                        };
+                        match this.deliver(data, start, upto) {
+                            Some(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                            None => continue,
+                        }
                     }
-                }
-                this.bytes += data.len() as u64;
-                Poll::Ready(Some(Ok(Frame::data(data))))
-            }
-            Chunk::Trailers(trailers) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Chunk::End => {
-                this.end(&Outcome::success());
-                Poll::Ready(None)
-            }
-            Chunk::Failed(error) => {
-                let cause = InterruptCause::Reset(error.into());
-                Poll::Ready(Some(Err(this.interrupted(cause))))
-            }
-            Chunk::Malformed(error) => {
-                let cause = InterruptCause::Malformed(error);
-                Poll::Ready(Some(Err(this.interrupted(cause))))
+                    Poll::Ready(Chunk::Trailers(trailers)) => {
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                    Poll::Ready(Chunk::End) => {
+                        this.end(&Outcome::success());
+                        // A last event without its blank line, held back: it ends the stream.
+                        if !this.held.is_empty() {
+                            let rest = this.held.split().freeze();
+                            this.bytes += rest.len() as u64;
+                            return Poll::Ready(Some(Ok(Frame::data(rest))));
+                        }
+                        return Poll::Ready(None);
+                    }
+                    Poll::Ready(Chunk::Failed(error)) => InterruptCause::Reset(error.into()),
+                    Poll::Ready(Chunk::Malformed(error)) => InterruptCause::Malformed(error),
+                },
+            };
+            if let Some(error) = this.stop(cause) {
+                return Poll::Ready(Some(Err(error)));
             }
         }
     }

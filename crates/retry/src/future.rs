@@ -652,8 +652,12 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                     && outcome.is_success()
                     && is_event_stream(&head.headers)
                 {
+                    let mut open = stream::open(body, policy);
+                    if self.config.resume.is_some() && self.template.is_some() {
+                        open = open.keeping_content();
+                    }
                     return Step::Next(State::Opening {
-                        open: Box::new(stream::open(body, policy)),
+                        open: Box::new(open),
                         head: Some(head),
                     });
                 }
@@ -687,6 +691,10 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             Opening::Open(mut stream) => {
                 if let Some(permit) = self.permit.take() {
                     stream = Box::new((*stream).with_at_end(move |outcome| permit.record(outcome)));
+                }
+                if let (Some(resume), Some(template)) = (&self.config.resume, &self.template) {
+                    let (head, body) = (template.head.clone(), template.body.clone());
+                    stream = Box::new((*stream).with_resume(resume.clone(), head, body));
                 }
                 let response = Response::from_parts(head, ResponseBody::stream(stream));
                 self.judged(response, Outcome::success())

@@ -8,7 +8,7 @@ use http::request::Parts;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{CircuitBreaker, Fallback};
 use stormguard_budget::RetryBudget;
-use stormguard_classify::stream::StreamPolicy;
+use stormguard_classify::stream::{Resume, StreamPolicy};
 use stormguard_classify::{Classify, LlmClassifier};
 use stormguard_deadline::client::{FromFn, TimeoutSource};
 use stormguard_deadline::propagate::DEFAULT_MARGIN;
@@ -51,6 +51,7 @@ pub(crate) struct Config<C, Bk> {
     pub(crate) margin: Duration,
     pub(crate) propagation: bool,
     pub(crate) streams: Option<StreamPolicy>,
+    pub(crate) resume: Option<Resume>,
 }
 
 /// The whole client pipeline for `http::Request<B>` services, as one [`Layer`] (see the
@@ -132,6 +133,7 @@ impl Default for ClientLayer {
             margin: DEFAULT_MARGIN,
             propagation: true,
             streams: Some(StreamPolicy::default()),
+            resume: None,
         })
     }
 }
@@ -262,6 +264,15 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.change(|config| config.streams = Some(policy))
     }
 
+    /// Continue an event stream interrupted after its first content with `resume` instead of
+    /// ending it (opt-in; see `stormguard_classify::stream::Resume`): the hook gets what was
+    /// received and the request (its head carries the deadline), and may send a continuation
+    /// through a client sharing this layer's budget. Requests whose body was not buffered (larger
+    /// than the replay cap) are not resumed.
+    pub fn with_stream_resume(self, resume: Resume) -> Self {
+        self.change(|config| config.resume = Some(resume))
+    }
+
     /// Hand event streams back as they come, unguarded.
     pub fn without_stream_guard(self) -> Self {
         self.change(|config| config.streams = None)
@@ -373,6 +384,7 @@ impl<C, Bk> Config<C, Bk> {
             margin: self.margin,
             propagation: self.propagation,
             streams: self.streams,
+            resume: self.resume,
         }
     }
 }

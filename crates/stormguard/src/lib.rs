@@ -181,7 +181,8 @@ pub mod rate_limit {
 pub mod stream {
     pub use stormguard_classify::sse::{Event, EventKind, SseError, classify_event};
     pub use stormguard_classify::stream::{
-        GuardedStream, InterruptCause, StreamInterrupted, StreamPolicy, is_event_stream,
+        GuardedStream, InterruptCause, Received, Resume, Resumed, ResumedBody, StreamInterrupted,
+        StreamPolicy, is_event_stream,
     };
 }
 
