@@ -1,12 +1,13 @@
 //! [`ResponseFuture`]: one request through the engine, as a state machine.
 //!
 //! ```text
-//! Buffering ──▶ [Reserving] ─▶ [Pacing] ──▶ Calling ──▶ Classifying ──▶ (output)
-//!   (body)            ▲                         │ error     │ retryable
+//! Buffering ──▶ [Reserving] ─▶ [Pacing] ──▶ Calling ──▶ Classifying | Opening ──▶ (output)
+//!   (body)            ▲                         │ error     │ retryable (an error event)
 //!                     │                         └──────┬────┘
 //!                   Ready ◀─────────────────────── Backoff
 //! ```
 //!
+//! `Opening` reads an event stream up to its first content event (`stormguard_classify::stream`).
 //! The states only wait; what happens between them is decided by [`Attempts`], which holds the
 //! request's bookkeeping (its template, the attempts sent, the deadline, the budget's receipt,
 //! what is owed to the throttle, the breaker's permit). The deadline is enforced over every state
