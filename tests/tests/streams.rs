@@ -224,3 +224,27 @@ async fn a_resumed_stream_continues_after_what_was_delivered_with_nothing_twice(
         "{second}"
     );
 }
+
+#[tokio::test]
+async fn the_breaker_counts_a_stream_cut_after_content_as_a_failure() {
+    let mut cut = answer(&["one "]);
+    cut.pop();
+    cut.extend([Sse::Wait(Duration::from_millis(50)), Sse::Cut]);
+    let provider = StreamingProvider::spawn(vec![cut]).await;
+    let breaker = stormguard::breaker::CircuitBreaker::new(
+        stormguard::breaker::BreakerConfig::default().with_consecutive_failures(Some(1)),
+    );
+    let client = fast_client_layer(outage_budget())
+        .with_breaker(breaker.clone())
+        .layer(hyper_client());
+    let response = client
+        .oneshot(chat_post(&provider.url(PATH)))
+        .await
+        .unwrap();
+    // Handed back: the breaker has not heard how the attempt ends.
+    assert_eq!(breaker.state(), stormguard::breaker::State::Closed);
+    let (_, error) = read_all(response.into_body()).await;
+    assert!(error.is_some());
+    // The aborted stream is a health failure: with one failure enough, the breaker opens.
+    assert_eq!(breaker.state(), stormguard::breaker::State::Open);
+}
