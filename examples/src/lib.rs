@@ -1,9 +1,11 @@
 //! Runnable examples of stormguard, and the mock LLM server they run against.
 //!
 //! Binaries (each runs on loopback with ephemeral ports, prints a summary and exits):
-//! - `mock_llm`: the fault-injecting mock LLM server of [`mock`], hit by a plain client;
+//! - `mock_llm`: the fault-injecting mock LLM server of [`mock`] (plain and streamed answers),
+//!   hit by a plain client;
 //! - `reqwest_client`: a reqwest-middleware client with `StormguardMiddleware` against the mock;
-//! - `axum_gateway`: an axum gateway with `ServerLayer` whose upstream client has `ClientLayer`;
+//! - `axum_gateway`: an axum gateway with `ServerLayer` whose upstream client has `ClientLayer`
+//!   (`--stream`: relaying streamed answers);
 //! - `tonic_client`: a tonic health client with `ClientLayer` against a flaky tonic server;
 //! - `fleet_admit`: one replica of a fleet sharing a rate limit through Redis ([`fleet`]).
 //!

@@ -179,7 +179,9 @@ pub mod rate_limit {
 /// ended with [`StreamInterrupted`](stream::StreamInterrupted) when it breaks. The engine applies
 /// it to every event stream ([`ClientLayer::with_stream_policy`]).
 pub mod stream {
-    pub use stormguard_classify::sse::{Event, EventKind, SseError, classify_event};
+    pub use stormguard_classify::sse::{
+        Event, EventKind, Frame, FrameKind, Parser, SseError, classify_event,
+    };
     pub use stormguard_classify::stream::{
         GuardedStream, InterruptCause, Received, Resume, Resumed, ResumedBody, StreamInterrupted,
         StreamPolicy, is_event_stream,

@@ -5,6 +5,9 @@
 //! cargo run -p stormguard-examples --bin mock_llm               # burst, summary, exit
 //! cargo run -p stormguard-examples --bin mock_llm -- --serve 30 # then stay up 30 s for curl
 //! ```
+//!
+//! With `"stream": true` in the request's JSON the mock streams its answer (`text/event-stream`,
+//! one chunk per token); `curl -N` prints the chunks as they come.
 
 use std::time::Duration;
 

@@ -16,16 +16,34 @@ pub enum Fault {
     Overloaded,
     /// 429 `insufficient_quota`: the account is out of credit. Never gets better by retrying.
     QuotaExhausted,
+    /// A streamed answer that fails before its content (a stream fault): `200`,
+    /// `text/event-stream`, the role chunk, then OpenAI's error frame, `data: {"error":
+    /// {"message": ..., "type": "server_error", "code": null}}` (the body of a 503), and the end
+    /// of the stream. Nothing has reached the user yet: a client reads it as a retryable failure,
+    /// like the 503 itself. (Anthropic fails the same way with `event: error` and an
+    /// `overloaded_error`; the mock speaks OpenAI's format, so it sends OpenAI's frame.)
+    ErrorBeforeContent,
+    /// A streamed answer cut mid-stream (a stream fault): `200`, `text/event-stream`, the role
+    /// chunk and the first half of the content chunks (at least one), then the connection fails:
+    /// the body ends with an error, without `data: [DONE]`.
+    CutMidStream,
 }
 
 impl Fault {
-    /// The HTTP status of this fault.
+    /// The HTTP status of this fault: `200` for the stream faults, which fail in the body.
     pub const fn status(self) -> u16 {
         match self {
             Fault::RateLimited { .. } | Fault::QuotaExhausted => 429,
             Fault::Unavailable => 503,
             Fault::Overloaded => 529,
+            Fault::ErrorBeforeContent | Fault::CutMidStream => 200,
         }
+    }
+
+    /// Whether this fault fails a streamed answer after its `200`. Stream faults only happen to
+    /// streaming requests (`"stream": true`).
+    pub const fn is_stream(self) -> bool {
+        matches!(self, Fault::ErrorBeforeContent | Fault::CutMidStream)
     }
 }
 
@@ -35,11 +53,19 @@ pub struct MockConfig {
     /// Fraction (0.0 ..= 1.0) of requests within capacity that fail with a fault from
     /// [`faults`](Self::faults). 1.0 is a total outage.
     pub error_rate: f64,
-    /// The faults to pick from, each with a relative weight.
+    /// The faults to pick from, each with a relative weight. Stream faults
+    /// ([`Fault::is_stream`]) are picked for streaming requests only: a plain request that fails
+    /// picks among the other faults, and is answered normally when there are none.
     pub faults: Vec<(Fault, u32)>,
+    /// The first requests' faults, in arrival order: the n-th request to arrive fails with the
+    /// n-th fault, whatever the load and [`error_rate`](Self::error_rate) (`vec![fault]` fails the
+    /// first request only). A stream fault scripted for a plain request does not apply: that
+    /// request is served as usual. Requests past the end of the list are served as usual.
+    pub first_faults: Vec<Fault>,
     /// Fixed part of a successful answer's latency.
     pub base_latency: Duration,
-    /// Latency added per requested output token (`max_tokens`), like a generation.
+    /// Latency added per requested output token (`max_tokens`), like a generation. A streamed
+    /// answer sends one content chunk per token, this long apart.
     pub latency_per_token: Duration,
     /// `max_tokens` assumed when a request does not say.
     pub default_max_tokens: u32,
@@ -66,6 +92,7 @@ impl Default for MockConfig {
                 (Fault::Unavailable, 1),
                 (Fault::Overloaded, 1),
             ],
+            first_faults: Vec::new(),
             base_latency: Duration::from_millis(2),
             latency_per_token: Duration::from_millis(1),
             default_max_tokens: 16,
@@ -101,11 +128,23 @@ impl MockConfig {
         let work = self
             .base_latency
             .saturating_add(self.latency_per_token.saturating_mul(max_tokens));
+        work.saturating_mul(self.slowdown(in_flight))
+    }
+
+    /// The time between two content chunks of a streamed answer, with `in_flight` requests
+    /// being served (this one included): a stream takes as long as the answer it streams.
+    pub fn token_latency(&self, in_flight: usize) -> Duration {
+        self.latency_per_token
+            .saturating_mul(self.slowdown(in_flight))
+    }
+
+    /// How many times slower than usual the mock works with `in_flight` requests.
+    fn slowdown(&self, in_flight: usize) -> u32 {
         let capacity = self.capacity.max(1);
         let excess = in_flight.saturating_sub(capacity);
         // Above capacity every request slows down in proportion: twice the load, twice the time.
         let factor = 1 + excess / capacity;
-        work.saturating_mul(u32::try_from(factor).unwrap_or(u32::MAX))
+        u32::try_from(factor).unwrap_or(u32::MAX)
     }
 }
 
@@ -127,5 +166,15 @@ mod tests {
         assert_eq!(config.latency(8, 35), Duration::from_millis(30));
         // Hostile numbers saturate instead of overflowing.
         assert!(config.latency(u32::MAX, usize::MAX) > Duration::from_secs(4_000_000));
+        // A stream paces its chunks by the same rule.
+        assert_eq!(config.token_latency(1), Duration::from_millis(1));
+        assert_eq!(config.token_latency(35), Duration::from_millis(3));
+    }
+
+    #[test]
+    fn only_the_stream_faults_answer_200_and_fail_in_the_body() {
+        assert!(Fault::ErrorBeforeContent.is_stream() && Fault::CutMidStream.is_stream());
+        assert_eq!(Fault::CutMidStream.status(), 200);
+        assert!(!Fault::Overloaded.is_stream() && !Fault::QuotaExhausted.is_stream());
     }
 }

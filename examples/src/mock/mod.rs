@@ -1,13 +1,21 @@
 //! A fault-injecting mock of an OpenAI-like chat completions API.
 //!
-//! `POST /v1/chat/completions` takes the usual JSON (`model`, `messages`, `max_tokens`) and
-//! answers a `chat.completion` object after a latency proportional to `max_tokens`, or one of the
-//! providers' failures ([`Fault`]) at the configured rate. Past its capacity it degrades like a
-//! real overloaded backend: excess requests are shed with 503 or 529 and everyone waits longer.
-//! Every request is counted in [`MockStats`], with its `x-retry-attempt` and `Idempotency-Key`.
+//! `POST /v1/chat/completions` takes the usual JSON (`model`, `messages`, `max_tokens`,
+//! `stream`) and answers a `chat.completion` object after a latency proportional to
+//! `max_tokens`, or one of the providers' failures ([`Fault`]) at the configured rate. Past its
+//! capacity it degrades like a real overloaded backend: excess requests are shed with 503 or 529
+//! and everyone waits longer. Every request is counted in [`MockStats`], with its
+//! `x-retry-attempt` and `Idempotency-Key`.
+//!
+//! With `"stream": true` the answer is streamed like OpenAI's (`text/event-stream`): a chunk
+//! with the role, one chunk per token paced by the per-token latency, a chunk with the
+//! `finish_reason`, then `data: [DONE]`. Two faults fail a stream after its `200`:
+//! [`Fault::ErrorBeforeContent`] and [`Fault::CutMidStream`]. [`Transcript`] reads such a stream
+//! back.
 
 mod config;
 mod stats;
+mod stream;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,6 +26,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::Deserialize;
@@ -28,6 +37,7 @@ use tokio::task::JoinHandle;
 
 pub use config::{Fault, MockConfig};
 pub use stats::{MockStats, StatsSnapshot};
+pub use stream::Transcript;
 
 /// The path of the chat completions endpoint.
 pub const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
@@ -76,6 +86,11 @@ pub async fn spawn(config: MockConfig) -> std::io::Result<MockHandle> {
     let app = Router::new()
         .route(CHAT_COMPLETIONS, post(chat_completions))
         .with_state(shared);
+    // A streamed answer is many small writes: sent at once, not held back by Nagle's algorithm
+    // until the client acknowledges the last one (up to 40 ms with delayed ACKs).
+    let listener = listener.tap_io(|connection| {
+        let _ = connection.set_nodelay(true);
+    });
     let (shutdown, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -104,10 +119,45 @@ enum Verdict {
     Shed(Fault),
     Fail(Fault),
     Complete,
+    /// A streamed answer, failed by a stream fault or clean.
+    Stream(Option<Fault>),
+}
+
+impl Verdict {
+    /// The answer to a request that fails with `fault`.
+    fn failed(fault: Fault) -> Self {
+        if fault.is_stream() {
+            Verdict::Stream(Some(fault))
+        } else {
+            Verdict::Fail(fault)
+        }
+    }
+
+    /// The answer to a request served as usual.
+    fn served(streaming: bool) -> Self {
+        if streaming {
+            Verdict::Stream(None)
+        } else {
+            Verdict::Complete
+        }
+    }
 }
 
 impl Shared {
-    fn verdict(&self, load: usize) -> Verdict {
+    /// The answer to the request that arrived after `arrival` others, with `load` in flight.
+    fn verdict(&self, load: usize, arrival: u64, streaming: bool) -> Verdict {
+        // Stream faults fail streams only.
+        let applies = |fault: &Fault| streaming || !fault.is_stream();
+        let scripted = usize::try_from(arrival)
+            .ok()
+            .and_then(|n| self.config.first_faults.get(n));
+        if let Some(fault) = scripted {
+            return if applies(fault) {
+                Verdict::failed(*fault)
+            } else {
+                Verdict::served(streaming)
+            };
+        }
         let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
         if load > self.config.capacity {
             return Verdict::Shed(if rng.random::<bool>() {
@@ -117,22 +167,28 @@ impl Shared {
             });
         }
         if rng.random::<f64>() >= self.config.error_rate {
-            return Verdict::Complete;
+            return Verdict::served(streaming);
         }
-        let total: u64 = self
-            .config
-            .faults
-            .iter()
-            .map(|(_, weight)| u64::from(*weight))
-            .sum();
+        let faults = || {
+            self.config
+                .faults
+                .iter()
+                .filter(|(fault, _)| applies(fault))
+        };
+        let total: u64 = faults().map(|(_, weight)| u64::from(*weight)).sum();
         if total == 0 {
-            return Verdict::Fail(Fault::Unavailable);
+            return if self.config.faults.iter().any(|(fault, _)| !applies(fault)) {
+                // Only stream faults, and this request does not stream.
+                Verdict::served(streaming)
+            } else {
+                Verdict::Fail(Fault::Unavailable)
+            };
         }
         let mut draw = rng.random_range(0..total);
-        for (fault, weight) in &self.config.faults {
+        for (fault, weight) in faults() {
             let weight = u64::from(*weight);
             if draw < weight {
-                return Verdict::Fail(*fault);
+                return Verdict::failed(*fault);
             }
             draw -= weight;
         }
@@ -146,6 +202,7 @@ struct ChatRequest {
     #[serde(default)]
     messages: Vec<ChatMessage>,
     max_tokens: Option<u32>,
+    stream: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -174,7 +231,8 @@ async fn chat_completions(
         Ok(chat) => {
             let config = &shared.config;
             let max_tokens = chat.max_tokens.unwrap_or(config.default_max_tokens);
-            match shared.verdict(request.load()) {
+            let streaming = chat.stream == Some(true);
+            match shared.verdict(request.load(), request.arrival(), streaming) {
                 Verdict::Shed(fault) => {
                     // Shedding is cheap work, but an overloaded server is slow at everything.
                     tokio::time::sleep(config.latency(0, request.load())).await;
@@ -187,6 +245,13 @@ async fn chat_completions(
                 Verdict::Complete => {
                     tokio::time::sleep(config.latency(max_tokens, request.load())).await;
                     completion(&chat, max_tokens)
+                }
+                Verdict::Stream(fault) => {
+                    // The time to the first byte; the tokens follow, paced, in the stream.
+                    tokio::time::sleep(config.latency(0, request.load())).await;
+                    let pace = config.token_latency(request.load());
+                    request.answered(StatusCode::OK.as_u16());
+                    return stream::answer(chat.model, max_tokens, fault, pace, request);
                 }
             }
         }
@@ -222,28 +287,7 @@ fn completion(chat: &ChatRequest, max_tokens: u32) -> Response<Body> {
 
 fn fault_response(fault: Fault) -> Response<Body> {
     let status = StatusCode::from_u16(fault.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    let body = match fault {
-        Fault::RateLimited { .. } => serde_json::json!({ "error": {
-            "message": "Rate limit reached for requests. Please try again shortly.",
-            "type": "requests",
-            "code": "rate_limit_exceeded",
-        }}),
-        Fault::QuotaExhausted => serde_json::json!({ "error": {
-            "message": "You exceeded your current quota, please check your plan and billing details.",
-            "type": "insufficient_quota",
-            "code": "insufficient_quota",
-        }}),
-        Fault::Unavailable => serde_json::json!({ "error": {
-            "message": "The server is overloaded or not ready yet.",
-            "type": "server_error",
-            "code": null,
-        }}),
-        Fault::Overloaded => serde_json::json!({
-            "type": "error",
-            "error": { "type": "overloaded_error", "message": "Overloaded" },
-        }),
-    };
-    let mut response = json_response(status, &body);
+    let mut response = json_response(status, &error_body(fault));
     if let Fault::RateLimited { retry_after } = fault {
         let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
         let secs = retry_after
@@ -254,6 +298,33 @@ fn fault_response(fault: Fault) -> Response<Body> {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     response
+}
+
+/// The provider's error JSON for `fault`. A stream fault's error frame is a 503's body.
+fn error_body(fault: Fault) -> serde_json::Value {
+    match fault {
+        Fault::RateLimited { .. } => serde_json::json!({ "error": {
+            "message": "Rate limit reached for requests. Please try again shortly.",
+            "type": "requests",
+            "code": "rate_limit_exceeded",
+        }}),
+        Fault::QuotaExhausted => serde_json::json!({ "error": {
+            "message": "You exceeded your current quota, please check your plan and billing details.",
+            "type": "insufficient_quota",
+            "code": "insufficient_quota",
+        }}),
+        Fault::Unavailable | Fault::ErrorBeforeContent | Fault::CutMidStream => {
+            serde_json::json!({ "error": {
+                "message": "The server is overloaded or not ready yet.",
+                "type": "server_error",
+                "code": null,
+            }})
+        }
+        Fault::Overloaded => serde_json::json!({
+            "type": "error",
+            "error": { "type": "overloaded_error", "message": "Overloaded" },
+        }),
+    }
 }
 
 fn invalid_request(message: &str) -> Response<Body> {

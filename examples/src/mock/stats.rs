@@ -4,6 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+#[cfg(doc)]
+use super::Fault;
+
 /// Counters of a running mock. Cheap to clone: clones share the counters.
 #[derive(Clone, Debug, Default)]
 pub struct MockStats {
@@ -15,6 +18,10 @@ struct Inner {
     attempts: AtomicU64,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
+    streams: AtomicU64,
+    stream_errors: AtomicU64,
+    streams_cut: AtomicU64,
+    content_chunks: AtomicU64,
     seen: Mutex<Seen>,
 }
 
@@ -36,8 +43,17 @@ pub struct StatsSnapshot {
     pub by_attempt_header: BTreeMap<u32, u64>,
     /// `Idempotency-Key` values, in arrival order (one per attempt that carried one).
     pub idempotency_keys: Vec<String>,
-    /// Most requests served at once.
+    /// Most requests served at once (a streamed answer is served until its stream ends).
     pub peak_in_flight: usize,
+    /// Streamed answers begun (`200`, `text/event-stream`; also counted in `by_status`), the
+    /// faulty ones included.
+    pub streams: u64,
+    /// Streams that sent an error frame before any content ([`Fault::ErrorBeforeContent`]).
+    pub stream_errors: u64,
+    /// Streams whose connection the mock failed mid-stream ([`Fault::CutMidStream`]).
+    pub streams_cut: u64,
+    /// Content chunks handed to the connection, over all streams.
+    pub content_chunks: u64,
 }
 
 impl StatsSnapshot {
@@ -78,13 +94,17 @@ impl MockStats {
             by_attempt_header: seen.by_attempt_header.clone(),
             idempotency_keys: seen.idempotency_keys.clone(),
             peak_in_flight: self.inner.peak_in_flight.load(Ordering::Relaxed),
+            streams: self.inner.streams.load(Ordering::Relaxed),
+            stream_errors: self.inner.stream_errors.load(Ordering::Relaxed),
+            streams_cut: self.inner.streams_cut.load(Ordering::Relaxed),
+            content_chunks: self.inner.content_chunks.load(Ordering::Relaxed),
         }
     }
 
     /// Counts an arriving request. The returned guard holds its place among the requests in
     /// flight until it is dropped, even when the client goes away mid-answer.
     pub(crate) fn arrive(&self, attempt: Option<u32>, idempotency_key: Option<String>) -> InFlight {
-        self.inner.attempts.fetch_add(1, Ordering::Relaxed);
+        let arrival = self.inner.attempts.fetch_add(1, Ordering::Relaxed);
         let in_flight = self.inner.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.inner
             .peak_in_flight
@@ -102,6 +122,7 @@ impl MockStats {
         }
         InFlight {
             stats: self.clone(),
+            arrival,
             in_flight,
         }
     }
@@ -110,10 +131,41 @@ impl MockStats {
 /// One request being served.
 pub(crate) struct InFlight {
     stats: MockStats,
+    arrival: u64,
     in_flight: usize,
 }
 
+/// What a streamed answer sent, counted as it goes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Streamed {
+    /// The stream began.
+    Begun,
+    /// A content chunk.
+    Content,
+    /// An error frame before any content.
+    Error,
+    /// The cut of its connection.
+    Cut,
+}
+
 impl InFlight {
+    /// How many requests arrived before this one.
+    pub(crate) fn arrival(&self) -> u64 {
+        self.arrival
+    }
+
+    /// Counts what this request's stream sent.
+    pub(crate) fn streamed(&self, what: Streamed) {
+        let inner = &self.stats.inner;
+        let counter = match what {
+            Streamed::Begun => &inner.streams,
+            Streamed::Content => &inner.content_chunks,
+            Streamed::Error => &inner.stream_errors,
+            Streamed::Cut => &inner.streams_cut,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Requests in flight when this one arrived, this one included.
     pub(crate) fn load(&self) -> usize {
         self.in_flight
