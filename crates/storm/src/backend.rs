@@ -52,6 +52,13 @@
 //!   half of the window (work in flight when it starts fails with 503 then), the black hole for
 //!   the second. A second provider (the scenario's [`secondary`](crate::scenario::Scenario::secondary))
 //!   is another model of its own, healthy throughout; [`crate::router`] sends it its requests.
+//! - **Streams** (the `streams` scenario): a success is streamed as `text/event-stream`
+//!   ([`crate::event_stream`]): its head and opening chunk go out when the provider starts on the
+//!   request, then one content event every 100 ms for its service time, and it holds its slot
+//!   until it ends. In the fault window a share of the streams fails with an error event when the
+//!   first content was due (the slot is free then), and a share is cut after some content (a
+//!   connection reset, the slot free then); the provider counts both, and, for a stream that
+//!   failed before content, whether another attempt of the request followed.
 //! - **Open attempts.** Apart from the provider's own load, the model counts the attempts the
 //!   clients hold open: sent, and not yet answered, dropped (timed out) or cut. A black hole
 //!   frees nothing when a client drops an attempt, but the client's connection is gone.
@@ -71,7 +78,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
 use stormguard::classify::headers::{
     X_RATELIMIT_LIMIT_REQUESTS, X_RATELIMIT_LIMIT_TOKENS, X_RATELIMIT_REMAINING_REQUESTS,
@@ -80,6 +87,7 @@ use stormguard::classify::headers::{
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
+use crate::event_stream::{ErrorForm, EventStream, StreamFate, StreamPlan};
 use crate::scenario::{FaultKind, Scenario};
 
 /// Request header carrying the logical request's id (the same on every attempt).
@@ -102,9 +110,11 @@ const MAX_TRACKED_IDS: usize = 1 << 27;
 
 const OK_BODY: &[u8] =
     br#"{"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"ok"}}]}"#;
-const ERROR_BODY: &[u8] =
+/// The body of a 500 (and, in a stream, of OpenAI's error frame).
+pub(crate) const ERROR_BODY: &[u8] =
     br#"{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}"#;
-const OVERLOADED_BODY: &[u8] =
+/// The body of a 529 (and, in a stream, of Anthropic's error event).
+pub(crate) const OVERLOADED_BODY: &[u8] =
     br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
 const UNAVAILABLE_BODY: &[u8] =
     br#"{"error":{"message":"The service is temporarily unavailable.","type":"service_unavailable"}}"#;
@@ -156,6 +166,13 @@ pub struct BackendStats {
     pub attempts: u64,
     /// Attempts answered 429 (Too Many Requests).
     pub rate_limited: u64,
+    /// Streams that failed with an error event before any content (see
+    /// [`FaultKind::StreamErrors`]).
+    pub streams_failed_before_content: u64,
+    /// Of those, the ones another attempt of the same request followed (a retry, or a restart).
+    pub streams_failed_retried: u64,
+    /// Streams cut after some content.
+    pub streams_cut: u64,
 }
 
 impl BackendStats {
@@ -181,6 +198,9 @@ pub struct Decision {
     pub queued: bool,
     /// What the answer's rate-limit headers say, under a quota of requests and tokens a minute.
     pub rate_limit: Option<RateLimitState>,
+    /// A success streamed as `text/event-stream` (where the scenario streams): the stream, which
+    /// starts at `respond_at_us`.
+    pub stream: Option<StreamPlan>,
 }
 
 /// One dimension of a quota as the provider's headers state it.
@@ -308,6 +328,8 @@ impl ProviderQuota {
 #[derive(Clone, Copy, Default)]
 struct Track {
     attempts: u32,
+    /// Whether the last attempt's stream failed before any content.
+    failed_before_content: bool,
     /// Microseconds from the start before which a retry is early (0: no hint given).
     hinted_until_us: u64,
 }
@@ -444,6 +466,9 @@ impl Model {
         }
         let mut decision = self.decide(now_us, id, tokens);
         decision.rate_limit = self.quota.as_ref().map(ProviderQuota::state);
+        if counted && let Some(stream) = decision.stream {
+            self.count_stream(stream.fate, id);
+        }
         if counted {
             let limited = decision.status == StatusCode::TOO_MANY_REQUESTS;
             self.stats.rate_limited += u64::from(limited);
@@ -466,6 +491,7 @@ impl Model {
             retry_after,
             queued: false,
             rate_limit: None,
+            stream: None,
         };
         let fault = self.scenario.fault;
         let in_fault = fault.contains(at);
@@ -532,6 +558,24 @@ impl Model {
         } else {
             (StatusCode::OK, start.saturating_add(service))
         };
+        // A streamed success holds its slot until the stream ends, or fails.
+        let mut stream = None;
+        if let Some(shape) = self.scenario.stream
+            && status == StatusCode::OK
+        {
+            let service = Duration::from_micros(service);
+            let mut plan = StreamPlan::new(shape, service, StreamFate::Complete);
+            if let FaultKind::StreamErrors {
+                before_content,
+                cut,
+            } = fault.kind
+                && in_fault
+            {
+                plan.fate = self.stream_fate(before_content, cut, plan.events);
+            }
+            end = start.saturating_add(micros(plan.length()));
+            stream = Some(plan);
+        }
         let mut slot_free = end;
         let mut respond_at_us = Some(end);
         let crash = micros(fault.start);
@@ -549,12 +593,50 @@ impl Model {
         self.slots.take_earliest();
         self.slots.add(ms_ceil(slot_free));
         self.ends.add(ms_ceil(end));
+        // A stream's head goes out when the provider starts on it.
+        let stream = stream.filter(|_| status == StatusCode::OK);
+        if stream.is_some() {
+            respond_at_us = Some(start);
+        }
         Decision {
             status,
             respond_at_us,
             retry_after: None,
             queued,
             rate_limit: None,
+            stream,
+        }
+    }
+
+    /// How a stream of `events` content events that starts in a [`FaultKind::StreamErrors`]
+    /// window ends: before content with probability `before_content` (half in Anthropic's form,
+    /// half in OpenAI's), cut with probability `cut` (after 1 to `events` of its events,
+    /// uniformly), else whole.
+    fn stream_fate(&mut self, before_content: f64, cut: f64, events: u32) -> StreamFate {
+        let draw: f64 = self.rng.random();
+        if draw < before_content / 2.0 {
+            StreamFate::ErrorBeforeContent(ErrorForm::Anthropic)
+        } else if draw < before_content {
+            StreamFate::ErrorBeforeContent(ErrorForm::OpenAi)
+        } else if draw < before_content + cut {
+            StreamFate::CutAfter(self.rng.random_range(1..=events.max(1)))
+        } else {
+            StreamFate::Complete
+        }
+    }
+
+    /// Count a measured stream that fails, and mark a request whose stream failed before content
+    /// (its next attempt is a retry of that failure).
+    fn count_stream(&mut self, fate: StreamFate, id: Option<usize>) {
+        match fate {
+            StreamFate::ErrorBeforeContent(_) => {
+                self.stats.streams_failed_before_content += 1;
+                if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
+                    track.failed_before_content = true;
+                }
+            }
+            StreamFate::CutAfter(_) => self.stats.streams_cut += 1,
+            StreamFate::Complete => {}
         }
     }
 
@@ -571,6 +653,9 @@ impl Model {
             self.stats.bucket(second).retries += 1;
             if now_us < track.hinted_until_us {
                 self.stats.early_retries += 1;
+            }
+            if std::mem::take(&mut track.failed_before_content) {
+                self.stats.streams_failed_retried += 1;
             }
         }
         track.attempts = track.attempts.saturating_add(1);
@@ -705,6 +790,10 @@ fn service_time_us(rng: &mut SmallRng, median: Duration, sigma: f64) -> u64 {
     (median.as_micros() as f64 * factor).round() as u64
 }
 
+/// The body of the provider's answers: one JSON body, or, where the scenario streams, an event
+/// stream for a success.
+pub type ProviderBody = Either<Full<Bytes>, EventStream>;
+
 /// The provider as a tower service; clones share one [`Model`].
 #[derive(Clone)]
 pub struct Backend {
@@ -733,7 +822,7 @@ impl Backend {
 }
 
 impl<B> Service<Request<B>> for Backend {
-    type Response = Response<Full<Bytes>>;
+    type Response = Response<ProviderBody>;
     type Error = Infallible;
     type Future = ResponseFuture;
 
@@ -761,7 +850,7 @@ impl<B> Service<Request<B>> for Backend {
             .map(|at| tokio::time::sleep_until(self.epoch + Duration::from_micros(at)));
         ResponseFuture {
             delay,
-            response: decision.respond_at_us.map(|_| respond(decision)),
+            answer: Some(decision).filter(|decision| decision.respond_at_us.is_some()),
             open: Some(OpenAttempt {
                 backend: self.clone(),
             }),
@@ -769,9 +858,9 @@ impl<B> Service<Request<B>> for Backend {
     }
 }
 
-/// An attempt the client holds open; closed in the model when the answer is handed over or the
-/// client drops the attempt, whichever comes first.
-struct OpenAttempt {
+/// An attempt the client holds open; closed in the model when the answer is handed over (a
+/// stream: when it ends) or the client drops the attempt, whichever comes first.
+pub(crate) struct OpenAttempt {
     backend: Backend,
 }
 
@@ -782,7 +871,15 @@ impl Drop for OpenAttempt {
     }
 }
 
-fn respond(decision: Decision) -> Response<Full<Bytes>> {
+/// The answer of `decision`, built when it is sent (a stream starts then).
+fn respond(decision: Decision) -> Response<ProviderBody> {
+    if let Some(plan) = decision.stream {
+        let mut response = Response::new(Either::Right(EventStream::new(plan)));
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        return response;
+    }
     let body: &'static [u8] = match decision.status.as_u16() {
         200 => OK_BODY,
         429 => RATE_LIMITED_BODY,
@@ -790,7 +887,7 @@ fn respond(decision: Decision) -> Response<Full<Bytes>> {
         STATUS_OVERLOADED => OVERLOADED_BODY,
         _ => ERROR_BODY,
     };
-    let mut response = Response::new(Full::new(Bytes::from_static(body)));
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from_static(body))));
     *response.status_mut() = decision.status;
     if decision.status != StatusCode::OK {
         // Error bodies are classified, so they say what they are. (Successes skip the header: one
@@ -837,22 +934,27 @@ pin_project! {
         #[pin]
         delay: Option<Sleep>,
         // `None` while the attempt is open: swallowed by a black hole.
-        response: Option<Response<Full<Bytes>>>,
+        answer: Option<Decision>,
         // `None` once the answer was handed over.
         open: Option<OpenAttempt>,
     }
 }
 
 impl Future for ResponseFuture {
-    type Output = Result<Response<Full<Bytes>>, Infallible>;
+    type Output = Result<Response<ProviderBody>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Some(delay) = this.delay.as_pin_mut() {
             ready!(delay.poll(cx));
         }
-        match this.response.take() {
-            Some(response) => {
+        match this.answer.take() {
+            Some(decision) => {
+                let mut response = respond(decision);
+                // A stream keeps the attempt open until it ends.
+                if let Either::Right(stream) = response.body_mut() {
+                    stream.hold_open(this.open.take());
+                }
                 drop(this.open.take());
                 Poll::Ready(Ok(response))
             }
@@ -1151,6 +1253,7 @@ mod tests {
             retry_after: Some(Duration::from_secs(2)),
             queued: false,
             rate_limit: None,
+            stream: None,
         });
         assert_eq!(response.headers()[RETRY_AFTER], "2");
         assert!(
@@ -1314,5 +1417,123 @@ mod tests {
         assert_eq!(stats.buckets[2].rate_limited, 1);
         assert_eq!((stats.buckets[0].ok, stats.buckets[2].ok), (10, 1));
         assert_eq!(stats.attempts, 17);
+    }
+
+    #[test]
+    fn streams_fail_in_their_window_before_content_or_mid_stream() {
+        let scenario = Scenario::builtin(ScenarioKind::Streams);
+        let mut model = Model::new(&scenario);
+        // 500 attempts a second (the scenario's load), from 10 s to 20 s and from 20 s to 40 s.
+        let plans = |model: &mut Model, from_s: u64, secs: u64, first: usize| {
+            (0..secs * 500)
+                .map(|i| {
+                    let now = from_s * SECOND + i * 2_000;
+                    let decision = model.admit(now, Some(first + i as usize));
+                    assert_eq!(decision.status, StatusCode::OK);
+                    assert_eq!(decision.respond_at_us, Some(now), "the head at the start");
+                    decision.stream.unwrap()
+                })
+                .collect::<Vec<StreamPlan>>()
+        };
+        let before = plans(&mut model, 10, 10, 0);
+        assert!(before.iter().all(|p| p.fate == StreamFate::Complete));
+        // The answers last 4 s at the median: 40 content events of 100 ms.
+        let mut events: Vec<u32> = before.iter().map(|p| p.events).collect();
+        events.sort_unstable();
+        assert!((38..=42).contains(&events[events.len() / 2]), "{events:?}");
+        let during = plans(&mut model, 20, 20, 5_000);
+        let share = |fate: fn(&StreamFate) -> bool| {
+            during.iter().filter(|p| fate(&p.fate)).count() as f64 / during.len() as f64
+        };
+        let anthropic = share(|f| *f == StreamFate::ErrorBeforeContent(ErrorForm::Anthropic));
+        let openai = share(|f| *f == StreamFate::ErrorBeforeContent(ErrorForm::OpenAi));
+        let cut = share(|f| matches!(f, StreamFate::CutAfter(_)));
+        assert!(
+            (0.04..0.06).contains(&(anthropic + openai)),
+            "{anthropic} {openai}"
+        );
+        assert!(anthropic > 0.015 && openai > 0.015, "{anthropic} {openai}");
+        assert!((0.006..0.014).contains(&cut), "{cut}");
+        for plan in &during {
+            if let StreamFate::CutAfter(k) = plan.fate {
+                assert!((1..=plan.events).contains(&k), "{plan:?}");
+            }
+        }
+        let stats = model.stats().clone();
+        let failed = during
+            .iter()
+            .filter(|p| matches!(p.fate, StreamFate::ErrorBeforeContent(_)))
+            .count() as u64;
+        assert_eq!(stats.streams_failed_before_content, failed);
+        assert_eq!(
+            stats.streams_cut,
+            (cut * during.len() as f64).round() as u64
+        );
+        assert_eq!(stats.streams_failed_retried, 0);
+        // Another attempt of a request whose stream failed before content is its retry; one of
+        // a request whose stream was whole is not counted so.
+        let failed_id = 5_000
+            + during
+                .iter()
+                .position(|p| matches!(p.fate, StreamFate::ErrorBeforeContent(_)))
+                .unwrap();
+        model.admit(41 * SECOND, Some(failed_id));
+        model.admit(41 * SECOND, Some(0));
+        model.admit(42 * SECOND, Some(failed_id));
+        assert_eq!(model.stats().streams_failed_retried, 1);
+        assert_eq!(model.stats().retries, 3);
+    }
+
+    #[test]
+    fn a_stream_holds_its_slot_until_it_ends_or_fails() {
+        let mut scenario = Scenario::builtin(ScenarioKind::Streams).with_capacity(1);
+        let mut model = Model::new(&scenario);
+        let first = model.admit(0, Some(0));
+        let length = micros(first.stream.unwrap().length());
+        assert_eq!(model.in_flight(length - 1_000), 1);
+        // The second waits for the slot: its head comes when the first stream has ended.
+        let second = model.admit(1_000, Some(1));
+        assert!(second.queued);
+        assert_eq!(second.respond_at_us, Some(length.div_ceil(1_000) * 1_000));
+        // A stream failing before content frees its slot when its error event goes out.
+        scenario.fault.start = Duration::ZERO;
+        scenario.fault.kind = FaultKind::StreamErrors {
+            before_content: 1.0,
+            cut: 0.0,
+        };
+        let mut failing = Model::new(&scenario);
+        let failed = failing.admit(0, Some(0));
+        assert_eq!(failed.stream.unwrap().length(), Duration::from_millis(100));
+        assert_eq!(failing.in_flight(100_000), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_streamed_answer_keeps_its_attempt_open_until_it_ends() {
+        use http_body_util::BodyExt;
+        let scenario = Scenario::builtin(ScenarioKind::Streams).with_qps(10.0);
+        let backend = Backend::new(&scenario, Instant::now());
+        let response = backend.clone().call(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()[CONTENT_TYPE], "text/event-stream");
+        assert_eq!(backend.model().open(), 1, "open while it streams");
+        let Either::Right(stream) = response.into_body() else {
+            panic!("a stream");
+        };
+        let length = stream.plan().length();
+        let started = Instant::now();
+        let body = stream.collect().await.unwrap().to_bytes();
+        assert_eq!(started.elapsed(), length);
+        assert!(body.ends_with(b"data: [DONE]\n\n"));
+        assert_eq!(backend.model().open(), 0);
+        // Dropped half way, it is closed as well.
+        let response = backend.clone().call(Request::new(())).await.unwrap();
+        assert_eq!(backend.model().open(), 1);
+        drop(response);
+        assert_eq!(backend.model().open(), 0);
+        // Where the scenario does not stream, a success is one JSON body, as before.
+        let seed = Backend::new(&Scenario::builtin(ScenarioKind::Seed), Instant::now());
+        let response = seed.clone().call(Request::new(())).await.unwrap();
+        assert!(matches!(response.body(), Either::Left(_)));
+        assert!(response.headers().get(CONTENT_TYPE).is_none());
     }
 }

@@ -3,7 +3,8 @@
 //! fallback answers, dashed) per second, one line per pipeline, with the fault window (or the
 //! bursts) shaded and the provider's throughput drawn in the attempts panel. A scenario with two
 //! providers gets a panel for the attempts reaching the secondary, with its throughput, under
-//! the primary's.
+//! the primary's; one whose provider streams, a last panel for the content tokens shown twice to
+//! callers.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -130,6 +131,15 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
                 throughput: Some((&secondary_capacity, "secondary")),
             },
         );
+    }
+    if scenario.stream.is_some() {
+        panels.push(Panel {
+            title: "content tokens shown twice to callers (tokens/s, by completion of the request)",
+            dashed_title: "",
+            pick: |s| &s.duplicated_tokens,
+            dashed: None,
+            throughput: None,
+        });
     }
     let plot_width = WIDTH - LEFT - RIGHT;
     let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + PANEL_GAP) + 10.0;
@@ -364,6 +374,33 @@ mod tests {
             &[("stormguard", &series)],
         );
         assert!(!one.contains("secondary") && one.contains(">provider</text>"));
+    }
+
+    #[test]
+    fn streams_get_a_panel_for_the_tokens_shown_twice() {
+        let scenario = Scenario::builtin(ScenarioKind::Streams);
+        let series = Series {
+            offered: vec![10; 60],
+            attempts: vec![10; 60],
+            in_flight: vec![10; 60],
+            successes: vec![10; 60],
+            fallbacks: vec![0; 60],
+            duplicated_tokens: vec![25; 60],
+            ..Series::default()
+        };
+        let svg = render(&scenario, &[("naive", &series)]);
+        assert_eq!(
+            svg.matches(r##"stroke="#d62728" stroke-width="1.8""##)
+                .count(),
+            5,
+            "one line a panel, five panels"
+        );
+        assert!(svg.contains("content tokens shown twice to callers"));
+        let one = render(
+            &Scenario::builtin(ScenarioKind::Seed),
+            &[("naive", &series)],
+        );
+        assert!(!one.contains("shown twice"));
     }
 
     #[test]

@@ -7,24 +7,28 @@
 //! stays above its capacity (a metastable failure). This crate replays that incident, a total
 //! outage, a quota-limited provider, a black hole (a provider that accepts connections and
 //! answers nothing for 10 s, while clients that retry on timeouts pile up connections), bursts
-//! above a quota of requests and tokens a minute (LLM-sized requests, 429s beyond the quota) and
-//! a failover between two providers (the primary down for 15 s, first with 503s, then as a black
-//! hole; a smaller secondary healthy throughout) against the *real* layers, side by side with
-//! what people use today, on virtual time: a 60 s scenario at the field's 12,000 requests/s runs
-//! in seconds.
+//! above a quota of requests and tokens a minute (LLM-sized requests, 429s beyond the quota), a
+//! failover between two providers (the primary down for 15 s, first with 503s, then as a black
+//! hole; a smaller secondary healthy throughout) and streamed answers (`text/event-stream`) that
+//! fail with an error event before their first token or are cut mid-stream, against the *real*
+//! layers, side by side with what people use today, on virtual time: a 60 s scenario at the
+//! field's 12,000 requests/s runs in seconds.
 //!
 //! # How
 //! - [`backend`]: the provider, a tower `Service<http::Request<_>>` answering
-//!   `http::Response<Full<Bytes>>` with 200 / 500 / 503 / 529 / 429 + `Retry-After`, modelled as
+//!   `http::Response` with 200 / 500 / 503 / 529 / 429 + `Retry-After`, modelled as
 //!   a fixed number of GPU slots with a queue, log-normal service times and work that cannot be
 //!   cancelled, and, in the burst scenario, a quota of requests and tokens a minute enforced per
 //!   second and stated in OpenAI's `x-ratelimit-*` headers (the model and its calibration are
-//!   documented there and in [`scenario`]).
+//!   documented there and in [`scenario`]); in the streams scenario it streams its successes
+//!   ([`event_stream`]: OpenAI's chunks, paced on the virtual clock), which callers read to the
+//!   end.
 //! - [`pipeline`]: the clients: no retries; naive fixed-interval retries; a naive failover that
 //!   switches provider on every failure; tower's `retry` with `ExponentialBackoff` and
 //!   `TpsBudget`; `stormguard::ClientLayer::default()`, and the same with a circuit breaker and a
 //!   local fallback, or with a rate limit (configured with the provider's quota, or learning it);
-//!   stormguard's `Failover` over two providers.
+//!   stormguard's `Failover` over two providers. Where the provider streams, the `naive` row's
+//!   callers also restart a stream that failed, as applications do.
 //! - [`router`]: the network to two providers: each request goes to the one its URI names.
 //! - [`sim`]: Poisson arrivals (steady, or in bursts) through one pipeline on a paused-clock,
 //!   current-thread tokio runtime; seeded, so a seed always gives the same numbers.
@@ -59,6 +63,7 @@
 
 pub mod backend;
 pub mod chart;
+pub mod event_stream;
 pub mod metrics;
 pub mod pipeline;
 pub mod report;

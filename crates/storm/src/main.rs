@@ -1,8 +1,8 @@
 //! `storm`: replay retry storms against the real layers and print what each pipeline did.
 //!
 //! ```text
-//! storm [--scenario seed|outage|quota|blackhole|burst|failover] [--qps N] [--duration SECS]
-//!       [--capacity SLOTS] [--seed N]
+//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams] [--qps N]
+//!       [--duration SECS] [--capacity SLOTS] [--seed N]
 //!       [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,
 //!                    stormguard+rate-limit,stormguard+adaptive,stormguard+failover]
 //!       [--attempt-timeout SECS] [--out DIR] [--json]
@@ -10,7 +10,8 @@
 //!
 //! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]). The failover
 //! rows (`naive+failover`, `stormguard+failover`) need the scenario with two providers
-//! (`failover`).
+//! (`failover`). In `streams`, every caller reads its streamed answer to the end, and `naive`'s
+//! restarts a stream that failed ([`Pipeline::stream_restarts`]).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ use stormguard_storm::pipeline::Pipeline;
 use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::{chart, report};
 
-const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst|failover] \
+const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst|failover|streams] \
 [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
 [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,stormguard+rate-limit,\
 stormguard+adaptive,stormguard+failover] [--attempt-timeout SECS] [--out DIR] [--json]";

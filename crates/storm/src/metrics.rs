@@ -50,6 +50,37 @@ pub enum Answer {
     Failure,
 }
 
+/// What the caller of one streamed request saw (the `streams` scenario), and the sum of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamTally {
+    /// Streams that failed before any content and reached the caller, who gave up on them (no
+    /// retry, no restart followed).
+    pub given_up: u64,
+    /// Of those, the ones stormguard handed back because its retry budget refused the retry.
+    pub budget_refused: u64,
+    /// Of those, the ones whose request had no attempt left: stormguard's `max_attempts` (3)
+    /// were sent, or naive's restarts ran out.
+    pub out_of_attempts: u64,
+    /// Streams that failed after content had reached the caller (cut, or interrupted).
+    pub interrupted: u64,
+    /// Of those, the ones that ended with stormguard's typed `StreamInterrupted` error.
+    pub stream_interrupted: u64,
+    /// Content tokens the caller was shown a second time.
+    pub duplicated_tokens: u64,
+}
+
+impl StreamTally {
+    /// Add `other`'s counts to these.
+    pub fn add(&mut self, other: &StreamTally) {
+        self.given_up += other.given_up;
+        self.budget_refused += other.budget_refused;
+        self.out_of_attempts += other.out_of_attempts;
+        self.interrupted += other.interrupted;
+        self.stream_interrupted += other.stream_interrupted;
+        self.duplicated_tokens += other.duplicated_tokens;
+    }
+}
+
 /// Per-second (and per-[`FINE_BUCKET`]) counts of logical requests, as the callers saw them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recorder {
@@ -69,6 +100,10 @@ pub struct Recorder {
     pub latencies_ms: Vec<u32>,
     /// Latency of the fallback's answers, in milliseconds.
     pub fallback_latencies_ms: Vec<u32>,
+    /// What the callers of streamed requests saw, summed.
+    pub streams: StreamTally,
+    /// Content tokens shown twice to callers, per second of completion of their request.
+    pub duplicated_by_completion: Vec<u64>,
 }
 
 fn bump(series: &mut Vec<u64>, index: usize) {
@@ -113,6 +148,16 @@ impl Recorder {
             }
             Answer::Failure => {}
         }
+    }
+
+    /// The caller of a streamed request that completed at `completion` saw `tally`.
+    pub fn stream(&mut self, completion: Duration, tally: &StreamTally) {
+        self.streams.add(tally);
+        let second = completion.as_secs() as usize;
+        if self.duplicated_by_completion.len() <= second {
+            self.duplicated_by_completion.resize(second + 1, 0);
+        }
+        self.duplicated_by_completion[second] += tally.duplicated_tokens;
     }
 }
 
@@ -291,6 +336,9 @@ pub struct Series {
     pub fallbacks: Vec<u64>,
     /// Attempts that reached the secondary provider per second (empty with one provider).
     pub secondary_attempts: Vec<u64>,
+    /// Content tokens shown twice to callers per second (by completion of their request; empty
+    /// where the provider does not stream).
+    pub duplicated_tokens: Vec<u64>,
     /// Logical requests offered per 100 ms.
     pub offered_fine: Vec<u64>,
     /// Attempts that reached the provider per 100 ms.
@@ -357,6 +405,35 @@ pub struct Summary {
     /// absent with one provider.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failover: Option<FailoverFigures>,
+    /// The figures of a scenario whose provider streams; absent where it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streams: Option<StreamFigures>,
+}
+
+/// What a scenario whose provider streams adds to a [`Summary`]: how its streams failed, what
+/// was done about it, and what the callers saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct StreamFigures {
+    /// Streams that failed with an error event before any content (the provider's count).
+    pub failed_before_content: u64,
+    /// Of those, the ones another attempt of the same request followed: retried (or restarted).
+    pub retried: u64,
+    /// Of those, the ones whose failure reached the caller, who gave up (see
+    /// [`StreamTally::given_up`]).
+    pub given_up: u64,
+    /// Of those given up, the ones stormguard's retry budget refused to retry.
+    pub budget_refused: u64,
+    /// Of those given up, the ones whose request had no attempt left (see
+    /// [`StreamTally::out_of_attempts`]).
+    pub out_of_attempts: u64,
+    /// Streams the provider cut after some content (its count).
+    pub cut: u64,
+    /// Streams that failed after content had reached the caller (the callers' count).
+    pub interrupted: u64,
+    /// Of those, the ones that ended with stormguard's typed `StreamInterrupted` error.
+    pub stream_interrupted: u64,
+    /// Content tokens callers were shown twice, summed.
+    pub duplicated_tokens: u64,
 }
 
 /// What a scenario with two providers adds to a [`Summary`]: the secondary's load, and how much
@@ -465,6 +542,17 @@ pub fn summarize(
         early_retries: backend.early_retries,
         successes,
         failover,
+        streams: scenario.stream.map(|_| StreamFigures {
+            failed_before_content: backend.streams_failed_before_content,
+            retried: backend.streams_failed_retried,
+            given_up: recorder.streams.given_up,
+            budget_refused: recorder.streams.budget_refused,
+            out_of_attempts: recorder.streams.out_of_attempts,
+            cut: backend.streams_cut,
+            interrupted: recorder.streams.interrupted,
+            stream_interrupted: recorder.streams.stream_interrupted,
+            duplicated_tokens: recorder.streams.duplicated_tokens,
+        }),
     };
     // Attempts and answers run on after the last arrival; they all end at the same second, and
     // so does the in-flight series (attempts that hang stay open to the end of the run).
@@ -477,11 +565,13 @@ pub fn summarize(
     let mut secondary_attempts: Vec<u64> = secondary
         .map(|stats| stats.buckets.iter().map(|b| b.attempts).collect())
         .unwrap_or_default();
+    let mut duplicated_tokens = recorder.duplicated_by_completion;
     let seconds = attempts
         .len()
         .max(successes.len())
         .max(fallbacks.len())
-        .max(secondary_attempts.len());
+        .max(secondary_attempts.len())
+        .max(duplicated_tokens.len());
     let per_second = (Duration::from_secs(1).as_micros() / FINE_BUCKET.as_micros()) as usize;
     let mut in_flight: Vec<u64> = backend
         .fine
@@ -500,6 +590,9 @@ pub fn summarize(
     if secondary.is_some() {
         secondary_attempts.resize(seconds, 0);
     }
+    if scenario.stream.is_some() {
+        duplicated_tokens.resize(seconds, 0);
+    }
     let series = Series {
         offered: recorder.offered,
         attempts,
@@ -508,6 +601,7 @@ pub fn summarize(
         successes,
         fallbacks,
         secondary_attempts,
+        duplicated_tokens,
         offered_fine: recorder.offered_fine,
         attempts_fine: fine_attempts,
         in_flight_fine: backend.fine.iter().map(|b| b.peak_open).collect(),
@@ -751,6 +845,63 @@ mod tests {
             serde_json::to_value(&alone)
                 .unwrap()
                 .get("failover")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn streamed_requests_add_the_stream_figures_and_the_tokens_shown_twice() {
+        let scenario = Scenario::builtin(ScenarioKind::Streams).with_qps(100.0);
+        let mut recorder = Recorder::default();
+        recorder.arrive(Duration::ZERO);
+        recorder.arrive(Duration::ZERO);
+        let cut_and_restarted = StreamTally {
+            interrupted: 1,
+            duplicated_tokens: 40,
+            ..StreamTally::default()
+        };
+        recorder.complete(Duration::ZERO, Duration::from_secs(3), Answer::Success);
+        recorder.stream(Duration::from_secs(3), &cut_and_restarted);
+        let refused = StreamTally {
+            given_up: 1,
+            budget_refused: 1,
+            ..StreamTally::default()
+        };
+        recorder.complete(Duration::ZERO, Duration::from_secs(1), Answer::Failure);
+        recorder.stream(Duration::from_secs(1), &refused);
+        let stats = BackendStats {
+            streams_failed_before_content: 3,
+            streams_failed_retried: 2,
+            streams_cut: 1,
+            ..BackendStats::default()
+        };
+        let (summary, series) = summarize("naive", &scenario, recorder, &stats, None);
+        assert_eq!(
+            summary.streams,
+            Some(StreamFigures {
+                failed_before_content: 3,
+                retried: 2,
+                given_up: 1,
+                budget_refused: 1,
+                out_of_attempts: 0,
+                cut: 1,
+                interrupted: 1,
+                stream_interrupted: 0,
+                duplicated_tokens: 40,
+            })
+        );
+        assert_eq!(summary.success_rate, 0.5);
+        assert_eq!(series.duplicated_tokens, vec![0, 0, 0, 40]);
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["streams"]["duplicated_tokens"], 40);
+        // A provider that does not stream: no figures, no key, no series.
+        let seed = Scenario::builtin(ScenarioKind::Seed);
+        let (plain, series) = summarize("naive", &seed, Recorder::default(), &stats, None);
+        assert!(plain.streams.is_none() && series.duplicated_tokens.is_empty());
+        assert!(
+            serde_json::to_value(&plain)
+                .unwrap()
+                .get("streams")
                 .is_none()
         );
     }

@@ -16,6 +16,13 @@
 //! scenario's `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt
 //! is retried. The failover rows need a scenario with two providers (`failover`); every other row
 //! sends to the primary alone.
+//!
+//! Where the provider streams (the `streams` scenario), a retry policy sees only the response
+//! head, a `200` for a stream that fails later. The `naive` row then also restarts, from its
+//! caller, any stream that fails (an error event, a cut), as applications do today: after
+//! [`NaivePolicy::INTERVAL`], at most [`NaivePolicy::RETRIES`] times per request (see
+//! `sim`). No other row restarts a stream; stormguard's engine retries a stream that fails
+//! before its first content event itself, and never one after it.
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -92,7 +99,7 @@ impl Pipeline {
     /// The black hole, the breaker's own incident, compares the retrying clients only; so do the
     /// bursts, the rate limit's incident, with stormguard's rate limit configured and learning.
     /// The failover compares stormguard on the primary alone with stormguard's failover and a
-    /// naive one.
+    /// naive one; the streams, naive retries (and restarts) with stormguard's default.
     ///
     /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
     /// to), so its row would repeat stormguard's at the cost of one more run.
@@ -129,6 +136,17 @@ impl Pipeline {
                 Pipeline::Stormguard,
                 Pipeline::StormguardFailover,
             ],
+            ScenarioKind::Streams => &[Pipeline::Naive, Pipeline::Stormguard],
+        }
+    }
+
+    /// How many times the pipeline's caller restarts a stream that failed, from its start: the
+    /// `naive` row's, [`NaivePolicy::RETRIES`], as applications do with today's SDKs (whose
+    /// retries see only the response head); no other row restarts a stream.
+    pub fn stream_restarts(self) -> u32 {
+        match self {
+            Pipeline::Naive => NaivePolicy::RETRIES,
+            _ => 0,
         }
     }
 
@@ -212,7 +230,8 @@ fn is_failure<B>(result: &Result<Response<B>, BoxError>) -> bool {
     }
 }
 
-fn clone_request(req: &SimRequest) -> SimRequest {
+/// A copy of `req` to send again.
+pub(crate) fn clone_request(req: &SimRequest) -> SimRequest {
     let mut clone = Request::new(req.body().clone());
     *clone.method_mut() = req.method().clone();
     *clone.uri_mut() = req.uri().clone();
@@ -649,6 +668,18 @@ mod tests {
                 Pipeline::StormguardFailover
             ]
         );
+    }
+
+    #[test]
+    fn streams_compare_naive_with_stormguard_and_only_naive_restarts_streams() {
+        assert_eq!(
+            Pipeline::defaults(ScenarioKind::Streams),
+            [Pipeline::Naive, Pipeline::Stormguard]
+        );
+        for pipeline in Pipeline::ALL {
+            let restarts = if pipeline == Pipeline::Naive { 3 } else { 0 };
+            assert_eq!(pipeline.stream_restarts(), restarts, "{pipeline}");
+        }
     }
 
     fn to(req: &SimRequest) -> &str {

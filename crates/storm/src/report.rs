@@ -15,10 +15,24 @@ const FAILOVER_HEADER: [&str; 5] = [
     "back",
 ];
 
+/// The columns a scenario whose provider streams adds, after the others: what became of the
+/// streams that failed before content, and what the callers saw of those that failed after it.
+const STREAMS_HEADER: [&str; 7] = [
+    "pre-content errors",
+    "retried",
+    "given up",
+    "budget refused",
+    "out of attempts",
+    "interrupted",
+    "duplicated tokens",
+];
+
 /// One row per pipeline of a run of `scenario`, aligned columns, with a header line (and, in a
-/// scenario with two providers, the columns of [`FailoverFigures`](crate::metrics::FailoverFigures)).
+/// scenario with two providers, the columns of [`FailoverFigures`](crate::metrics::FailoverFigures);
+/// in one whose provider streams, those of [`StreamFigures`](crate::metrics::StreamFigures)).
 pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     let two_providers = scenario.secondary().is_some();
+    let streams = scenario.stream.is_some();
     let mut header = vec![
         "pipeline",
         "offered",
@@ -43,6 +57,9 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     ];
     if two_providers {
         header.extend(FAILOVER_HEADER);
+    }
+    if streams {
+        header.extend(STREAMS_HEADER);
     }
     // A fault that leaves the provider serving has nothing to cut; one that lasts the whole run
     // has no end to recover from.
@@ -87,6 +104,9 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
             ];
             if two_providers {
                 row.extend(failover_cells(s));
+            }
+            if streams {
+                row.extend(streams_cells(s));
             }
             row
         })
@@ -135,15 +155,47 @@ fn failover_cells(summary: &Summary) -> [String; 5] {
     ]
 }
 
-/// What the columns of `scenario`'s table mean: [`LEGEND`], and in a scenario with two providers
-/// [`FAILOVER_LEGEND`] after it.
-pub fn legend(scenario: &Scenario) -> String {
-    if scenario.secondary().is_some() {
-        format!("{LEGEND}\n{FAILOVER_LEGEND}")
-    } else {
-        LEGEND.to_owned()
-    }
+/// The cells of [`STREAMS_HEADER`] for one row (`-` for a row without the figures).
+fn streams_cells(summary: &Summary) -> [String; 7] {
+    let Some(f) = &summary.streams else {
+        return std::array::from_fn(|_| "-".to_owned());
+    };
+    [
+        f.failed_before_content.to_string(),
+        f.retried.to_string(),
+        f.given_up.to_string(),
+        f.budget_refused.to_string(),
+        f.out_of_attempts.to_string(),
+        f.interrupted.to_string(),
+        f.duplicated_tokens.to_string(),
+    ]
 }
+
+/// What the columns of `scenario`'s table mean: [`LEGEND`], and in a scenario with two providers
+/// [`FAILOVER_LEGEND`] after it, in one whose provider streams [`STREAMS_LEGEND`].
+pub fn legend(scenario: &Scenario) -> String {
+    let mut legend = LEGEND.to_owned();
+    if scenario.secondary().is_some() {
+        legend = format!("{legend}\n{FAILOVER_LEGEND}");
+    }
+    if scenario.stream.is_some() {
+        legend = format!("{legend}\n{STREAMS_LEGEND}");
+    }
+    legend
+}
+
+/// What the columns of a scenario whose provider streams mean, printed under [`LEGEND`].
+pub const STREAMS_LEGEND: &str = "\
+with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
+error); a stream cut after content is no success;
+pre-content errors = streams the provider failed with an error event before any content;
+retried = those another attempt of the same request followed (a retry, or naive's restart);
+given up = those whose error reached the caller, with no retry or restart after it: budget refused
+= stormguard's retry budget refused the retry, out of attempts = the request had sent stormguard's
+3 attempts (or naive's 3 restarts were used up);
+interrupted = streams that failed after content had reached the caller (naive restarts them from
+the start, stormguard ends them with StreamInterrupted);
+duplicated tokens = content tokens callers were shown twice (a restarted stream repeating them).";
 
 /// What the columns of a scenario with two providers mean, printed under [`LEGEND`].
 pub const FAILOVER_LEGEND: &str = "\
@@ -180,7 +232,7 @@ were given.";
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::metrics::FailoverFigures;
+    use crate::metrics::{FailoverFigures, StreamFigures};
     use crate::scenario::ScenarioKind;
 
     #[test]
@@ -208,6 +260,7 @@ mod tests {
             early_retries: 0,
             successes: 295_200,
             failover: None,
+            streams: None,
         };
         let outage = Scenario::builtin(ScenarioKind::Outage);
         let text = table(&outage, std::slice::from_ref(&summary));
@@ -291,6 +344,7 @@ mod tests {
                 primary_in_fault: Some(0.1374),
                 back_s: Some(1.8),
             }),
+            streams: None,
         };
         let failing_over = Summary {
             name: "stormguard+failover",
@@ -329,6 +383,7 @@ mod tests {
         assert_eq!(tail(lines[2]), ["14045", "1.31x", "2 s", "0.07%", "never"]);
         assert!(legend(&failover).starts_with(LEGEND));
         assert!(legend(&failover).ends_with(FAILOVER_LEGEND));
+        assert!(!legend(&failover).contains("streamed"));
         // A one-provider scenario's table is as it always was.
         let outage = Scenario::builtin(ScenarioKind::Outage);
         let one = table(&outage, &[alone]);
@@ -338,5 +393,64 @@ mod tests {
                 .unwrap()
                 .ends_with("retries  early retries")
         );
+    }
+
+    #[test]
+    fn streams_add_their_columns_at_the_end() {
+        let streams = Scenario::builtin(ScenarioKind::Streams);
+        let figures = StreamFigures {
+            failed_before_content: 554,
+            retried: 552,
+            given_up: 2,
+            budget_refused: 0,
+            out_of_attempts: 2,
+            cut: 98,
+            interrupted: 98,
+            stream_interrupted: 98,
+            duplicated_tokens: 0,
+        };
+        let summary = Summary {
+            name: "stormguard",
+            offered: 29_958,
+            backend_attempts: 30_514,
+            amplification: 1.02,
+            peak_amplification: 1.08,
+            peak_load: 0.47,
+            peak_in_flight: 2_364,
+            success_rate: 0.9967,
+            success_outside: Some(1.0),
+            fallbacks: 0,
+            fallback_p99_ms: None,
+            p50_ms: 4_000,
+            p99_ms: 12_900,
+            overloaded_s: 0,
+            recovery_s: Some(0.0),
+            cut_s: None,
+            fault_load: 1.06,
+            too_many_requests: 0,
+            retries: 556,
+            early_retries: 0,
+            successes: 29_859,
+            failover: None,
+            streams: Some(figures),
+        };
+        let text = table(&streams, &[summary]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].ends_with(
+                "early retries  pre-content errors  retried  given up  budget refused  \
+                 out of attempts  interrupted  duplicated tokens"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(lines[0].len(), lines[1].len());
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            cells[cells.len() - 7..],
+            ["554", "552", "2", "0", "2", "98", "0"]
+        );
+        assert!(legend(&streams).starts_with(LEGEND));
+        assert!(legend(&streams).ends_with(STREAMS_LEGEND));
     }
 }

@@ -10,12 +10,10 @@
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::Full;
 use tower::Service;
 
-use crate::backend::{Backend, ResponseFuture};
+use crate::backend::{Backend, ProviderBody, ResponseFuture};
 
 /// Authority of the primary provider, to which every pipeline sends its requests first.
 pub const PRIMARY_AUTHORITY: &str = "llm.invalid";
@@ -60,7 +58,7 @@ impl Router {
 }
 
 impl<B> Service<Request<B>> for Router {
-    type Response = Response<Full<Bytes>>;
+    type Response = Response<ProviderBody>;
     type Error = Infallible;
     type Future = ResponseFuture;
 

@@ -146,6 +146,55 @@ pub const FAILOVER_CAPACITY: u32 = 1_813;
 /// of its slots, with room for little more. It is healthy throughout.
 pub const FAILOVER_SECONDARY_SHARE: f64 = 0.6;
 
+/// Offered load of the streams scenario: 500 requests per second.
+pub const STREAMS_QPS: f64 = 500.0;
+
+/// Median length of a streamed answer in the streams scenario: 4 s, about 200 tokens at
+/// [`STREAM_TOKENS_PER_EVENT`] tokens every [`STREAM_EVENT_INTERVAL`] (50 tokens a second, a
+/// common decoding speed of large hosted models).
+pub const STREAM_MEDIAN: Duration = Duration::from_secs(4);
+
+/// Concurrent slots of the streams scenario's provider at [`STREAMS_QPS`]: ample.
+///
+/// Little's law: 500 req/s x 4.53 s (the log-normal mean of a 4 s median) keep about 2,270 slots
+/// busy; 5,000 slots leave the stream faults, not the slots, as what goes wrong.
+pub const STREAMS_CAPACITY: u32 = 5_000;
+
+/// Time between two content events of a streamed answer: 100 ms.
+pub const STREAM_EVENT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Tokens each content event of a streamed answer carries: 5 (providers send a token or a few per
+/// event; a group of 5 keeps the simulation's event count down).
+pub const STREAM_TOKENS_PER_EVENT: u32 = 5;
+
+/// Share of the streams that fail with an error event before any content during the streams
+/// scenario's fault: 5%.
+pub const STREAM_ERRORS_BEFORE_CONTENT: f64 = 0.05;
+
+/// Share of the streams cut mid-stream (the connection fails after some content) during the
+/// streams scenario's fault: 1%.
+pub const STREAM_CUTS: f64 = 0.01;
+
+/// How the provider streams its answers (`text/event-stream`, OpenAI's chat completion chunks):
+/// an opening chunk with the role, one content event every `event_interval` for the length of
+/// the answer's service time, each with `tokens_per_event` tokens, then a chunk with the
+/// `finish_reason` and `data: [DONE]` (see [`crate::event_stream`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamShape {
+    /// Time between two content events.
+    pub event_interval: Duration,
+    /// Tokens per content event.
+    pub tokens_per_event: u32,
+}
+
+impl StreamShape {
+    /// The streams scenario's: 5 tokens every 100 ms.
+    pub const LLM: StreamShape = StreamShape {
+        event_interval: STREAM_EVENT_INTERVAL,
+        tokens_per_event: STREAM_TOKENS_PER_EVENT,
+    };
+}
+
 /// Which built-in scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScenarioKind {
@@ -166,17 +215,21 @@ pub enum ScenarioKind {
     /// it and is healthy throughout): from 20 s to 35 s the primary is down, answering 503 at
     /// once for the first half and a black hole for the second.
     Failover,
+    /// Streamed answers (`text/event-stream`) at 500 requests/s: from 20 s to 40 s, 5% of the
+    /// streams fail with an error event before any content and 1% are cut mid-stream.
+    Streams,
 }
 
 impl ScenarioKind {
     /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 6] = [
+    pub const ALL: [ScenarioKind; 7] = [
         ScenarioKind::Seed,
         ScenarioKind::Outage,
         ScenarioKind::Quota,
         ScenarioKind::Blackhole,
         ScenarioKind::Burst,
         ScenarioKind::Failover,
+        ScenarioKind::Streams,
     ];
 
     /// The name used on the command line and in file names.
@@ -188,6 +241,7 @@ impl ScenarioKind {
             ScenarioKind::Blackhole => "blackhole",
             ScenarioKind::Burst => "burst",
             ScenarioKind::Failover => "failover",
+            ScenarioKind::Streams => "streams",
         }
     }
 }
@@ -206,7 +260,8 @@ impl fmt::Display for UnknownScenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst or failover)",
+            "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst, failover or \
+             streams)",
             self.0
         )
     }
@@ -279,6 +334,18 @@ pub enum FaultKind {
         requests_per_minute: u32,
         /// Tokens a minute.
         tokens_per_minute: u32,
+    },
+    /// The provider's streams fail (it needs a scenario whose provider streams, see
+    /// [`Scenario::stream`]): of the streamed answers to attempts that arrive in the window, a
+    /// share `before_content` fails with an error event before any content (after the opening
+    /// chunk, when the first content was due: Anthropic's `overloaded_error` or OpenAI's error
+    /// frame, half each), and a share `cut` is cut mid-stream: the connection fails after some
+    /// content events (uniformly 1 to all of them), before the end of the stream.
+    StreamErrors {
+        /// Share of the streams that fail before any content.
+        before_content: f64,
+        /// Share of the streams cut after some content.
+        cut: f64,
     },
 }
 
@@ -490,6 +557,8 @@ pub struct Scenario {
     pub arrivals: Arrivals,
     /// The requests' sizes in tokens; `None`: every request is the same small chat completion.
     pub sizes: Option<TokenSizes>,
+    /// How the provider streams its successes; `None`: it answers each with one JSON body.
+    pub stream: Option<StreamShape>,
     /// A second provider's slots, as a share of `capacity`; it has the same health as the
     /// primary's baseline and no fault (see [`Scenario::secondary`]). `None`: one provider.
     pub secondary_share: Option<f64>,
@@ -500,7 +569,8 @@ impl Scenario {
     /// hole at its incident's (1,000 req/s, 10,000 slots, 60 s); the bursts at 70% of a quota of
     /// 10,000 requests and 30,000,000 tokens a minute (113.8 req/s on average, 1,500 slots, 60 s);
     /// the failover at 1,000 req/s with 1,813 slots on the primary and 60% of them (1,088) on the
-    /// secondary, 60 s.
+    /// secondary, 60 s; the streams at 500 req/s with 5,000 slots, answers streamed for 4 s
+    /// (median), 60 s.
     pub fn builtin(kind: ScenarioKind) -> Scenario {
         let fault = match kind {
             ScenarioKind::Seed => Fault {
@@ -539,12 +609,31 @@ impl Scenario {
                 end: Duration::from_secs(35),
                 kind: FaultKind::OutageThenBlackhole,
             },
+            ScenarioKind::Streams => Fault {
+                start: Duration::from_secs(20),
+                end: Duration::from_secs(40),
+                kind: FaultKind::StreamErrors {
+                    before_content: STREAM_ERRORS_BEFORE_CONTENT,
+                    cut: STREAM_CUTS,
+                },
+            },
         };
         let (mut qps, capacity) = match kind {
             ScenarioKind::Blackhole => (BLACKHOLE_QPS, BLACKHOLE_CAPACITY),
             ScenarioKind::Burst => (0.0, BURST_CAPACITY),
             ScenarioKind::Failover => (FAILOVER_QPS, FAILOVER_CAPACITY),
+            ScenarioKind::Streams => (STREAMS_QPS, STREAMS_CAPACITY),
             _ => (FIELD_QPS, FIELD_CAPACITY),
+        };
+        let (baseline, stream) = match kind {
+            ScenarioKind::Streams => (
+                Health {
+                    median: STREAM_MEDIAN,
+                    ..Health::HEALTHY
+                },
+                Some(StreamShape::LLM),
+            ),
+            _ => (Health::HEALTHY, None),
         };
         let secondary_share = (kind == ScenarioKind::Failover).then_some(FAILOVER_SECONDARY_SHARE);
         let (mut arrivals, mut sizes) = (Arrivals::Poisson, None);
@@ -571,7 +660,7 @@ impl Scenario {
             duration: DEFAULT_DURATION,
             capacity,
             seed: DEFAULT_SEED,
-            baseline: Health::HEALTHY,
+            baseline,
             sigma: SERVICE_TIME_SIGMA,
             max_queue_wait: MAX_QUEUE_WAIT,
             overload_error_span: OVERLOAD_ERROR_SPAN,
@@ -579,6 +668,7 @@ impl Scenario {
             attempt_timeout: ATTEMPT_TIMEOUT,
             arrivals,
             sizes,
+            stream,
             secondary_share,
         }
     }
@@ -776,6 +866,15 @@ impl Scenario {
                 "quota {requests_per_minute} requests and {tokens_per_minute} tokens a minute, \
                  enforced per second, 429 with Retry-After"
             ),
+            FaultKind::StreamErrors {
+                before_content,
+                cut,
+            } => format!(
+                "{}% of streams fail with an error event before any content, {}% are cut \
+                 mid-stream",
+                before_content * 100.0,
+                cut * 100.0
+            ),
         };
         let arrivals = match (&self.arrivals, &self.sizes) {
             (Arrivals::Poisson, _) => String::new(),
@@ -798,6 +897,14 @@ impl Scenario {
                 )
             }
         };
+        let stream = self.stream.map_or_else(String::new, |shape| {
+            format!(
+                "; answers streamed (text/event-stream): {} tokens every {} ms for {} ms (median)",
+                shape.tokens_per_event,
+                shape.event_interval.as_millis(),
+                self.baseline.median.as_millis()
+            )
+        });
         let secondary = self.secondary().map_or_else(String::new, |secondary| {
             format!(
                 "; secondary provider: {} slots ({}% of the primary's), healthy throughout",
@@ -806,7 +913,7 @@ impl Scenario {
             )
         });
         format!(
-            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}; \
+            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}{}; \
              attempt timeout (none/naive/tower) {} s",
             self.kind,
             self.qps,
@@ -817,6 +924,7 @@ impl Scenario {
             secs(self.fault.end),
             fault,
             arrivals,
+            stream,
             secondary,
             secs(self.attempt_timeout),
         )
@@ -1020,6 +1128,45 @@ mod tests {
             "from 18.333 s a black hole (connections accepted, never answered); secondary \
              provider: 600 slots (60% of the primary's), healthy throughout"
         ));
+    }
+
+    #[test]
+    fn streams_stream_4_s_answers_with_ample_slots_and_fail_from_20_s_to_40_s() {
+        let s = Scenario::builtin(ScenarioKind::Streams);
+        assert_eq!((s.qps, s.capacity), (500.0, 5_000));
+        assert_eq!(s.stream, Some(StreamShape::LLM));
+        assert_eq!(s.baseline.median, Duration::from_secs(4));
+        assert_eq!(s.baseline.error_rate, HEALTHY_ERROR_RATE);
+        // Little's law: 500 req/s x 4.53 s keep 2,266 slots busy, under half of them.
+        let busy = s.qps * s.mean_service_time(STREAM_MEDIAN).as_secs_f64();
+        assert!((2_250.0..2_280.0).contains(&busy), "{busy}");
+        assert!(busy < 0.5 * f64::from(s.capacity));
+        // 50 tokens a second: 200 tokens in a median answer.
+        let shape = StreamShape::LLM;
+        let per_second = f64::from(shape.tokens_per_event) / shape.event_interval.as_secs_f64();
+        assert_eq!(per_second, 50.0);
+        assert_eq!(
+            (s.fault.start, s.fault.end),
+            (Duration::from_secs(20), Duration::from_secs(40))
+        );
+        assert_eq!(
+            s.fault.kind,
+            FaultKind::StreamErrors {
+                before_content: 0.05,
+                cut: 0.01
+            }
+        );
+        assert!(!s.fault.kind.is_dead() && s.secondary().is_none());
+        assert_eq!(s.health_at(Duration::from_secs(30)), s.baseline);
+        assert!(s.describe().contains(
+            "fault 20 s..40 s: 5% of streams fail with an error event before any content, 1% are \
+             cut mid-stream; answers streamed (text/event-stream): 5 tokens every 100 ms for \
+             4000 ms (median)"
+        ));
+        for kind in ScenarioKind::ALL {
+            let streams = kind == ScenarioKind::Streams;
+            assert_eq!(Scenario::builtin(kind).stream.is_some(), streams, "{kind}");
+        }
     }
 
     #[test]

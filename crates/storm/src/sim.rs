@@ -17,6 +17,14 @@
 //! Where the scenario has a second provider, both are simulated, each with its own model, and
 //! the failover pipelines reach them through a [`Router`]; every other pipeline sends to the
 //! primary alone.
+//!
+//! Where the provider streams (the `streams` scenario), each caller reads its answer's body to
+//! the end, the only way to know what it was shown ([`Transcript`]): a request succeeds when its
+//! stream is whole (`[DONE]`, then the end of the body, no error). The `naive` row's caller then
+//! restarts a stream that failed (an error event, a body error), before or after content, from
+//! the start: it sends the request again through its pipeline after [`NaivePolicy::INTERVAL`], at
+//! most [`Pipeline::stream_restarts`] times. The tokens the new stream repeats are shown twice.
+//! No other caller restarts anything.
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -27,16 +35,20 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, Request, Response, Uri};
-use http_body_util::Full;
+use http_body::Body;
+use http_body_util::{BodyExt, Full};
+use stormguard::GiveUpCause;
 use stormguard::breaker::{CircuitBreaker, FallbackAnswer, State};
 use stormguard::failover::DegradedAnswer;
+use stormguard::stream::StreamInterrupted;
 use tokio::task::LocalSet;
 use tokio::time::Instant;
 use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
 use crate::backend::{Backend, FINE_BUCKET, REQUEST_ID, TOKENS};
-use crate::metrics::{Answer, Recorder, Series, Summary, summarize};
+use crate::event_stream::{Ending, Transcript};
+use crate::metrics::{Answer, Recorder, Series, StreamTally, Summary, summarize};
 use crate::pipeline::{self, NaiveFailoverPolicy, NaivePolicy, Pipeline, SimRequest, TowerPolicy};
 use crate::router::Router;
 use crate::scenario::{Arrivals, CALLER_PATIENCE, Scenario, TokenSizes};
@@ -186,6 +198,7 @@ pub fn simulate(
         let secondary = second.as_ref().map(|second| Backend::new(second, epoch));
         let driver = Driver {
             scenario: scenario.clone(),
+            restarts: pipeline.stream_restarts(),
             epoch,
             recorder: recorder.clone(),
             on_second,
@@ -292,6 +305,8 @@ fn start(
 
 struct Driver {
     scenario: Scenario,
+    /// How many times a caller restarts a stream that failed.
+    restarts: u32,
     epoch: Instant,
     recorder: Rc<RefCell<Recorder>>,
     on_second: Rc<dyn Fn()>,
@@ -304,7 +319,8 @@ impl Driver {
     where
         S: Service<SimRequest, Response = Response<RB>> + Clone + 'static,
         S::Future: 'static,
-        RB: 'static,
+        RB: Body<Data = Bytes> + 'static,
+        RB::Error: Into<BoxError>,
     {
         tokio::task::spawn_local(self.arrivals(service));
     }
@@ -313,7 +329,8 @@ impl Driver {
     where
         S: Service<SimRequest, Response = Response<RB>> + Clone + 'static,
         S::Future: 'static,
-        RB: 'static,
+        RB: Body<Data = Bytes> + 'static,
+        RB::Error: Into<BoxError>,
     {
         let mut arrivals = ArrivalProcess::new(&self.scenario);
         let mut sizes = self
@@ -350,7 +367,13 @@ impl Driver {
                     }
                 });
                 let size = sizes.as_mut().map(SizeDraws::draw);
-                tokio::task::spawn_local(call(service.clone(), request(id, size), record));
+                let request = request(id, size);
+                if self.scenario.stream.is_some() {
+                    let caller = call_streaming(service.clone(), request, self.restarts, record);
+                    tokio::task::spawn_local(caller);
+                } else {
+                    tokio::task::spawn_local(call(service.clone(), request, record));
+                }
                 id += 1;
             }
             if measured && (ms + 1) % 1_000 == 0 {
@@ -414,6 +437,94 @@ where
             .outstanding
             .set(record.outstanding.get().saturating_sub(1));
     }
+}
+
+/// Call `service` for a streamed answer and read it to the end, restarting a stream that
+/// failed up to `restarts` times (after [`NaivePolicy::INTERVAL`] each time); see the
+/// [module docs](self).
+async fn call_streaming<S, RB>(
+    service: S,
+    request: SimRequest,
+    restarts: u32,
+    record: Option<Record>,
+) where
+    S: Service<SimRequest, Response = Response<RB>> + Clone,
+    RB: Body<Data = Bytes>,
+    RB::Error: Into<BoxError>,
+{
+    let mut transcript = Transcript::default();
+    let mut tally = StreamTally::default();
+    let mut answer = Answer::Failure;
+    for restart in 0..=restarts {
+        if restart > 0 {
+            tokio::time::sleep(NaivePolicy::INTERVAL).await;
+            transcript.restart();
+        }
+        let sent = pipeline::clone_request(&request);
+        let Ok(response) = service.clone().oneshot(sent).await else {
+            break;
+        };
+        if is_local_answer(&response) {
+            answer = Answer::Fallback;
+            break;
+        }
+        if !response.status().is_success() {
+            break;
+        }
+        let cause = response.extensions().get::<GiveUpCause>().copied();
+        let error = read_to_end(response.into_body(), &mut transcript).await;
+        let typed = error
+            .as_ref()
+            .is_some_and(|error| error.downcast_ref::<StreamInterrupted>().is_some());
+        match transcript.ending(error.is_some()) {
+            Ending::Complete => {
+                answer = Answer::Success;
+                break;
+            }
+            Ending::Interrupted => {
+                tally.interrupted += 1;
+                tally.stream_interrupted += u64::from(typed);
+            }
+            Ending::BeforeContent if restart == restarts => {
+                tally.given_up += 1;
+                tally.budget_refused += u64::from(cause == Some(GiveUpCause::BudgetExhausted));
+                // stormguard's attempts, or naive's restarts, ran out.
+                let out = cause == Some(GiveUpCause::AttemptsExhausted) || restarts > 0;
+                tally.out_of_attempts += u64::from(out);
+            }
+            Ending::BeforeContent => {}
+        }
+    }
+    tally.duplicated_tokens = transcript.duplicated_tokens();
+    if let Some(record) = record {
+        let completion = Instant::now().saturating_duration_since(record.epoch);
+        let mut recorder = record.recorder.borrow_mut();
+        recorder.complete(record.arrival, completion, answer);
+        recorder.stream(completion, &tally);
+        record
+            .outstanding
+            .set(record.outstanding.get().saturating_sub(1));
+    }
+}
+
+/// Read `body` to its end into `transcript`; the error it ended with, if any.
+async fn read_to_end<RB>(body: RB, transcript: &mut Transcript) -> Option<BoxError>
+where
+    RB: Body<Data = Bytes>,
+    RB::Error: Into<BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    transcript.read(&data);
+                }
+            }
+            Err(error) => return Some(error.into()),
+        }
+    }
+    None
 }
 
 /// Whether the client answered `response` itself: the breaker's fallback, or a failover's

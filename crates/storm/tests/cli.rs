@@ -205,6 +205,7 @@ fn failover_compares_the_failover_rows_with_the_secondarys_figures() {
         &out,
     );
     assert!(!one.contains("failover"), "{one}");
+    assert!(!one.contains("streams"), "{one}");
     let refused = Command::new(env!("CARGO_BIN_EXE_storm"))
         .args(["--scenario", "outage", "--pipelines", "stormguard+failover"])
         .output()
@@ -212,6 +213,37 @@ fn failover_compares_the_failover_rows_with_the_secondarys_figures() {
     assert_eq!(refused.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("needs two providers"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn streams_compare_naive_with_stormguard_with_the_stream_figures() {
+    let out = out_dir("streams");
+    let json = run_json(
+        &["--scenario", "streams", "--qps", "20", "--duration", "10"],
+        &out,
+    );
+    let value: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let rows = value.as_array().expect("an array");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["naive", "stormguard"]);
+    for row in rows {
+        for key in [
+            "failed_before_content",
+            "retried",
+            "given_up",
+            "budget_refused",
+            "out_of_attempts",
+            "cut",
+            "interrupted",
+            "stream_interrupted",
+            "duplicated_tokens",
+        ] {
+            assert!(row["streams"].get(key).is_some(), "{key} missing in {row}");
+        }
+    }
+    assert_eq!(rows[1]["streams"]["duplicated_tokens"], 0, "{}", rows[1]);
+    assert!(out.join("streams.svg").exists(), "the chart is written");
     let _ = std::fs::remove_dir_all(&out);
 }
 

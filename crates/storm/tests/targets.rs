@@ -2,7 +2,8 @@
 //! capacity divided together (utilisation stays the field's), the run shortened with the fault
 //! window kept in proportion. stormguard (with a breaker, in the black hole; with a rate limit,
 //! in the bursts) against naive retries; in the failover, stormguard's failover against a naive
-//! one and against stormguard on the primary alone.
+//! one and against stormguard on the primary alone; in the streams, stormguard against naive
+//! retries that restart a failed stream.
 
 use std::time::Duration;
 
@@ -264,4 +265,54 @@ fn failover_answers_999_in_1000_without_overloading_the_secondary() {
     assert!(failover.success_rate >= 0.999, "{failover:?}");
     assert_eq!(f.secondary_overloaded_s, 0, "{failover:?}");
     assert!(f.secondary_peak_load <= 1.0, "{failover:?}");
+}
+
+/// The streams scenario at 100 req/s for 30 s (1,000 slots): answers streamed for 4 s at the
+/// median, and from 10 s to 20 s 5% of the streams fail with an error event before any content
+/// and 1% are cut mid-stream. Every caller reads its stream to the end.
+#[test]
+fn streams_stormguard_shows_no_token_twice_and_retries_every_pre_content_error() {
+    let (naive, stormguard, scenario) = run(ScenarioKind::Streams, 100.0, 30);
+    let figures = |s: &Summary| s.streams.expect("a streaming provider, its figures");
+    let (n, g) = (figures(&naive), figures(&stormguard));
+
+    // Naive restarts every failed stream from its start: what a cut stream had shown is shown
+    // again.
+    assert!(n.interrupted > 0, "{naive:?}");
+    assert!(n.duplicated_tokens > 0, "{naive:?}");
+    assert_eq!(n.retried + n.given_up, n.failed_before_content, "{naive:?}");
+
+    // stormguard never shows a token twice: a stream cut after content is never restarted; it
+    // reaches its caller as StreamInterrupted, every one of the provider's cuts.
+    assert_eq!(g.duplicated_tokens, 0, "{stormguard:?}");
+    assert!(g.cut > 0, "{stormguard:?}");
+    assert_eq!(g.interrupted, g.cut, "{stormguard:?}");
+    assert_eq!(g.stream_interrupted, g.interrupted, "{stormguard:?}");
+
+    // Every stream that failed before content is retried, unless the budget refuses the retry
+    // (or the request has sent its 3 attempts): the caller sees none of the others.
+    assert!(g.failed_before_content > 20, "{stormguard:?}");
+    assert_eq!(
+        g.retried + g.given_up,
+        g.failed_before_content,
+        "{stormguard:?}"
+    );
+    assert_eq!(
+        g.given_up,
+        g.budget_refused + g.out_of_attempts,
+        "{stormguard:?}"
+    );
+    // ...under the budget: ratio x successes plus the floor.
+    let floor = f64::from(DEFAULT_MIN_PER_SEC) * (scenario.duration + DEFAULT_TTL).as_secs_f64();
+    let allowed = f64::from(DEFAULT_RATIO) * stormguard.successes as f64 + floor;
+    assert!((stormguard.retries as f64) <= allowed, "{stormguard:?}");
+
+    // At least 99.5% of the requests get a whole stream; the others are the cuts, which no
+    // client can mend without showing tokens twice, and the retries given up.
+    assert!(stormguard.success_rate >= 0.995, "{stormguard:?}");
+    assert_eq!(
+        stormguard.offered - stormguard.successes,
+        g.interrupted + g.given_up,
+        "{stormguard:?}"
+    );
 }

@@ -1,0 +1,564 @@
+//! The `streams` scenario's answers: the provider's `text/event-stream` body ([`EventStream`]),
+//! and what a caller reads from it ([`Transcript`]).
+//!
+//! # The stream
+//! OpenAI's Chat Completions stream, on the provider's (paused) clock, from the moment the
+//! provider starts on the request:
+//!
+//! - at once, with the response head, the opening chunk that names the role (no content);
+//! - then one content event every [`StreamShape::event_interval`], as many as the answer's
+//!   service time holds (at least one), each with [`StreamShape::tokens_per_event`] tokens. The
+//!   tokens are numbered from 0 in the answer (` t0 t1 t2 t3 t4`), so a caller can tell a token
+//!   it is shown again from a new one;
+//! - with the last content event, the chunk with the `finish_reason`, then `data: [DONE]`, and
+//!   the end of the body.
+//!
+//! A stream can fail instead ([`StreamFate`]):
+//!
+//! - **before any content**: when the first content event was due, an error event, in
+//!   Anthropic's form (`event: error` with `overloaded_error`) or OpenAI's
+//!   (`data: {"error": {...}}`) ([`ErrorForm`]); then the body ends;
+//! - **cut after `k` content events**: when the next event was due, the body fails with a
+//!   connection reset (`std::io::ErrorKind::ConnectionReset`).
+//!
+//! The body holds the client's attempt open in the provider's count (its connection) until it
+//! ends, fails or is dropped.
+//!
+//! # The caller's reading
+//! A [`Transcript`] is what the caller of one request was shown, across the streams it read (a
+//! naive caller restarts a failed stream; stormguard never does). It reads the bytes with
+//! stormguard's SSE parser ([`stormguard::stream::Parser`]) and classifies each event with
+//! [`stormguard::stream::classify_event`], as stormguard's stream guard does, and counts the
+//! content tokens by their numbers: a token whose number the caller was already shown is
+//! delivered twice ([`Transcript::duplicated_tokens`]).
+
+use std::fmt::Write as _;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use serde::Deserialize;
+use stormguard::stream::{Event, EventKind, Frame as SseFrame, FrameKind, Parser, classify_event};
+use tokio::time::{Instant, Sleep};
+
+use crate::backend::{ERROR_BODY, OVERLOADED_BODY, OpenAttempt};
+use crate::scenario::StreamShape;
+
+/// The opening chunk: the role, no content (stormguard's classifier reads it as control).
+const ROLE_CHUNK: &[u8] = concat!(
+    r#"data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+    "\n\n"
+)
+.as_bytes();
+
+/// The last chunk, with the `finish_reason`, and OpenAI's end-of-stream marker.
+const FINISH_AND_DONE: &[u8] = concat!(
+    r#"data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+    "\n\ndata: [DONE]\n\n"
+)
+.as_bytes();
+
+/// In which provider's form a stream's error event comes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorForm {
+    /// Anthropic's: `event: error` with `{"type":"error","error":{"type":"overloaded_error"}}`
+    /// (retryable, like a 529).
+    Anthropic,
+    /// OpenAI's: `data: {"error":{"type":"server_error",...}}` (retryable, like a 500).
+    OpenAi,
+}
+
+impl ErrorForm {
+    /// The error event, as the provider sends it.
+    pub fn event(self) -> Bytes {
+        let (name, body): (&[u8], &[u8]) = match self {
+            ErrorForm::Anthropic => (b"event: error\n", OVERLOADED_BODY),
+            ErrorForm::OpenAi => (b"", ERROR_BODY),
+        };
+        Bytes::from([name, b"data: ", body, b"\n\n"].concat())
+    }
+}
+
+/// How a stream ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamFate {
+    /// Whole: every content event, the finish chunk and `[DONE]`.
+    Complete,
+    /// An error event when the first content event was due, then the end of the body.
+    ErrorBeforeContent(ErrorForm),
+    /// A connection reset when the content event after the first `k` (or the finish chunk,
+    /// after the last one) was due.
+    CutAfter(u32),
+}
+
+/// One streamed answer: its shape, its length in content events, and how it ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamPlan {
+    /// Pace and tokens per event.
+    pub shape: StreamShape,
+    /// Content events of the whole answer (at least one).
+    pub events: u32,
+    /// How it ends.
+    pub fate: StreamFate,
+}
+
+/// What the stream sends next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    Role,
+    /// Content event number `n` (from 1).
+    Content(u32),
+    Finish,
+    Error(ErrorForm),
+    Reset,
+    End,
+}
+
+impl StreamPlan {
+    /// The answer to a request served for `service`: one content event per `event_interval` of
+    /// it (rounded, at least one), ending as `fate` says.
+    pub fn new(shape: StreamShape, service: Duration, fate: StreamFate) -> StreamPlan {
+        let interval = shape.event_interval.as_nanos().max(1);
+        let events = (service.as_nanos() + interval / 2) / interval;
+        let events = u32::try_from(events).unwrap_or(u32::MAX).max(1);
+        StreamPlan {
+            shape,
+            events,
+            fate,
+        }
+    }
+
+    /// Time from the start of the stream to its end (or its failure): the provider's work on it.
+    pub fn length(&self) -> Duration {
+        let events = match self.fate {
+            StreamFate::Complete => self.events,
+            StreamFate::ErrorBeforeContent(_) => 1,
+            StreamFate::CutAfter(k) => k.saturating_add(1),
+        };
+        self.shape.event_interval.saturating_mul(events)
+    }
+
+    /// Content events the stream delivers.
+    pub fn content_events(&self) -> u32 {
+        match self.fate {
+            StreamFate::Complete => self.events,
+            StreamFate::ErrorBeforeContent(_) => 0,
+            StreamFate::CutAfter(k) => k.min(self.events),
+        }
+    }
+
+    /// What frame number `index` (from 0) of the body is, and when it is due from the start.
+    fn frame(&self, index: u32) -> (Next, Duration) {
+        let at = |n: u32| self.shape.event_interval.saturating_mul(n);
+        if index == 0 {
+            return (Next::Role, Duration::ZERO);
+        }
+        match self.fate {
+            StreamFate::ErrorBeforeContent(form) if index == 1 => (Next::Error(form), at(1)),
+            StreamFate::ErrorBeforeContent(_) => (Next::End, at(1)),
+            StreamFate::CutAfter(k) => {
+                let k = k.min(self.events);
+                if index <= k {
+                    (Next::Content(index), at(index))
+                } else if index == k + 1 {
+                    (Next::Reset, at(k + 1))
+                } else {
+                    (Next::End, at(k + 1))
+                }
+            }
+            StreamFate::Complete if index <= self.events => (Next::Content(index), at(index)),
+            StreamFate::Complete if index == self.events + 1 => (Next::Finish, at(self.events)),
+            StreamFate::Complete => (Next::End, at(self.events)),
+        }
+    }
+
+    /// Content event number `n` (from 1): its tokens, numbered in the answer.
+    fn content(&self, n: u32) -> Bytes {
+        let per_event = u64::from(self.shape.tokens_per_event);
+        let first = u64::from(n.saturating_sub(1)) * per_event;
+        let mut text = String::with_capacity(8 * per_event as usize);
+        for token in first..first + per_event {
+            let _ = write!(text, " t{token}");
+        }
+        Bytes::from(format!(
+            "data: {{\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\
+             \"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":null}}]}}\n\n"
+        ))
+    }
+}
+
+pin_project! {
+    /// The provider's streamed answer (see the [module docs](self)): an `http_body::Body` that
+    /// sends each frame when it is due on tokio's clock.
+    pub struct EventStream {
+        plan: StreamPlan,
+        start: Instant,
+        // Frames sent.
+        sent: u32,
+        #[pin]
+        timer: Option<Sleep>,
+        // The client's attempt, open until the stream ends.
+        open: Option<OpenAttempt>,
+    }
+}
+
+impl EventStream {
+    /// The stream of `plan`, starting now.
+    pub fn new(plan: StreamPlan) -> EventStream {
+        EventStream {
+            plan,
+            start: Instant::now(),
+            sent: 0,
+            timer: None,
+            open: None,
+        }
+    }
+
+    /// Hold the client's attempt open until the stream ends.
+    pub(crate) fn hold_open(&mut self, open: Option<OpenAttempt>) {
+        self.open = open;
+    }
+
+    /// What the stream will send.
+    pub fn plan(&self) -> &StreamPlan {
+        &self.plan
+    }
+}
+
+impl Body for EventStream {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        let mut this = self.project();
+        let (next, due) = this.plan.frame(*this.sent);
+        let due = *this.start + due;
+        if due > Instant::now() {
+            if this.timer.is_none() {
+                this.timer.set(Some(tokio::time::sleep_until(due)));
+            }
+            if let Some(timer) = this.timer.as_mut().as_pin_mut() {
+                ready!(timer.poll(cx));
+            }
+        }
+        this.timer.set(None);
+        let data = match next {
+            Next::Role => Bytes::from_static(ROLE_CHUNK),
+            Next::Content(n) => this.plan.content(n),
+            Next::Finish => Bytes::from_static(FINISH_AND_DONE),
+            Next::Error(form) => form.event(),
+            Next::Reset => {
+                *this.sent += 1;
+                this.open.take();
+                let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                return Poll::Ready(Some(Err(reset)));
+            }
+            Next::End => {
+                this.open.take();
+                return Poll::Ready(None);
+            }
+        };
+        *this.sent += 1;
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.plan.frame(self.sent).0 == Next::End
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+/// How one stream ended, as its caller saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Whole: `[DONE]`, then the end of the body, and no error.
+    Complete,
+    /// Failed (an error event, a body error, or an end without `[DONE]`) before any content.
+    BeforeContent,
+    /// Failed after content: cut, interrupted.
+    Interrupted,
+}
+
+/// What the caller of one request was shown, across the streams it read (see the
+/// [module docs](self)).
+#[derive(Clone, Debug, Default)]
+pub struct Transcript {
+    /// The current stream's parser.
+    parser: Parser,
+    /// The frames the last bytes completed.
+    frames: Vec<SseFrame>,
+    /// Whether the current stream broke the event-stream format.
+    malformed: bool,
+    /// Tokens shown so far: the number of the next new token.
+    shown: u64,
+    /// Tokens shown a second time.
+    duplicated: u64,
+    /// Content tokens of the current stream.
+    tokens: u64,
+    /// Whether the current stream sent `[DONE]`.
+    done: bool,
+    /// Whether the current stream sent an error event.
+    error: bool,
+}
+
+impl Transcript {
+    /// A new stream of the same request begins: what it shows is compared with what the caller
+    /// was shown before.
+    pub fn restart(&mut self) {
+        self.parser = Parser::new();
+        self.malformed = false;
+        self.tokens = 0;
+        self.done = false;
+        self.error = false;
+    }
+
+    /// The caller received `bytes` of the current stream.
+    pub fn read(&mut self, bytes: &[u8]) {
+        let mut frames = std::mem::take(&mut self.frames);
+        self.malformed |= self.parser.feed(bytes, &mut frames).is_err();
+        for frame in frames.drain(..) {
+            if let FrameKind::Event(event) = frame.kind {
+                self.see(&event);
+            }
+        }
+        self.frames = frames;
+    }
+
+    fn see(&mut self, event: &Event) {
+        match classify_event(event) {
+            EventKind::Content => {
+                for number in token_numbers(&event.data) {
+                    self.tokens += 1;
+                    if number < self.shown {
+                        self.duplicated += 1;
+                    } else {
+                        self.shown = number + 1;
+                    }
+                }
+            }
+            EventKind::Done => self.done = true,
+            EventKind::Error(_) => self.error = true,
+            EventKind::Control => {}
+        }
+    }
+
+    /// How the current stream ended: `failed` when its body ended with an error.
+    pub fn ending(&self, failed: bool) -> Ending {
+        if self.done && !self.error && !self.malformed && !failed {
+            Ending::Complete
+        } else if self.tokens > 0 {
+            Ending::Interrupted
+        } else {
+            Ending::BeforeContent
+        }
+    }
+
+    /// Content tokens of the current stream.
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// Different tokens shown across all streams.
+    pub fn shown(&self) -> u64 {
+        self.shown
+    }
+
+    /// Tokens the caller was shown a second time (a restarted stream repeating what an earlier
+    /// one had shown).
+    pub fn duplicated_tokens(&self) -> u64 {
+        self.duplicated
+    }
+}
+
+/// The part of a content chunk that carries its text: `choices[0].delta.content`.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    choices: Vec<Choice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    delta: Delta<'a>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    content: Option<&'a str>,
+}
+
+/// The numbers of the tokens of a content chunk (`" t12 t13"` in its first choice's
+/// `delta.content`).
+fn token_numbers(data: &str) -> Vec<u64> {
+    let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
+        return Vec::new();
+    };
+    chunk
+        .choices
+        .first()
+        .and_then(|choice| choice.delta.content)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|token| token.strip_prefix('t')?.parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn plan(events: u32, fate: StreamFate) -> StreamPlan {
+        StreamPlan {
+            shape: StreamShape::LLM,
+            events,
+            fate,
+        }
+    }
+
+    /// Every frame of `stream` with the time it came at, in ms from the start.
+    async fn frames(stream: EventStream) -> Vec<(u64, Result<Bytes, std::io::ErrorKind>)> {
+        let start = Instant::now();
+        let mut stream = std::pin::pin!(stream);
+        let mut frames = Vec::new();
+        while let Some(frame) = stream.frame().await {
+            let at = (Instant::now() - start).as_millis() as u64;
+            frames.push((
+                at,
+                frame.map(|f| f.into_data().unwrap()).map_err(|e| e.kind()),
+            ));
+        }
+        frames
+    }
+
+    #[test]
+    fn an_answer_has_one_content_event_per_interval_of_its_service_time() {
+        let shape = StreamShape::LLM;
+        let at = |ms| StreamPlan::new(shape, Duration::from_millis(ms), StreamFate::Complete);
+        assert_eq!(at(4_000).events, 40);
+        assert_eq!(at(4_049).events, 40);
+        assert_eq!(at(4_050).events, 41);
+        assert_eq!(at(10).events, 1, "at least one");
+        assert_eq!(at(4_000).length(), Duration::from_secs(4));
+        let failed = StreamPlan {
+            fate: StreamFate::ErrorBeforeContent(ErrorForm::OpenAi),
+            ..at(4_000)
+        };
+        assert_eq!(failed.length(), Duration::from_millis(100));
+        assert_eq!(failed.content_events(), 0);
+        let cut = StreamPlan {
+            fate: StreamFate::CutAfter(7),
+            ..at(4_000)
+        };
+        assert_eq!(cut.length(), Duration::from_millis(800));
+        assert_eq!(cut.content_events(), 7);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_whole_stream_sends_its_events_on_time_and_ends_with_done() {
+        let frames = frames(EventStream::new(plan(3, StreamFate::Complete))).await;
+        let times: Vec<u64> = frames.iter().map(|(at, _)| *at).collect();
+        assert_eq!(times, [0, 100, 200, 300, 300]);
+        let text: Vec<String> = frames
+            .iter()
+            .map(|(_, f)| String::from_utf8(f.clone().unwrap().to_vec()).unwrap())
+            .collect();
+        assert!(text[0].contains(r#""role":"assistant""#));
+        assert!(
+            text[1].contains(r#""content":" t0 t1 t2 t3 t4""#),
+            "{}",
+            text[1]
+        );
+        assert!(text[3].contains(r#""content":" t10 t11 t12 t13 t14""#));
+        assert!(text[4].ends_with("data: [DONE]\n\n"));
+        // Read by a caller: 15 tokens, complete.
+        let mut transcript = Transcript::default();
+        for chunk in &text {
+            transcript.read(chunk.as_bytes());
+        }
+        assert_eq!(transcript.ending(false), Ending::Complete);
+        assert_eq!((transcript.tokens(), transcript.shown()), (15, 15));
+        assert_eq!(transcript.duplicated_tokens(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_fails_before_content_with_an_error_event_stormguard_retries() {
+        for form in [ErrorForm::Anthropic, ErrorForm::OpenAi] {
+            let stream = EventStream::new(plan(40, StreamFate::ErrorBeforeContent(form)));
+            let frames = frames(stream).await;
+            assert_eq!(frames.len(), 2, "{form:?}");
+            assert_eq!(frames[1].0, 100, "when the first content was due");
+            let mut transcript = Transcript::default();
+            for (_, frame) in &frames {
+                transcript.read(frame.as_ref().unwrap());
+            }
+            assert_eq!(transcript.ending(false), Ending::BeforeContent);
+            // stormguard's classifier reads it as a retryable error.
+            let mut parsed = Vec::new();
+            let mut parser = Parser::new();
+            parser
+                .feed(frames[1].1.as_ref().unwrap(), &mut parsed)
+                .unwrap();
+            let [
+                SseFrame {
+                    kind: FrameKind::Event(event),
+                    ..
+                },
+            ] = &parsed[..]
+            else {
+                panic!("one event: {parsed:?}");
+            };
+            let EventKind::Error(outcome) = classify_event(event) else {
+                panic!("an error event: {event:?}");
+            };
+            assert!(outcome.is_retryable(), "{form:?}: {outcome:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_stream_fails_with_a_reset_after_its_content() {
+        let frames = frames(EventStream::new(plan(40, StreamFate::CutAfter(2)))).await;
+        let times: Vec<u64> = frames.iter().map(|(at, _)| *at).collect();
+        assert_eq!(times, [0, 100, 200, 300]);
+        assert_eq!(
+            frames[3].1,
+            Err(std::io::ErrorKind::ConnectionReset),
+            "then the body ends"
+        );
+    }
+
+    #[test]
+    fn a_restarted_stream_shows_its_first_tokens_twice() {
+        let whole = plan(3, StreamFate::Complete);
+        let mut transcript = Transcript::default();
+        transcript.read(ROLE_CHUNK);
+        transcript.read(&whole.content(1));
+        transcript.read(&whole.content(2));
+        assert_eq!(transcript.ending(true), Ending::Interrupted);
+        assert_eq!(transcript.tokens(), 10);
+        transcript.restart();
+        // Split anywhere: the events are read whole.
+        let mut again = ROLE_CHUNK.to_vec();
+        for n in 1..=3 {
+            again.extend_from_slice(&whole.content(n));
+        }
+        again.extend_from_slice(FINISH_AND_DONE);
+        for piece in again.chunks(7) {
+            transcript.read(piece);
+        }
+        assert_eq!(transcript.ending(false), Ending::Complete);
+        assert_eq!(transcript.duplicated_tokens(), 10);
+        assert_eq!(transcript.shown(), 15);
+    }
+}
