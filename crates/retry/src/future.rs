@@ -44,6 +44,7 @@ use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
 use crate::body::ReplayBody;
 use crate::error::{Error, FailedAnswer, GiveUpCause};
 use crate::layer::Config;
+use crate::log::{self, Quiet};
 
 /// What the future hands back.
 type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
@@ -491,6 +492,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 self.send(service, request, false, clock)
             }
             Err(limited) => {
+                log::quiet(Quiet::Refused(Reason::RateLimitedLocally), self.sent);
                 let error = Error::refused(limited.outcome(), Box::new(limited), self.sent);
                 self.refuse(Err(error))
             }
@@ -519,6 +521,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             match breaker.try_acquire() {
                 Ok(permit) => self.permit = Some(permit),
                 Err(rejected) => {
+                    log::quiet(Quiet::Refused(rejected.outcome().reason()), self.sent);
                     let output = self.breaker_answer(&request.into_parts().0, rejected);
                     return self.refuse(output);
                 }
@@ -536,6 +539,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             if !probe && throttle.try_acquire().is_err() {
                 // The breaker's permit goes unrecorded: the attempt was never sent.
                 self.permit = None;
+                log::quiet(Quiet::Refused(Reason::Throttled), self.sent);
                 return self.refuse(Err(Error::throttled(self.sent)));
             }
             self.throttle_owed = true;
@@ -824,8 +828,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     /// Checks, cheapest first and the one with a side effect last: that this layer may send the
     /// request again at all (a buffered body, more than one attempt allowed); attempts left; the server's hint (one above the policy's maximum ends the
     /// request); the deadline (the retry must start after its delay and still have as long as
-    /// the last attempt took); the budget (a withdrawal). Each retry and each give-up is logged
-    /// at WARN with the attempt number and the reason.
+    /// the last attempt took); the budget (a withdrawal). Each retry is logged at WARN with the
+    /// attempt number and the reason, a give-up as `log` says.
     fn plan(&mut self, outcome: &Outcome) -> Plan {
         if !self.could_retry() {
             return Plan::NotReplayable;
@@ -842,13 +846,19 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 );
                 Plan::Retry(delay)
             }
-            Err(cause) => {
-                tracing::warn!(
+            // After retries (drawn from the budget, so bounded): once, at ERROR. Without one:
+            // counted, and summarized with the local refusals (see `log`).
+            Err(cause) if self.sent > 1 => {
+                tracing::error!(
                     attempts = self.sent,
                     reason,
                     cause = cause.as_str(),
-                    "giving up on a retryable failure"
+                    "request failed after retrying"
                 );
+                Plan::GiveUp(cause)
+            }
+            Err(cause) => {
+                log::quiet(Quiet::GaveUp(cause), self.sent);
                 Plan::GiveUp(cause)
             }
         }
@@ -889,11 +899,6 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             }
         }
         let Some(withdrawal) = config.budget.try_withdraw() else {
-            tracing::warn!(
-                attempts = self.sent,
-                reason = outcome.reason().as_str(),
-                "retry budget exhausted: not retrying"
-            );
             return Err(GiveUpCause::BudgetExhausted);
         };
         Ok((delay, Some(withdrawal)))

@@ -131,6 +131,7 @@ mod body;
 mod error;
 mod future;
 mod layer;
+pub mod log;
 mod service;
 
 pub use attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
@@ -138,5 +139,6 @@ pub use body::ReplayBody;
 pub use error::{Error, FailedAnswer, GiveUpCause};
 pub use future::ResponseFuture;
 pub use layer::{ClientLayer, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY};
+pub use log::SUMMARY_EVERY;
 pub use service::Client;
 pub use stormguard_classify::body::PartialBody;

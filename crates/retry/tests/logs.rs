@@ -50,6 +50,7 @@ async fn retries_and_give_ups_are_logged_apart() {
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(captured.clone())
+        .with_max_level(tracing::Level::DEBUG)
         .without_time()
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
@@ -61,6 +62,7 @@ async fn retries_and_give_ups_are_logged_apart() {
         .layer(backend);
     client.oneshot(support::post("{}")).await.unwrap();
 
+    // Two retries at WARN, then the failure after retrying, once, at ERROR.
     let lines = captured.lines();
     assert_eq!(lines.len(), 3, "{lines:#?}");
     for (line, attempt) in lines[..2].iter().zip(1..) {
@@ -70,24 +72,90 @@ async fn retries_and_give_ups_are_logged_apart() {
         assert!(line.contains("delay_ms=250"), "{line}");
         assert!(line.contains("reason=\"unavailable\""), "{line}");
     }
-    assert!(lines[2].contains("giving up"), "{}", lines[2]);
+    assert!(lines[2].contains("ERROR"), "{}", lines[2]);
+    assert!(
+        lines[2].contains("request failed after retrying"),
+        "{}",
+        lines[2]
+    );
     assert!(
         lines[2].contains("cause=\"attempts_exhausted\""),
         "{}",
         lines[2]
     );
 
-    // Budget exhaustion has an event of its own before the give-up.
+    // Given up on without a retry (the budget is spent): at DEBUG only.
     let budget = stormguard_budget::RetryBudget::new(Duration::from_secs(10), 0, 0.1);
     let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
     let client = retries_only().with_budget(budget).layer(backend);
     client.oneshot(support::post("{}")).await.unwrap();
     let lines = captured.lines();
-    assert_eq!(lines.len(), 5, "{lines:#?}");
-    assert!(lines[3].contains("retry budget exhausted"), "{}", lines[3]);
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert!(lines[3].contains("DEBUG"), "{}", lines[3]);
     assert!(
-        lines[4].contains("cause=\"budget_exhausted\""),
+        lines[3].contains("cause=\"budget_exhausted\""),
         "{}",
-        lines[4]
+        lines[3]
+    );
+}
+
+/// An outage at 12,000 requests a second for 30 s, on the paused clock: every request fails
+/// with a 503. Logged at INFO and above (what operators keep), the lines per second stay
+/// bounded by the retry budget and the summaries, whatever the load.
+#[tokio::test(start_paused = true)]
+async fn an_outage_at_12000_requests_a_second_logs_a_bounded_number_of_lines() {
+    const RATE: u64 = 12_000;
+    const SECONDS: u64 = 30;
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_max_level(tracing::Level::INFO)
+        .without_time()
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    // The default budget: 10 s window, 1 retry a second for free, 10% of successes (none here).
+    let client = retries_only()
+        .with_backoff(Constant::new(Duration::from_millis(1)))
+        .layer(backend);
+    let tick = Duration::from_millis(100);
+    for _ in 0..SECONDS * 10 {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..RATE / 10 {
+            calls.spawn(client.clone().oneshot(support::post("{}")));
+        }
+        while let Some(call) = calls.join_next().await {
+            assert_eq!(call.unwrap().unwrap().status(), 503);
+        }
+        tokio::time::advance(tick).await;
+    }
+    let lines = captured.lines();
+    let per_second = lines.len() as f64 / SECONDS as f64;
+    // About 1 retry a second (the budget's floor) with its failure, and one summary every 10 s:
+    // a handful a second, against 12,000 requests a second given up on.
+    assert!(
+        per_second <= 5.0,
+        "{per_second} lines/s: {:#?}",
+        &lines[..lines.len().min(20)]
+    );
+    let summaries = lines
+        .iter()
+        .filter(|line| line.contains("given up on or refused"))
+        .count();
+    assert!((2..=3).contains(&summaries), "{summaries}");
+    let summary = lines
+        .iter()
+        .find(|line| line.contains("given up on or refused"))
+        .unwrap();
+    assert!(
+        summary.contains("WARN") && summary.contains("gave_up_budget_exhausted="),
+        "{summary}"
+    );
+    eprintln!(
+        "{} requests, {} lines ({per_second:.2} a second); before: 2 WARN lines per request given up on",
+        RATE * SECONDS,
+        lines.len()
     );
 }
