@@ -1,17 +1,19 @@
 //! `storm`: replay retry storms against the real layers and print what each pipeline did.
 //!
 //! ```text
-//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams] [--qps N]
+//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|all] [--qps N]
 //!       [--duration SECS] [--capacity SLOTS] [--seed N]
 //!       [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,
 //!                    stormguard+rate-limit,stormguard+adaptive,stormguard+failover]
-//!       [--attempt-timeout SECS] [--out DIR] [--json]
+//!       [--attempt-timeout SECS] [--out DIR] [--json] [--help]
 //! ```
 //!
 //! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]). The failover
 //! rows (`naive+failover`, `stormguard+failover`) need the scenario with two providers
 //! (`failover`). In `streams`, every caller reads its streamed answer to the end, and `naive`'s
-//! restarts a stream that failed ([`Pipeline::stream_restarts`]).
+//! restarts a stream that failed ([`Pipeline::stream_restarts`]). `--scenario all` runs every
+//! scenario with its default rows and ends with [`report::overview`]. `--help` says what each
+//! option, scenario and pipeline is.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -19,18 +21,154 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use stormguard_storm::metrics::Summary;
 use stormguard_storm::pipeline::Pipeline;
 use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::{chart, report};
 
-const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst|failover|streams] \
+const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|all] \
 [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
 [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,stormguard+rate-limit,\
-stormguard+adaptive,stormguard+failover] [--attempt-timeout SECS] [--out DIR] [--json]";
+stormguard+adaptive,stormguard+failover] [--attempt-timeout SECS] [--out DIR] [--json] [--help]";
+
+/// The value of `--scenario` that runs every built-in scenario.
+const ALL: &str = "all";
+
+/// What each option does, printed by `--help` between the usage line and the scenarios.
+const OPTIONS_HELP: &str = "\
+Replays retry storms against the real client layers (tower's and stormguard's) on virtual time,
+and prints, per client pipeline, what it did to the provider and what its callers got.
+
+Options:
+  --scenario NAME
+      The incident to replay (default seed; see Scenarios below). `all` runs every scenario in
+      turn, each with its default pipelines, prints each one's table, then one overview line per
+      scenario and pipeline.
+  --qps N
+      Offered requests per second (default: the scenario's). The provider's slots and quota scale
+      with it, so the incident keeps its shape at a smaller load.
+  --duration SECS
+      Length of the run (default 60 s); the fault window keeps its place in proportion.
+  --capacity SLOTS
+      The provider's concurrent slots (default: the scenario's, scaled by --qps).
+  --seed N
+      Seed of the arrivals and the provider's draws (default 42): a seed always gives the same
+      numbers.
+  --pipelines LIST
+      Comma-separated pipelines to compare (default: the scenario's, listed under Scenarios).
+      Not with --scenario all.
+  --attempt-timeout SECS
+      Per-attempt timeout of today's clients (none, naive, naive+failover, tower; default 4 s,
+      about the healthy provider's p99.9). stormguard has none: one deadline spans all attempts.
+  --out DIR
+      Where the SVG charts go, one per scenario, named after it (default storm-out).
+  --json
+      Print the figures as JSON instead of tables: an array with one object per pipeline. With
+      --scenario all, an array with one {\"scenario\": NAME, \"runs\": [...]} per scenario.
+  -h, --help
+      Print this help.
+
+With --scenario all, --qps, --duration, --capacity, --seed and --attempt-timeout apply to every
+scenario.";
+
+/// What a scenario replays, for `--help`.
+fn scenario_help(kind: ScenarioKind) -> &'static str {
+    match kind {
+        ScenarioKind::Seed => {
+            "The field's incident at 12,000 requests/s on 40,000 slots: from 10 s to 40 s errors go\n\
+             from 0.01% to 5% and the median latency from 800 ms to 2,500 ms."
+        }
+        ScenarioKind::Outage => {
+            "A total outage from 20 s to 30 s: every request fails at once with 503, and the work\n\
+             in flight is lost."
+        }
+        ScenarioKind::Quota => {
+            "From 10 s to 40 s the provider accepts 75% of the offered rate and answers the rest\n\
+             with 429 and Retry-After: 2."
+        }
+        ScenarioKind::Blackhole => {
+            "At 1,000 requests/s, from 20 s to 30 s the provider accepts connections and never\n\
+             answers: clients that retry on timeouts pile up open attempts."
+        }
+        ScenarioKind::Burst => {
+            "A quota of requests and tokens a minute for LLM-sized requests: traffic averages 70%\n\
+             of it and comes in bursts of 2x to 3x it; beyond the quota the provider answers 429."
+        }
+        ScenarioKind::Failover => {
+            "Two providers at 1,000 requests/s: the primary is down from 20 s to 35 s (503 at once,\n\
+             then a black hole); the secondary, with 60% of its slots, stays healthy."
+        }
+        ScenarioKind::Streams => {
+            "Streamed answers (text/event-stream) at 500 requests/s: from 20 s to 40 s, 5% of the\n\
+             streams fail with an error event before any content and 1% are cut mid-stream."
+        }
+    }
+}
+
+/// What a pipeline is, for `--help`.
+fn pipeline_help(pipeline: Pipeline) -> &'static str {
+    match pipeline {
+        Pipeline::None => "One attempt, timed out after --attempt-timeout; no retries.",
+        Pipeline::Naive => {
+            "Retries every failure 3 times, 1 s apart, with no budget; in streams its caller also\n\
+             restarts a stream that failed, from the start."
+        }
+        Pipeline::NaiveFailover => {
+            "Sends every failure to the other provider at once, 3 retries on each (failover only)."
+        }
+        Pipeline::Tower => "tower's retry with ExponentialBackoff and TpsBudget (10 s, 10/s, 20%).",
+        Pipeline::Stormguard => {
+            "stormguard::ClientLayer::default(): one deadline across all attempts, a retry budget,\n\
+             adaptive throttling, jitter and the provider's hints."
+        }
+        Pipeline::StormguardBreaker => {
+            "The same with a circuit breaker and a local fallback that answers a degraded 200\n\
+             (counted as a fallback, never as a success)."
+        }
+        Pipeline::StormguardRateLimit => {
+            "The same with a rate limit configured with the provider's quota."
+        }
+        Pipeline::StormguardAdaptive => {
+            "The same with RateLimit::default(), which learns the quota from the provider."
+        }
+        Pipeline::StormguardFailover => {
+            "stormguard's Failover over the primary and the secondary, each with its default\n\
+             breaker (failover only)."
+        }
+    }
+}
+
+/// The `--help` text: usage, options, every scenario with its default pipelines, every pipeline.
+fn help() -> String {
+    let indent = |text: &str| {
+        text.lines()
+            .map(|line| format!("      {line}\n"))
+            .collect::<String>()
+    };
+    let mut help = format!("{USAGE}\n\n{OPTIONS_HELP}\n\nScenarios:\n");
+    for kind in ScenarioKind::ALL {
+        let defaults: Vec<&str> = Pipeline::defaults(kind)
+            .iter()
+            .map(|p| p.as_str())
+            .collect();
+        help += &format!(
+            "  {kind}\n{}      Default pipelines: {}.\n",
+            indent(scenario_help(kind)),
+            defaults.join(", ")
+        );
+    }
+    help += "\nPipelines (real tower and stormguard code, meeting the same arrivals):\n";
+    for pipeline in Pipeline::ALL {
+        help += &format!("  {pipeline}\n{}", indent(pipeline_help(pipeline)));
+    }
+    help
+}
 
 struct Args {
-    scenario: Scenario,
-    pipelines: Vec<Pipeline>,
+    /// The scenarios to run, each with its pipelines, in order.
+    runs: Vec<(Scenario, Vec<Pipeline>)>,
+    /// `--scenario all`: the JSON names each scenario, and the text ends with the overview.
+    all: bool,
     out: PathBuf,
     json: bool,
 }
@@ -49,7 +187,8 @@ fn seconds(value: f64) -> Result<Duration, lexopt::Error> {
 fn parse_args() -> Result<Args, lexopt::Error> {
     use lexopt::prelude::*;
 
-    let mut kind = ScenarioKind::Seed;
+    // `None`: every scenario.
+    let mut kind = Some(ScenarioKind::Seed);
     let (mut qps, mut duration, mut capacity, mut seed, mut attempt_timeout) =
         (None, None, None, None, None);
     let mut pipelines = None;
@@ -58,7 +197,14 @@ fn parse_args() -> Result<Args, lexopt::Error> {
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
-            Long("scenario") => kind = parser.value()?.parse()?,
+            Long("scenario") => {
+                let name = parser.value()?.string()?;
+                kind = if name == ALL {
+                    None
+                } else {
+                    Some(name.parse().map_err(|e| format!("{e}, or {ALL}"))?)
+                };
+            }
             Long("qps") => qps = Some(parser.value()?.parse::<f64>()?),
             Long("duration") => duration = Some(seconds(parser.value()?.parse()?)?),
             Long("capacity") => capacity = Some(parser.value()?.parse::<u32>()?),
@@ -72,31 +218,55 @@ fn parse_args() -> Result<Args, lexopt::Error> {
             Long("out") => out = parser.value()?.into(),
             Long("json") => json = true,
             Short('h') | Long("help") => {
-                println!("{USAGE}");
+                print!("{}", help());
                 std::process::exit(0);
             }
             _ => return Err(arg.unexpected()),
         }
     }
-    let mut scenario = Scenario::builtin(kind);
-    if let Some(qps) = qps {
-        if !(qps.is_finite() && qps > 0.0) {
-            return Err(format!("--qps must be positive, got {qps}").into());
+    if let Some(qps) = qps
+        && !(qps.is_finite() && qps > 0.0)
+    {
+        return Err(format!("--qps must be positive, got {qps}").into());
+    }
+    let configure = |kind: ScenarioKind| {
+        let mut scenario = Scenario::builtin(kind);
+        if let Some(qps) = qps {
+            scenario = scenario.with_qps(qps);
         }
-        scenario = scenario.with_qps(qps);
-    }
-    if let Some(capacity) = capacity {
-        scenario = scenario.with_capacity(capacity);
-    }
-    if let Some(duration) = duration {
-        scenario = scenario.with_duration(duration);
-    }
-    if let Some(seed) = seed {
-        scenario = scenario.with_seed(seed);
-    }
-    if let Some(timeout) = attempt_timeout {
-        scenario = scenario.with_attempt_timeout(timeout);
-    }
+        if let Some(capacity) = capacity {
+            scenario = scenario.with_capacity(capacity);
+        }
+        if let Some(duration) = duration {
+            scenario = scenario.with_duration(duration);
+        }
+        if let Some(seed) = seed {
+            scenario = scenario.with_seed(seed);
+        }
+        if let Some(timeout) = attempt_timeout {
+            scenario = scenario.with_attempt_timeout(timeout);
+        }
+        scenario
+    };
+    let Some(kind) = kind else {
+        if pipelines.is_some() {
+            return Err(format!(
+                "--pipelines needs one scenario: --scenario {ALL} runs each one's default pipelines"
+            )
+            .into());
+        }
+        let runs = ScenarioKind::ALL
+            .into_iter()
+            .map(|kind| (configure(kind), Pipeline::defaults(kind).to_vec()))
+            .collect();
+        return Ok(Args {
+            runs,
+            all: true,
+            out,
+            json,
+        });
+    };
+    let scenario = configure(kind);
     let pipelines = pipelines.unwrap_or_else(|| Pipeline::defaults(kind).to_vec());
     if pipelines.is_empty() {
         return Err("--pipelines names no pipeline".into());
@@ -110,24 +280,30 @@ fn parse_args() -> Result<Args, lexopt::Error> {
         .into());
     }
     Ok(Args {
-        scenario,
-        pipelines,
+        runs: vec![(scenario, pipelines)],
+        all: false,
         out,
         json,
     })
 }
 
-fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(error) => {
-            eprintln!("storm: {error}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let started = Instant::now();
-    let total = args.scenario.duration.as_secs() * args.pipelines.len() as u64;
-    let bar = if args.json {
+/// What one scenario's run gave: the figures, and whether its chart could be written.
+struct Outcome {
+    summaries: Vec<Summary>,
+    /// The chart's path, or why it could not be written.
+    chart: Result<PathBuf, String>,
+}
+
+/// Simulate `pipelines` through `scenario` with a progress bar (hidden under `--json`), and write
+/// its chart into `out`.
+fn simulate(
+    scenario: &Scenario,
+    pipelines: &[Pipeline],
+    out: &std::path::Path,
+    json: bool,
+) -> Result<Outcome, String> {
+    let total = scenario.duration.as_secs() * pipelines.len() as u64;
+    let bar = if json {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(total)
@@ -137,14 +313,13 @@ fn main() -> ExitCode {
     {
         bar.set_style(style.progress_chars("=> "));
     }
-    bar.set_message(format!("simulating {}", args.scenario.kind));
+    bar.set_message(format!("simulating {}", scenario.kind));
     let ticker = bar.clone();
-    let runs = match stormguard_storm::run(&args.scenario, &args.pipelines, move || ticker.inc(1)) {
+    let runs = match stormguard_storm::run(scenario, pipelines, move || ticker.inc(1)) {
         Ok(runs) => runs,
         Err(error) => {
             bar.abandon();
-            eprintln!("storm: {error}");
-            return ExitCode::FAILURE;
+            return Err(error.to_string());
         }
     };
     bar.finish_and_clear();
@@ -153,13 +328,87 @@ fn main() -> ExitCode {
         .iter()
         .map(|run| (run.summary.name, &run.series))
         .collect();
-    let svg = chart::render(&args.scenario, &lines);
-    let path = args.out.join(format!("{}.svg", args.scenario.kind));
-    let written = std::fs::create_dir_all(&args.out).and_then(|()| std::fs::write(&path, svg));
+    let svg = chart::render(scenario, &lines);
+    let path = out.join(format!("{}.svg", scenario.kind));
+    let chart = match std::fs::create_dir_all(out).and_then(|()| std::fs::write(&path, svg)) {
+        Ok(()) => Ok(path),
+        Err(error) => Err(format!("could not write {}: {error}", path.display())),
+    };
+    Ok(Outcome {
+        summaries: runs.into_iter().map(|run| run.summary).collect(),
+        chart,
+    })
+}
 
-    let summaries: Vec<_> = runs.into_iter().map(|run| run.summary).collect();
+/// One scenario's text: its description, table, legend and chart line.
+fn scenario_text(scenario: &Scenario, outcome: &Outcome) -> String {
+    let chart = match &outcome.chart {
+        Ok(path) => format!("chart: {}", path.display()),
+        Err(error) => format!("chart: {error}"),
+    };
+    format!(
+        "{}\n\n{}\n{}\n\n{chart}\n",
+        scenario.describe(),
+        report::table(scenario, &outcome.summaries),
+        report::legend(scenario),
+    )
+}
+
+/// One element of `--scenario all --json`: a scenario's name and its figures, as `--scenario NAME
+/// --json` prints them.
+#[derive(serde::Serialize)]
+struct ScenarioRuns<'a> {
+    scenario: &'static str,
+    runs: &'a [Summary],
+}
+
+/// Write `text` to stdout; a closed pipe (`storm | head`) is not an error worth a panic.
+fn print(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("storm: {error}\n{USAGE}\nstorm --help says what each option does");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let mut outcomes = Vec::with_capacity(args.runs.len());
+    for (scenario, pipelines) in &args.runs {
+        let outcome = match simulate(scenario, pipelines, &args.out, args.json) {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                eprintln!("storm: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if !args.json {
+            // Between scenarios, a blank line; each one prints as soon as it is done.
+            let separator = if outcomes.is_empty() { "" } else { "\n" };
+            print(&format!("{separator}{}", scenario_text(scenario, &outcome)));
+        }
+        outcomes.push(outcome);
+    }
+
     let text = if args.json {
-        match serde_json::to_string_pretty(&summaries) {
+        let json = if args.all {
+            let runs: Vec<_> = args
+                .runs
+                .iter()
+                .zip(&outcomes)
+                .map(|((scenario, _), outcome)| ScenarioRuns {
+                    scenario: scenario.kind.as_str(),
+                    runs: &outcome.summaries,
+                })
+                .collect();
+            serde_json::to_string_pretty(&runs)
+        } else {
+            serde_json::to_string_pretty(&outcomes[0].summaries)
+        };
+        match json {
             Ok(json) => json + "\n",
             Err(error) => {
                 eprintln!("storm: {error}");
@@ -167,21 +416,24 @@ fn main() -> ExitCode {
             }
         }
     } else {
-        let chart = match &written {
-            Ok(()) => format!("chart: {}", path.display()),
-            Err(error) => format!("chart: could not write {}: {error}", path.display()),
+        let overview = if args.all {
+            let runs: Vec<(&Scenario, &[Summary])> = args
+                .runs
+                .iter()
+                .zip(&outcomes)
+                .map(|((scenario, _), outcome)| (scenario, outcome.summaries.as_slice()))
+                .collect();
+            format!("\nall scenarios:\n{}", report::overview(&runs))
+        } else {
+            String::new()
         };
         format!(
-            "{}\n\n{}\n{}\n\n{chart}\nwall time: {:.1} s\n",
-            args.scenario.describe(),
-            report::table(&args.scenario, &summaries),
-            report::legend(&args.scenario),
+            "{overview}wall time: {:.1} s\n",
             started.elapsed().as_secs_f64()
         )
     };
-    // A closed pipe (`storm | head`) is not an error worth a panic.
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-    if written.is_ok() {
+    print(&text);
+    if outcomes.iter().all(|outcome| outcome.chart.is_ok()) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

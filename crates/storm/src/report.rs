@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::metrics::Summary;
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, ScenarioKind};
 
 /// The columns a scenario with two providers adds, after the others: the secondary's load, and
 /// how much of the traffic the primary got during its fault and after it.
@@ -111,6 +111,75 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
             row
         })
         .collect();
+    aligned(&header, &rows, 1)
+}
+
+/// One line per scenario and pipeline of several runs (`storm --scenario all`): the figures that
+/// say most at a glance, and each scenario's headline figure ([`headline`]).
+pub fn overview(runs: &[(&Scenario, &[Summary])]) -> String {
+    let header = [
+        "scenario",
+        "pipeline",
+        "success",
+        "success outside",
+        "ampl",
+        "peak load",
+        "peak in-flight",
+        "p99 ms",
+        "headline",
+    ];
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .flat_map(|(scenario, summaries)| {
+            summaries.iter().map(|s| {
+                vec![
+                    scenario.kind.to_string(),
+                    s.name.to_owned(),
+                    format!("{:.2}%", s.success_rate * 100.0),
+                    s.success_outside
+                        .map_or_else(|| "-".to_owned(), |share| format!("{:.2}%", share * 100.0)),
+                    format!("{:.2}x", s.amplification),
+                    format!("{:.2}x", s.peak_load),
+                    s.peak_in_flight.to_string(),
+                    s.p99_ms.to_string(),
+                    headline(scenario, s),
+                ]
+            })
+        })
+        .collect();
+    aligned(&header, &rows, 2)
+}
+
+/// The figure each scenario is about, named: how long the provider takes to recover (seed,
+/// outage), retries sent before their `Retry-After` (quota), how fast traffic to the dead provider
+/// is cut (blackhole), 429s (burst), the secondary's peak load (failover), content tokens shown
+/// twice (streams).
+pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
+    match scenario.kind {
+        ScenarioKind::Seed | ScenarioKind::Outage => match summary.recovery_s {
+            Some(r) => format!("recovery {r:.0} s"),
+            None if scenario.fault.end >= scenario.duration => "recovery -".to_owned(),
+            None => "recovery never".to_owned(),
+        },
+        ScenarioKind::Quota => format!("early retries {}", summary.early_retries),
+        ScenarioKind::Blackhole => summary
+            .cut_s
+            .map_or_else(|| "cut never".to_owned(), |c| format!("cut {c:.1} s")),
+        ScenarioKind::Burst => format!("429s {}", summary.too_many_requests),
+        ScenarioKind::Failover => summary.failover.as_ref().map_or_else(
+            || "secondary peak load -".to_owned(),
+            |f| format!("secondary peak load {:.2}x", f.secondary_peak_load),
+        ),
+        ScenarioKind::Streams => summary.streams.as_ref().map_or_else(
+            || "duplicated tokens -".to_owned(),
+            |f| format!("duplicated tokens {}", f.duplicated_tokens),
+        ),
+    }
+}
+
+/// `header` and `rows` in aligned columns: the first `left` columns (the names) left-aligned, the
+/// others (the figures) right-aligned.
+fn aligned(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {
             rows.iter()
@@ -125,14 +194,16 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
         for (c, cell) in cells.iter().enumerate() {
             if c == 0 {
                 let _ = write!(out, "{cell:<width$}", width = widths[c]);
+            } else if c < left {
+                let _ = write!(out, "  {cell:<width$}", width = widths[c]);
             } else {
                 let _ = write!(out, "  {cell:>width$}", width = widths[c]);
             }
         }
         out.push('\n');
     };
-    line(&mut out, &header);
-    for row in &rows {
+    line(&mut out, header);
+    for row in rows {
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
         line(&mut out, &cells);
     }

@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use stormguard_storm::pipeline::Pipeline;
+use stormguard_storm::scenario::ScenarioKind;
+
 fn out_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("storm-cli-{name}-{}", std::process::id()))
 }
@@ -265,5 +268,134 @@ fn bad_flags_are_refused_with_usage() {
             String::from_utf8_lossy(&output.stderr).contains("usage: storm"),
             "{args:?}"
         );
+    }
+}
+
+fn storm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_storm"))
+        .args(args)
+        .output()
+        .expect("storm runs")
+}
+
+#[test]
+fn help_says_what_every_option_scenario_and_pipeline_is() {
+    for flag in ["--help", "-h"] {
+        let output = storm(&[flag]);
+        assert_eq!(output.status.code(), Some(0), "{flag}");
+        let help = String::from_utf8(output.stdout).expect("utf-8 output");
+        for option in [
+            "--scenario",
+            "--qps",
+            "--duration",
+            "--capacity",
+            "--seed",
+            "--pipelines",
+            "--attempt-timeout",
+            "--out",
+            "--json",
+        ] {
+            assert!(
+                help.contains(&format!("\n  {option}")),
+                "{option} in {help}"
+            );
+        }
+        assert!(help.contains("`all`"), "{help}");
+        for kind in ScenarioKind::ALL {
+            assert!(help.contains(&format!("\n  {kind}\n")), "{kind} in {help}");
+        }
+        for pipeline in Pipeline::ALL {
+            assert!(
+                help.contains(&format!("\n  {pipeline}\n")),
+                "{pipeline} in {help}"
+            );
+        }
+    }
+}
+
+#[test]
+fn all_runs_every_scenario_and_ends_with_one_line_per_default_pipeline() {
+    let out = out_dir("all");
+    let args = ["--scenario", "all", "--qps", "50", "--duration", "6"];
+    let output = Command::new(env!("CARGO_BIN_EXE_storm"))
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("storm runs");
+    assert!(
+        output.status.success(),
+        "storm failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("utf-8 output");
+    let (tables, overview) = text.split_once("\nall scenarios:\n").expect("an overview");
+    let mut lines = overview.lines();
+    let header = lines.next().expect("a header");
+    for column in [
+        "scenario",
+        "pipeline",
+        "success",
+        "ampl",
+        "peak load",
+        "headline",
+    ] {
+        assert!(header.contains(column), "{column} in {header}");
+    }
+    // Each scenario's own table, as `--scenario NAME` prints it.
+    assert_eq!(
+        tables.matches("\npipeline ").count(),
+        ScenarioKind::ALL.len()
+    );
+    let mut expected = Vec::new();
+    for kind in ScenarioKind::ALL {
+        assert!(
+            out.join(format!("{kind}.svg")).exists(),
+            "{kind}'s chart is written"
+        );
+        for pipeline in Pipeline::defaults(kind) {
+            expected.push((kind.to_string(), pipeline.to_string()));
+        }
+    }
+    let rows: Vec<(String, String)> = lines
+        .take_while(|line| !line.starts_with("wall time"))
+        .map(|line| {
+            let mut cells = line.split_whitespace();
+            let scenario = cells.next().unwrap_or_default().to_owned();
+            (scenario, cells.next().unwrap_or_default().to_owned())
+        })
+        .collect();
+    assert_eq!(rows, expected);
+
+    // One element per scenario, each holding what `--scenario NAME --json` prints.
+    let json = run_json(&args, &out);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let elements = value.as_array().expect("an array");
+    let scenarios: Vec<&str> = elements
+        .iter()
+        .filter_map(|e| e["scenario"].as_str())
+        .collect();
+    let names: Vec<&str> = ScenarioKind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(scenarios, names);
+    let rows: usize = elements
+        .iter()
+        .map(|e| e["runs"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(rows, expected.len());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bad_flags_point_to_help() {
+    for args in [
+        &["--bogus"][..],
+        &["--scenario", "every"],
+        &["--scenario", "all", "--pipelines", "naive"],
+    ] {
+        let output = storm(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("usage: storm"), "{stderr}");
+        assert!(stderr.contains("--help"), "{stderr}");
     }
 }
