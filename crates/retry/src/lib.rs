@@ -132,6 +132,8 @@ mod error;
 mod future;
 mod layer;
 pub mod log;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod service;
 
 pub use attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};

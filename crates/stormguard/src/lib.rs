@@ -205,6 +205,11 @@ pub mod retry {
     };
 }
 
+/// What the pipeline counts and measures, through the `metrics` facade (feature `metrics`): every
+/// name, type, unit and label ([`stormguard_retry::metrics`]).
+#[cfg(feature = "metrics")]
+pub use stormguard_retry::metrics;
+
 /// The client engine as reqwest-middleware middleware ([`stormguard_reqwest`]).
 #[cfg(feature = "reqwest")]
 pub mod reqwest {
