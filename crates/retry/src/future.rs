@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, Request, Response, response};
+use http::{HeaderMap, Request, Response, StatusCode, response};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_breaker::{Permit, Rejected};
@@ -44,7 +44,7 @@ use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
 use crate::body::ReplayBody;
 use crate::error::{Error, FailedAnswer, GiveUpCause};
 use crate::layer::Config;
-use crate::log::{self, Quiet};
+use crate::observe::Watch;
 
 /// What the future hands back.
 type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
@@ -140,6 +140,8 @@ struct Attempts<C, Bk: Backoff> {
     /// The head of a request sent once as a stream, kept for the breaker's fallback (the
     /// template holds it otherwise).
     head: Option<Box<Parts>>,
+    /// Its spans, log lines and metrics.
+    watch: Watch,
 }
 
 /// Where the latest granted retry stands.
@@ -224,6 +226,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
+            let _in = this.attempts.watch.span().clone().entered();
             let step = match this.state.as_mut().project() {
                 StateProj::Buffering { read } => match Pin::new(read).poll(cx) {
                     Poll::Ready((bytes, tail, rest)) => {
@@ -300,6 +303,7 @@ where
                 Step::Next(state) => this.state.set(state),
                 Step::Finish(output) => {
                     this.state.set(State::Done);
+                    this.attempts.watch.finished(&output, this.attempts.sent);
                     return Poll::Ready(output);
                 }
             }
@@ -319,13 +323,16 @@ where
         }
         // Dropping the state cancels what is in flight.
         this.state.set(State::Done);
-        Poll::Ready(Err(this.attempts.expired()))
+        let output = Err(this.attempts.expired());
+        this.attempts.watch.finished(&output, this.attempts.sent);
+        Poll::Ready(output)
     }
 }
 
 impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     fn new(config: Arc<Config<C, Bk>>, head: &Parts) -> Self {
         Self {
+            watch: Watch::new(config.name.as_ref()),
             config,
             template: None,
             sent: 0,
@@ -438,6 +445,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     {
         let deadline = self.deadline.map(|deadline| deadline.instant());
         if deadline.is_some_and(|deadline| clock.now() >= deadline) {
+            self.watch.out_of_time();
             return self.refuse(Err(Error::deadline_exceeded(self.sent)));
         }
         if let Some(limit) = &self.config.rate_limit {
@@ -480,6 +488,11 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             Ok(reservation) => {
                 let start = reservation.start();
                 self.pace = Some(reservation);
+                #[cfg(feature = "metrics")]
+                if let Some(limit) = &self.config.rate_limit {
+                    let wait = start.saturating_duration_since(Instant::now());
+                    self.watch.meter().paced(wait, limit);
+                }
                 // Read after the reservation: a slot free now starts at the limit's own
                 // reading of the clock, later than this step's, and waiting for it would
                 // still cost a timer rounded up to the next millisecond.
@@ -492,7 +505,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 self.send(service, request, false, clock)
             }
             Err(limited) => {
-                log::quiet(Quiet::Refused(Reason::RateLimitedLocally), self.sent);
+                self.watch.refused(Reason::RateLimitedLocally, self.sent);
                 let error = Error::refused(limited.outcome(), Box::new(limited), self.sent);
                 self.refuse(Err(error))
             }
@@ -521,7 +534,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             match breaker.try_acquire() {
                 Ok(permit) => self.permit = Some(permit),
                 Err(rejected) => {
-                    log::quiet(Quiet::Refused(rejected.outcome().reason()), self.sent);
+                    self.watch.refused(rejected.outcome().reason(), self.sent);
+                    self.health();
                     let output = self.breaker_answer(&request.into_parts().0, rejected);
                     return self.refuse(output);
                 }
@@ -539,7 +553,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             if !probe && throttle.try_acquire().is_err() {
                 // The breaker's permit goes unrecorded: the attempt was never sent.
                 self.permit = None;
-                log::quiet(Quiet::Refused(Reason::Throttled), self.sent);
+                self.watch.refused(Reason::Throttled, self.sent);
+                self.health();
                 return self.refuse(Err(Error::throttled(self.sent)));
             }
             self.throttle_owed = true;
@@ -553,9 +568,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             self.receipt = Some(Receipt::Sent(withdrawal));
         }
         self.sent = self.sent.saturating_add(1);
-        State::Calling {
-            future: service.call(request),
-        }
+        self.watch.sending(self.sent);
+        let future = self.watch.span().in_scope(|| service.call(request));
+        State::Calling { future }
     }
 
     /// The request ends without this attempt: a retry granted for it is given back.
@@ -589,6 +604,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         };
         self.permit = None;
         self.throttle_owed = false;
+        self.watch.unanswered(Reason::BreakerOpen);
         let rejected = Rejected::Open(open);
         let head = match (&self.template, &self.head) {
             (Some(template), _) => Some(&template.head),
@@ -630,6 +646,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         if let Some(permit) = self.permit.take() {
             permit.record(&Outcome::retryable(Reason::DeadlineExceeded).with_accepted(false));
         }
+        self.watch.unanswered(Reason::DeadlineExceeded);
         self.abandon();
         Error::deadline_exceeded(self.sent)
     }
@@ -672,7 +689,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         };
         self.attempt_finished();
         let outcome = self.config.classifier.classify_error(&*error);
-        self.record(&outcome, &HeaderMap::new());
+        self.record(&outcome, &HeaderMap::new(), None);
         if !outcome.is_retryable() {
             return Step::Finish(Err(Error::failed(outcome, error, self.sent)));
         }
@@ -694,8 +711,21 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     {
         match opening {
             Opening::Open(mut stream) => {
-                if let Some(permit) = self.permit.take() {
-                    stream = Box::new((*stream).with_at_end(move |outcome| permit.record(outcome)));
+                // The breaker learns how the stream ends, and the metrics count it.
+                let permit = self.permit.take();
+                #[cfg(feature = "metrics")]
+                let count = Some(self.watch.meter().stream_end());
+                #[cfg(not(feature = "metrics"))]
+                let count: Option<fn(&Outcome)> = None;
+                if permit.is_some() || count.is_some() {
+                    stream = Box::new((*stream).with_at_end(move |outcome| {
+                        if let Some(permit) = permit {
+                            permit.record(outcome);
+                        }
+                        if let Some(count) = count {
+                            count(outcome);
+                        }
+                    }));
                 }
                 if let (Some(resume), Some(template)) = (&self.config.resume, &self.template) {
                     let (head, body) = (template.head.clone(), template.body.clone());
@@ -709,6 +739,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 read,
                 rest,
             } => {
+                #[cfg(feature = "metrics")]
+                self.watch.meter().stream_failed();
                 let response = Response::from_parts(head, ResponseBody::from_read(read, rest));
                 self.judged(response, outcome)
             }
@@ -721,7 +753,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         mut response: Response<ResponseBody<RB>>,
         outcome: Outcome,
     ) -> Step<F, B, RB, C> {
-        self.record(&outcome, response.headers());
+        self.record(&outcome, response.headers(), Some(response.status()));
         if outcome.is_success() {
             // A success ends the request: how long it took matters only before a retry.
             self.config.budget.deposit();
@@ -778,7 +810,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     /// Tells the breaker and the throttle how the attempt ended, and settles the retry's
     /// receipt: a retry that a layer below refused locally never reached the backend, so the
     /// budget gets it back.
-    fn record(&mut self, outcome: &Outcome, headers: &HeaderMap) {
+    fn record(&mut self, outcome: &Outcome, headers: &HeaderMap, status: Option<StatusCode>) {
+        self.watch.answered(outcome, status);
         if let Some(permit) = self.permit.take() {
             permit.record(outcome);
         }
@@ -804,6 +837,15 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         {
             self.config.budget.refund(withdrawal);
         }
+        self.health();
+    }
+
+    /// The throttle's and the breaker's state, for the metrics.
+    fn health(&self) {
+        #[cfg(feature = "metrics")]
+        self.watch
+            .meter()
+            .health(self.config.throttle.as_ref(), self.config.breaker.as_ref());
     }
 
     /// What the next attempt carries.
@@ -834,31 +876,15 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         if !self.could_retry() {
             return Plan::NotReplayable;
         }
-        let reason = outcome.reason().as_str();
+        let reason = outcome.reason();
         match self.decide(outcome) {
             Ok((delay, withdrawal)) => {
                 self.receipt = withdrawal.map(Receipt::Unsent);
-                tracing::warn!(
-                    retry_attempt = self.sent,
-                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                    reason,
-                    "retrying request"
-                );
+                self.watch.retrying(self.sent, reason, delay);
                 Plan::Retry(delay)
             }
-            // After retries (drawn from the budget, so bounded): once, at ERROR. Without one:
-            // counted, and summarized with the local refusals (see `log`).
-            Err(cause) if self.sent > 1 => {
-                tracing::error!(
-                    attempts = self.sent,
-                    reason,
-                    cause = cause.as_str(),
-                    "request failed after retrying"
-                );
-                Plan::GiveUp(cause)
-            }
             Err(cause) => {
-                log::quiet(Quiet::GaveUp(cause), self.sent);
+                self.watch.giving_up(self.sent, reason, cause);
                 Plan::GiveUp(cause)
             }
         }

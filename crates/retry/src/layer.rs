@@ -52,6 +52,7 @@ pub(crate) struct Config<C, Bk> {
     pub(crate) propagation: bool,
     pub(crate) streams: Option<StreamPolicy>,
     pub(crate) resume: Option<Resume>,
+    pub(crate) name: Option<Arc<str>>,
 }
 
 /// The whole client pipeline for `http::Request<B>` services, as one [`Layer`] (see the
@@ -134,6 +135,7 @@ impl Default for ClientLayer {
             propagation: true,
             streams: Some(StreamPolicy::default()),
             resume: None,
+            name: None,
         })
     }
 }
@@ -150,6 +152,15 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         let mut config = Arc::unwrap_or_clone(self.config);
         change(&mut config);
         Self::from_config(config)
+    }
+
+    /// Name the backend this layer calls (`openai`, `anthropic`, `azure-eastus`...): the
+    /// `backend` field of the request's and attempts' spans, and the `gen_ai.provider.name`
+    /// label of the metrics (feature `metrics`). A name from a fixed set, never one made from
+    /// requests: every name is a series of its own.
+    pub fn with_name(self, name: &str) -> Self {
+        let name = Arc::from(name);
+        self.change(|config| config.name = Some(name))
     }
 
     /// Decide what succeeded, what may be retried and what the backend accepted with
@@ -318,6 +329,11 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         &self.config.backoff
     }
 
+    /// The name given with [`with_name`](Self::with_name).
+    pub fn name(&self) -> Option<&str> {
+        self.config.name.as_deref()
+    }
+
     /// The hint policy.
     pub fn hint_policy(&self) -> &HintPolicy {
         &self.config.hint_policy
@@ -385,6 +401,7 @@ impl<C, Bk> Config<C, Bk> {
             propagation: self.propagation,
             streams: self.streams,
             resume: self.resume,
+            name: self.name,
         }
     }
 }
@@ -414,6 +431,7 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for ClientLayer<C, Bk> {
 impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Config<C, Bk> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientConfig")
+            .field("name", &self.name)
             .field("classifier", &self.classifier)
             .field("budget", &self.budget)
             .field("backoff", &self.backoff)

@@ -134,6 +134,7 @@ mod layer;
 pub mod log;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod observe;
 mod service;
 
 pub use attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};

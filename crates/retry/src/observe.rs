@@ -1,0 +1,374 @@
+//! What the engine tells about one request: its `tracing` spans, its log lines (see [`log`]),
+//! and, with the `metrics` feature, what it counts and measures (see [`metrics`](crate::metrics)).
+//!
+//! Spans: `stormguard.request` (fields `backend`, `attempts`, `outcome`, `error.type`), and in it
+//! one `stormguard.attempt` per attempt sent (`attempt`, `backend`, `outcome`, `reason`,
+//! `status`, and `delay_ms` when a retry follows it). Both are at INFO: an application's
+//! subscriber decides whether to keep them; they write no lines of their own, and the engine's
+//! events (the retry's WARN, the final ERROR) carry them as their context. The future enters the
+//! attempt's span while it polls, so what the service below logs is in it too.
+//!
+//! [`log`]: crate::log
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Response, StatusCode};
+use stormguard_classify::{Outcome, Reason};
+use tracing::Span;
+use tracing::field::Empty;
+
+use crate::error::{Error, FailedAnswer, GiveUpCause};
+use crate::log::{self, Quiet};
+
+/// One request's spans and, with the `metrics` feature, its meter.
+pub(crate) struct Watch {
+    name: Option<Arc<str>>,
+    request: Span,
+    /// The latest attempt's span (none before the first).
+    attempt: Span,
+    /// An attempt was sent and has not ended yet.
+    in_flight: bool,
+    #[cfg(feature = "metrics")]
+    meter: meter::Meter,
+}
+
+impl Watch {
+    pub(crate) fn new(name: Option<&Arc<str>>) -> Self {
+        let request = tracing::info_span!(
+            "stormguard.request",
+            backend = name.map(|name| &**name),
+            attempts = Empty,
+            outcome = Empty,
+            error.type = Empty,
+        );
+        Self {
+            name: name.cloned(),
+            request,
+            attempt: Span::none(),
+            in_flight: false,
+            #[cfg(feature = "metrics")]
+            meter: meter::Meter::new(name),
+        }
+    }
+
+    /// The span to be in while the request is polled: its latest attempt's, or its own.
+    pub(crate) fn span(&self) -> &Span {
+        if self.attempt.is_none() {
+            &self.request
+        } else {
+            &self.attempt
+        }
+    }
+
+    /// Attempt number `attempt` is being sent.
+    pub(crate) fn sending(&mut self, attempt: u32) {
+        self.attempt = tracing::info_span!(
+            parent: &self.request,
+            "stormguard.attempt",
+            attempt,
+            backend = self.name.as_deref(),
+            outcome = Empty,
+            reason = Empty,
+            status = Empty,
+            delay_ms = Empty,
+        );
+        self.in_flight = true;
+        #[cfg(feature = "metrics")]
+        self.meter.sending();
+    }
+
+    /// The attempt in flight ended with `outcome` (`status`: the answer's, if there was one).
+    pub(crate) fn answered(&mut self, outcome: &Outcome, status: Option<StatusCode>) {
+        if !std::mem::take(&mut self.in_flight) {
+            return;
+        }
+        let span = &self.attempt;
+        span.record("outcome", outcome.verdict().as_str());
+        if !outcome.is_success() {
+            span.record("reason", outcome.reason().as_str());
+        }
+        if let Some(status) = status {
+            span.record("status", status.as_u16());
+        }
+        #[cfg(feature = "metrics")]
+        self.meter.answered(outcome, status);
+    }
+
+    /// The attempt in flight ended unanswered: cut by the breaker, or out of time.
+    pub(crate) fn unanswered(&mut self, reason: Reason) {
+        self.answered(&Outcome::retryable(reason).with_accepted(false), None);
+    }
+
+    /// The failure just recorded is retried after `delay`: one WARN line.
+    pub(crate) fn retrying(&self, attempt: u32, reason: Reason, delay: Duration) {
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.attempt.record("delay_ms", delay_ms);
+        let _in = self.attempt.enter();
+        tracing::warn!(
+            retry_attempt = attempt,
+            delay_ms,
+            reason = reason.as_str(),
+            "retrying request"
+        );
+        #[cfg(feature = "metrics")]
+        self.meter.retrying(reason);
+    }
+
+    /// The failure just recorded is not retried, for `cause`: once at ERROR after retries (they
+    /// were drawn from the budget, so these lines are bounded too), quietly without.
+    pub(crate) fn giving_up(&self, attempts: u32, reason: Reason, cause: GiveUpCause) {
+        if attempts > 1 {
+            let _in = self.attempt.enter();
+            tracing::error!(
+                attempts,
+                reason = reason.as_str(),
+                cause = cause.as_str(),
+                "request failed after retrying"
+            );
+        } else {
+            let _in = self.span().enter();
+            log::quiet(Quiet::GaveUp(cause), attempts);
+        }
+        #[cfg(feature = "metrics")]
+        self.meter.refused(meter::give_up_cause(cause));
+    }
+
+    /// An attempt was refused on this side, for `reason` (the throttle, the breaker, the rate
+    /// limit), `attempts` having been sent before it.
+    pub(crate) fn refused(&self, reason: Reason, attempts: u32) {
+        let _in = self.span().enter();
+        log::quiet(Quiet::Refused(reason), attempts);
+        #[cfg(feature = "metrics")]
+        self.meter.refused(meter::refusal_cause(reason));
+    }
+
+    /// The request is out of time before its next attempt could start.
+    pub(crate) fn out_of_time(&self) {
+        #[cfg(feature = "metrics")]
+        self.meter.refused("deadline");
+    }
+
+    /// The request ended with `output` after `attempts` attempts.
+    pub(crate) fn finished<B>(&self, output: &Result<Response<B>, Error>, attempts: u32) {
+        let (outcome, error_type) = match output {
+            Ok(response) => match response.extensions().get::<FailedAnswer>() {
+                Some(failed) => ("failure", Some(failed.outcome().reason())),
+                // A fallback's answer: nothing reached the backend.
+                None if attempts == 0 => ("refused", Some(Reason::BreakerOpen)),
+                None => ("success", None),
+            },
+            Err(error) if attempts == 0 => ("refused", Some(error.reason())),
+            Err(error) => ("failure", Some(error.reason())),
+        };
+        let span = &self.request;
+        span.record("attempts", attempts);
+        span.record("outcome", outcome);
+        if let Some(reason) = error_type {
+            span.record("error.type", reason.as_str());
+        }
+        #[cfg(feature = "metrics")]
+        self.meter.finished(attempts, outcome, error_type);
+    }
+
+    #[cfg(feature = "metrics")]
+    pub(crate) fn meter(&self) -> &meter::Meter {
+        &self.meter
+    }
+}
+
+#[cfg(feature = "metrics")]
+pub(crate) mod meter {
+    //! The `metrics` half of [`Watch`](super::Watch).
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use http::StatusCode;
+    use metrics::{SharedString, counter, gauge, histogram};
+    use stormguard_adaptive_throttle::AdaptiveThrottle;
+    use stormguard_breaker::{CircuitBreaker, State};
+    use stormguard_classify::{Outcome, Reason};
+    use stormguard_rate_limit::RateLimit;
+    use tokio::time::Instant;
+
+    use crate::GiveUpCause;
+    use crate::metrics::{
+        ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, PROVIDER, RATE_LIMIT_HEADROOM,
+        RATE_LIMIT_WAIT, REFUSALS, REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STATUS_CODE,
+        STREAMS, THROTTLE_DROP_PROBABILITY,
+    };
+
+    /// The `gen_ai.provider.name` of a layer with no name.
+    const UNKNOWN: &str = "unknown";
+
+    pub(crate) struct Meter {
+        provider: SharedString,
+        started: Instant,
+        attempt_started: Option<Instant>,
+    }
+
+    impl Meter {
+        pub(super) fn new(name: Option<&Arc<str>>) -> Self {
+            Self {
+                provider: provider(name),
+                started: Instant::now(),
+                attempt_started: None,
+            }
+        }
+
+        pub(super) fn sending(&mut self) {
+            self.attempt_started = Some(Instant::now());
+        }
+
+        pub(super) fn answered(&mut self, outcome: &Outcome, status: Option<StatusCode>) {
+            let Some(started) = self.attempt_started.take() else {
+                return;
+            };
+            let seconds = started.elapsed().as_secs_f64();
+            let provider = self.provider.clone();
+            let reason = outcome.reason().as_str();
+            let duration = match (status, outcome.is_success()) {
+                (Some(status), true) => histogram!(
+                    ATTEMPT_DURATION,
+                    PROVIDER => provider,
+                    STATUS_CODE => status_label(status)
+                ),
+                (Some(status), false) => histogram!(
+                    ATTEMPT_DURATION,
+                    PROVIDER => provider,
+                    STATUS_CODE => status_label(status),
+                    ERROR_TYPE => reason
+                ),
+                (None, _) => {
+                    histogram!(ATTEMPT_DURATION, PROVIDER => provider, ERROR_TYPE => reason)
+                }
+            };
+            duration.record(seconds);
+        }
+
+        pub(super) fn retrying(&self, reason: Reason) {
+            counter!(RETRIES, PROVIDER => self.provider.clone(), "reason" => reason.as_str())
+                .increment(1);
+        }
+
+        pub(super) fn refused(&self, cause: &'static str) {
+            counter!(REFUSALS, PROVIDER => self.provider.clone(), "cause" => cause).increment(1);
+        }
+
+        pub(super) fn finished(&self, attempts: u32, outcome: &'static str, error: Option<Reason>) {
+            let seconds = self.started.elapsed().as_secs_f64();
+            histogram!(REQUEST_ATTEMPTS, PROVIDER => self.provider.clone(), "outcome" => outcome)
+                .record(f64::from(attempts));
+            match error {
+                None => histogram!(
+                    REQUEST_DURATION,
+                    PROVIDER => self.provider.clone(),
+                    "outcome" => outcome
+                )
+                .record(seconds),
+                Some(reason) => histogram!(
+                    REQUEST_DURATION,
+                    PROVIDER => self.provider.clone(),
+                    "outcome" => outcome,
+                    ERROR_TYPE => reason.as_str()
+                )
+                .record(seconds),
+            }
+        }
+
+        /// The throttle's and the breaker's state, as of now.
+        pub(crate) fn health(
+            &self,
+            throttle: Option<&AdaptiveThrottle>,
+            breaker: Option<&CircuitBreaker>,
+        ) {
+            if let Some(throttle) = throttle {
+                gauge!(THROTTLE_DROP_PROBABILITY, PROVIDER => self.provider.clone())
+                    .set(throttle.probability());
+            }
+            if let Some(breaker) = breaker {
+                let state = match breaker.state() {
+                    State::Closed => 0.0,
+                    State::HalfOpen => 1.0,
+                    State::Open => 2.0,
+                };
+                gauge!(BREAKER_STATE, PROVIDER => self.provider.clone()).set(state);
+            }
+        }
+
+        /// The rate limit admitted an attempt after `wait`.
+        pub(crate) fn paced(&self, wait: Duration, limit: &RateLimit) {
+            histogram!(RATE_LIMIT_WAIT, PROVIDER => self.provider.clone())
+                .record(wait.as_secs_f64());
+            let snapshot = limit.snapshot();
+            for (dimension, available) in [
+                ("requests", snapshot.requests_available),
+                ("tokens", snapshot.tokens_available),
+            ] {
+                if let Some(available) = available {
+                    gauge!(
+                        RATE_LIMIT_HEADROOM,
+                        PROVIDER => self.provider.clone(),
+                        "dimension" => dimension
+                    )
+                    .set(available as f64);
+                }
+            }
+        }
+
+        /// An attempt's stream failed before its first content.
+        pub(crate) fn stream_failed(&self) {
+            counter!(STREAMS, PROVIDER => self.provider.clone(), "outcome" => "failed_before_content")
+                .increment(1);
+        }
+
+        /// What counts a stream's end.
+        pub(crate) fn stream_end(&self) -> impl FnOnce(&Outcome) + Send + Sync + 'static {
+            let provider = self.provider.clone();
+            move |outcome: &Outcome| {
+                if outcome.is_success() {
+                    counter!(STREAMS, PROVIDER => provider, "outcome" => "complete").increment(1);
+                } else {
+                    counter!(
+                        STREAMS,
+                        PROVIDER => provider,
+                        "outcome" => "interrupted",
+                        ERROR_TYPE => outcome.reason().as_str()
+                    )
+                    .increment(1);
+                }
+            }
+        }
+    }
+
+    pub(super) fn provider(name: Option<&Arc<str>>) -> SharedString {
+        match name {
+            Some(name) => SharedString::from(Arc::clone(name)),
+            None => SharedString::const_str(UNKNOWN),
+        }
+    }
+
+    /// A status code as a label (`"503"`).
+    fn status_label(status: StatusCode) -> SharedString {
+        SharedString::from(status.as_str().to_owned())
+    }
+
+    pub(super) fn give_up_cause(cause: GiveUpCause) -> &'static str {
+        match cause {
+            GiveUpCause::AttemptsExhausted => "attempts",
+            GiveUpCause::BudgetExhausted => "budget",
+            GiveUpCause::Deadline => "deadline",
+            GiveUpCause::HintTooLong => "hint",
+        }
+    }
+
+    pub(super) fn refusal_cause(reason: Reason) -> &'static str {
+        match reason {
+            Reason::Throttled => "throttle",
+            Reason::BreakerOpen | Reason::BulkheadFull => "breaker",
+            Reason::RateLimitedLocally => "rate_limit",
+            _ => "other",
+        }
+    }
+}
