@@ -331,6 +331,8 @@ where
                 None => return self.end(Some(result)),
             }
         }
+        let to = self.shared.routes[next].backend.name();
+        moved(route.backend.shared_name(), to, outcome.reason());
         self.hop(next)
     }
 
@@ -393,6 +395,10 @@ where
             && degradable
             && !why.is_success()
         {
+            if self.tried != 0 {
+                let from = self.shared.routes[self.current].backend.shared_name();
+                moved(from, DEGRADED, why.reason());
+            }
             return Step::Finish(Ok(degraded.answer(&self.head, &why)));
         }
         match last {
@@ -433,6 +439,23 @@ impl<S, C, Bk> fmt::Debug for Hops<S, C, Bk> {
 
 /// The outcome of a request no backend could take: 503, retry in a second (the backends'
 /// first open wait).
+/// The `to` of a move to the degraded answer.
+const DEGRADED: &str = "degraded";
+
+/// A request moves from backend `from` to `to` for `reason`: logged at DEBUG (the engines log
+/// the failures themselves) and counted (feature `metrics`).
+fn moved(from: &Arc<str>, to: &str, reason: Reason) {
+    tracing::debug!(from = &**from, to, reason = reason.as_str(), "failing over");
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        stormguard_retry::metrics::FAILOVERS,
+        "from" => metrics::SharedString::from(Arc::clone(from)),
+        "to" => to.to_owned(),
+        "reason" => reason.as_str()
+    )
+    .increment(1);
+}
+
 fn no_backend() -> Outcome {
     Outcome::fatal(Reason::NoBackend)
         .with_accepted(false)

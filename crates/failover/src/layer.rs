@@ -110,7 +110,9 @@ where
             .iter()
             .map(|backend| {
                 let backend = backend.clone();
-                let mut layer = self.layer.clone().with_breaker(backend.breaker().clone());
+                let mut layer = (self.layer.clone())
+                    .with_name(backend.name())
+                    .with_breaker(backend.breaker().clone());
                 if let Some(own) = backend.throttle() {
                     layer = layer.with_throttle(own.clone());
                 }
