@@ -256,3 +256,90 @@ async fn a_request_dropped_on_the_secondary_sends_nothing_more() {
     tokio::time::advance(Duration::from_secs(60)).await;
     assert_eq!(providers.hits(), (1, 1));
 }
+
+/// What a failover counts (feature `metrics`), read through `metrics-util`'s recorder: each move
+/// by its route and reason, and each backend's engine under its own name.
+#[cfg(feature = "metrics")]
+#[test]
+fn failovers_are_counted_by_route_and_each_backend_by_name() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use stormguard_retry::metrics::{FAILOVERS, REQUEST_ATTEMPTS};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let providers = Providers::new(503, 200);
+            let budget = RetryBudget::default();
+            let client = Failover::new(layer(&budget))
+                .with_backend(Backend::new("primary"))
+                .with_backend(secondary())
+                .with_degraded(Degraded::new(|_, _| {
+                    Response::new(Bytes::from_static(b"later"))
+                }))
+                .layer(providers.service());
+            // The primary fails three times in a row (its breaker opens): on to the secondary;
+            // the next request goes to the secondary at once.
+            for _ in 0..2 {
+                let response = client.clone().oneshot(request()).await.unwrap();
+                assert_eq!(answered_by(&response), "secondary");
+            }
+            // The secondary fails too: the degraded answer.
+            providers.set("secondary.test", 503, Duration::ZERO);
+            let response = client.oneshot(request()).await.unwrap();
+            assert!(response.extensions().get::<DegradedAnswer>().is_some());
+        });
+    });
+
+    let series = snapshotter.snapshot().into_vec();
+    let labelled = |name: &str, labels: &[(&str, &str)]| {
+        (series.iter())
+            .filter(|(key, ..)| {
+                key.key().name() == name
+                    && labels.iter().all(|(label, value)| {
+                        (key.key().labels()).any(|l| l.key() == *label && l.value() == *value)
+                    })
+            })
+            .map(|(.., value)| value)
+            .collect::<Vec<_>>()
+    };
+    let count = |labels: &[(&str, &str)]| -> u64 {
+        (labelled(FAILOVERS, labels).into_iter())
+            .map(|value| match value {
+                DebugValue::Counter(count) => *count,
+                other => panic!("{other:?}"),
+            })
+            .sum()
+    };
+    let moved = [
+        ("from", "primary"),
+        ("to", "secondary"),
+        ("reason", "unavailable"),
+    ];
+    assert_eq!(count(&moved), 1);
+    let degraded = [
+        ("from", "secondary"),
+        ("to", "degraded"),
+        ("reason", "unavailable"),
+    ];
+    assert_eq!(count(&degraded), 1);
+    assert_eq!(count(&[]), 2);
+    let attempts = |provider: &str| -> Vec<f64> {
+        (labelled(REQUEST_ATTEMPTS, &[("gen_ai.provider.name", provider)]).into_iter())
+            .flat_map(|value| match value {
+                DebugValue::Histogram(values) => values.iter().map(|v| v.into_inner()),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(attempts("primary"), [3.0]);
+    // Two answers, then three failed attempts before the degraded answer.
+    let mut secondary = attempts("secondary");
+    secondary.sort_by(f64::total_cmp);
+    assert_eq!(secondary, [1.0, 1.0, 3.0]);
+}
