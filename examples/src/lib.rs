@@ -4,8 +4,9 @@
 //! - `mock_llm`: the fault-injecting mock LLM server of [`mock`] (plain and streamed answers),
 //!   hit by a plain client;
 //! - `reqwest_client`: a reqwest-middleware client with `StormguardMiddleware` against the mock;
-//! - `axum_gateway`: an axum gateway with `ServerLayer` whose upstream client has `ClientLayer`
-//!   (`--stream`: relaying streamed answers);
+//! - `axum_gateway`: the axum gateway of [`gateway`], with `ServerLayer` on its routes and
+//!   `ClientLayer` on its upstream client, serving `/metrics` and `/healthz` (`--stream`: relaying
+//!   streamed answers);
 //! - `tonic_client`: a tonic health client with `ClientLayer` against a flaky tonic server;
 //! - `fleet_admit`: one replica of a fleet sharing a rate limit through Redis ([`fleet`]).
 //!
@@ -14,6 +15,7 @@
 //! ```
 
 pub mod fleet;
+pub mod gateway;
 pub mod mock;
 
 /// Whether a reqwest client's own stormguard engine dropped its request locally: stormguard's

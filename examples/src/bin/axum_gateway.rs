@@ -1,7 +1,8 @@
-//! An LLM gateway in axum: `stormguard::ServerLayer` on its routes, `stormguard::ClientLayer` on
-//! its upstream hyper client to the mock LLM server. Fires a bounded burst of requests through it,
-//! first at a flaky provider, then at one in a total outage, prints what the backend paid for
-//! each and exits.
+//! An LLM gateway in axum: `stormguard::ServerLayer` on its routes, `stormguard::ClientLayer`
+//! (with a circuit breaker) on its upstream hyper client to the mock LLM server, and `/metrics`
+//! and `/healthz` of its own ([`stormguard_examples::gateway`]). Fires a bounded burst of
+//! requests through it, first at a flaky provider, then at one in a total outage, prints what the
+//! backend paid for each and exits.
 //!
 //! The callers retry too (reqwest with `StormguardMiddleware`): two layers retry, and yet the
 //! backend sees about 1.1x the offered load, not 3 x 3 = 9x, because the gateway retries within
@@ -9,11 +10,24 @@
 //! honour.
 //!
 //! The gateway's handler returns `Result<_, stormguard::Error>`: when its upstream call ends
-//! without a response (throttled locally, deadline exceeded, given up on), `?` answers for it
-//! with 503, 504 or 502 and `x-should-retry: false`.
+//! without a response (throttled locally, refused by the open breaker, deadline exceeded, given
+//! up on), `?` answers for it with 503, 504 or 502 and `x-should-retry: false`.
 //!
 //! ```text
 //! cargo run -p stormguard-examples --bin axum_gateway
+//! ```
+//!
+//! Each phase prints the gateway's address first. Besides the chat route it serves
+//! `GET /metrics` (the engine's metrics in Prometheus' text format, labelled with the phase's
+//! provider name) and `GET /healthz` (the retry budget's, throttle's and breaker's snapshots as
+//! JSON, `"status": "degraded"` while the provider is refused locally). With `--serve SECS`, each
+//! phase's requests go on for SECS seconds (200 a second) instead of its usual count, long enough
+//! to `curl` both while the fault lasts:
+//!
+//! ```text
+//! cargo run -p stormguard-examples --bin axum_gateway -- --serve 30
+//! curl -s 127.0.0.1:PORT/metrics | grep stormguard
+//! curl -s 127.0.0.1:PORT/healthz
 //! ```
 //!
 //! With `--failover`, it runs one phase instead: its OpenAI-style provider is in a total outage,
@@ -44,39 +58,21 @@
 //! cargo run -p stormguard-examples --bin axum_gateway -- --redis redis://127.0.0.1:6379/ &
 //! cargo run -p stormguard-examples --bin axum_gateway -- --redis redis://127.0.0.1:6379/
 //! ```
+//!
+//! `--serve SECS` goes with any of them.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{Response, StatusCode, Uri, header};
-use axum::routing::post;
-use axum::serve::ListenerExt;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use stormguard::ClientLayer;
-use stormguard::budget::RetryBudget;
-use stormguard::classify::Reason;
-use stormguard::classify::headers::X_STORMGUARD_BACKEND;
-use stormguard::failover::{Adapter, Backend, Degraded, Failover};
 use stormguard::jitter::FullJitter;
 use stormguard::rate_limit::{Fleet, RateLimit, RateLimitConfig};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard::stream::StreamInterrupted;
-use stormguard::throttle::AdaptiveThrottle;
-use stormguard_examples::mock::{
-    self, CHAT_COMPLETIONS, Fault, MockConfig, MockHandle, StatsSnapshot, Transcript,
-};
+use stormguard_examples::gateway::{HEALTHZ, METRICS, Route, Running};
+use stormguard_examples::mock::{Fault, MockConfig, Transcript};
 use stormguard_examples::throttled;
 use tokio::time::Instant;
-use tower::util::BoxCloneSyncService;
-use tower::{ServiceBuilder, ServiceExt};
 
 /// Requests arrive at this pace whatever happens to the earlier ones (an open loop, like users):
 /// 200 per second.
@@ -86,116 +82,94 @@ const BODY: &str =
 /// The same request, asking for a streamed answer.
 const STREAM_BODY: &str = r#"{"model":"mock-1","messages":[{"role":"user","content":"Say hello"}],"max_tokens":16,"stream":true}"#;
 
-type Upstream = BoxCloneSyncService<Request, Response<Body>, stormguard::Error>;
-
-#[derive(Clone)]
-struct Gateway {
-    upstream: Upstream,
-    backend: SocketAddr,
-    received: Arc<AtomicU64>,
-    refused: Arc<Refused>,
-}
-
 /// The quota the gateways started with `--redis` share: 1,200 requests a minute.
 const SHARED_QUOTA: u32 = 1_200;
 
-/// Upstream calls that ended without a response, which the gateway answered itself (and, behind
-/// a failover, which provider answered the others).
-#[derive(Default)]
-struct Refused {
-    throttled: AtomicU64,
-    rate_limited: AtomicU64,
-    deadline: AtomicU64,
-    failed: AtomicU64,
-    by_provider: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
-}
+/// The longest `--serve`: an hour.
+const MAX_SERVE: Duration = Duration::from_secs(3_600);
 
-impl Refused {
-    fn answered(&self, provider: &str) {
-        let mut by = self
-            .by_provider
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *by.entry(provider.to_owned()).or_default() += 1;
-    }
+const USAGE: &str = "usage: axum_gateway [--failover | --stream | --redis URL] [--serve SECS]";
 
-    fn answered_by(&self) -> std::collections::BTreeMap<String, u64> {
-        self.by_provider
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    fn count(&self, error: &stormguard::Error) {
-        let counter = match error.reason() {
-            Reason::Throttled => &self.throttled,
-            Reason::RateLimitedLocally => &self.rate_limited,
-            Reason::DeadlineExceeded => &self.deadline,
-            _ => &self.failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
+/// What the command line asks for.
+enum Mode {
+    /// The flaky provider, then the total outage.
+    Phases,
+    Failover,
+    Stream,
+    Redis(String),
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    match (args.next().as_deref(), args.next()) {
-        (Some("--redis"), Some(url)) => return shared_quota(&url).await,
-        (Some("--failover"), None) => return failover().await,
-        (Some("--stream"), None) => return streams().await,
-        (None, _) => {}
-        _ => return Err("usage: axum_gateway [--failover | --stream | --redis URL]".into()),
-    }
-    let flaky = MockConfig {
-        error_rate: 0.1,
-        faults: vec![
-            (
-                Fault::RateLimited {
-                    retry_after: Duration::from_millis(100),
-                },
-                2,
-            ),
-            (Fault::Unavailable, 1),
-            (Fault::Overloaded, 1),
-        ],
-        ..MockConfig::default()
+    let (mode, serve) = parse_args(std::env::args().skip(1))?;
+    // Each phase sends its usual number of requests, or as many as `--serve` lasts.
+    let requests = |usual: usize| match serve {
+        Some(serve) => usize::try_from(serve.as_millis() / INTERVAL.as_millis()).unwrap_or(usual),
+        None => usual,
     };
-    phase("flaky provider (10% errors)", flaky, 400, Route::Direct).await?;
-    phase(
-        "total outage (100% 503)",
-        MockConfig::outage(Fault::Unavailable),
-        400,
-        Route::Direct,
-    )
-    .await?;
-    Ok(())
+    match mode {
+        Mode::Redis(url) => shared_quota(&url, requests(1_000)).await,
+        Mode::Failover => failover(requests(400)).await,
+        Mode::Stream => streams(requests(400)).await,
+        Mode::Phases => {
+            let flaky = MockConfig {
+                error_rate: 0.1,
+                faults: vec![
+                    (
+                        Fault::RateLimited {
+                            retry_after: Duration::from_millis(100),
+                        },
+                        2,
+                    ),
+                    (Fault::Unavailable, 1),
+                    (Fault::Overloaded, 1),
+                ],
+                ..MockConfig::default()
+            };
+            let name = "flaky provider (10% errors)";
+            phase(name, "mock-flaky", flaky, requests(400), Route::Direct).await?;
+            let outage = MockConfig::outage(Fault::Unavailable);
+            let name = "total outage (100% 503)";
+            phase(name, "mock-outage", outage, requests(400), Route::Direct).await
+        }
+    }
 }
 
-/// How the gateway reaches the provider.
-enum Route {
-    Direct,
-    /// Paced by a rate limit.
-    Quota(RateLimit),
-    /// Failing over to a second provider, asked for another model.
-    Failover(MockConfig),
+/// The mode and the `--serve` duration, if any.
+fn parse_args(
+    mut args: impl Iterator<Item = String>,
+) -> Result<(Mode, Option<Duration>), Box<dyn std::error::Error>> {
+    let (mut mode, mut serve) = (None, None);
+    while let Some(arg) = args.next() {
+        let chosen = match arg.as_str() {
+            "--failover" => Mode::Failover,
+            "--stream" => Mode::Stream,
+            "--redis" => Mode::Redis(args.next().ok_or(USAGE)?),
+            "--serve" => {
+                let secs: u64 = args.next().ok_or(USAGE)?.parse()?;
+                serve = Some(Duration::from_secs(secs).min(MAX_SERVE));
+                continue;
+            }
+            _ => return Err(USAGE.into()),
+        };
+        if mode.replace(chosen).is_some() {
+            return Err(USAGE.into());
+        }
+    }
+    Ok((mode.unwrap_or(Mode::Phases), serve))
 }
 
 /// The OpenAI-style provider is down; the backup takes its traffic, asked for its own model.
-async fn failover() -> Result<(), Box<dyn std::error::Error>> {
+async fn failover(requests: usize) -> Result<(), Box<dyn std::error::Error>> {
     let name = "failover: the primary in a total outage, a backup with another model";
-    phase(
-        name,
-        MockConfig::outage(Fault::Unavailable),
-        400,
-        Route::Failover(MockConfig::healthy()),
-    )
-    .await
+    let route = Route::Failover(MockConfig::healthy());
+    let outage = MockConfig::outage(Fault::Unavailable);
+    phase(name, "openai", outage, requests, route).await
 }
 
 /// A healthy provider whose quota the gateways share through the Redis at `url`: 1,000
 /// requests in 5 s, five times the quota's pace.
-async fn shared_quota(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+async fn shared_quota(url: &str, requests: usize) -> Result<(), Box<dyn std::error::Error>> {
     let fleet = Fleet::new(url)?.with_prefix("stormguard:example:axum_gateway");
     let quota = RateLimit::new(
         RateLimitConfig::default()
@@ -203,7 +177,8 @@ async fn shared_quota(url: &str) -> Result<(), Box<dyn std::error::Error>> {
             .with_fleet(fleet.clone()),
     );
     let name = format!("a quota of {SHARED_QUOTA} requests a minute shared through {url}");
-    phase(&name, MockConfig::default(), 1_000, Route::Quota(quota)).await?;
+    let route = Route::Quota(quota, Some(fleet.clone()));
+    phase(&name, "mock-quota", MockConfig::default(), requests, route).await?;
     let fleet = fleet.snapshot();
     println!(
         "fleet: {} replicas, {} decisions in Redis, {} on the local share",
@@ -212,13 +187,30 @@ async fn shared_quota(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Starts a gateway in front of a provider named `provider`, started with `config`, and says
+/// where it listens.
+async fn start(
+    name: &str,
+    provider: &str,
+    config: MockConfig,
+    route: Route,
+) -> Result<Running, Box<dyn std::error::Error>> {
+    let gateway = Running::start(provider, config, route).await?;
+    println!(
+        "-- {name}: the gateway listens on {} ({METRICS}, {HEALTHZ})",
+        gateway.addr
+    );
+    Ok(gateway)
+}
+
 async fn phase(
     name: &str,
+    provider: &str,
     config: MockConfig,
     requests: usize,
     route: Route,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let gateway = Running::start(config, route).await?;
+    let gateway = start(name, provider, config, route).await?;
     let callers = callers();
     let url = gateway.url.clone();
     let (answers, elapsed) = burst(requests, move || {
@@ -245,13 +237,15 @@ async fn phase(
     }
     let received = gateway.received.clone();
     let refused = gateway.refused.clone();
-    let upstream_budget = gateway.budget.clone();
-    let upstream_throttle = gateway.throttle.clone();
+    let health = gateway.health.clone();
+    let status = health.status();
     let (stats, backup_stats) = gateway.stop().await;
 
     let first_tries = stats.by_attempt_header.get(&0).copied().unwrap_or(0);
-    let budget = upstream_budget.snapshot();
-    let probability = upstream_throttle.map_or(0.0, |throttle| throttle.snapshot().probability);
+    let budget = health.budget().snapshot();
+    let probability = health
+        .throttle()
+        .map_or(0.0, |throttle| throttle.snapshot().probability);
     println!("== {name}");
     println!(
         "{requests} requests at {:.0}/s through the gateway, done in {elapsed:.2?}",
@@ -260,20 +254,17 @@ async fn phase(
     println!(
         "callers got {ok} ok, {failed} failed responses, {dropped} dropped by their own throttle, \
          {errors} other errors; the gateway received {} attempts",
-        received.load(Ordering::Relaxed)
+        received.load(std::sync::atomic::Ordering::Relaxed)
     );
-    let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     println!(
-        "the gateway answered {} upstream calls itself: {} throttled, {} over the quota, {} past \
-         the deadline, {} failed",
-        count(&refused.throttled)
-            + count(&refused.rate_limited)
-            + count(&refused.deadline)
-            + count(&refused.failed),
-        count(&refused.throttled),
-        count(&refused.rate_limited),
-        count(&refused.deadline),
-        count(&refused.failed)
+        "the gateway answered {} upstream calls itself: {} throttled, {} refused by the open \
+         breaker, {} over the quota, {} past the deadline, {} failed",
+        refused.total(),
+        refused.throttled(),
+        refused.breaker_open(),
+        refused.rate_limited(),
+        refused.deadline(),
+        refused.failed()
     );
     println!(
         "attempts to the provider {} ({} retries by the gateway), statuses {:?}",
@@ -282,7 +273,8 @@ async fn phase(
         stats.by_status
     );
     println!(
-        "gateway budget: {} retries granted, {} refused; gateway throttle: drop probability {probability:.2}",
+        "gateway budget: {} retries granted, {} refused; gateway throttle: drop probability \
+         {probability:.2}; /healthz at the end of the burst: {status}",
         budget.withdrawals, budget.rejected
     );
     println!(
@@ -306,19 +298,19 @@ async fn phase(
 /// `ClientLayer` retries it, so its callers only see clean streams) or a cut mid-stream (never
 /// restarted: the gateway relays the content it got, then fails its own answer, and the
 /// callers' bodies end with `StreamInterrupted`).
-async fn streams() -> Result<(), Box<dyn std::error::Error>> {
-    const REQUESTS: usize = 400;
+async fn streams(requests: usize) -> Result<(), Box<dyn std::error::Error>> {
     let provider = MockConfig {
         error_rate: 0.06,
         faults: vec![(Fault::ErrorBeforeContent, 1), (Fault::CutMidStream, 1)],
         ..MockConfig::default()
     };
     let error_rate = provider.error_rate;
-    let gateway = Running::start(provider, Route::Direct).await?;
+    let name = "streams";
+    let gateway = start(name, "mock-streams", provider, Route::Direct).await?;
     let callers = callers();
     let url = gateway.url.clone();
-    let (answers, elapsed) = burst(REQUESTS, move || stream(callers.clone(), url.clone())).await?;
-    let budget = gateway.budget.snapshot();
+    let (answers, elapsed) = burst(requests, move || stream(callers.clone(), url.clone())).await?;
+    let budget = gateway.health.budget().snapshot();
     let (stats, _) = gateway.stop().await;
 
     let (mut clean, mut interrupted, mut failed, mut dropped, mut errors) = (0, 0, 0, 0, 0);
@@ -353,7 +345,7 @@ async fn streams() -> Result<(), Box<dyn std::error::Error>> {
     let each = 100.0 * error_rate / 2.0;
     println!("== streams: {each:.0}% errors before content, {each:.0}% cut mid-stream");
     println!(
-        "{REQUESTS} streamed requests at {:.0}/s through the gateway, done in {elapsed:.2?}",
+        "{requests} streamed requests at {:.0}/s through the gateway, done in {elapsed:.2?}",
         1.0 / INTERVAL.as_secs_f64()
     );
     println!(
@@ -365,7 +357,7 @@ async fn streams() -> Result<(), Box<dyn std::error::Error>> {
          frames), {} cut mid-stream; gateway budget: {} retries granted, {} refused",
         stats.streams,
         stats.attempts,
-        stats.attempts.saturating_sub(REQUESTS as u64),
+        stats.attempts.saturating_sub(requests as u64),
         stats.stream_errors,
         stats.streams_cut,
         budget.withdrawals,
@@ -453,14 +445,18 @@ fn median(values: &mut [Duration]) -> Duration {
     values.get(values.len() / 2).copied().unwrap_or_default()
 }
 
-/// Callers with retries of their own, which honour the gateway's `x-should-retry: false`.
+/// Callers with retries of their own, which honour the gateway's `x-should-retry: false`. They
+/// run in the gateway's process, so their engine's metrics are in its `/metrics` too, under the
+/// name of what they call: `gen_ai_provider_name="gateway"`.
 fn callers() -> ClientWithMiddleware {
     ClientBuilder::new(reqwest::Client::new())
         .with(StormguardMiddleware::new(
-            ClientLayer::default().with_backoff(FullJitter::new(
-                Duration::from_millis(10),
-                Duration::from_millis(200),
-            )),
+            ClientLayer::default()
+                .with_name("gateway")
+                .with_backoff(FullJitter::new(
+                    Duration::from_millis(10),
+                    Duration::from_millis(200),
+                )),
         ))
         .build()
 }
@@ -493,168 +489,10 @@ where
     Ok((answers, started.elapsed()))
 }
 
-/// A gateway serving on loopback in front of its mock provider (and, behind a failover, its
-/// backup).
-struct Running {
-    /// The gateway's chat completions URL.
-    url: String,
-    backend: MockHandle,
-    backup: Option<MockHandle>,
-    received: Arc<AtomicU64>,
-    refused: Arc<Refused>,
-    /// The upstream client's retry budget and throttle.
-    budget: RetryBudget,
-    throttle: Option<AdaptiveThrottle>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Running {
-    /// Starts a mock provider with `config` and a gateway reaching it by `route`.
-    async fn start(config: MockConfig, route: Route) -> Result<Self, Box<dyn std::error::Error>> {
-        let backend = mock::spawn(config).await?;
-
-        // The gateway: ServerLayer on its routes, ClientLayer on its upstream client. Delays are
-        // scaled down from the defaults (500 ms .. 8 s) so that the example ends in seconds.
-        let mut client_layer = ClientLayer::default()
-            .with_backoff(FullJitter::new(
-                Duration::from_millis(10),
-                Duration::from_millis(200),
-            ))
-            .with_timeout(Duration::from_secs(5));
-        if let Route::Quota(quota) = &route {
-            client_layer = client_layer.with_rate_limit(quota.clone());
-        }
-        let budget = client_layer.budget().clone();
-        let throttle = client_layer.throttle().cloned();
-        let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-        let mut backup = None;
-        let upstream = match route {
-            Route::Direct | Route::Quota(_) => BoxCloneSyncService::new(
-                ServiceBuilder::new()
-                    .layer(client_layer)
-                    .service(hyper)
-                    .map_response(|response| response.map(Body::new)),
-            ),
-            Route::Failover(config) => {
-                let server = mock::spawn(config).await?;
-                let origin = format!("http://{}", server.addr).parse()?;
-                let busy = Degraded::new(|_, _| {
-                    let body = r#"{"error":{"message":"busy, retry later","type":"degraded"}}"#;
-                    http::Response::new(axum::body::Bytes::from_static(body.as_bytes()))
-                });
-                let failover = Failover::new(client_layer)
-                    .with_backend(Backend::new("openai"))
-                    .with_backend(
-                        Backend::new("backup").with_adapter(
-                            Adapter::new()
-                                .with_origin(origin)
-                                .with_model("backup-large"),
-                        ),
-                    )
-                    .with_degraded(busy);
-                backup = Some(server);
-                BoxCloneSyncService::new(
-                    ServiceBuilder::new()
-                        .layer(failover)
-                        .service(hyper)
-                        .map_response(|response| response.map(Body::new)),
-                )
-            }
-        };
-        let received = Arc::new(AtomicU64::new(0));
-        let refused = Arc::new(Refused::default());
-        let app = Router::new()
-            .route(CHAT_COMPLETIONS, post(forward))
-            .layer(stormguard::ServerLayer::default())
-            .with_state(Gateway {
-                upstream,
-                backend: backend.addr,
-                received: received.clone(),
-                refused: refused.clone(),
-            });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}{CHAT_COMPLETIONS}", listener.local_addr()?);
-        // Relayed streams are many small writes: sent at once, not held back by Nagle's
-        // algorithm until the caller acknowledges the last one.
-        let listener = listener.tap_io(|connection| {
-            let _ = connection.set_nodelay(true);
-        });
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        Ok(Self {
-            url,
-            backend,
-            backup,
-            received,
-            refused,
-            budget,
-            throttle,
-            stop,
-            task,
-        })
-    }
-
-    /// Stops the gateway and its providers: what the provider and the backup saw.
-    async fn stop(self) -> (StatsSnapshot, Option<StatsSnapshot>) {
-        let _ = self.stop.send(());
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
-        let stats = self.backend.stats.snapshot();
-        self.backend.shutdown().await;
-        let backup = match self.backup {
-            Some(backup) => {
-                let stats = backup.stats.snapshot();
-                backup.shutdown().await;
-                Some(stats)
-            }
-            None => None,
-        };
-        (stats, backup)
-    }
-}
-
 /// What a caller got.
 enum Answer {
     Ok,
     Failed,
     Dropped,
     Error,
-}
-
-/// Sends the request on to the backend through the protected upstream client. The deadline the
-/// `ServerLayer` read from the caller travels in the request's extensions, so the upstream
-/// attempts share it. An upstream call that ends without a response returns its
-/// `stormguard::Error`, which answers the caller (throttled: 503, deadline: 504, failed: 502,
-/// each with `x-should-retry: false`).
-async fn forward(
-    State(gateway): State<Gateway>,
-    request: Request,
-) -> Result<Response<Body>, stormguard::Error> {
-    gateway.received.fetch_add(1, Ordering::Relaxed);
-    let (mut parts, body) = request.into_parts();
-    let uri = format!("http://{}{}", gateway.backend, parts.uri.path());
-    parts.uri = match uri.parse::<Uri>() {
-        Ok(uri) => uri,
-        Err(_) => {
-            let mut response = Response::new(Body::empty());
-            *response.status_mut() = StatusCode::BAD_REQUEST;
-            return Ok(response);
-        }
-    };
-    parts.headers.remove(header::HOST);
-    let response = gateway
-        .upstream
-        .oneshot(Request::from_parts(parts, body))
-        .await
-        .inspect_err(|error| gateway.refused.count(error))?;
-    if let Some(backend) = response.headers().get(X_STORMGUARD_BACKEND) {
-        gateway.refused.answered(backend.to_str().unwrap_or("?"));
-    }
-    Ok(response)
 }

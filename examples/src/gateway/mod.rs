@@ -1,0 +1,356 @@
+//! The axum gateway of the `axum_gateway` example, as a library so that tests can start it
+//! in-process: `stormguard::ServerLayer` on its chat route, `stormguard::ClientLayer` on its
+//! upstream hyper client to a [`mock`] provider, and two routes of its own that never reach the
+//! provider:
+//!
+//! - `GET /metrics`: the engine's metrics ([`stormguard::metrics`]) in Prometheus' text format,
+//!   from the process's recorder ([`prometheus`]);
+//! - `GET /healthz`: the snapshots of what the gateway's clients share (retry budget, each
+//!   provider's throttle, breaker and rate limit, the fleet), as JSON, with a `status` that says
+//!   whether a provider is being refused locally ([`Health`]).
+//!
+//! Both sit outside the `ServerLayer` (a health check is never shed) and outside the client
+//! pipeline (they answer from memory).
+//!
+//! ```no_run
+//! use stormguard_examples::gateway::{Route, Running};
+//! use stormguard_examples::mock::MockConfig;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let gateway = Running::start("mock", MockConfig::default(), Route::Direct).await?;
+//! println!("POST {}; GET http://{}/metrics", gateway.url, gateway.addr);
+//! let (provider, _) = gateway.stop().await;
+//! println!("the provider got {} attempts", provider.attempts);
+//! # Ok(())
+//! # }
+//! ```
+
+mod health;
+pub mod prometheus;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Response, StatusCode, Uri, header};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use stormguard::ClientLayer;
+use stormguard::breaker::CircuitBreaker;
+use stormguard::classify::Reason;
+use stormguard::classify::headers::X_STORMGUARD_BACKEND;
+use stormguard::failover::{Adapter, Backend, Degraded, Failover};
+use stormguard::jitter::FullJitter;
+use stormguard::rate_limit::{Fleet, RateLimit};
+use tower::util::BoxCloneSyncService;
+use tower::{ServiceBuilder, ServiceExt};
+
+pub use health::{DEGRADED_DROP_PROBABILITY, Health, ProviderHealth};
+
+use crate::mock::{self, CHAT_COMPLETIONS, MockConfig, MockHandle, StatsSnapshot};
+
+/// The path of the metrics in Prometheus' text format.
+pub const METRICS: &str = "/metrics";
+/// The path of the health snapshot in JSON.
+pub const HEALTHZ: &str = "/healthz";
+
+/// How the gateway reaches its provider.
+pub enum Route {
+    /// Straight to the provider.
+    Direct,
+    /// Paced by a rate limit (with a fleet, if its config has one: pass it too, for `/healthz`).
+    Quota(RateLimit, Option<Fleet>),
+    /// Failing over to a second provider started with this config, asked for another model
+    /// (`backup-large`). The two backends are named `openai` and `backup`.
+    Failover(MockConfig),
+}
+
+/// A gateway serving on 127.0.0.1 (ephemeral port) in front of its mock provider (and, behind a
+/// failover, its backup).
+pub struct Running {
+    /// The gateway's chat completions URL.
+    pub url: String,
+    /// Where the gateway listens: `/metrics` and `/healthz` are there too.
+    pub addr: SocketAddr,
+    /// Requests the gateway received on its chat route.
+    pub received: Arc<AtomicU64>,
+    /// Upstream calls the gateway answered itself, and who answered the others.
+    pub refused: Arc<Refused>,
+    /// What `/healthz` reports.
+    pub health: Health,
+    backend: MockHandle,
+    backup: Option<MockHandle>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    upkeep: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Starts a mock provider with `config` and a gateway reaching it by `route`. `provider` names
+    /// the upstream `ClientLayer` (the `gen_ai.provider.name` label of its metrics and its name in
+    /// `/healthz`) on the direct routes; a failover names its backends itself. Installs the
+    /// Prometheus recorder if this process has none yet ([`prometheus::install`]).
+    pub async fn start(
+        provider: &str,
+        config: MockConfig,
+        route: Route,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let metrics = prometheus::install()?;
+        let backend = mock::spawn(config).await?;
+
+        // The upstream client: ClientLayer, with a breaker, on hyper. Delays are scaled down
+        // from the defaults (500 ms .. 8 s) so that the example ends in seconds.
+        let mut client_layer = ClientLayer::default()
+            .with_name(provider)
+            .with_backoff(FullJitter::new(
+                Duration::from_millis(10),
+                Duration::from_millis(200),
+            ))
+            .with_timeout(Duration::from_secs(5));
+        let mut fleet = None;
+        if let Route::Quota(quota, shared) = &route {
+            client_layer = client_layer.with_rate_limit(quota.clone());
+            fleet = shared.clone();
+        }
+        let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let mut backup = None;
+        let (upstream, health) = match route {
+            Route::Direct | Route::Quota(..) => {
+                let client_layer = client_layer.with_breaker(CircuitBreaker::default());
+                let health = Health::new(client_layer.budget().clone(), fleet)
+                    .with_provider(ProviderHealth::of(provider, &client_layer));
+                let upstream = BoxCloneSyncService::new(
+                    ServiceBuilder::new()
+                        .layer(client_layer)
+                        .service(hyper)
+                        .map_response(|response| response.map(Body::new)),
+                );
+                (upstream, health)
+            }
+            Route::Failover(config) => {
+                let server = mock::spawn(config).await?;
+                let origin = format!("http://{}", server.addr).parse()?;
+                let busy = Degraded::new(|_, _| {
+                    let body = r#"{"error":{"message":"busy, retry later","type":"degraded"}}"#;
+                    http::Response::new(axum::body::Bytes::from_static(body.as_bytes()))
+                });
+                let failover = Failover::new(client_layer)
+                    .with_backend(Backend::new("openai"))
+                    .with_backend(
+                        Backend::new("backup").with_adapter(
+                            Adapter::new()
+                                .with_origin(origin)
+                                .with_model("backup-large"),
+                        ),
+                    )
+                    .with_degraded(busy);
+                backup = Some(server);
+                let health = failover.backends().iter().fold(
+                    Health::new(failover.policy().budget().clone(), fleet),
+                    |health, backend| health.with_provider(ProviderHealth::of_backend(backend)),
+                );
+                let upstream = BoxCloneSyncService::new(
+                    ServiceBuilder::new()
+                        .layer(failover)
+                        .service(hyper)
+                        .map_response(|response| response.map(Body::new)),
+                );
+                (upstream, health)
+            }
+        };
+        let received = Arc::new(AtomicU64::new(0));
+        let refused = Arc::new(Refused::default());
+        let app = Router::new()
+            .route(CHAT_COMPLETIONS, post(forward))
+            .layer(stormguard::ServerLayer::default())
+            // Added after the ServerLayer, so outside it: never shed, never given a deadline.
+            .route(METRICS, get(prometheus::render))
+            .route(HEALTHZ, get(health::render))
+            .with_state(Gateway {
+                upstream,
+                backend: backend.addr,
+                received: received.clone(),
+                refused: refused.clone(),
+                health: health.clone(),
+                metrics: metrics.clone(),
+            });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        // Relayed streams are many small writes: sent at once, not held back by Nagle's
+        // algorithm until the caller acknowledges the last one.
+        let listener = listener.tap_io(|connection| {
+            let _ = connection.set_nodelay(true);
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Ok(Self {
+            url: format!("http://{addr}{CHAT_COMPLETIONS}"),
+            addr,
+            received,
+            refused,
+            health,
+            backend,
+            backup,
+            stop,
+            task,
+            upkeep: tokio::spawn(prometheus::upkeep(metrics)),
+        })
+    }
+
+    /// What the provider has seen so far.
+    pub fn provider_stats(&self) -> StatsSnapshot {
+        self.backend.stats.snapshot()
+    }
+
+    /// Stops the gateway and its providers: what the provider and the backup saw.
+    pub async fn stop(self) -> (StatsSnapshot, Option<StatsSnapshot>) {
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
+        self.upkeep.abort();
+        let stats = self.backend.stats.snapshot();
+        self.backend.shutdown().await;
+        let backup = match self.backup {
+            Some(backup) => {
+                let stats = backup.stats.snapshot();
+                backup.shutdown().await;
+                Some(stats)
+            }
+            None => None,
+        };
+        (stats, backup)
+    }
+}
+
+type Upstream = BoxCloneSyncService<Request, Response<Body>, stormguard::Error>;
+
+/// What the gateway's handlers share.
+#[derive(Clone)]
+struct Gateway {
+    upstream: Upstream,
+    backend: SocketAddr,
+    received: Arc<AtomicU64>,
+    refused: Arc<Refused>,
+    health: Health,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+}
+
+/// Upstream calls that ended without a response, which the gateway answered itself (and, behind
+/// a failover, which provider answered the others).
+#[derive(Debug, Default)]
+pub struct Refused {
+    throttled: AtomicU64,
+    breaker_open: AtomicU64,
+    rate_limited: AtomicU64,
+    deadline: AtomicU64,
+    failed: AtomicU64,
+    by_provider: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Refused {
+    /// Dropped by the adaptive throttle.
+    pub fn throttled(&self) -> u64 {
+        self.throttled.load(Ordering::Relaxed)
+    }
+
+    /// Refused by an open breaker.
+    pub fn breaker_open(&self) -> u64 {
+        self.breaker_open.load(Ordering::Relaxed)
+    }
+
+    /// Over the gateway's own rate limit.
+    pub fn rate_limited(&self) -> u64 {
+        self.rate_limited.load(Ordering::Relaxed)
+    }
+
+    /// Past the request's deadline.
+    pub fn deadline(&self) -> u64 {
+        self.deadline.load(Ordering::Relaxed)
+    }
+
+    /// Failed otherwise (given up on after the provider's failures).
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// All of the above.
+    pub fn total(&self) -> u64 {
+        self.throttled()
+            + self.breaker_open()
+            + self.rate_limited()
+            + self.deadline()
+            + self.failed()
+    }
+
+    /// Answers by provider (behind a failover: the `x-stormguard-backend` of each answer).
+    pub fn answered_by(&self) -> BTreeMap<String, u64> {
+        self.by_provider
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn answered(&self, provider: &str) {
+        let mut by = self
+            .by_provider
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *by.entry(provider.to_owned()).or_default() += 1;
+    }
+
+    fn count(&self, error: &stormguard::Error) {
+        let counter = match error.reason() {
+            Reason::Throttled => &self.throttled,
+            Reason::BreakerOpen => &self.breaker_open,
+            Reason::RateLimitedLocally => &self.rate_limited,
+            Reason::DeadlineExceeded => &self.deadline,
+            _ => &self.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Sends the request on to the backend through the protected upstream client. The deadline the
+/// `ServerLayer` read from the caller travels in the request's extensions, so the upstream
+/// attempts share it. An upstream call that ends without a response returns its
+/// `stormguard::Error`, which answers the caller (throttled or breaker open: 503, deadline: 504,
+/// failed: 502, each with `x-should-retry: false`).
+async fn forward(
+    State(gateway): State<Gateway>,
+    request: Request,
+) -> Result<Response<Body>, stormguard::Error> {
+    gateway.received.fetch_add(1, Ordering::Relaxed);
+    let (mut parts, body) = request.into_parts();
+    let uri = format!("http://{}{}", gateway.backend, parts.uri.path());
+    parts.uri = match uri.parse::<Uri>() {
+        Ok(uri) => uri,
+        Err(_) => {
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = StatusCode::BAD_REQUEST;
+            return Ok(response);
+        }
+    };
+    parts.headers.remove(header::HOST);
+    let response = gateway
+        .upstream
+        .oneshot(Request::from_parts(parts, body))
+        .await
+        .inspect_err(|error| gateway.refused.count(error))?;
+    if let Some(backend) = response.headers().get(X_STORMGUARD_BACKEND) {
+        gateway.refused.answered(backend.to_str().unwrap_or("?"));
+    }
+    Ok(response)
+}

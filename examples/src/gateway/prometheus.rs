@@ -1,0 +1,75 @@
+//! `GET /metrics`: the engine's metrics ([`stormguard::metrics`]) in Prometheus' text format
+//! (version 0.0.4), rendered by `metrics-exporter-prometheus` inside the gateway's own route (the
+//! exporter's listener, push gateway and TLS are not built).
+//!
+//! The exporter turns the dots of the names and labels into underscores
+//! (`stormguard.request.attempts` is `stormguard_request_attempts`, `gen_ai.provider.name` is
+//! `gen_ai_provider_name`) and adds no unit suffix. The histograms get the buckets the library
+//! sizes for LLM calls ([`DURATION_BUCKETS`], [`ATTEMPT_BUCKETS`], [`WAIT_BUCKETS`]), so they
+//! are rendered as Prometheus histograms (`_bucket`, `_sum`, `_count`), not summaries.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::extract::{FromRef, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use stormguard::metrics::{
+    ATTEMPT_BUCKETS, ATTEMPT_DURATION, DURATION_BUCKETS, RATE_LIMIT_WAIT, REQUEST_ATTEMPTS,
+    REQUEST_DURATION, WAIT_BUCKETS,
+};
+
+use super::Gateway;
+
+/// The content type of Prometheus' text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+/// How often the recorder's histograms are drained into their buckets between scrapes: 5 s, the
+/// exporter's own upkeep interval (a scrape drains them too).
+const UPKEEP: Duration = Duration::from_secs(5);
+
+/// The recorder this module installed, once per process.
+static INSTALLED: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
+
+/// Installs a Prometheus recorder as the process's global `metrics` recorder (once: later calls
+/// return the same handle), with the library's buckets for its histograms, and describes the
+/// library's metrics to it ([`stormguard::metrics::describe`]).
+///
+/// Fails if another recorder was installed first: a process has one.
+pub fn install() -> Result<PrometheusHandle, BuildError> {
+    let mut installed = INSTALLED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(handle) = installed.as_ref() {
+        return Ok(handle.clone());
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.into()), DURATION_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(ATTEMPT_DURATION.into()), DURATION_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(REQUEST_ATTEMPTS.into()), ATTEMPT_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(RATE_LIMIT_WAIT.into()), WAIT_BUCKETS)?
+        .install_recorder()?;
+    stormguard::metrics::describe();
+    *installed = Some(handle.clone());
+    Ok(handle)
+}
+
+/// Drains the histograms every [`UPKEEP`], so that their samples do not pile up between scrapes
+/// (`install_recorder` leaves this to its caller). Runs until its task is aborted.
+pub(super) async fn upkeep(handle: PrometheusHandle) {
+    let mut every = tokio::time::interval(UPKEEP);
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
+    }
+}
+
+impl FromRef<Gateway> for PrometheusHandle {
+    fn from_ref(gateway: &Gateway) -> Self {
+        gateway.metrics.clone()
+    }
+}
+
+/// `GET /metrics`: everything the recorder holds, in Prometheus' text format.
+pub(super) async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], handle.render())
+}
