@@ -35,6 +35,8 @@
 //! - [`metrics`], [`report`], [`chart`]: the figures (among them the attempts the clients hold
 //!   open, how fast traffic to a dead provider is cut, the fallback's answers, which are no
 //!   successes, and the 429s), the table and an SVG chart.
+//! - [`dashboard`]: what a dashboard would show of a stormguard pipeline's run, from the metrics
+//!   its engine emits (`stormguard::metrics`), collected per run ([`run_with_metrics`]).
 //!
 //! # What is compared, and how fairly
 //! Every pipeline meets the same arrivals (same seed) and the same provider. Today's pipelines
@@ -63,6 +65,7 @@
 
 pub mod backend;
 pub mod chart;
+pub mod dashboard;
 pub mod event_stream;
 pub mod metrics;
 pub mod pipeline;
@@ -86,12 +89,36 @@ pub fn run(
     pipelines: &[Pipeline],
     on_second: impl Fn() + Clone + Send + 'static,
 ) -> Result<Vec<Run>, BoxError> {
+    run_each(scenario, pipelines, sim::simulate, on_second)
+}
+
+/// [`run`], and collect the metrics stormguard's engine emits in each pipeline made of its
+/// layers ([`Run::metrics`], see [`dashboard`]). Each run records into a recorder of its own, on
+/// its own thread; the figures are those [`run`] gives.
+pub fn run_with_metrics(
+    scenario: &Scenario,
+    pipelines: &[Pipeline],
+    on_second: impl Fn() + Clone + Send + 'static,
+) -> Result<Vec<Run>, BoxError> {
+    run_each(scenario, pipelines, sim::simulate_with_metrics, on_second)
+}
+
+/// Run each pipeline through `scenario` with `simulate`, each on its own thread.
+fn run_each<F>(
+    scenario: &Scenario,
+    pipelines: &[Pipeline],
+    simulate: fn(&Scenario, Pipeline, F) -> Result<Run, BoxError>,
+    on_second: F,
+) -> Result<Vec<Run>, BoxError>
+where
+    F: Fn() + Clone + Send + 'static,
+{
     std::thread::scope(|scope| {
         let handles: Vec<_> = pipelines
             .iter()
             .map(|pipeline| {
                 let on_second = on_second.clone();
-                scope.spawn(move || sim::simulate(scenario, *pipeline, on_second))
+                scope.spawn(move || simulate(scenario, *pipeline, on_second))
             })
             .collect();
         handles

@@ -5,15 +5,17 @@
 //!       [--duration SECS] [--capacity SLOTS] [--seed N]
 //!       [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,
 //!                    stormguard+rate-limit,stormguard+adaptive,stormguard+failover]
-//!       [--attempt-timeout SECS] [--out DIR] [--json] [--help]
+//!       [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] [--help]
 //! ```
 //!
 //! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]). The failover
 //! rows (`naive+failover`, `stormguard+failover`) need the scenario with two providers
 //! (`failover`). In `streams`, every caller reads its streamed answer to the end, and `naive`'s
 //! restarts a stream that failed ([`Pipeline::stream_restarts`]). `--scenario all` runs every
-//! scenario with its default rows and ends with [`report::overview`]. `--help` says what each
-//! option, scenario and pipeline is.
+//! scenario with its default rows and ends with [`report::overview`]. `--metrics` adds, after
+//! each scenario's table, the metrics stormguard's engine emitted in each of its rows made of
+//! stormguard's layers ([`report::dashboards`]; in the JSON, each such run's `metrics`). `--help`
+//! says what each option, scenario and pipeline is.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -21,6 +23,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use stormguard_storm::dashboard::Dashboard;
 use stormguard_storm::metrics::Summary;
 use stormguard_storm::pipeline::Pipeline;
 use stormguard_storm::scenario::{Scenario, ScenarioKind};
@@ -29,7 +32,8 @@ use stormguard_storm::{chart, report};
 const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|all] \
 [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
 [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,stormguard+rate-limit,\
-stormguard+adaptive,stormguard+failover] [--attempt-timeout SECS] [--out DIR] [--json] [--help]";
+stormguard+adaptive,stormguard+failover] [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] \
+[--help]";
 
 /// The value of `--scenario` that runs every built-in scenario.
 const ALL: &str = "all";
@@ -65,6 +69,12 @@ Options:
   --json
       Print the figures as JSON instead of tables: an array with one object per pipeline. With
       --scenario all, an array with one {\"scenario\": NAME, \"runs\": [...]} per scenario.
+  --metrics
+      After each scenario's table, what a dashboard would show of each of its stormguard rows
+      (every pipeline made of stormguard's layers): the metrics its engine emitted for the
+      table's requests (stormguard::metrics), one line per series: a counter's total, a gauge's
+      last and highest value, a histogram's count, p50, p99 and max, and the same per 10 s. With
+      --json, under \"metrics\" in each stormguard row's object. The figures do not change.
   -h, --help
       Print this help.
 
@@ -171,6 +181,8 @@ struct Args {
     all: bool,
     out: PathBuf,
     json: bool,
+    /// `--metrics`: collect and print the engine's metrics of the stormguard rows.
+    metrics: bool,
 }
 
 fn seconds(value: f64) -> Result<Duration, lexopt::Error> {
@@ -194,6 +206,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
     let mut pipelines = None;
     let mut out = PathBuf::from("storm-out");
     let mut json = false;
+    let mut metrics = false;
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
@@ -217,6 +230,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
             }
             Long("out") => out = parser.value()?.into(),
             Long("json") => json = true,
+            Long("metrics") => metrics = true,
             Short('h') | Long("help") => {
                 print!("{}", help());
                 std::process::exit(0);
@@ -264,6 +278,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
             all: true,
             out,
             json,
+            metrics,
         });
     };
     let scenario = configure(kind);
@@ -284,23 +299,27 @@ fn parse_args() -> Result<Args, lexopt::Error> {
         all: false,
         out,
         json,
+        metrics,
     })
 }
 
-/// What one scenario's run gave: the figures, and whether its chart could be written.
+/// What one scenario's run gave: the figures, the engine's metrics of each row (with
+/// `--metrics`, for the stormguard rows), and whether its chart could be written.
 struct Outcome {
     summaries: Vec<Summary>,
+    metrics: Vec<Option<Dashboard>>,
     /// The chart's path, or why it could not be written.
     chart: Result<PathBuf, String>,
 }
 
-/// Simulate `pipelines` through `scenario` with a progress bar (hidden under `--json`), and write
-/// its chart into `out`.
+/// Simulate `pipelines` through `scenario` with a progress bar (hidden under `--json`),
+/// collecting the engine's metrics if `metrics`, and write its chart into `out`.
 fn simulate(
     scenario: &Scenario,
     pipelines: &[Pipeline],
     out: &std::path::Path,
     json: bool,
+    metrics: bool,
 ) -> Result<Outcome, String> {
     let total = scenario.duration.as_secs() * pipelines.len() as u64;
     let bar = if json {
@@ -315,7 +334,13 @@ fn simulate(
     }
     bar.set_message(format!("simulating {}", scenario.kind));
     let ticker = bar.clone();
-    let runs = match stormguard_storm::run(scenario, pipelines, move || ticker.inc(1)) {
+    let on_second = move || ticker.inc(1);
+    let runs = if metrics {
+        stormguard_storm::run_with_metrics(scenario, pipelines, on_second)
+    } else {
+        stormguard_storm::run(scenario, pipelines, on_second)
+    };
+    let runs = match runs {
         Ok(runs) => runs,
         Err(error) => {
             bar.abandon();
@@ -334,24 +359,65 @@ fn simulate(
         Ok(()) => Ok(path),
         Err(error) => Err(format!("could not write {}: {error}", path.display())),
     };
+    let (summaries, metrics) = runs
+        .into_iter()
+        .map(|run| (run.summary, run.metrics))
+        .unzip();
     Ok(Outcome {
-        summaries: runs.into_iter().map(|run| run.summary).collect(),
+        summaries,
+        metrics,
         chart,
     })
 }
 
-/// One scenario's text: its description, table, legend and chart line.
-fn scenario_text(scenario: &Scenario, outcome: &Outcome) -> String {
+/// One scenario's text: its description, table, legend, the engine's metrics (`--metrics`) and
+/// chart line.
+fn scenario_text(scenario: &Scenario, outcome: &Outcome, metrics: bool) -> String {
     let chart = match &outcome.chart {
         Ok(path) => format!("chart: {}", path.display()),
         Err(error) => format!("chart: {error}"),
     };
+    let metrics = if metrics {
+        let rows: Vec<(&str, &Dashboard)> = outcome
+            .summaries
+            .iter()
+            .zip(&outcome.metrics)
+            .filter_map(|(summary, metrics)| Some((summary.name, metrics.as_ref()?)))
+            .collect();
+        format!("\n{}", report::dashboards(&rows))
+    } else {
+        String::new()
+    };
     format!(
-        "{}\n\n{}\n{}\n\n{chart}\n",
+        "{}\n\n{}\n{}\n{metrics}\n{chart}\n",
         scenario.describe(),
         report::table(scenario, &outcome.summaries),
         report::legend(scenario),
     )
+}
+
+/// One run in the JSON: its figures and, with `--metrics` in a stormguard row, its engine's
+/// metrics.
+#[derive(serde::Serialize)]
+struct RunJson<'a> {
+    #[serde(flatten)]
+    summary: &'a Summary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics: Option<&'a Dashboard>,
+}
+
+impl Outcome {
+    /// The runs as the JSON has them.
+    fn json(&self) -> Vec<RunJson<'_>> {
+        self.summaries
+            .iter()
+            .zip(&self.metrics)
+            .map(|(summary, metrics)| RunJson {
+                summary,
+                metrics: metrics.as_ref(),
+            })
+            .collect()
+    }
 }
 
 /// One element of `--scenario all --json`: a scenario's name and its figures, as `--scenario NAME
@@ -359,7 +425,7 @@ fn scenario_text(scenario: &Scenario, outcome: &Outcome) -> String {
 #[derive(serde::Serialize)]
 struct ScenarioRuns<'a> {
     scenario: &'static str,
-    runs: &'a [Summary],
+    runs: Vec<RunJson<'a>>,
 }
 
 /// Write `text` to stdout; a closed pipe (`storm | head`) is not an error worth a panic.
@@ -378,7 +444,7 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let mut outcomes = Vec::with_capacity(args.runs.len());
     for (scenario, pipelines) in &args.runs {
-        let outcome = match simulate(scenario, pipelines, &args.out, args.json) {
+        let outcome = match simulate(scenario, pipelines, &args.out, args.json, args.metrics) {
             Ok(outcome) => outcome,
             Err(error) => {
                 eprintln!("storm: {error}");
@@ -388,7 +454,8 @@ fn main() -> ExitCode {
         if !args.json {
             // Between scenarios, a blank line; each one prints as soon as it is done.
             let separator = if outcomes.is_empty() { "" } else { "\n" };
-            print(&format!("{separator}{}", scenario_text(scenario, &outcome)));
+            let text = scenario_text(scenario, &outcome, args.metrics);
+            print(&format!("{separator}{text}"));
         }
         outcomes.push(outcome);
     }
@@ -401,12 +468,12 @@ fn main() -> ExitCode {
                 .zip(&outcomes)
                 .map(|((scenario, _), outcome)| ScenarioRuns {
                     scenario: scenario.kind.as_str(),
-                    runs: &outcome.summaries,
+                    runs: outcome.json(),
                 })
                 .collect();
             serde_json::to_string_pretty(&runs)
         } else {
-            serde_json::to_string_pretty(&outcomes[0].summaries)
+            serde_json::to_string_pretty(&outcomes[0].json())
         };
         match json {
             Ok(json) => json + "\n",

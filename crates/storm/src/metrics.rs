@@ -162,7 +162,7 @@ impl Recorder {
 }
 
 /// Nearest-rank percentile (`p` in 0..=100) of sorted values; `None` when there are none.
-pub fn percentile(sorted: &[u32], p: f64) -> Option<u32> {
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
     if sorted.is_empty() || !p.is_finite() {
         return None;
     }
@@ -624,7 +624,7 @@ mod tests {
         assert_eq!(percentile(&values, 100.0), Some(100));
         assert_eq!(percentile(&values, 0.0), Some(1));
         assert_eq!(percentile(&[7], 99.0), Some(7));
-        assert_eq!(percentile(&[], 50.0), None);
+        assert_eq!(percentile::<u32>(&[], 50.0), None);
         assert_eq!(percentile(&values, f64::NAN), None);
     }
 

@@ -150,6 +150,19 @@ impl Pipeline {
         }
     }
 
+    /// Whether the pipeline is made of stormguard's layers, whose engine emits the metrics of
+    /// `stormguard::metrics` (see [`dashboard`](crate::dashboard)).
+    pub fn uses_stormguard(self) -> bool {
+        matches!(
+            self,
+            Pipeline::Stormguard
+                | Pipeline::StormguardBreaker
+                | Pipeline::StormguardRateLimit
+                | Pipeline::StormguardAdaptive
+                | Pipeline::StormguardFailover
+        )
+    }
+
     /// Whether the pipeline sends to two providers (and needs a scenario that has them).
     pub fn fails_over(self) -> bool {
         matches!(self, Pipeline::NaiveFailover | Pipeline::StormguardFailover)
@@ -418,11 +431,20 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for TowerPolicy {
 /// The body of the breaker pipeline's fallback: a chat completion that says it is degraded.
 const FALLBACK_BODY: &[u8] = br#"{"object":"chat.completion","degraded":true,"choices":[{"message":{"role":"assistant","content":"The model is unavailable right now; this is a local answer."}}]}"#;
 
-/// `ClientLayer::default()`, with the scenario's seed handed to every part that draws random
-/// numbers (throttle, backoff, hint jitter) so that runs repeat exactly. Nothing else differs
-/// from the default.
+/// The name of the provider (the primary, where there are two), as stormguard's layers call it:
+/// the `gen_ai.provider.name` label of their metrics.
+pub const PRIMARY: &str = "primary";
+
+/// The name of the secondary provider, as stormguard's failover calls it.
+pub const SECONDARY: &str = "secondary";
+
+/// `ClientLayer::default()`, named [`PRIMARY`] (a failover names each backend's), with the
+/// scenario's seed handed to every part that draws random numbers (throttle, backoff, hint
+/// jitter) so that runs repeat exactly. Nothing else differs from the default: the name is only
+/// the label of the metrics and the field of the spans.
 fn client_layer(scenario: &Scenario) -> ClientLayer {
     ClientLayer::default()
+        .with_name(PRIMARY)
         .with_throttle(AdaptiveThrottle::new(
             ThrottleConfig::default().with_seed(scenario.seed ^ 0x7407_7e00),
         ))
@@ -494,7 +516,7 @@ fn secondary_quota(scenario: &Scenario) -> Option<RateLimit> {
 const SECONDARY_QUOTA_SHARE: f64 = 0.9;
 
 /// stormguard's failover over the scenario's two providers: `Failover::new(ClientLayer::default())`
-/// (seeded) with a backend `primary` (requests as they are) and a backend `secondary` (rewritten
+/// (seeded) with a backend [`PRIMARY`] (requests as they are) and a backend [`SECONDARY`] (rewritten
 /// for the secondary's origin, [`SECONDARY_ORIGIN`]), each with the default backend breaker
 /// ([`failover::Backend::default_breaker`], seeded). The primary's breaker is returned too, to
 /// watch it.
@@ -511,14 +533,14 @@ pub fn stormguard_failover(
     };
     let primary = breaker(0xb4ea_6e01);
     let secondary = Adapter::new().with_origin(http::Uri::from_static(SECONDARY_ORIGIN));
-    let mut backup = failover::Backend::new("secondary")
+    let mut backup = failover::Backend::new(SECONDARY)
         .with_adapter(secondary)
         .with_breaker(breaker(0xb4ea_6e02));
     if let Some(quota) = secondary_quota(scenario) {
         backup = backup.with_rate_limit(quota);
     }
     let failover = Failover::new(client_layer(scenario))
-        .with_backend(failover::Backend::new("primary").with_breaker(primary.clone()))
+        .with_backend(failover::Backend::new(PRIMARY).with_breaker(primary.clone()))
         .with_backend(backup);
     (failover.layer(router), primary)
 }

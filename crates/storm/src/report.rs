@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::dashboard::{Dashboard, Value};
 use crate::metrics::Summary;
 use crate::scenario::{Scenario, ScenarioKind};
 
@@ -174,6 +175,112 @@ pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
             || "duplicated tokens -".to_owned(),
             |f| format!("duplicated tokens {}", f.duplicated_tokens),
         ),
+    }
+}
+
+/// What the lines of [`dashboards`] show, printed above them.
+pub const DASHBOARD_LEGEND: &str = "\
+metrics = what stormguard's engine counted and measured (stormguard::metrics) for the requests of
+the table, as a dashboard shows it: one line per series (name and labels as an exporter names
+them), a counter's total, a gauge's last and highest value, a histogram's count, p50, p99 and max
+(s: seconds); then per 10 s of the run (from the time heading each column; the last runs to the
+end, when the last request of the table has its answer): a counter's increase, a gauge's highest
+value, a histogram's count.";
+
+/// The metrics stormguard's engine emitted in each of `rows` (a pipeline's name and its
+/// [`Dashboard`]), under [`DASHBOARD_LEGEND`]: per row, one line per series with its figures and
+/// its figure per window; one line saying so when there is no row.
+pub fn dashboards(rows: &[(&str, &Dashboard)]) -> String {
+    if rows.is_empty() {
+        return "metrics: none of these pipelines is made of stormguard's layers.\n".to_owned();
+    }
+    let mut out = format!("{DASHBOARD_LEGEND}\n");
+    for (name, dashboard) in rows {
+        let windows = dashboard
+            .series
+            .iter()
+            .map(|series| per_window(&series.value).len())
+            .max()
+            .unwrap_or(0);
+        let starts: Vec<String> = (0..windows as u64)
+            .map(|w| format!("{} s", w * dashboard.window_s))
+            .collect();
+        let mut header = vec!["series", "type", "figures"];
+        header.extend(starts.iter().map(String::as_str));
+        let lines: Vec<Vec<String>> = dashboard
+            .series
+            .iter()
+            .map(|series| {
+                let mut line = vec![
+                    series.id(),
+                    series.value.kind().to_owned(),
+                    figures(&series.value),
+                ];
+                line.extend(per_window(&series.value));
+                line.resize(header.len(), String::new());
+                line
+            })
+            .collect();
+        let _ = write!(out, "\nmetrics of {name}:\n");
+        if lines.is_empty() {
+            out += "(no series: the engine emitted nothing)\n";
+        } else {
+            out += &aligned(&header, &lines, 3);
+        }
+    }
+    out
+}
+
+/// A series' figures: `total 12`; `last 0.01, max 0.99`; `count 200, p50 0.694 s, p99 ...`.
+fn figures(value: &Value) -> String {
+    match value {
+        Value::Counter { total, .. } => format!("total {total}"),
+        Value::Gauge { last, max, .. } => format!("last {}, max {}", number(*last), number(*max)),
+        Value::Histogram {
+            unit,
+            count,
+            p50,
+            p99,
+            max,
+            ..
+        } => {
+            let at = |value: f64| {
+                if *unit == "s" {
+                    format!("{value:.3} s")
+                } else {
+                    number(value)
+                }
+            };
+            format!(
+                "count {count}, p50 {}, p99 {}, max {}",
+                at(*p50),
+                at(*p99),
+                at(*max)
+            )
+        }
+    }
+}
+
+/// A series' figure per window: a counter's increase, a gauge's highest value (`-` before it was
+/// set), a histogram's count.
+fn per_window(value: &Value) -> Vec<String> {
+    match value {
+        Value::Counter { per_window, .. } | Value::Histogram { per_window, .. } => {
+            per_window.iter().map(u64::to_string).collect()
+        }
+        Value::Gauge { per_window, .. } => per_window
+            .iter()
+            .map(|max| max.map_or_else(|| "-".to_owned(), number))
+            .collect(),
+    }
+}
+
+/// A gauge's or a count's value: whole as an integer, else with two decimals.
+fn number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
     }
 }
 

@@ -25,6 +25,11 @@
 //! the start: it sends the request again through its pipeline after [`NaivePolicy::INTERVAL`], at
 //! most [`Pipeline::stream_restarts`] times. The tokens the new stream repeats are shown twice.
 //! No other caller restarts anything.
+//!
+//! [`simulate_with_metrics`] also collects the metrics stormguard's engine emits
+//! ([`dashboard`](crate::dashboard)) for the pipelines made of its layers: each measured request's
+//! task is polled with the run's [`Collector`] as the thread's recorder, and a window of the
+//! dashboard closes every [`WINDOW`] of the scenario's duration.
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -47,6 +52,7 @@ use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
 use crate::backend::{Backend, FINE_BUCKET, REQUEST_ID, TOKENS};
+use crate::dashboard::{Collector, Dashboard, Recorded, WINDOW};
 use crate::event_stream::{Ending, Transcript};
 use crate::metrics::{Answer, Recorder, Series, StreamTally, Summary, summarize};
 use crate::pipeline::{self, NaiveFailoverPolicy, NaivePolicy, Pipeline, SimRequest, TowerPolicy};
@@ -165,6 +171,9 @@ pub struct Run {
     /// The circuit breaker's state at the start of each [`FINE_BUCKET`] (100 ms) of the scenario's
     /// duration (the primary's, for a failover); empty for a pipeline without a breaker.
     pub breaker: Vec<State>,
+    /// The metrics stormguard's engine emitted for the measured requests
+    /// ([`simulate_with_metrics`], pipelines made of stormguard's layers); `None` otherwise.
+    pub metrics: Option<Dashboard>,
 }
 
 /// Run `pipeline` through `scenario`; `on_second` is called after each second of virtual time.
@@ -174,6 +183,31 @@ pub struct Run {
 pub fn simulate(
     scenario: &Scenario,
     pipeline: Pipeline,
+    on_second: impl Fn() + 'static,
+) -> Result<Run, BoxError> {
+    drive(scenario, pipeline, None, on_second)
+}
+
+/// [`simulate`], and collect the metrics stormguard's engine emits for the measured requests
+/// into [`Run::metrics`], if the pipeline is made of stormguard's layers
+/// ([`Pipeline::uses_stormguard`]). The run's figures are those [`simulate`] gives.
+pub fn simulate_with_metrics(
+    scenario: &Scenario,
+    pipeline: Pipeline,
+    on_second: impl Fn() + 'static,
+) -> Result<Run, BoxError> {
+    let collector = pipeline
+        .uses_stormguard()
+        .then(|| Rc::new(Collector::new()));
+    drive(scenario, pipeline, collector, on_second)
+}
+
+/// Run `pipeline` through `scenario`, its measured requests recorded by `collector` if there is
+/// one.
+fn drive(
+    scenario: &Scenario,
+    pipeline: Pipeline,
+    collector: Option<Rc<Collector>>,
     on_second: impl Fn() + 'static,
 ) -> Result<Run, BoxError> {
     let second = scenario.secondary();
@@ -201,6 +235,7 @@ pub fn simulate(
             restarts: pipeline.stream_restarts(),
             epoch,
             recorder: recorder.clone(),
+            collector: collector.clone(),
             on_second,
             backends: std::iter::once(backend.clone())
                 .chain(secondary.clone())
@@ -234,6 +269,7 @@ pub fn simulate(
         summary,
         series,
         breaker: states.take(),
+        metrics: collector.map(|collector| collector.dashboard()),
     })
 }
 
@@ -309,6 +345,8 @@ struct Driver {
     restarts: u32,
     epoch: Instant,
     recorder: Rc<RefCell<Recorder>>,
+    /// Where the measured requests' engine metrics go, when they are collected.
+    collector: Option<Rc<Collector>>,
     on_second: Rc<dyn Fn()>,
     /// The providers (the primary first), told which requests are measured.
     backends: Vec<Backend>,
@@ -339,6 +377,7 @@ impl Driver {
             .map(|sizes| SizeDraws::new(sizes, self.scenario.seed));
         let millis = u64::try_from(self.scenario.duration.as_millis()).unwrap_or(u64::MAX);
         let outstanding = Rc::new(Cell::new(0_u64));
+        let window = u64::try_from(WINDOW.as_millis()).unwrap_or(u64::MAX);
         let mut id: u64 = 0;
         for ms in 0.. {
             let measured = ms < millis;
@@ -368,17 +407,36 @@ impl Driver {
                 });
                 let size = sizes.as_mut().map(SizeDraws::draw);
                 let request = request(id, size);
+                let collector = self.collector.as_ref().filter(|_| measured);
                 if self.scenario.stream.is_some() {
                     let caller = call_streaming(service.clone(), request, self.restarts, record);
-                    tokio::task::spawn_local(caller);
+                    spawn_recorded(caller, collector);
                 } else {
-                    tokio::task::spawn_local(call(service.clone(), request, record));
+                    spawn_recorded(call(service.clone(), request, record), collector);
                 }
                 id += 1;
             }
             if measured && (ms + 1) % 1_000 == 0 {
                 (self.on_second)();
             }
+            if let Some(collector) = &self.collector
+                && (ms + 1) % window == 0
+                && ms + 1 < millis
+            {
+                collector.close_window();
+            }
+        }
+    }
+}
+
+/// Spawn a caller's task, recorded by `collector` if there is one.
+fn spawn_recorded<F: Future<Output = ()> + 'static>(caller: F, collector: Option<&Rc<Collector>>) {
+    match collector {
+        Some(collector) => {
+            tokio::task::spawn_local(Recorded::new(caller, collector.clone()));
+        }
+        None => {
+            tokio::task::spawn_local(caller);
         }
     }
 }
@@ -580,6 +638,61 @@ mod tests {
         }
         let peak = seconds.iter().copied().max().unwrap() as f64 / q;
         assert!((2.7..3.3).contains(&peak), "{peak}");
+    }
+
+    #[test]
+    fn metrics_change_no_figure_and_a_failover_counts_its_moves() {
+        use crate::dashboard::Value;
+        use stormguard::metrics::{FAILOVERS, REQUEST_ATTEMPTS};
+
+        // The primary is down from 6.7 s to 11.7 s.
+        let scenario = Scenario::builtin(ScenarioKind::Failover)
+            .with_qps(100.0)
+            .with_duration(Duration::from_secs(20));
+        let pipeline = Pipeline::StormguardFailover;
+        let plain = simulate(&scenario, pipeline, || {}).unwrap();
+        let metered = simulate_with_metrics(&scenario, pipeline, || {}).unwrap();
+        assert_eq!(plain.summary, metered.summary);
+        assert_eq!(plain.series, metered.series);
+        assert_eq!(plain.breaker, metered.breaker);
+        assert_eq!(plain.metrics, None);
+
+        let dashboard = metered.metrics.unwrap();
+        let total = |name, labels| -> u64 {
+            dashboard
+                .find(name, labels)
+                .iter()
+                .map(|series| match series.value {
+                    Value::Counter { total, .. } => total,
+                    Value::Histogram { count, .. } => count,
+                    Value::Gauge { .. } => 0,
+                })
+                .sum()
+        };
+        let moved = total(FAILOVERS, &[("from", "primary"), ("to", "secondary")]);
+        assert!(moved > 0, "{dashboard:?}");
+        // A request ends once on each engine it reaches: on the primary's (unless its open
+        // breaker sends it straight to the secondary), and on the secondary's if it moved or
+        // went there straight. A few probes into the black hole never end before the run does.
+        let primary = total(REQUEST_ATTEMPTS, &[("gen_ai.provider.name", "primary")]);
+        let secondary = total(REQUEST_ATTEMPTS, &[("gen_ai.provider.name", "secondary")]);
+        let offered = metered.summary.offered;
+        assert!(secondary >= moved, "{secondary} {moved}");
+        assert!(primary + secondary <= offered + moved, "{dashboard:?}");
+        assert!(
+            primary + secondary >= offered + moved - offered / 100,
+            "{dashboard:?}"
+        );
+        // Two windows of 10 s.
+        assert!(dashboard.series.iter().all(|series| match &series.value {
+            Value::Counter { per_window, .. } | Value::Histogram { per_window, .. } =>
+                per_window.len() == 2,
+            Value::Gauge { per_window, .. } => per_window.len() == 2,
+        }));
+
+        // The other rows record nothing.
+        let naive = simulate_with_metrics(&scenario, Pipeline::NaiveFailover, || {}).unwrap();
+        assert_eq!(naive.metrics, None);
     }
 
     #[test]

@@ -294,6 +294,7 @@ fn help_says_what_every_option_scenario_and_pipeline_is() {
             "--attempt-timeout",
             "--out",
             "--json",
+            "--metrics",
         ] {
             assert!(
                 help.contains(&format!("\n  {option}")),
@@ -398,4 +399,216 @@ fn bad_flags_point_to_help() {
         assert!(stderr.contains("usage: storm"), "{stderr}");
         assert!(stderr.contains("--help"), "{stderr}");
     }
+}
+
+/// The figures of a series line of `storm --metrics` (`name{labels}  type  figures  windows...`):
+/// the number after `figure` (`total`, `count`, `max`...).
+fn figure(line: &str, figure: &str) -> f64 {
+    let after = line
+        .split_once(&format!(" {figure} "))
+        .unwrap_or_else(|| panic!("{figure} in {line}"))
+        .1;
+    let number: String = after
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    number
+        .parse()
+        .unwrap_or_else(|_| panic!("{figure} in {line}"))
+}
+
+/// The lines of the series of `name` in the metrics of `pipeline` printed by `storm --metrics`.
+fn series_lines<'a>(text: &'a str, pipeline: &str, name: &str) -> Vec<&'a str> {
+    let block = text
+        .split_once(&format!("\nmetrics of {pipeline}:\n"))
+        .unwrap_or_else(|| panic!("the metrics of {pipeline} in {text}"))
+        .1;
+    block
+        .lines()
+        .take_while(|line| !line.is_empty())
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .collect()
+}
+
+#[test]
+fn metrics_show_the_engines_counts_of_each_stormguard_row_and_change_no_figure() {
+    let out = out_dir("metrics");
+    // The outage from 6.7 s to 10 s; at 500 requests/s the throttle also refuses some retries.
+    let args = [
+        "--scenario",
+        "outage",
+        "--qps",
+        "500",
+        "--duration",
+        "20",
+        "--out",
+    ];
+    let text = |metrics: bool| {
+        let mut args = args.to_vec();
+        let out = out.to_string_lossy().into_owned();
+        args.push(&out);
+        if metrics {
+            args.push("--metrics");
+        }
+        let output = storm(&args);
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).expect("utf-8 output")
+    };
+    let with = text(true);
+    let without = text(false);
+
+    // The same table, legend and chart line; the metrics come between the legend and the chart.
+    let (tables, rest) = with
+        .split_once("\nmetrics = ")
+        .expect("the metrics' legend");
+    let (_, chart) = rest.split_once("\nchart: ").expect("the chart line");
+    let before_wall_time = |text: &str| text.split("wall time").next().unwrap_or("").to_owned();
+    assert_eq!(
+        before_wall_time(&format!("{tables}\nchart: {chart}")),
+        before_wall_time(&without),
+        "--metrics changes no figure"
+    );
+    for pipeline in ["stormguard", "stormguard+breaker"] {
+        assert!(
+            with.contains(&format!("\nmetrics of {pipeline}:\n")),
+            "{with}"
+        );
+    }
+    for pipeline in ["none", "naive", "tower"] {
+        assert!(!with.contains(&format!("metrics of {pipeline}:")), "{with}");
+    }
+
+    for pipeline in ["stormguard", "stormguard+breaker"] {
+        let row = tables
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(pipeline))
+            .expect("the pipeline's row");
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // `offered` is the second column; `retries` the last but one (`early retries` last).
+        let offered: f64 = cells[1].parse().expect("offered");
+        let retries: f64 = cells[cells.len() - 2].parse().expect("retries");
+        assert!(offered > 9_000.0, "{row}");
+
+        // Every request of the table ended once, with its attempts recorded.
+        let requests: f64 = series_lines(&with, pipeline, "stormguard.request.attempts")
+            .iter()
+            .map(|line| figure(line, "count"))
+            .sum();
+        assert_eq!(requests, offered, "{pipeline}: {with}");
+        let sum = |name: &str, label: &dyn Fn(&str) -> bool, figure_name: &str| -> f64 {
+            series_lines(&with, pipeline, name)
+                .iter()
+                .filter(|line| label(line))
+                .map(|line| figure(line, figure_name))
+                .sum()
+        };
+        let any = |_: &str| true;
+        // In the outage, attempts are refused on this side (the throttle, or the breaker): a
+        // request's first attempt (the request ends `refused`, with no attempt sent), or a retry.
+        let local = |line: &str| {
+            ["throttle", "breaker", "rate_limit"]
+                .iter()
+                .any(|cause| line.contains(&format!("cause=\"{cause}\"")))
+        };
+        let refused_attempts = sum("stormguard.refusals", &local, "total");
+        let refused_requests = sum(
+            "stormguard.request.attempts",
+            &|line| line.contains(r#"outcome="refused""#),
+            "count",
+        );
+        assert!(refused_requests > 0.0, "{pipeline}: {with}");
+        assert!(refused_attempts > refused_requests, "{pipeline}: {with}");
+        // The engine counts the retries it decides on; the table, those that reach the
+        // provider. The difference is the retries refused on this side.
+        let decided = sum("stormguard.retries", &any, "total");
+        assert!(decided > 0.0, "{pipeline}: {with}");
+        assert_eq!(
+            decided,
+            retries + (refused_attempts - refused_requests),
+            "{pipeline}: {with}"
+        );
+        // The throttle's drop probability went up in the outage, and came back down after it.
+        let drop = series_lines(&with, pipeline, "stormguard.throttle.drop_probability");
+        assert_eq!(drop.len(), 1, "{pipeline}: {with}");
+        assert!(figure(drop[0], "max") > 0.5, "{}", drop[0]);
+        assert!(figure(drop[0], "last") < 0.1, "{}", drop[0]);
+    }
+    let breaker = series_lines(&with, "stormguard+breaker", "stormguard.breaker.state");
+    assert_eq!(breaker.len(), 1, "{with}");
+    assert!(
+        series_lines(&with, "stormguard", "stormguard.breaker.state").is_empty(),
+        "no breaker, no breaker state"
+    );
+
+    // The JSON: each stormguard row's object has its metrics, the others have none, and the
+    // figures are those printed without --metrics.
+    let json = |metrics: bool| -> serde_json::Value {
+        let mut args = args[..args.len() - 1].to_vec();
+        if metrics {
+            args.push("--metrics");
+        }
+        serde_json::from_str(&run_json(&args, &out)).expect("valid JSON")
+    };
+    let (with, without) = (json(true), json(false));
+    let rows = with.as_array().expect("an array");
+    for (row, plain) in rows.iter().zip(without.as_array().expect("an array")) {
+        let mut figures = row.clone();
+        figures
+            .as_object_mut()
+            .expect("an object")
+            .remove("metrics");
+        assert_eq!(&figures, plain, "--metrics changes no figure");
+        let name = row["name"].as_str().expect("a name");
+        let Ok(pipeline) = name.parse::<Pipeline>() else {
+            panic!("{name}")
+        };
+        assert_eq!(
+            row.get("metrics").is_some(),
+            pipeline.uses_stormguard(),
+            "{name}"
+        );
+        let Some(metrics) = row.get("metrics") else {
+            continue;
+        };
+        assert_eq!(metrics["window_s"], 10);
+        let series = metrics["series"].as_array().expect("series");
+        let sum = |name: &str, label: (&str, &[&str]), figure: &str| -> f64 {
+            series
+                .iter()
+                .filter(|s| s["name"] == name)
+                .filter(|s| {
+                    label.1.is_empty() || label.1.iter().any(|v| s["labels"][label.0] == *v)
+                })
+                .filter_map(|s| s[figure].as_f64())
+                .sum()
+        };
+        let any = ("", &[][..]);
+        assert_eq!(
+            sum("stormguard.request.attempts", any, "count"),
+            row["offered"].as_f64().expect("offered"),
+            "{name}"
+        );
+        let local = ("cause", &["throttle", "breaker", "rate_limit"][..]);
+        let refused = ("outcome", &["refused"][..]);
+        assert_eq!(
+            sum("stormguard.retries", any, "total"),
+            row["retries"].as_f64().expect("retries") + sum("stormguard.refusals", local, "total")
+                - sum("stormguard.request.attempts", refused, "count"),
+            "{name}"
+        );
+        for s in series {
+            let per_window: f64 = match s["type"].as_str() {
+                Some("counter") => s["total"].as_f64().expect("total"),
+                Some("histogram") => s["count"].as_f64().expect("count"),
+                Some("gauge") => continue,
+                other => panic!("{other:?}"),
+            };
+            let windows = s["per_window"].as_array().expect("per_window");
+            let summed: f64 = windows.iter().filter_map(serde_json::Value::as_f64).sum();
+            assert_eq!(summed, per_window, "{s}");
+            assert_eq!(windows.len(), 2, "20 s: two windows of 10 s");
+            assert_eq!(s["labels"]["gen_ai.provider.name"], "primary", "{s}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }
