@@ -149,7 +149,9 @@ pin_project! {
         B: Body,
     {
         prefix: Option<Bytes>,
-        trailers: Option<HeaderMap>,
+        // Boxed: few bodies end in trailers, and a `ResponseBody` (every response the engine
+        // hands back) is as large as this; a `HeaderMap` inline would make it cost more to move.
+        trailers: Option<Box<HeaderMap>>,
         // A read error met while reading the prefix, handed on after it.
         error: Option<B::Error>,
         // Reading already reached the end of the rest: never poll it again.
@@ -165,7 +167,7 @@ impl<B: Body> PartialBody<B> {
         let (trailers, error, rest_done) = match tail {
             Tail::Open => (None, None, false),
             Tail::Ended => (None, None, true),
-            Tail::Trailers(trailers) => (Some(trailers), None, true),
+            Tail::Trailers(trailers) => (Some(Box::new(trailers)), None, true),
             Tail::Failed(error) => (None, Some(error), true),
         };
         Self {
@@ -198,7 +200,7 @@ impl<B: Body<Data = Bytes>> Body for PartialBody<B> {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
         if let Some(trailers) = this.trailers.take() {
-            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            return Poll::Ready(Some(Ok(Frame::trailers(*trailers))));
         }
         if let Some(error) = this.error.take() {
             return Poll::Ready(Some(Err(error)));

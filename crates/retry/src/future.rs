@@ -43,7 +43,7 @@ use tower_service::Service;
 use crate::attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
 use crate::body::ReplayBody;
 use crate::error::{Error, FailedAnswer, GiveUpCause};
-use crate::layer::Config;
+use crate::layer::{Config, SharedTimeout};
 use crate::observe::Watch;
 
 /// What the future hands back.
@@ -82,10 +82,12 @@ pin_project! {
         Buffering { read: Prefix<B> },
         // Waiting for the service to be ready for a retry.
         Ready,
-        // Waiting for the rate limit's fleet (in Redis) to decide on the attempt's slot.
-        Reserving { acquire: Acquire, request: Option<Request<B>> },
+        // Waiting for the rate limit's fleet (in Redis) to decide on the attempt's slot. The
+        // request waits in a box (here and in `Pacing`): inline, it would make every state as
+        // large as itself and a timer, and the state moves at every step of every request.
+        Reserving { acquire: Acquire, request: Option<Box<Request<B>>> },
         // Waiting for the rate limit's slot; the readied service sends the request then.
-        Pacing { #[pin] sleep: Sleep, request: Option<Request<B>> },
+        Pacing { #[pin] sleep: Sleep, request: Option<Box<Request<B>>> },
         // An attempt is in flight.
         Calling { #[pin] future: F },
         // Classifying the answer, reading the start of a failed response's body if need be.
@@ -226,7 +228,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            let _in = this.attempts.watch.span().clone().entered();
+            let _in = this.attempts.watch.enter();
             let step = match this.state.as_mut().project() {
                 StateProj::Buffering { read } => match Pin::new(read).poll(cx) {
                     Poll::Ready((bytes, tail, rest)) => {
@@ -238,7 +240,7 @@ where
                     Poll::Ready(decision) => match request.take() {
                         Some(request) => Step::Next(this.attempts.paced(
                             this.service,
-                            request,
+                            *request,
                             decision,
                             &mut Clock::default(),
                         )),
@@ -250,7 +252,7 @@ where
                     Poll::Ready(()) => match request.take() {
                         Some(request) => Step::Next(this.attempts.send(
                             this.service,
-                            request,
+                            *request,
                             true,
                             &mut Clock::default(),
                         )),
@@ -331,14 +333,19 @@ where
 
 impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     fn new(config: Arc<Config<C, Bk>>, head: &Parts) -> Self {
+        // The calls come before the struct: a call between its fields, were it to unwind, would
+        // leave the fields before it to drop, so those would be built aside and copied in (the
+        // template's 352 bytes, on every request).
+        let watch = Watch::new(config.name.as_ref());
+        let grpc = is_grpc(&head.headers);
         Self {
-            watch: Watch::new(config.name.as_ref()),
+            watch,
             config,
             template: None,
             sent: 0,
             schedule: None,
             deadline: None,
-            grpc: is_grpc(&head.headers),
+            grpc,
             started: None,
             last_attempt: Duration::ZERO,
             receipt: None,
@@ -355,11 +362,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     /// Sets the request's deadline from the layer's timeout (`body`: the buffered body, for a
     /// timeout that reads it); a tighter deadline already on the request wins.
     fn set_deadline(&mut self, head: &mut Parts, body: Option<&[u8]>, clock: &mut Clock) {
-        let timeout = self.config.timeout.as_ref();
-        if let Some(timeout) = timeout.and_then(|source| source.timeout(head, body)) {
-            Deadline::after_from(clock.now(), timeout).apply_to_extensions(&mut head.extensions);
-        }
-        self.deadline = Deadline::from_extensions(&head.extensions);
+        self.deadline = deadline_of(self.config.timeout.as_ref(), head, body, clock);
     }
 
     /// The request body was read up to the replay cap: the first attempt goes out.
@@ -376,11 +379,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         B::Error: Into<BoxError>,
         RB: Body,
     {
-        let Some(mut template) = self.template.take() else {
-            return Step::Finish(Err(Error::unreadable_body(
-                "request body read twice".into(),
-            )));
-        };
+        let read_twice = || Error::unreadable_body("request body read twice".into());
         let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
         let mut clock = Clock::default();
         let trailers = match tail {
@@ -389,6 +388,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             Tail::Failed(error) => return Step::Finish(Err(Error::unreadable_body(error.into()))),
             // Longer than the cap: sent once, untouched, what was read followed by the rest.
             Tail::Open => {
+                let Some(mut template) = self.template.take() else {
+                    return Step::Finish(Err(read_twice()));
+                };
                 if reads_body {
                     self.set_deadline(&mut template.head, None, &mut clock);
                 }
@@ -397,10 +399,15 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 return Step::Next(self.start(service, request, &mut clock));
             }
         };
+        // The template is completed where it is: taken out and put back, it would be copied
+        // twice.
+        let Some(template) = &mut self.template else {
+            return Step::Finish(Err(read_twice()));
+        };
         if reads_body {
-            self.set_deadline(&mut template.head, Some(&bytes), &mut clock);
+            let timeout = self.config.timeout.as_ref();
+            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), &mut clock);
         }
-        self.template = Some(template);
         let request = self.seal(bytes, trailers, &mut clock);
         Step::Next(self.start(service, request, &mut clock))
     }
@@ -464,7 +471,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 Some(decision) => self.paced(service, request, decision, clock),
                 None => State::Reserving {
                     acquire,
-                    request: Some(request),
+                    request: Some(Box::new(request)),
                 },
             };
         }
@@ -499,7 +506,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 if start > Instant::now() {
                     return State::Pacing {
                         sleep: tokio::time::sleep_until(start),
-                        request: Some(request),
+                        request: Some(Box::new(request)),
                     };
                 }
                 self.send(service, request, false, clock)
@@ -568,8 +575,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             self.receipt = Some(Receipt::Sent(withdrawal));
         }
         self.sent = self.sent.saturating_add(1);
-        self.watch.sending(self.sent);
-        let future = self.watch.span().in_scope(|| service.call(request));
+        self.watch.sending(self.sent, self.config.name.as_deref());
+        let _in = self.watch.span().enter();
+        let future = service.call(request);
         State::Calling { future }
     }
 
@@ -763,26 +771,27 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             return Step::Finish(Ok(response));
         }
         self.attempt_finished();
-        // A failure handed back carries its verdict, for a layer above (a failover) to judge.
-        response
-            .extensions_mut()
-            .insert(FailedAnswer::new(outcome, self.sent));
         if !outcome.is_retryable() {
             // Fatal: no retry helps, here or above. Marked when this layer could have retried.
             if self.could_retry() {
                 self.mark_final(&mut response);
             }
-            return Step::Finish(Ok(response));
-        }
-        match self.plan(&outcome) {
-            Plan::Retry(delay) => Step::Next(self.wait(delay)),
-            Plan::NotReplayable => Step::Finish(Ok(response)),
-            Plan::GiveUp(cause) => {
-                self.mark_final(&mut response);
-                response.extensions_mut().insert(cause);
-                Step::Finish(Ok(response))
+        } else {
+            match self.plan(&outcome) {
+                // The retry answers instead: this response is dropped.
+                Plan::Retry(delay) => return Step::Next(self.wait(delay)),
+                Plan::NotReplayable => {}
+                Plan::GiveUp(cause) => {
+                    self.mark_final(&mut response);
+                    response.extensions_mut().insert(cause);
+                }
             }
         }
+        // A failure handed back carries its verdict, for a layer above (a failover) to judge.
+        response
+            .extensions_mut()
+            .insert(FailedAnswer::new(outcome, self.sent));
+        Step::Finish(Ok(response))
     }
 
     /// Waits `delay` before the retry; a zero delay skips the timer (tokio rounds every sleep up
@@ -970,6 +979,20 @@ fn settle_on_usage<RB: Body>(
             }
         })
     })
+}
+
+/// The request's deadline: `timeout`'s for it from now (`body`: the buffered body, for a
+/// timeout that reads it), written into its extensions, unless a tighter one is there already.
+fn deadline_of(
+    timeout: Option<&SharedTimeout>,
+    head: &mut Parts,
+    body: Option<&[u8]>,
+    clock: &mut Clock,
+) -> Option<Deadline> {
+    if let Some(timeout) = timeout.and_then(|source| source.timeout(head, body)) {
+        Deadline::after_from(clock.now(), timeout).apply_to_extensions(&mut head.extensions);
+    }
+    Deadline::from_extensions(&head.extensions)
 }
 
 /// What the next attempt carries: its number (`sent` attempts went before it) and, when the

@@ -32,7 +32,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 pub const DEFAULT_MAX_REPLAY_BODY: usize = 1024 * 1024;
 
 /// Where a request's deadline comes from, shared by every service a layer makes.
-type SharedTimeout = Arc<dyn TimeoutSource + Send + Sync>;
+pub(crate) type SharedTimeout = Arc<dyn TimeoutSource + Send + Sync>;
 
 /// What every [`Client`] made by one layer shares.
 #[derive(Clone)]

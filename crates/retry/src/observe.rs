@@ -17,13 +17,18 @@ use http::{Response, StatusCode};
 use stormguard_classify::{Outcome, Reason};
 use tracing::Span;
 use tracing::field::Empty;
+use tracing::span::EnteredSpan;
 
 use crate::error::{Error, FailedAnswer, GiveUpCause};
 use crate::log::{self, Quiet};
 
 /// One request's spans and, with the `metrics` feature, its meter.
+///
+/// When no subscriber wants the spans (they are disabled) and without the feature, it costs next
+/// to nothing: nothing is recorded, cloned or entered, and no label is worked out. It lives in
+/// the response future, which is moved whole, so it holds nothing it can read elsewhere (the
+/// backend's name is the configuration's).
 pub(crate) struct Watch {
-    name: Option<Arc<str>>,
     request: Span,
     /// The latest attempt's span (none before the first).
     attempt: Span,
@@ -43,7 +48,6 @@ impl Watch {
             error.type = Empty,
         );
         Self {
-            name: name.cloned(),
             request,
             attempt: Span::none(),
             in_flight: false,
@@ -53,6 +57,7 @@ impl Watch {
     }
 
     /// The span to be in while the request is polled: its latest attempt's, or its own.
+    #[inline]
     pub(crate) fn span(&self) -> &Span {
         if self.attempt.is_none() {
             &self.request
@@ -61,13 +66,22 @@ impl Watch {
         }
     }
 
-    /// Attempt number `attempt` is being sent.
-    pub(crate) fn sending(&mut self, attempt: u32) {
+    /// That span, entered for as long as the guard lives (the guard owns a clone of it, so the
+    /// request can be worked on meanwhile); `None` when no subscriber takes it. Inlined: the
+    /// future calls it at every step, from the caller's crate, where it is a check of one field.
+    #[inline]
+    pub(crate) fn enter(&self) -> Option<EnteredSpan> {
+        let span = self.span();
+        (!span.is_disabled()).then(|| span.clone().entered())
+    }
+
+    /// Attempt number `attempt` is being sent to the backend named `name`.
+    pub(crate) fn sending(&mut self, attempt: u32, name: Option<&str>) {
         self.attempt = tracing::info_span!(
             parent: &self.request,
             "stormguard.attempt",
             attempt,
-            backend = self.name.as_deref(),
+            backend = name,
             outcome = Empty,
             reason = Empty,
             status = Empty,
@@ -84,12 +98,14 @@ impl Watch {
             return;
         }
         let span = &self.attempt;
-        span.record("outcome", outcome.verdict().as_str());
-        if !outcome.is_success() {
-            span.record("reason", outcome.reason().as_str());
-        }
-        if let Some(status) = status {
-            span.record("status", status.as_u16());
+        if !span.is_disabled() {
+            span.record("outcome", outcome.verdict().as_str());
+            if !outcome.is_success() {
+                span.record("reason", outcome.reason().as_str());
+            }
+            if let Some(status) = status {
+                span.record("status", status.as_u16());
+            }
         }
         #[cfg(feature = "metrics")]
         self.meter.answered(outcome, status);
@@ -151,6 +167,9 @@ impl Watch {
 
     /// The request ended with `output` after `attempts` attempts.
     pub(crate) fn finished<B>(&self, output: &Result<Response<B>, Error>, attempts: u32) {
+        if self.request.is_disabled() && !cfg!(feature = "metrics") {
+            return;
+        }
         let (outcome, error_type) = match output {
             Ok(response) => match response.extensions().get::<FailedAnswer>() {
                 Some(failed) => ("failure", Some(failed.outcome().reason())),
