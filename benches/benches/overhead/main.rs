@@ -14,7 +14,8 @@
 //! For profilers, `STORMGUARD_BENCH_PROFILE=success/stormguard_client` (any `group/variant` of the
 //! one-thread groups) skips criterion and sends `STORMGUARD_BENCH_REQUESTS` requests (default
 //! 100 000) through that variant on each of `STORMGUARD_BENCH_THREADS` threads (default 1), e.g.
-//! under `valgrind --tool=callgrind` or `perf`.
+//! under `valgrind --tool=callgrind` or `perf`, once the variant's time windows are full (see
+//! [`PROFILE_SETTLE`]).
 
 mod paired;
 mod report;
@@ -38,6 +39,16 @@ use crate::paired::{Rounds, Scaling, selected};
 
 /// Requests per profiling run unless `STORMGUARD_BENCH_REQUESTS` says otherwise.
 const PROFILE_REQUESTS: u64 = 100_000;
+
+/// How long a profiling run waits between making the variant and its first request: 11 s.
+///
+/// The throttle's window (2 s), the retry budget's and the breaker's (10 s) are cut in time
+/// slices, and a sum covers only the slices since the window was made. A run shorter than a window
+/// (20,000 requests under callgrind take a second or two) would sum fewer slices the faster the
+/// machine ran it, and the count would move with the machine's load (by up to 700 instructions
+/// per request for the client). After the wait every window is full, as in a client that has run
+/// for a while; waiting costs no instructions.
+const PROFILE_SETTLE: Duration = Duration::from_secs(11);
 
 /// One thread, `b.iter`: the per-request cost.
 struct OneThread<'a, 'c> {
@@ -151,6 +162,7 @@ impl Visit for Profile {
             return;
         }
         self.found = true;
+        std::thread::sleep(PROFILE_SETTLE);
         let elapsed = in_parallel(&service, self.threads, self.requests);
         let per_second = (self.threads as u64 * self.requests) as f64 / elapsed.as_secs_f64();
         println!(
