@@ -58,6 +58,26 @@ const NAMES: [&str; KINDS] = [
     "refused_other",
 ];
 
+/// Each kind's `cause` label in the metrics (`stormguard.refusals`).
+const CAUSES: [&str; KINDS] = [
+    "attempts",
+    "budget",
+    "deadline",
+    "hint",
+    "throttle",
+    "breaker",
+    "rate_limit",
+    "other",
+];
+
+impl Quiet {
+    /// The event's `cause` label in the metrics.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn cause(self) -> &'static str {
+        CAUSES[self.index()]
+    }
+}
+
 static COUNTS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
 
 /// When the next summary is due (`None`: at the first quiet event, a period from then).

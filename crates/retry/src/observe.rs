@@ -147,7 +147,7 @@ impl Watch {
             log::quiet(Quiet::GaveUp(cause), attempts);
         }
         #[cfg(feature = "metrics")]
-        self.meter.refused(meter::give_up_cause(cause));
+        self.meter.refused(Quiet::GaveUp(cause).cause());
     }
 
     /// An attempt was refused on this side, for `reason` (the throttle, the breaker, the rate
@@ -156,7 +156,7 @@ impl Watch {
         let _in = self.span().enter();
         log::quiet(Quiet::Refused(reason), attempts);
         #[cfg(feature = "metrics")]
-        self.meter.refused(meter::refusal_cause(reason));
+        self.meter.refused(Quiet::Refused(reason).cause());
     }
 
     /// The request is out of time before its next attempt could start.
@@ -211,7 +211,6 @@ pub(crate) mod meter {
     use stormguard_rate_limit::RateLimit;
     use tokio::time::Instant;
 
-    use crate::GiveUpCause;
     use crate::metrics::{
         ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, PROVIDER, RATE_LIMIT_HEADROOM,
         RATE_LIMIT_WAIT, REFUSALS, REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STATUS_CODE,
@@ -371,23 +370,5 @@ pub(crate) mod meter {
     /// A status code as a label (`"503"`).
     fn status_label(status: StatusCode) -> SharedString {
         SharedString::from(status.as_str().to_owned())
-    }
-
-    pub(super) fn give_up_cause(cause: GiveUpCause) -> &'static str {
-        match cause {
-            GiveUpCause::AttemptsExhausted => "attempts",
-            GiveUpCause::BudgetExhausted => "budget",
-            GiveUpCause::Deadline => "deadline",
-            GiveUpCause::HintTooLong => "hint",
-        }
-    }
-
-    pub(super) fn refusal_cause(reason: Reason) -> &'static str {
-        match reason {
-            Reason::Throttled => "throttle",
-            Reason::BreakerOpen | Reason::BulkheadFull => "breaker",
-            Reason::RateLimitedLocally => "rate_limit",
-            _ => "other",
-        }
     }
 }
