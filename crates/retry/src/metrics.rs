@@ -10,8 +10,8 @@
 //!
 //! | name | type | unit | labels | what it is |
 //! |---|---|---|---|---|
-//! | `stormguard.request.attempts` | histogram | `{attempt}` | `gen_ai.provider.name`, `outcome` | attempts one request took, recorded when it ends; `outcome`: `success`, `failure` (the backend's answer or error), `refused` (refused on this side before any attempt was sent) |
-//! | `stormguard.request.duration` | histogram | `s` | `gen_ai.provider.name`, `outcome`, `error.type` (failures only) | one request from its start to its answer, across attempts, backoffs and waits |
+//! | `stormguard.request.attempts` | histogram | `{attempt}` | `gen_ai.provider.name`, `outcome` | attempts one request took, recorded when it ends; `outcome`: `success`, `failure` (the backend's answer or error), `refused` (refused on this side before any attempt was sent), `fallback` (the breaker's fallback answered, before or after attempts) |
+//! | `stormguard.request.duration` | histogram | `s` | `gen_ai.provider.name`, `outcome`, `error.type` (all but `success`; a fallback's is `breaker_open` or `bulkhead_full`) | one request from its start to its answer, across attempts, backoffs and waits |
 //! | `http.client.request.duration` | histogram | `s` | `gen_ai.provider.name`, `http.response.status_code` (when answered), `error.type` (failed attempts only) | one attempt, from sending it to the answer's head (a stream: its first content) |
 //! | `stormguard.retries` | counter | `{retry}` | `gen_ai.provider.name`, `reason` | retries sent, by the classifier's reason for the failure retried (`overloaded`, `rate_limited`, `timeout`...) |
 //! | `stormguard.refusals` | counter | `{request}` | `gen_ai.provider.name`, `cause` | requests given up on or refused on this side, by cause: `budget`, `deadline`, `attempts`, `hint` (a retry not made) and `throttle`, `breaker`, `rate_limit` (an attempt not sent) |

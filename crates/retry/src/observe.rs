@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Response, StatusCode};
+use stormguard_breaker::FallbackAnswer;
 use stormguard_classify::{Outcome, Reason};
 use tracing::Span;
 use tracing::field::Empty;
@@ -117,7 +118,7 @@ impl Watch {
     }
 
     /// The failure just recorded is retried after `delay`: one WARN line.
-    pub(crate) fn retrying(&self, attempt: u32, reason: Reason, delay: Duration) {
+    pub(crate) fn retrying(&mut self, attempt: u32, reason: Reason, delay: Duration) {
         let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.attempt.record("delay_ms", delay_ms);
         let _in = self.attempt.enter();
@@ -171,12 +172,17 @@ impl Watch {
             return;
         }
         let (outcome, error_type) = match output {
-            Ok(response) => match response.extensions().get::<FailedAnswer>() {
-                Some(failed) => ("failure", Some(failed.outcome().reason())),
-                // A fallback's answer: nothing reached the backend.
-                None if attempts == 0 => ("refused", Some(Reason::BreakerOpen)),
-                None => ("success", None),
-            },
+            Ok(response) => {
+                let extensions = response.extensions();
+                if let Some(failed) = extensions.get::<FailedAnswer>() {
+                    ("failure", Some(failed.outcome().reason()))
+                } else if let Some(fallback) = extensions.get::<FallbackAnswer>() {
+                    // The breaker refused or cut an attempt, before or after others were sent.
+                    ("fallback", Some(fallback.outcome().reason()))
+                } else {
+                    ("success", None)
+                }
+            }
             Err(error) if attempts == 0 => ("refused", Some(error.reason())),
             Err(error) => ("failure", Some(error.reason())),
         };
@@ -224,6 +230,9 @@ pub(crate) mod meter {
         provider: SharedString,
         started: Instant,
         attempt_started: Option<Instant>,
+        /// The reason of the retry decided and not sent yet: counted when it is sent, so a retry
+        /// the throttle, the breaker, the rate limit or the deadline then refuses is not.
+        retry: Option<Reason>,
     }
 
     impl Meter {
@@ -232,11 +241,16 @@ pub(crate) mod meter {
                 provider: provider(name),
                 started: Instant::now(),
                 attempt_started: None,
+                retry: None,
             }
         }
 
         pub(super) fn sending(&mut self) {
             self.attempt_started = Some(Instant::now());
+            if let Some(reason) = self.retry.take() {
+                counter!(RETRIES, PROVIDER => self.provider.clone(), "reason" => reason.as_str())
+                    .increment(1);
+            }
         }
 
         pub(super) fn answered(&mut self, outcome: &Outcome, status: Option<StatusCode>) {
@@ -265,9 +279,8 @@ pub(crate) mod meter {
             duration.record(seconds);
         }
 
-        pub(super) fn retrying(&self, reason: Reason) {
-            counter!(RETRIES, PROVIDER => self.provider.clone(), "reason" => reason.as_str())
-                .increment(1);
+        pub(super) fn retrying(&mut self, reason: Reason) {
+            self.retry = Some(reason);
         }
 
         pub(super) fn refused(&self, cause: &'static str) {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
-use stormguard_breaker::{BreakerConfig, CircuitBreaker};
+use stormguard_breaker::{BreakerConfig, CircuitBreaker, Fallback, FallbackAnswer};
 use stormguard_budget::RetryBudget;
 use stormguard_jitter::Constant;
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
@@ -222,6 +222,48 @@ fn an_open_breaker_shows_in_its_gauge_and_its_refusals() {
             .len(),
         7
     );
+}
+
+#[test]
+fn a_retry_the_breaker_refuses_is_no_retry_and_its_fallback_is_counted_as_one() {
+    let seen = recorded(|| async {
+        let log = Log::default();
+        let backend = scripted(&log, Duration::from_millis(10), |_, _| Ok(status(503)));
+        // One failure opens it: the first request's retry is refused, the second is not sent.
+        let breaker =
+            CircuitBreaker::new(BreakerConfig::default().with_consecutive_failures(Some(1)));
+        let fallback = Fallback::new(|_, _| http::Response::new(bytes::Bytes::new()));
+        let client = retries_only()
+            .with_name("openai")
+            .with_breaker(breaker)
+            .with_fallback(fallback)
+            .layer(backend);
+        for _ in 0..2 {
+            let response = client.clone().oneshot(support::post("{}")).await.unwrap();
+            assert!(response.extensions().get::<FallbackAnswer>().is_some());
+        }
+        assert_eq!(log.len(), 1);
+    });
+    // A retry was decided, but none was sent.
+    assert_eq!(seen.counter(RETRIES, &[]), 0);
+    assert_eq!(seen.counter(REFUSALS, &[OPENAI, ("cause", "breaker")]), 2);
+    // Both requests were answered by the fallback: one after its attempt, one without any.
+    let fallback = [OPENAI, ("outcome", "fallback")];
+    let mut attempts = seen.histogram(REQUEST_ATTEMPTS, &fallback);
+    attempts.sort_by(f64::total_cmp);
+    assert_eq!(attempts, [0.0, 1.0]);
+    for outcome in ["success", "failure", "refused"] {
+        assert!(
+            (seen.histogram(REQUEST_ATTEMPTS, &[("outcome", outcome)])).is_empty(),
+            "{outcome}"
+        );
+    }
+    let breaker_open = [
+        OPENAI,
+        ("outcome", "fallback"),
+        ("error.type", "breaker_open"),
+    ];
+    assert_eq!(seen.histogram(REQUEST_DURATION, &breaker_open).len(), 2);
 }
 
 #[test]
