@@ -487,6 +487,8 @@ fn metrics_show_the_engines_counts_of_each_stormguard_row_and_change_no_figure()
         // `offered` is the second column; `retries` the last but one (`early retries` last).
         let offered: f64 = cells[1].parse().expect("offered");
         let retries: f64 = cells[cells.len() - 2].parse().expect("retries");
+        // `fallback` is the tenth column.
+        let fallbacks: f64 = cells[9].parse().expect("fallback");
         assert!(offered > 9_000.0, "{row}");
 
         // Every request of the table ended once, with its attempts recorded.
@@ -523,6 +525,16 @@ fn metrics_show_the_engines_counts_of_each_stormguard_row_and_change_no_figure()
         let sent = sum("stormguard.retries", &any, "total");
         assert!(sent > 0.0, "{pipeline}: {with}");
         assert_eq!(sent, retries, "{pipeline}: {with}");
+        // A request the breaker's fallback answered ends with outcome `fallback`.
+        let answered_locally = sum(
+            "stormguard.request.attempts",
+            &|line| line.contains(r#"outcome="fallback""#),
+            "count",
+        );
+        assert_eq!(answered_locally, fallbacks, "{pipeline}: {with}");
+        if pipeline == "stormguard+breaker" {
+            assert!(fallbacks > 0.0, "{row}");
+        }
         // The throttle's drop probability went up in the outage, and came back down after it.
         let drop = series_lines(&with, pipeline, "stormguard.throttle.drop_probability");
         assert_eq!(drop.len(), 1, "{pipeline}: {with}");
@@ -587,6 +599,15 @@ fn metrics_show_the_engines_counts_of_each_stormguard_row_and_change_no_figure()
         assert_eq!(
             sum("stormguard.retries", any, "total"),
             row["retries"].as_f64().expect("retries"),
+            "{name}"
+        );
+        assert_eq!(
+            sum(
+                "stormguard.request.attempts",
+                ("outcome", &["fallback"]),
+                "count"
+            ),
+            row["fallbacks"].as_f64().expect("fallbacks"),
             "{name}"
         );
         for s in series {
