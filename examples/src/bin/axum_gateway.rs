@@ -273,7 +273,7 @@ async fn phase(
         stats.by_status
     );
     println!(
-        "gateway budget: {} retries granted, {} refused; gateway throttle: drop probability \
+        "gateway budget, its last 10 s: {} retries granted, {} refused; gateway throttle: drop probability \
          {probability:.2}; /healthz at the end of the burst: {status}",
         budget.withdrawals, budget.rejected
     );
@@ -354,7 +354,7 @@ async fn streams(requests: usize) -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "the provider began {} streams in {} attempts: {} retried before content ({} error \
-         frames), {} cut mid-stream; gateway budget: {} retries granted, {} refused",
+         frames), {} cut mid-stream; gateway budget, its last 10 s: {} retries granted, {} refused",
         stats.streams,
         stats.attempts,
         stats.attempts.saturating_sub(requests as u64),
