@@ -109,14 +109,7 @@ impl Collector {
             let seconds = unit(key.name()) == Some(Unit::Seconds);
             series.push(MetricSeries::new(key, instrument.lock().value(seconds)));
         }
-        series.sort_by(|a, b| {
-            let rank = |s: &MetricSeries| ORDER.iter().position(|name| *name == s.name);
-            (rank(a).unwrap_or(ORDER.len()), &a.name, &a.labels).cmp(&(
-                rank(b).unwrap_or(ORDER.len()),
-                &b.name,
-                &b.labels,
-            ))
-        });
+        series.sort_by(|a, b| a.order().cmp(&b.order()));
         Dashboard {
             window_s: WINDOW.as_secs(),
             series,
@@ -415,6 +408,12 @@ impl MetricSeries {
                 .collect(),
             value,
         }
+    }
+
+    /// Where the series is listed: by its name's place in [`ORDER`], then its name and labels.
+    fn order(&self) -> (usize, &str, &[(String, String)]) {
+        let rank = ORDER.iter().position(|name| *name == self.name);
+        (rank.unwrap_or(ORDER.len()), &self.name, &self.labels)
     }
 
     /// The series as an exporter would name it, dots kept:

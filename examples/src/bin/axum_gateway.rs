@@ -273,8 +273,8 @@ async fn phase(
         stats.by_status
     );
     println!(
-        "gateway budget, its last 10 s: {} retries granted, {} refused; gateway throttle: drop probability \
-         {probability:.2}; /healthz at the end of the burst: {status}",
+        "gateway budget, its last 10 s: {} retries granted, {} refused; gateway throttle: drop \
+         probability {probability:.2}; /healthz at the end of the burst: {status}",
         budget.withdrawals, budget.rejected
     );
     println!(

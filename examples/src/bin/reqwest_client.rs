@@ -108,7 +108,8 @@ async fn phase(name: &str, config: MockConfig) -> Result<(), Box<dyn std::error:
     let budget = budget.snapshot();
     let probability = throttle.map_or(0.0, |throttle| throttle.snapshot().probability);
     println!(
-        "budget, its last 10 s: {} retries granted, {} refused; throttle: drop probability {probability:.2}",
+        "budget, its last 10 s: {} retries granted, {} refused; throttle: drop probability \
+         {probability:.2}",
         budget.withdrawals, budget.rejected
     );
     Ok(())
