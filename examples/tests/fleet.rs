@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 use stormguard::ClientLayer;
-use stormguard::classify::{Outcome, Reason};
+use stormguard::classify::{Outcome, Permit, Reason};
 use stormguard::rate_limit::{Fleet, RateLimit, RateLimitConfig, Reservation};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard_examples::fleet::{self, Run};
@@ -195,7 +195,7 @@ async fn a_retry_after_met_by_one_replica_holds_every_replica() {
     let throttled = Outcome::retryable(Reason::RateLimited)
         .with_accepted(false)
         .with_retry_after(Some(Duration::from_secs(3)));
-    permit.observe(&HeaderMap::new(), &throttled);
+    permit.record(&throttled, &HeaderMap::new());
     settle_down().await;
     // B never met the 429, yet waits it out: 3 s is longer than the 2 s it may wait.
     let refused = b.acquire(&head, 0, None).await.unwrap_err();
@@ -218,7 +218,7 @@ async fn tokens_a_request_did_not_use_go_back_to_the_fleet() {
     let head = http::Request::new(()).into_parts().0;
     let permit = a.acquire(&head, 100, None).await.unwrap().send();
     // It used 20 of its 100: 80 go back, and B's 80 go at once instead of in 0.8 s.
-    permit.settle(20);
+    permit.usage().unwrap().settle(20);
     settle_down().await;
     let next = b.acquire(&head, 80, None).await.unwrap();
     assert!(wait(&next) < Duration::from_millis(300), "{next:?}");

@@ -35,7 +35,7 @@ use stormguard::classify::headers::{
 };
 use stormguard::deadline::propagate::parse_grpc_timeout;
 use stormguard::jitter::FullJitter;
-use stormguard::{Client, ClientLayer};
+use stormguard::{ClientLayer, ClientService};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -85,7 +85,7 @@ pub fn unthrottled_client_layer(budget: RetryBudget) -> ClientLayer {
 }
 
 /// A [`HyperClient`] behind [`fast_client_layer`]`(budget)`.
-pub fn guarded_hyper(budget: RetryBudget) -> Client<HyperClient> {
+pub fn guarded_hyper(budget: RetryBudget) -> ClientService<HyperClient> {
     fast_client_layer(budget).layer(hyper_client())
 }
 

@@ -15,16 +15,18 @@ use axum::extract::State as Extract;
 use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
+use http::HeaderMap;
 use http::StatusCode;
 use reqwest_middleware::ClientBuilder;
 use stormguard::breaker::{
     BreakerConfig, BreakerOpen, CircuitBreaker, Fallback, FallbackAnswer, OpenCause, Rejected,
     State,
 };
+use stormguard::classify::Permit;
 use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::classify::{Outcome, Reason, chain};
 use stormguard::reqwest::StormguardMiddleware;
-use stormguard::{Client, ClientLayer};
+use stormguard::{ClientLayer, ClientService};
 use stormguard_tests::{
     BlackHoleProvider, CHAT_REQUEST, HyperClient, PROVIDER_ANSWER, Reply, ScriptedBackend, Server,
     body_text, chat_post, fast_backoff, hyper_client,
@@ -86,7 +88,7 @@ enum Answer {
 }
 
 /// Sends a chat request to `url` through `client`, and says how it ended.
-async fn call(client: &Client<HyperClient>, url: &str) -> Answer {
+async fn call(client: &ClientService<HyperClient>, url: &str) -> Answer {
     match client.clone().oneshot(chat_post(url)).await {
         Ok(response) => {
             let status = response.status().as_u16();
@@ -112,7 +114,7 @@ async fn call(client: &Client<HyperClient>, url: &str) -> Answer {
 
 /// The hyper-util client behind the engine with `breaker`, the tests' fallback and a 3 s
 /// deadline (so that an attempt nothing cuts ends within the test).
-fn guarded(breaker: &CircuitBreaker) -> Client<HyperClient> {
+fn guarded(breaker: &CircuitBreaker) -> ClientService<HyperClient> {
     ClientLayer::default()
         .with_timeout(Duration::from_secs(3))
         .with_breaker(breaker.clone())
@@ -122,7 +124,11 @@ fn guarded(breaker: &CircuitBreaker) -> Client<HyperClient> {
 
 /// Sends `count` requests one after another, 20 ms apart, and expects the provider's answer to
 /// each.
-async fn healthy_traffic(client: &Client<HyperClient>, provider: &BlackHoleProvider, count: usize) {
+async fn healthy_traffic(
+    client: &ClientService<HyperClient>,
+    provider: &BlackHoleProvider,
+    count: usize,
+) {
     for _ in 0..count {
         assert_eq!(
             call(client, &provider.url(PATH)).await,
@@ -135,7 +141,7 @@ async fn healthy_traffic(client: &Client<HyperClient>, provider: &BlackHoleProvi
 /// Sends a request every 20 ms, each in its own task, until the breaker stops being closed;
 /// returns the tasks.
 async fn until_open(
-    client: &Client<HyperClient>,
+    client: &ClientService<HyperClient>,
     provider: &BlackHoleProvider,
     breaker: &CircuitBreaker,
 ) -> JoinSet<Answer> {
@@ -334,7 +340,10 @@ async fn reqwest_gets_the_fallback_while_the_breaker_is_open() {
     let breaker = short_breaker();
     let failure = Outcome::retryable(Reason::Unavailable).with_accepted(false);
     for _ in 0..5 {
-        breaker.try_acquire().unwrap().record(&failure);
+        breaker
+            .try_acquire()
+            .unwrap()
+            .record(&failure, &HeaderMap::new());
     }
     let client = reqwest_client(
         ClientLayer::default()
@@ -357,7 +366,7 @@ async fn reqwest_gets_the_fallback_while_the_breaker_is_open() {
 #[derive(Clone)]
 struct Gateway {
     upstream: String,
-    client: Client<HyperClient>,
+    client: ClientService<HyperClient>,
 }
 
 /// Forwards a chat request upstream, and answers for the engine's errors by returning them.

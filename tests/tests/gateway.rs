@@ -16,7 +16,7 @@ use http::StatusCode;
 use stormguard::budget::RetryBudget;
 use stormguard::classify::headers::{X_REQUEST_TIMEOUT_MS, X_SHOULD_RETRY};
 use stormguard::deadline::Deadline;
-use stormguard::{Client, ServerLayer, error_response};
+use stormguard::{ClientService, ServerLayer, error_response};
 use stormguard_tests::{
     HyperClient, Reply, ScriptedBackend, Server, chat_post, fast_client_layer, guarded_hyper,
     hyper_client,
@@ -28,7 +28,7 @@ const PATH: &str = "/v1/chat/completions";
 #[derive(Clone)]
 struct Gateway {
     upstream: String,
-    client: Client<HyperClient>,
+    client: ClientService<HyperClient>,
     /// `x-request-timeout-ms` of every request the gateway received.
     received: Arc<Mutex<Vec<Option<u64>>>>,
 }

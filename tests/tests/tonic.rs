@@ -184,7 +184,7 @@ fn sent_timeout(call: &Call) -> Duration {
 async fn guarded_client(
     server: &GrpcServer,
     layer: ClientLayer,
-) -> HealthClient<stormguard::Client<Channel>> {
+) -> HealthClient<stormguard::ClientService<Channel>> {
     let channel = ServiceBuilder::new()
         .layer(layer)
         .service(server.channel().await);

@@ -93,13 +93,15 @@
 //! ```
 //! use std::time::Duration;
 //! use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, Throttled};
+//! use stormguard_classify::{Outcome, Permit};
 //!
 //! let config = ThrottleConfig::default().with_window(Duration::from_secs(5));
 //! let throttle = AdaptiveThrottle::new(config);
 //! match throttle.try_acquire() {
-//!     Ok(()) => {
-//!         // ... send the request, then tell the throttle whether the backend accepted it:
-//!         throttle.record(true);
+//!     Ok(permit) => {
+//!         // ... send the request, then tell the permit how it ended (the throttle counts
+//!         // whether the backend accepted it); a permit dropped untold counts as not accepted.
+//!         permit.record(&Outcome::success(), &http::HeaderMap::new());
 //!     }
 //!     Err(Throttled) => { /* fail fast: the backend is rejecting */ }
 //! }
@@ -138,4 +140,4 @@ mod throttle;
 pub use config::ThrottleConfig;
 pub use error::Throttled;
 pub use service::{AdaptiveThrottleLayer, AdaptiveThrottleService, ResponseFuture};
-pub use throttle::{AdaptiveThrottle, ThrottleSnapshot};
+pub use throttle::{AdaptiveThrottle, ThrottlePermit, ThrottleSnapshot};

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
+use http::HeaderMap;
 use stormguard_classify::random::RandomSource;
 use stormguard_classify::window::SlidingWindow;
+use stormguard_classify::{Outcome, Permit};
 
 use crate::{ThrottleConfig, Throttled};
 
@@ -36,8 +38,8 @@ const ACCEPTS: usize = 1;
 /// decays slice by slice (see the crate docs for the window, the decay and the recovery run).
 ///
 /// Cloning is cheap (an `Arc`): all clones share the counts and the configuration, which is fixed
-/// when the throttle is made. [`try_acquire`](Self::try_acquire) and [`record`](Self::record)
-/// take no lock: they read or add to the atomic counters of a
+/// when the throttle is made. [`try_acquire`](Self::try_acquire) and the [`ThrottlePermit`]'s
+/// record take no lock: they read or add to the atomic counters of a
 /// [`SlidingWindow`](stormguard_classify::window::SlidingWindow).
 #[derive(Clone)]
 pub struct AdaptiveThrottle {
@@ -97,20 +99,21 @@ impl AdaptiveThrottle {
         &self.shared.config
     }
 
-    /// Draw for one request: `Ok` means send it, `Err(Throttled)` means drop it locally.
+    /// Draw for one request: a [`ThrottlePermit`] means send it, `Err(Throttled)` means drop it
+    /// locally.
     ///
     /// A dropped request is counted in `requests` at once (the SRE book counts every request the
     /// application attempted, and that is what keeps the pass rate near K times the accept rate).
-    /// A request let through is counted when its outcome is [`record`](Self::record)ed, so every
-    /// `Ok` must be followed by exactly one `record` (the layer does this, and records a call
-    /// dropped before it completes as not accepted).
+    /// A request let through is counted when its permit is told the outcome
+    /// ([`Permit::record`]), or dropped untold, which counts it as not accepted: a backend that
+    /// hangs until the caller gives up must not look healthy.
     ///
     /// Counting sent requests on completion rather than on sending is a deliberate departure from
     /// the book: with answers that take seconds (LLM generations) and a 2 s window, requests still
     /// in flight would otherwise look like rejections, and a cold start with a burst of concurrent
     /// requests would throttle a healthy backend before its first answer. In a steady state both
     /// count the same rate.
-    pub fn try_acquire(&self) -> Result<(), Throttled> {
+    pub fn try_acquire(&self) -> Result<ThrottlePermit, Throttled> {
         let shared = &*self.shared;
         let epoch = shared.window.epoch_now();
         let probability = shared.probability(shared.totals(epoch));
@@ -121,14 +124,22 @@ impl AdaptiveThrottle {
             shared.window.add(epoch, REQUESTS);
             return Err(Throttled);
         }
-        Ok(())
+        Ok(self.exempt())
     }
 
-    /// Record the outcome of a request that [`try_acquire`](Self::try_acquire) let through:
-    /// `true` if the backend accepted it (it did the work and answered, even with an error of
-    /// the caller's making), `false` if it rejected or failed it, or never answered. The request
-    /// is counted in `requests` now, and in `accepts` if accepted.
-    pub fn record(&self, accepted: bool) {
+    /// A permit without a draw, for an attempt another guard admits on its own terms: a circuit
+    /// breaker's half-open probe, which a throttle still full of the outage would otherwise drop,
+    /// holding the breaker open. Its outcome counts like any other, so the throttle learns of the
+    /// recovery from the probe's answer.
+    pub fn exempt(&self) -> ThrottlePermit {
+        ThrottlePermit {
+            throttle: Some(self.clone()),
+        }
+    }
+
+    /// Counts a request that was let through: in `requests`, and in `accepts` if the backend
+    /// accepted it (it did the work and answered, even with an error of the caller's making).
+    pub(crate) fn count(&self, accepted: bool) {
         let shared = &*self.shared;
         let epoch = shared.window.epoch_now();
         // The request before its accept: see `Shared::totals`.
@@ -170,7 +181,7 @@ impl AdaptiveThrottle {
 impl Shared {
     /// Requests and accepts over the window ending at `epoch`.
     fn totals(&self, epoch: u64) -> Totals {
-        // Requests first: `record` counts a request before its accept, so the accepts summed
+        // Requests first: `count` counts a request before its accept, so the accepts summed
         // afterwards include the accept of every request already summed, but for records caught
         // between their two counts (one per thread at most). In the other order, every request
         // recorded between the two sums would look like a rejection, and a busy, healthy backend
@@ -215,6 +226,50 @@ impl fmt::Debug for AdaptiveThrottle {
     }
 }
 
+/// An attempt the [`AdaptiveThrottle`] let through ([`try_acquire`](AdaptiveThrottle::try_acquire)),
+/// following stormguard's admission protocol ([`Permit`]): told the attempt's outcome, it counts
+/// the attempt in `requests`, and in `accepts` if the outcome
+/// [is accepted](Outcome::is_accepted); dropped untold (the caller gave up, a deadline passed),
+/// it counts the attempt as not accepted.
+#[must_use = "dropping the permit counts the attempt as not accepted"]
+pub struct ThrottlePermit {
+    /// `None` once counted.
+    throttle: Option<AdaptiveThrottle>,
+}
+
+impl ThrottlePermit {
+    /// The attempt counts for nothing: it was cut on this side with no answer to judge (a
+    /// circuit breaker's stall cut it), and counting a black hole's silence would only leave the
+    /// throttle drops to unlearn once the backend is back.
+    pub fn forget(mut self) {
+        self.throttle = None;
+    }
+}
+
+impl Permit for ThrottlePermit {
+    fn record(mut self, outcome: &Outcome, _headers: &HeaderMap) {
+        if let Some(throttle) = self.throttle.take() {
+            throttle.count(outcome.is_accepted());
+        }
+    }
+}
+
+impl Drop for ThrottlePermit {
+    fn drop(&mut self) {
+        if let Some(throttle) = self.throttle.take() {
+            throttle.count(false);
+        }
+    }
+}
+
+impl fmt::Debug for ThrottlePermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThrottlePermit")
+            .field("counted", &self.throttle.is_none())
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -227,6 +282,30 @@ mod tests {
         AdaptiveThrottle::new(config)
     }
 
+    /// Tells `permit` that the backend accepted the attempt, or rejected it.
+    fn answer(permit: ThrottlePermit, accepted: bool) {
+        let outcome = if accepted {
+            Outcome::success()
+        } else {
+            Outcome::retryable(stormguard_classify::Reason::Overloaded).with_accepted(false)
+        };
+        permit.record(&outcome, &HeaderMap::new());
+    }
+
+    /// The protocol's two endings of an attempt: told, it counts as its outcome says; dropped
+    /// untold, as not accepted; forgotten, not at all.
+    #[tokio::test(start_paused = true)]
+    async fn a_permit_counts_once_as_told_dropped_or_forgotten() {
+        let throttle = throttle(ThrottleConfig::default().with_min_rate(0.0));
+        answer(throttle.try_acquire().unwrap(), true);
+        drop(throttle.try_acquire().unwrap());
+        throttle.try_acquire().unwrap().forget();
+        let rate_limited = Outcome::retryable(stormguard_classify::Reason::RateLimited);
+        throttle.exempt().record(&rate_limited, &HeaderMap::new());
+        let snapshot = throttle.snapshot();
+        assert_eq!((snapshot.requests, snapshot.accepts), (3, 1));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn rejections_apply_at_once_within_a_slice() {
         let throttle = throttle(ThrottleConfig::default().with_min_rate(0.0).with_seed(5));
@@ -234,7 +313,7 @@ mod tests {
         assert!(throttle.try_acquire().is_ok());
         // Within the same slice (the clock does not move), the backend starts rejecting.
         for _ in 0..200 {
-            throttle.record(false);
+            throttle.count(false);
         }
         let expected = throttle.probability();
         assert!(expected > 0.9, "{expected}");
@@ -248,8 +327,8 @@ mod tests {
     async fn offer(throttle: &AdaptiveThrottle, n: u32, accepted: bool) -> u32 {
         let mut sent = 0;
         for _ in 0..n {
-            if throttle.try_acquire().is_ok() {
-                throttle.record(accepted);
+            if let Ok(permit) = throttle.try_acquire() {
+                answer(permit, accepted);
                 sent += 1;
             }
             tokio::time::advance(TICK).await;
@@ -321,7 +400,7 @@ mod tests {
     fn drops_at_one_half(config: ThrottleConfig) -> Vec<bool> {
         let throttle = throttle(config.with_max_probability(0.5).with_min_rate(0.0));
         for _ in 0..1_000 {
-            throttle.record(false);
+            throttle.count(false);
         }
         assert_eq!(throttle.probability(), 0.5);
         (0..10_000)
@@ -359,9 +438,9 @@ mod tests {
         // Ten lucky accepts in a row.
         let mut lucky = 0;
         while lucky < ThrottleConfig::DEFAULT_RECOVERY_RUN {
-            if throttle.try_acquire().is_ok() {
+            if let Ok(permit) = throttle.try_acquire() {
                 lucky += 1;
-                throttle.record(true);
+                answer(permit, true);
             }
             tokio::time::advance(TICK).await;
         }
@@ -390,10 +469,10 @@ mod tests {
         let mut accepted = 0;
         let mut n = 0_u32;
         while accepted < 50 {
-            if throttle.try_acquire().is_ok() {
+            if let Ok(permit) = throttle.try_acquire() {
                 // Nine accepts, one rejection, repeated: never ten in a row.
                 let accept = n % 10 != 9;
-                throttle.record(accept);
+                answer(permit, accept);
                 accepted += u32::from(accept);
                 n += 1;
             }
@@ -424,13 +503,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn requests_in_flight_are_not_counted() {
         let throttle = throttle(ThrottleConfig::default().with_min_rate(0.0));
-        for _ in 0..16 {
-            assert!(throttle.try_acquire().is_ok());
-        }
+        let in_flight: Vec<ThrottlePermit> =
+            (0..16).map(|_| throttle.try_acquire().unwrap()).collect();
         assert_eq!(throttle.snapshot().requests, 0);
         tokio::time::advance(Duration::from_millis(1_500)).await;
-        for _ in 0..16 {
-            throttle.record(true);
+        for permit in in_flight {
+            answer(permit, true);
         }
         let snapshot = throttle.snapshot();
         assert_eq!((snapshot.requests, snapshot.accepts), (16, 16));

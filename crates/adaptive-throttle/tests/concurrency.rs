@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, ThrottleSnapshot};
 
+mod support;
+use support::answer;
+
 const THREADS: usize = 4;
 const PER_THREAD: u64 = 50_000;
 
@@ -48,9 +51,9 @@ fn hammer(
                     start.wait();
                     while counted.attempts < PER_THREAD || !clock_done.load(Ordering::Relaxed) {
                         counted.attempts += 1;
-                        if throttle.try_acquire().is_ok() {
+                        if let Ok(permit) = throttle.try_acquire() {
                             let accepted = accepts(counted.passed);
-                            throttle.record(accepted);
+                            answer(permit, accepted);
                             counted.passed += 1;
                             counted.accepted += u64::from(accepted);
                         }

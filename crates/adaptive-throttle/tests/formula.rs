@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, ThrottleSnapshot};
 
+mod support;
+use support::answer;
+
 const TICK: Duration = Duration::from_millis(1);
 
 /// The formula, computed independently from a snapshot's counts: K = 2, capped at `cap`, zero
@@ -59,9 +62,10 @@ async fn dead_backend(throttle: &AdaptiveThrottle, cap: f64, seconds: u32) -> Ta
     for ms in 0..seconds * 1_000 {
         let snapshot = throttle.snapshot();
         assert_eq!(snapshot.probability, expected(&snapshot, cap), "at {ms} ms");
-        let sent = throttle.try_acquire().is_ok();
-        if sent {
-            throttle.record(false);
+        let permit = throttle.try_acquire();
+        let sent = permit.is_ok();
+        if let Ok(permit) = permit {
+            answer(permit, false);
         }
         // Statistics once the window has filled (2 s).
         if ms >= 2_000 {
@@ -123,9 +127,11 @@ async fn a_cap_of_eighty_percent_sends_a_fifth() {
 async fn half_accepted_drops_nothing() {
     let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(4));
     for ms in 0_u32..60_000 {
-        assert!(throttle.try_acquire().is_ok(), "dropped at {ms} ms");
+        let Ok(permit) = throttle.try_acquire() else {
+            panic!("dropped at {ms} ms");
+        };
         // Every other request is accepted, starting with the first.
-        throttle.record(ms.is_multiple_of(2));
+        answer(permit, ms.is_multiple_of(2));
         tokio::time::advance(TICK).await;
     }
     let snapshot = throttle.snapshot();
@@ -146,12 +152,12 @@ async fn overload_settles_at_k_times_the_accepted_rate() {
     for ms in 0..30_000 {
         tokens = (tokens + 0.2).min(10.0);
         let p = throttle.probability();
-        if throttle.try_acquire().is_ok() {
+        if let Ok(permit) = throttle.try_acquire() {
             let accept = tokens >= 1.0;
             if accept {
                 tokens -= 1.0;
             }
-            throttle.record(accept);
+            answer(permit, accept);
             if ms >= 10_000 {
                 sent += 1;
                 accepted += u32::from(accept);
@@ -183,8 +189,10 @@ async fn nothing_is_dropped_below_the_minimum_rate() {
     // 4 requests per second (8 in the 2 s window) against the default minimum of 5 per second.
     let slow = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(6));
     for i in 0..400 {
-        assert!(slow.try_acquire().is_ok(), "request {i} dropped at 4 req/s");
-        slow.record(false);
+        let Ok(permit) = slow.try_acquire() else {
+            panic!("request {i} dropped at 4 req/s");
+        };
+        answer(permit, false);
         tokio::time::advance(Duration::from_millis(250)).await;
     }
     // The window spans 19 full slices plus the current one: 7 or 8 requests at 4 per second.
@@ -194,8 +202,8 @@ async fn nothing_is_dropped_below_the_minimum_rate() {
     let fast = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(6));
     let mut dropped = 0;
     for _ in 0..400 {
-        if fast.try_acquire().is_ok() {
-            fast.record(false);
+        if let Ok(permit) = fast.try_acquire() {
+            answer(permit, false);
         } else {
             dropped += 1;
         }
@@ -212,8 +220,8 @@ async fn nothing_is_dropped_below_the_minimum_rate() {
     let no_minimum =
         AdaptiveThrottle::new(ThrottleConfig::default().with_min_rate(0.0).with_seed(6));
     for _ in 0..20 {
-        if no_minimum.try_acquire().is_ok() {
-            no_minimum.record(false);
+        if let Ok(permit) = no_minimum.try_acquire() {
+            answer(permit, false);
         }
         tokio::time::advance(Duration::from_millis(250)).await;
     }
@@ -234,9 +242,10 @@ async fn seeded_throttles_drop_the_same_requests() {
         );
         let mut drops = Vec::new();
         for _ in 0..5_000 {
-            let dropped = throttle.try_acquire().is_err();
-            if !dropped {
-                throttle.record(false);
+            let permit = throttle.try_acquire();
+            let dropped = permit.is_err();
+            if let Ok(permit) = permit {
+                answer(permit, false);
             }
             drops.push(dropped);
             tokio::time::advance(TICK).await;

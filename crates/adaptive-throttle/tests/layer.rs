@@ -23,6 +23,9 @@ use stormguard_classify::{
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
+mod support;
+use support::answer;
+
 const TICK: Duration = Duration::from_millis(1);
 
 /// A backend that answers every request with `status` and counts the requests it saw.
@@ -379,8 +382,8 @@ async fn a_drop_never_reaches_the_backend() {
     );
     // 100,000 failures in the window: P_drop = 100000 / 100001.
     for _ in 0..100_000 {
-        if throttle.try_acquire().is_ok() {
-            throttle.record(false);
+        if let Ok(permit) = throttle.try_acquire() {
+            answer(permit, false);
         }
     }
     let seen = Arc::new(AtomicU32::new(0));

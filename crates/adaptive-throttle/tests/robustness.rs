@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, ThrottleSnapshot};
 
+mod support;
+use support::answer;
+
 const THREADS: usize = 4;
 const PER_THREAD: u64 = 40_000;
 
@@ -48,9 +51,9 @@ fn hammer(
                         attempts += 1;
                         match throttle.try_acquire() {
                             Err(_) => tally.drops += 1,
-                            Ok(()) => {
+                            Ok(permit) => {
                                 let accepted = tally.records % accept_every == 0;
-                                throttle.record(accepted);
+                                answer(permit, accepted);
                                 tally.records += 1;
                                 tally.accepted += u64::from(accepted);
                             }

@@ -11,6 +11,9 @@ use std::time::Duration;
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig};
 use stormguard_classify::random::RandomSource;
 
+mod support;
+use support::answer;
+
 const TICK: Duration = Duration::from_millis(1);
 const PER_SECOND: u32 = 1_000;
 
@@ -44,8 +47,8 @@ async fn second(throttle: &AdaptiveThrottle, mut accepts: impl FnMut(u32) -> boo
     for _ in 0..PER_SECOND {
         s.probabilities.push(throttle.probability());
         s.offered += 1;
-        if throttle.try_acquire().is_ok() {
-            throttle.record(accepts(s.sent));
+        if let Ok(permit) = throttle.try_acquire() {
+            answer(permit, accepts(s.sent));
             s.sent += 1;
         }
         tokio::time::advance(TICK).await;
@@ -160,8 +163,8 @@ async fn time_until_probability_below(
         if throttle.probability() < below {
             return Some(waited);
         }
-        if throttle.try_acquire().is_ok() {
-            throttle.record(true);
+        if let Ok(permit) = throttle.try_acquire() {
+            answer(permit, true);
         }
         tokio::time::advance(TICK).await;
         waited += TICK;
@@ -273,8 +276,8 @@ impl Client {
         self.due += self.per_tick;
         while self.due >= 1.0 {
             self.due -= 1.0;
-            if throttle.try_acquire().is_ok() {
-                throttle.record(accepted);
+            if let Ok(permit) = throttle.try_acquire() {
+                answer(permit, accepted);
             }
         }
         tokio::time::advance(TICK).await;

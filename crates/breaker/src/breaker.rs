@@ -1,5 +1,5 @@
 //! [`CircuitBreaker`]: the shared state behind the breaker layer and the engine's breaker, and the
-//! [`Permit`] an attempt holds while it is in flight.
+//! [`BreakerPermit`] an attempt holds while it is in flight.
 
 use std::fmt;
 use std::future::Future;
@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http::HeaderMap;
 use stormguard_classify::random::RandomSource;
 use stormguard_classify::window::{Age, SlidingWindow, Tagged};
-use stormguard_classify::{GrpcCode, Outcome, Reason};
+use stormguard_classify::{GrpcCode, Outcome, Permit, Reason};
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
@@ -44,8 +45,8 @@ const OPEN_JITTER: f64 = 0.25;
 /// A circuit breaker for one backend, shared by every clone: see the [crate docs](crate) for the
 /// algorithm.
 ///
-/// Ask for a [`Permit`] before each attempt ([`try_acquire`](Self::try_acquire)), and
-/// [`record`](Permit::record) the attempt's [`Outcome`] on it when the attempt ends. The
+/// Ask for a [`BreakerPermit`] before each attempt ([`try_acquire`](Self::try_acquire)), and
+/// [`record`](BreakerPermit::record) the attempt's [`Outcome`] on it when the attempt ends. The
 /// [`BreakerLayer`](crate::BreakerLayer) and the retry engine's `with_breaker` do both.
 ///
 /// Cloning is cheap (an `Arc`). In the closed state, asking and recording take no lock: they
@@ -226,12 +227,12 @@ impl CircuitBreaker {
         &self.shared.config
     }
 
-    /// Asks to send one attempt: a [`Permit`] to hold while it is in flight, or why not.
+    /// Asks to send one attempt: a [`BreakerPermit`] to hold while it is in flight, or why not.
     ///
     /// Closed, every attempt gets a permit (unless the bulkhead is full), and a stall is checked
     /// for first (at most every 50 ms). Open, none does until the open wait ends; then, half-open,
     /// probes do, one at a time, a lease apart divided among the probe slots.
-    pub fn try_acquire(&self) -> Result<Permit, Rejected> {
+    pub fn try_acquire(&self) -> Result<BreakerPermit, Rejected> {
         let shared = &*self.shared;
         let now = Instant::now();
         let role = shared.admit(now).map_err(Rejected::Open)?;
@@ -250,7 +251,7 @@ impl CircuitBreaker {
                 .busy_since
                 .store(shared.nanos(now), Ordering::Release);
         }
-        Ok(Permit {
+        Ok(BreakerPermit {
             shared: Some(Arc::clone(&self.shared)),
             started: now,
             role,
@@ -655,14 +656,18 @@ enum Role {
     Probe { id: u64, trial: u64 },
 }
 
-/// An attempt the breaker let through: hold it while the attempt is in flight, then
-/// [`record`](Self::record) how it ended.
+/// An attempt the breaker let through, following stormguard's admission protocol
+/// ([`Permit`](stormguard_classify::Permit)): hold it while the attempt is in flight, then
+/// [`record`](stormguard_classify::Permit::record) how it ended. The attempt is counted in the
+/// window (a health failure, or not), and the state machine moves: a probe's success closes the
+/// breaker, its failure opens it again; a call that leaves the window at its failure ratio opens
+/// it.
 ///
 /// Dropped without a record, the attempt counts for nothing (the caller gave up: that says
 /// nothing about the backend), and its place in flight, or its probe slot, is freed. While the
 /// attempt is in flight, poll [`poll_cut`](Self::poll_cut): it tells when a stall opened the
 /// breaker and the attempt should be dropped.
-pub struct Permit {
+pub struct BreakerPermit {
     /// `None` once the permit is settled.
     shared: Option<Arc<Shared>>,
     started: Instant,
@@ -671,20 +676,10 @@ pub struct Permit {
     cut: Option<Pin<Box<OwnedNotified>>>,
 }
 
-impl Permit {
+impl BreakerPermit {
     /// Whether this attempt is a half-open probe.
     pub fn is_probe(&self) -> bool {
         matches!(self.role, Role::Probe { .. })
-    }
-
-    /// Records how the attempt ended: counted in the window (a health failure, or not), and the
-    /// state machine moves (a probe's success closes the breaker, its failure opens it again; a
-    /// call that leaves the window at its failure ratio opens it).
-    pub fn record(mut self, outcome: &Outcome) {
-        if let Some(shared) = self.shared.take() {
-            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-            shared.record(self.role, outcome, self.started.elapsed());
-        }
     }
 
     /// Ready with the error for the attempt when a stall opened the breaker since the attempt was
@@ -735,15 +730,24 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
+impl Permit for BreakerPermit {
+    fn record(mut self, outcome: &Outcome, _headers: &HeaderMap) {
+        if let Some(shared) = self.shared.take() {
+            shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+            shared.record(self.role, outcome, self.started.elapsed());
+        }
+    }
+}
+
+impl Drop for BreakerPermit {
     fn drop(&mut self) {
         self.settle();
     }
 }
 
-impl fmt::Debug for Permit {
+impl fmt::Debug for BreakerPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit")
+        f.debug_struct("BreakerPermit")
             .field("probe", &self.is_probe())
             .field("started", &self.started)
             .field("settled", &self.shared.is_none())

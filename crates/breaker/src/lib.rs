@@ -12,7 +12,7 @@
 //! # The algorithm
 //!
 //! A [`CircuitBreaker`] is shared by every client of one backend. Each attempt asks it for a
-//! [`Permit`] and records its [`Outcome`](stormguard_classify::Outcome) on it.
+//! [`BreakerPermit`] and records its [`Outcome`](stormguard_classify::Outcome) on it.
 //!
 //! - **Closed.** Attempts go through. Over a sliding window (10 s in 1 s slices) the breaker
 //!   counts *calls* (attempts that came back or timed out) and *health failures*: what the
@@ -112,15 +112,17 @@
 //! # Example
 //!
 //! ```
+//! use http::HeaderMap;
 //! use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
-//! use stormguard_classify::{Outcome, Reason};
+//! use stormguard_classify::{Outcome, Permit, Reason};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! let breaker = CircuitBreaker::new(BreakerConfig::default().with_min_calls(4));
 //! for _ in 0..4 {
 //!     let permit = breaker.try_acquire().expect("closed");
-//!     permit.record(&Outcome::retryable(Reason::Unavailable).with_accepted(false));
+//!     let unavailable = Outcome::retryable(Reason::Unavailable).with_accepted(false);
+//!     permit.record(&unavailable, &HeaderMap::new());
 //! }
 //! assert_eq!(breaker.state(), State::Open);
 //! let refused = breaker.try_acquire().expect_err("open");
@@ -157,7 +159,7 @@ mod error;
 mod fallback;
 mod service;
 
-pub use breaker::{BreakerSnapshot, CircuitBreaker, Permit, State};
+pub use breaker::{BreakerPermit, BreakerSnapshot, CircuitBreaker, State};
 pub use config::BreakerConfig;
 pub use error::{BreakerOpen, BulkheadFull, OpenCause, Rejected};
 pub use fallback::{Fallback, FallbackAnswer};

@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use stormguard_breaker::{BreakerConfig, BulkheadFull, CircuitBreaker, Permit, Rejected, State};
+use http::HeaderMap;
+use stormguard_breaker::{
+    BreakerConfig, BreakerPermit, BulkheadFull, CircuitBreaker, Rejected, State,
+};
+use stormguard_classify::Permit;
 use stormguard_classify::{Outcome, Reason};
 
 const UNAVAILABLE: Outcome = Outcome::retryable(Reason::Unavailable).with_accepted(false);
@@ -22,7 +26,7 @@ fn full(breaker: &CircuitBreaker) -> BulkheadFull {
 #[tokio::test(start_paused = true)]
 async fn the_attempt_beyond_the_cap_is_refused_until_a_place_frees() {
     let breaker = CircuitBreaker::new(BreakerConfig::default().with_max_in_flight(Some(3)));
-    let mut held: Vec<Permit> = (0..3).map(|_| breaker.try_acquire().unwrap()).collect();
+    let mut held: Vec<BreakerPermit> = (0..3).map(|_| breaker.try_acquire().unwrap()).collect();
     let refused = full(&breaker);
     assert_eq!(refused.max_in_flight(), 3);
     let outcome = Rejected::Full(refused).outcome();
@@ -34,7 +38,9 @@ async fn the_attempt_beyond_the_cap_is_refused_until_a_place_frees() {
     drop(held.pop());
     held.push(breaker.try_acquire().unwrap());
     full(&breaker);
-    held.pop().unwrap().record(&Outcome::success());
+    held.pop()
+        .unwrap()
+        .record(&Outcome::success(), &HeaderMap::new());
     held.push(breaker.try_acquire().unwrap());
     full(&breaker);
     let snapshot = breaker.snapshot();
@@ -42,7 +48,7 @@ async fn the_attempt_beyond_the_cap_is_refused_until_a_place_frees() {
     drop(held);
     assert_eq!(breaker.snapshot().in_flight, 0);
     // Refusals by the bulkhead do not count as failures either: 100 of them leave it closed.
-    let held: Vec<Permit> = (0..3).map(|_| breaker.try_acquire().unwrap()).collect();
+    let held: Vec<BreakerPermit> = (0..3).map(|_| breaker.try_acquire().unwrap()).collect();
     for _ in 0..100 {
         full(&breaker);
     }
@@ -61,9 +67,12 @@ async fn half_open_the_cap_holds_and_a_refused_probe_costs_no_turn() {
             .with_max_in_flight(Some(3))
             .with_seed(1),
     );
-    let mut early: Vec<Permit> = (0..2).map(|_| breaker.try_acquire().unwrap()).collect();
+    let mut early: Vec<BreakerPermit> = (0..2).map(|_| breaker.try_acquire().unwrap()).collect();
     for _ in 0..20 {
-        breaker.try_acquire().unwrap().record(&UNAVAILABLE);
+        breaker
+            .try_acquire()
+            .unwrap()
+            .record(&UNAVAILABLE, &HeaderMap::new());
     }
     assert!(matches!(breaker.try_acquire(), Err(Rejected::Open(_))));
 
@@ -81,7 +90,7 @@ async fn half_open_the_cap_holds_and_a_refused_probe_costs_no_turn() {
     drop(early.pop());
     let second = breaker.try_acquire().unwrap();
     assert!(second.is_probe());
-    second.record(&Outcome::success());
+    second.record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Closed);
     drop((early, probe));
     assert_eq!(breaker.snapshot().in_flight, 0);

@@ -9,9 +9,11 @@
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use http::HeaderMap;
 use stormguard_breaker::{
     BreakerConfig, BreakerSnapshot, CircuitBreaker, OpenCause, Rejected, State,
 };
+use stormguard_classify::Permit;
 use stormguard_classify::{Outcome, Reason};
 
 const THREADS: usize = 4;
@@ -92,10 +94,10 @@ fn counts_are_exact_under_contention() {
                 } else if i % 5 == 0 {
                     counted.failed += 1;
                     counted.recorded += 1;
-                    permit.record(&UNAVAILABLE);
+                    permit.record(&UNAVAILABLE, &HeaderMap::new());
                 } else {
                     counted.recorded += 1;
-                    permit.record(&Outcome::success());
+                    permit.record(&Outcome::success(), &HeaderMap::new());
                 }
             }
         }
@@ -125,7 +127,10 @@ fn a_ratio_below_the_threshold_never_reads_above_it_under_contention() {
                 } else {
                     Outcome::success()
                 };
-                breaker.try_acquire().unwrap().record(&outcome);
+                breaker
+                    .try_acquire()
+                    .unwrap()
+                    .record(&outcome, &HeaderMap::new());
                 counted.recorded += 1;
             }
             counted
@@ -149,7 +154,7 @@ fn under_contention_the_breaker_opens_once() {
         for _ in 0..10_000 {
             match breaker.try_acquire() {
                 Ok(permit) => {
-                    permit.record(&UNAVAILABLE);
+                    permit.record(&UNAVAILABLE, &HeaderMap::new());
                     counted.recorded += 1;
                 }
                 Err(Rejected::Open(open)) => {
@@ -193,7 +198,7 @@ fn under_contention_the_bulkhead_holds() {
                     most.fetch_max(now, Ordering::SeqCst);
                     std::hint::spin_loop();
                     holding.fetch_sub(1, Ordering::SeqCst);
-                    permit.record(&Outcome::success());
+                    permit.record(&Outcome::success(), &HeaderMap::new());
                     counted.recorded += 1;
                 }
                 Err(Rejected::Full(full)) => {

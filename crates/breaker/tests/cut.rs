@@ -1,4 +1,4 @@
-//! Opening on a stall cuts the attempts in flight (`Permit::poll_cut`), on a paused clock: a
+//! Opening on a stall cuts the attempts in flight (`BreakerPermit::poll_cut`), on a paused clock: a
 //! black hole must not hold thousands of connections until their deadlines.
 
 #![allow(clippy::unwrap_used)]
@@ -6,9 +6,11 @@
 use std::future::poll_fn;
 use std::time::Duration;
 
+use http::HeaderMap;
 use stormguard_breaker::{
-    BreakerConfig, BreakerOpen, CircuitBreaker, OpenCause, Permit, Rejected, State,
+    BreakerConfig, BreakerOpen, BreakerPermit, CircuitBreaker, OpenCause, Rejected, State,
 };
+use stormguard_classify::Permit;
 use stormguard_classify::{Outcome, Reason};
 use tokio_test::task::spawn;
 use tokio_test::{assert_pending, assert_ready};
@@ -24,11 +26,14 @@ fn warmed(config: BreakerConfig) -> CircuitBreaker {
 
 fn answer_quickly(breaker: &CircuitBreaker, answers: u32) {
     for _ in 0..answers {
-        breaker.try_acquire().unwrap().record(&Outcome::success());
+        breaker
+            .try_acquire()
+            .unwrap()
+            .record(&Outcome::success(), &HeaderMap::new());
     }
 }
 
-fn acquire(breaker: &CircuitBreaker, count: usize) -> Vec<Permit> {
+fn acquire(breaker: &CircuitBreaker, count: usize) -> Vec<BreakerPermit> {
     (0..count).map(|_| breaker.try_acquire().unwrap()).collect()
 }
 
@@ -97,7 +102,7 @@ async fn a_stall_cuts_every_attempt_in_flight() {
     assert_eq!(breaker.snapshot().in_flight, 0);
 
     for permit in held.into_iter().chain([late]) {
-        permit.record(&Outcome::success());
+        permit.record(&Outcome::success(), &HeaderMap::new());
     }
     let snapshot = breaker.snapshot();
     assert_eq!((snapshot.calls, snapshot.in_flight), (1_000, 0));
@@ -129,7 +134,7 @@ async fn without_cancel_on_stall_attempts_in_flight_carry_on() {
     drop(cuts);
     assert_eq!(breaker.snapshot().in_flight, 5);
     for permit in held {
-        permit.record(&Outcome::retryable(Reason::Timeout));
+        permit.record(&Outcome::retryable(Reason::Timeout), &HeaderMap::new());
     }
     let snapshot = breaker.snapshot();
     assert_eq!((snapshot.calls, snapshot.in_flight), (1_005, 0));
@@ -152,7 +157,7 @@ async fn only_attempts_let_through_before_the_stall_are_cut() {
     tokio::time::advance(Duration::from_nanos(666_666_666)).await;
     let second = breaker.try_acquire().unwrap();
     assert!(second.is_probe());
-    second.record(&Outcome::success());
+    second.record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Closed);
 
     let mut after = breaker.try_acquire().unwrap();

@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::combinators::BoxBody;
@@ -21,6 +22,7 @@ use stormguard_breaker::{
     BreakerConfig, BreakerLayer, BreakerOpen, BulkheadFull, CircuitBreaker, Fallback,
     FallbackAnswer, OpenCause, Rejected, State,
 };
+use stormguard_classify::Permit;
 use stormguard_classify::{BoxError, Classify, LlmClassifier, Outcome, Reason};
 use tokio_test::task::spawn;
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};
@@ -482,7 +484,10 @@ async fn a_call_dropped_at_any_await_counts_for_nothing() {
             let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(7));
             if half_open {
                 for _ in 0..20 {
-                    breaker.try_acquire().unwrap().record(&UNAVAILABLE);
+                    breaker
+                        .try_acquire()
+                        .unwrap()
+                        .record(&UNAVAILABLE, &HeaderMap::new());
                 }
                 tokio::time::advance(breaker.snapshot().retry_after.unwrap()).await;
             }

@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use http::HeaderMap;
 use stormguard_breaker::{
-    BreakerConfig, BreakerOpen, CircuitBreaker, OpenCause, Permit, Rejected, State,
+    BreakerConfig, BreakerOpen, BreakerPermit, CircuitBreaker, OpenCause, Rejected, State,
 };
+use stormguard_classify::Permit;
 use stormguard_classify::{Outcome, Reason};
 
 /// The default lease (2 s) divided among the default 3 slots, to the nanosecond.
@@ -20,14 +22,17 @@ const UNAVAILABLE: Outcome = Outcome::retryable(Reason::Unavailable).with_accept
 async fn half_open(seed: u64) -> CircuitBreaker {
     let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(seed));
     for _ in 0..20 {
-        breaker.try_acquire().unwrap().record(&UNAVAILABLE);
+        breaker
+            .try_acquire()
+            .unwrap()
+            .record(&UNAVAILABLE, &HeaderMap::new());
     }
     tokio::time::advance(breaker.snapshot().retry_after.unwrap()).await;
     assert_eq!(breaker.state(), State::HalfOpen);
     breaker
 }
 
-fn probe(breaker: &CircuitBreaker) -> Permit {
+fn probe(breaker: &CircuitBreaker) -> BreakerPermit {
     let permit = breaker.try_acquire().unwrap();
     assert!(permit.is_probe());
     permit
@@ -70,10 +75,10 @@ async fn probes_go_a_third_of_the_lease_apart_three_at_most() {
     assert_eq!((snapshot.probes, snapshot.in_flight), (3, 4));
     assert_eq!(snapshot.opened, 1);
 
-    first.record(&Outcome::success());
+    first.record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Closed);
     for late in [second, third, fourth] {
-        late.record(&UNAVAILABLE);
+        late.record(&UNAVAILABLE, &HeaderMap::new());
     }
     let snapshot = breaker.snapshot();
     assert_eq!((snapshot.state, snapshot.opened), (State::Closed, 1));
@@ -138,7 +143,7 @@ async fn into_a_black_hole_probes_keep_going_until_one_answers() {
     let mut waited = Duration::ZERO;
     loop {
         if let Ok(permit) = breaker.try_acquire() {
-            permit.record(&Outcome::success());
+            permit.record(&Outcome::success(), &HeaderMap::new());
             break;
         }
         tokio::time::advance(Duration::from_millis(1)).await;
@@ -157,7 +162,7 @@ async fn a_late_failure_of_an_earlier_probe_does_not_open_again() {
     let first = probe(&breaker);
     tokio::time::advance(SPACING).await;
     let second = probe(&breaker);
-    first.record(&UNAVAILABLE);
+    first.record(&UNAVAILABLE, &HeaderMap::new());
     let snapshot = breaker.snapshot();
     assert_eq!(
         (snapshot.opened, snapshot.cause),
@@ -167,12 +172,12 @@ async fn a_late_failure_of_an_earlier_probe_does_not_open_again() {
     assert!(wait >= Duration::from_secs(2) && wait < Duration::from_millis(2_500));
 
     tokio::time::advance(wait).await;
-    second.record(&UNAVAILABLE);
+    second.record(&UNAVAILABLE, &HeaderMap::new());
     let snapshot = breaker.snapshot();
     assert_eq!((snapshot.state, snapshot.opened), (State::HalfOpen, 2));
     assert_eq!(snapshot.probes, 0);
 
-    probe(&breaker).record(&UNAVAILABLE);
+    probe(&breaker).record(&UNAVAILABLE, &HeaderMap::new());
     let snapshot = breaker.snapshot();
     assert_eq!(snapshot.opened, 3);
     let wait = snapshot.retry_after.unwrap();
@@ -190,9 +195,9 @@ async fn a_late_success_of_an_earlier_probe_closes() {
     let first = probe(&breaker);
     tokio::time::advance(SPACING).await;
     let second = probe(&breaker);
-    first.record(&UNAVAILABLE);
+    first.record(&UNAVAILABLE, &HeaderMap::new());
     let wait = breaker.snapshot().retry_after.unwrap();
     tokio::time::advance(wait).await;
-    second.record(&Outcome::success());
+    second.record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Closed);
 }

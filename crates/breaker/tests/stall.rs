@@ -12,8 +12,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use stormguard_breaker::{BreakerConfig, CircuitBreaker, OpenCause, Permit, State};
+use http::HeaderMap;
+use stormguard_breaker::{BreakerConfig, BreakerPermit, CircuitBreaker, OpenCause, State};
 use stormguard_classify::Outcome;
+use stormguard_classify::Permit;
 use stormguard_classify::random::RandomSource;
 use tokio::time::Instant;
 
@@ -22,7 +24,7 @@ struct Traffic {
     breaker: CircuitBreaker,
     start: Instant,
     /// Attempts in flight, by the time (since the start) the backend answers them, then by number.
-    in_flight: BTreeMap<(Duration, u64), Permit>,
+    in_flight: BTreeMap<(Duration, u64), BreakerPermit>,
     sent: u64,
     refused: u64,
     answered: u64,
@@ -91,7 +93,7 @@ impl Traffic {
         let now = self.now();
         while self.next_answer().is_some_and(|due| due <= now) {
             let (_, permit) = self.in_flight.pop_first().unwrap();
-            permit.record(&Outcome::success());
+            permit.record(&Outcome::success(), &HeaderMap::new());
             self.answered += 1;
             self.last_answer = Some(now);
         }

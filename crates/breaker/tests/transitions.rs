@@ -6,10 +6,12 @@
 
 use std::time::Duration;
 
+use http::HeaderMap;
 use http::Response;
 use stormguard_breaker::{
-    BreakerConfig, BreakerOpen, CircuitBreaker, OpenCause, Permit, Rejected, State,
+    BreakerConfig, BreakerOpen, BreakerPermit, CircuitBreaker, OpenCause, Rejected, State,
 };
+use stormguard_classify::Permit;
 use stormguard_classify::{GrpcCode, LlmClassifier, Outcome, Reason};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -20,7 +22,10 @@ const UNAVAILABLE: Outcome = Outcome::retryable(Reason::Unavailable).with_accept
 /// Acquires and records `n` attempts that ended with `outcome`, at the current instant.
 fn record(breaker: &CircuitBreaker, outcome: Outcome, n: u32) {
     for _ in 0..n {
-        breaker.try_acquire().unwrap().record(&outcome);
+        breaker
+            .try_acquire()
+            .unwrap()
+            .record(&outcome, &HeaderMap::new());
     }
 }
 
@@ -33,7 +38,7 @@ fn refusal(breaker: &CircuitBreaker) -> BreakerOpen {
 }
 
 /// The next attempt, which must be let through as a probe.
-fn probe(breaker: &CircuitBreaker) -> Permit {
+fn probe(breaker: &CircuitBreaker) -> BreakerPermit {
     let permit = breaker.try_acquire().unwrap();
     assert!(permit.is_probe(), "{breaker:?}");
     permit
@@ -350,7 +355,7 @@ async fn open_turns_half_open_when_the_wait_ends() {
     assert_eq!(snapshot.retry_after, Some(Duration::ZERO));
     let permit = probe(&breaker);
     assert_eq!(breaker.snapshot().probes, 1);
-    permit.record(&Outcome::success());
+    permit.record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Closed);
 }
 
@@ -365,7 +370,7 @@ async fn failed_probes_double_the_wait_up_to_30_s_and_closing_resets_it() {
     assert_jittered(wait, SECOND);
     for (failed, base) in [2, 4, 8, 16, 30, 30, 30].into_iter().enumerate() {
         tokio::time::advance(wait).await;
-        probe(&breaker).record(&UNAVAILABLE);
+        probe(&breaker).record(&UNAVAILABLE, &HeaderMap::new());
         let snapshot = breaker.snapshot();
         assert_eq!(snapshot.cause, Some(OpenCause::ProbeFailed));
         assert_eq!(snapshot.opened, failed as u64 + 2);
@@ -374,14 +379,14 @@ async fn failed_probes_double_the_wait_up_to_30_s_and_closing_resets_it() {
     }
 
     tokio::time::advance(wait).await;
-    probe(&breaker).record(&Outcome::success());
+    probe(&breaker).record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Closed);
     record(&breaker, UNAVAILABLE, 1);
     assert_eq!(breaker.snapshot().cause, Some(OpenCause::Failures));
     assert_jittered(open_wait(&breaker), SECOND);
     // And a failed probe after that waits 2 s, not 60 s.
     tokio::time::advance(open_wait(&breaker)).await;
-    probe(&breaker).record(&UNAVAILABLE);
+    probe(&breaker).record(&UNAVAILABLE, &HeaderMap::new());
     assert_jittered(open_wait(&breaker), 2 * SECOND);
 }
 
@@ -418,7 +423,7 @@ async fn the_servers_hint_is_the_open_wait_up_to_the_longest() {
     record(&breaker, UNAVAILABLE, 1);
     tokio::time::advance(open_wait(&breaker)).await;
     let hinted = UNAVAILABLE.with_retry_after(Some(Duration::from_secs(5)));
-    probe(&breaker).record(&hinted);
+    probe(&breaker).record(&hinted, &HeaderMap::new());
     assert_jittered(open_wait(&breaker), Duration::from_secs(5));
 }
 
@@ -455,7 +460,7 @@ async fn a_probe_success_closes_and_the_window_starts_over() {
     let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(11));
     record(&breaker, UNAVAILABLE, 20);
     tokio::time::advance(open_wait(&breaker)).await;
-    probe(&breaker).record(&Outcome::success());
+    probe(&breaker).record(&Outcome::success(), &HeaderMap::new());
     let snapshot = breaker.snapshot();
     assert_eq!(snapshot.state, State::Closed);
     assert_eq!((snapshot.calls, snapshot.failures), (0, 0));
@@ -482,7 +487,7 @@ async fn a_probe_answered_with_a_client_error_closes() {
         let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(12));
         record(&breaker, UNAVAILABLE, 20);
         tokio::time::advance(open_wait(&breaker)).await;
-        probe(&breaker).record(&outcome);
+        probe(&breaker).record(&outcome, &HeaderMap::new());
         let expected = if closes {
             State::Closed
         } else {
@@ -500,18 +505,27 @@ async fn a_probe_answered_with_a_client_error_closes() {
 #[tokio::test(start_paused = true)]
 async fn a_late_answer_from_before_the_open_closes_once_probes_may_go() {
     let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(13));
-    let early: Vec<Permit> = (0..3).map(|_| breaker.try_acquire().unwrap()).collect();
+    let early: Vec<BreakerPermit> = (0..3).map(|_| breaker.try_acquire().unwrap()).collect();
     record(&breaker, UNAVAILABLE, 20);
     let wait = open_wait(&breaker);
     let mut early = early.into_iter();
 
-    early.next().unwrap().record(&Outcome::success());
+    early
+        .next()
+        .unwrap()
+        .record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Open, "before the wait is over");
     tokio::time::advance(wait).await;
-    early.next().unwrap().record(&UNAVAILABLE);
+    early
+        .next()
+        .unwrap()
+        .record(&UNAVAILABLE, &HeaderMap::new());
     assert_eq!(breaker.state(), State::HalfOpen, "a late failure");
     assert_eq!(breaker.snapshot().opened, 1);
-    early.next().unwrap().record(&Outcome::success());
+    early
+        .next()
+        .unwrap()
+        .record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Closed, "a late success");
 }
 
@@ -538,7 +552,7 @@ async fn the_snapshot_reports_what_the_breaker_saw() {
     );
     assert_eq!(snapshot.window, Duration::from_secs(10));
 
-    let held: Vec<Permit> = (0..4).map(|_| breaker.try_acquire().unwrap()).collect();
+    let held: Vec<BreakerPermit> = (0..4).map(|_| breaker.try_acquire().unwrap()).collect();
     record(&breaker, Outcome::success(), 6);
     record(&breaker, Outcome::retryable(Reason::RateLimited), 3);
     record(&breaker, Outcome::retryable(Reason::Timeout), 4);
@@ -608,7 +622,7 @@ async fn failures_in_a_row_open_however_few_calls_the_window_holds() {
     assert_eq!(refusal(&breaker).cause(), OpenCause::ConsecutiveFailures);
     // Closed again by a probe, the count starts over.
     tokio::time::advance(2 * SECOND).await;
-    probe(&breaker).record(&Outcome::success());
+    probe(&breaker).record(&Outcome::success(), &HeaderMap::new());
     assert_eq!(breaker.state(), State::Closed);
     record(&breaker, UNAVAILABLE, 2);
     assert_eq!(breaker.state(), State::Closed);

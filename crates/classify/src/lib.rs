@@ -75,6 +75,7 @@
 //! - [`decimal`]: the one parser of numbers from the network;
 //! - [`window`]: the lock-free sliding window the retry budget and the adaptive throttle count in;
 //! - [`random`]: where every randomised part draws its numbers, and how it is seeded;
+//! - [`Permit`]: the one protocol by which every guard admits an attempt and learns how it ended;
 //! - [`body`]: reading the start of a body without taking it from its next reader;
 //! - [`sse`]: reading `text/event-stream` responses, and telling their events apart (content,
 //!   keep-alive, end, an error after the `200` classified like an error body).
@@ -97,6 +98,7 @@
 //! assert!(classifier.classify_error(&io).is_retryable());
 //! ```
 
+mod admission;
 pub mod body;
 mod classify;
 pub mod decimal;
@@ -115,6 +117,7 @@ mod sync;
 mod transport;
 pub mod window;
 
+pub use self::admission::Permit;
 pub use self::classify::{ClassifiedError, ClassifyLayer, ClassifyService, ResponseFuture};
 pub use self::failure::{Failure, MAX_CHAIN, chain, outcome_of};
 pub use self::grpc::{GrpcClassifier, GrpcCode, is_grpc};

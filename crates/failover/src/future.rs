@@ -26,7 +26,7 @@ use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
-use stormguard_retry::{Client, Error, FailedAnswer, ReplayBody};
+use stormguard_retry::{ClientService, Error, FailedAnswer, ReplayBody};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -67,7 +67,7 @@ pin_project! {
         // Reading the request body, to send it to each backend it reaches.
         Buffering { read: Prefix<B> },
         // Waiting for a backend's engine to be ready.
-        Ready { client: Client<S, C, Bk>, request: Option<Request<B>> },
+        Ready { client: ClientService<S, C, Bk>, request: Option<Request<B>> },
         // A backend's engine has the request.
         Calling { #[pin] future: stormguard_retry::ResponseFuture<S, B, RB, C, Bk> },
         Done,

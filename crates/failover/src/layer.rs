@@ -10,7 +10,7 @@ use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_classify::body::{Prefix, ResponseBody};
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
-use stormguard_retry::{Client, ClientLayer, Error, ReplayBody};
+use stormguard_retry::{ClientLayer, ClientService, Error, ReplayBody};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -172,7 +172,7 @@ pub(crate) struct Shared<S, C, Bk> {
 /// A backend and its engine.
 pub(crate) struct Route<S, C, Bk> {
     pub(crate) backend: Backend,
-    pub(crate) client: Client<S, C, Bk>,
+    pub(crate) client: ClientService<S, C, Bk>,
 }
 
 impl<S, C, Bk> FailoverService<S, C, Bk> {

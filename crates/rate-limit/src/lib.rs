@@ -32,8 +32,8 @@
 //! Anthropic counts output tokens by `max_tokens` at the start and corrects them to the real
 //! output at the end. [`RateLimitConfig::with_usage_correction`] does the same: the retry engine
 //! then reads the `usage` of each successful answer as its reader reads the body (up to
-//! [`USAGE_BODY_LIMIT`]) and gives back the tokens it did not use ([`Permit::settle`]). It is off
-//! by default, as OpenAI's accounting would not give them back.
+//! [`USAGE_BODY_LIMIT`]) and gives back the tokens it did not use ([`RateLimitPermit::usage`],
+//! [`Usage::settle`]). It is off by default, as OpenAI's accounting would not give them back.
 //!
 //! # Learning from the provider
 //!
@@ -133,6 +133,6 @@ pub use config::RateLimitConfig;
 pub use error::{RateLimitCause, RateLimited};
 #[cfg(feature = "redis")]
 pub use fleet::{Fleet, FleetError, FleetSnapshot};
-pub use limit::{Acquire, Permit, RateLimit, RateLimitSnapshot, Reservation};
+pub use limit::{Acquire, RateLimit, RateLimitPermit, RateLimitSnapshot, Reservation, Usage};
 pub use service::{RateLimitLayer, RateLimitService, ResponseFuture};
 pub use usage::{USAGE_BODY_LIMIT, usage_tokens};

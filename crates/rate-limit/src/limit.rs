@@ -1,4 +1,4 @@
-//! [`RateLimit`]: the shared limit, its keys, and the [`Reservation`] and [`Permit`] a request
+//! [`RateLimit`]: the shared limit, its keys, and the [`Reservation`] and [`RateLimitPermit`] a request
 //! holds.
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 use stormguard_classify::window::SlidingWindow;
-use stormguard_classify::{Outcome, Reason};
+use stormguard_classify::{Outcome, Permit, Reason};
 use tokio::time::Instant;
 
 #[cfg(feature = "redis")]
@@ -31,8 +31,9 @@ type KeyFn = dyn Fn(&Parts) -> Option<HeaderValue> + Send + Sync;
 /// Before each attempt, [`reserve`](Self::reserve) a slot for it: a [`Reservation`] that says
 /// when it may go (now, or after a wait within `max_wait` and the request's deadline), or
 /// [`RateLimited`]. Wait until [`Reservation::start`], then [`send`](Reservation::send) it, and
-/// tell the [`Permit`] what the provider answered ([`observe`](Permit::observe)). A reservation
-/// dropped before it is sent gives its slot back. The retry engine's `with_rate_limit` and the
+/// tell the [`RateLimitPermit`] what the provider answered
+/// ([`record`](stormguard_classify::Permit::record)). A reservation dropped before it is sent
+/// gives its slot back. The retry engine's `with_rate_limit` and the
 /// [`RateLimitLayer`](crate::RateLimitLayer) do all of this.
 #[derive(Clone)]
 pub struct RateLimit {
@@ -257,7 +258,7 @@ impl RateLimit {
             tokens: token_slot,
         };
         Ok(Reservation {
-            permit: Permit::new(Arc::clone(&self.shared), key, tokens, at, taken),
+            permit: RateLimitPermit::new(Arc::clone(&self.shared), key, tokens, at, taken),
             start: shared.origin + Duration::from_nanos(start),
         })
     }
@@ -336,7 +337,7 @@ impl RateLimit {
         let at = self.shared.nanos(now);
         let taken = Taken::Fleet(Box::new(shapes));
         Ok(Reservation {
-            permit: Permit::new(Arc::clone(&self.shared), key, tokens, at, taken),
+            permit: RateLimitPermit::new(Arc::clone(&self.shared), key, tokens, at, taken),
             start: now + wait,
         })
     }
@@ -566,7 +567,7 @@ impl Bucket {
 /// request), it gives the slot back as far as no two requests then share one: all of it if no
 /// request reserved after it, else at most the room a one-unit request leaves in the bucket.
 pub struct Reservation {
-    permit: Permit,
+    permit: RateLimitPermit,
     start: Instant,
 }
 
@@ -577,7 +578,7 @@ impl Reservation {
     }
 
     /// The request goes: the slot is spent.
-    pub fn send(self) -> Permit {
+    pub fn send(self) -> RateLimitPermit {
         let mut permit = self.permit;
         permit.unsent = false;
         if permit.shared.counts_sent {
@@ -658,8 +659,13 @@ impl fmt::Debug for Acquire {
     }
 }
 
-/// A request that went: tell it what the provider answered.
-pub struct Permit {
+/// A request that went ([`Reservation::send`]), following stormguard's admission protocol
+/// ([`Permit`]): told the attempt's outcome and its answer's headers, the limit learns from them
+/// (the limits the provider states, a quota it says is spent, a 429 and its `Retry-After`; see the
+/// crate docs). Dropped untold, the slot stays spent: the request went. With a
+/// [fleet](crate::Fleet), a spent quota and a `Retry-After` are written to Redis at once (in the
+/// background), for every replica.
+pub struct RateLimitPermit {
     shared: Arc<Shared>,
     /// The key's bucket (`None`: the unkeyed one).
     key: Option<Arc<Bucket>>,
@@ -712,7 +718,7 @@ impl Shape {
     }
 }
 
-impl Permit {
+impl RateLimitPermit {
     fn new(
         shared: Arc<Shared>,
         key: Option<Arc<Bucket>>,
@@ -730,10 +736,36 @@ impl Permit {
         }
     }
 
-    /// Learns from the provider's answer (see the crate docs): the limits its headers state, a
-    /// quota it says is spent, a 429 and its `Retry-After`. With a fleet, a spent quota and a
-    /// `Retry-After` are written to Redis at once (in the background), for every replica.
-    pub fn observe(&self, headers: &HeaderMap, outcome: &Outcome) {
+    /// What corrects the request's token weight to the usage its answer reports, once the answer
+    /// is read: `Some` when the limit counts tokens and
+    /// [corrects](RateLimitConfig::with_usage_correction) them.
+    pub fn usage(&self) -> Option<Usage> {
+        if self.tokens == 0 || !self.shared.config.usage_correction() {
+            return None;
+        }
+        let place = match &self.taken {
+            Taken::Here { share, .. } => Place::Here { share: *share },
+            #[cfg(feature = "redis")]
+            Taken::Fleet(shapes) => Place::Fleet {
+                interval: shapes[1].interval.clone(),
+            },
+        };
+        Some(Usage {
+            shared: Arc::clone(&self.shared),
+            key: self.key.clone(),
+            tokens: self.tokens,
+            place,
+        })
+    }
+
+    /// The tokens the request was weighed at (0 when the limit does not count tokens).
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+}
+
+impl Permit for RateLimitPermit {
+    fn record(self, outcome: &Outcome, headers: &HeaderMap) {
         if !self.shared.config.learning() {
             return;
         }
@@ -755,43 +787,9 @@ impl Permit {
         #[cfg(not(feature = "redis"))]
         let _ = blocked;
     }
-
-    /// Corrects the request's weight to the `tokens` it really used (the response's `usage`):
-    /// the difference is taken from, or given back to, the tokens of the minute.
-    pub fn settle(self, tokens: u64) {
-        let difference = i128::from(tokens) - i128::from(self.tokens);
-        let difference =
-            i64::try_from(difference).unwrap_or(if difference > 0 { i64::MAX } else { i64::MIN });
-        let bucket = self.shared.bucket(&self.key);
-        match &self.taken {
-            Taken::Here { share, .. } => {
-                let at = self.shared.nanos(Instant::now());
-                bucket.dimensions(*share)[1].adjust(at, difference);
-            }
-            #[cfg(feature = "redis")]
-            Taken::Fleet(shapes) => {
-                if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet) {
-                    let mut invocation = fleet.invocation(keys, "adjust");
-                    invocation.arg(&shapes[1].interval).arg(difference);
-                    fleet.spawn(invocation);
-                }
-            }
-        }
-    }
-
-    /// Whether the request's weight should be corrected to its answer's usage: the limit counts
-    /// tokens and [corrects](RateLimitConfig::with_usage_correction) them.
-    pub fn corrects_usage(&self) -> bool {
-        self.tokens > 0 && self.shared.config.usage_correction()
-    }
-
-    /// The tokens the request was weighed at (0 when the limit does not count tokens).
-    pub fn tokens(&self) -> u64 {
-        self.tokens
-    }
 }
 
-impl Drop for Permit {
+impl Drop for RateLimitPermit {
     fn drop(&mut self) {
         if !self.unsent {
             return;
@@ -825,9 +823,61 @@ impl Drop for Permit {
     }
 }
 
-impl fmt::Debug for Permit {
+impl fmt::Debug for RateLimitPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit")
+        f.debug_struct("RateLimitPermit")
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}
+
+/// What corrects one request's token weight to the usage its answer reported
+/// ([`RateLimitPermit::usage`]).
+pub struct Usage {
+    shared: Arc<Shared>,
+    key: Option<Arc<Bucket>>,
+    /// The tokens the request was weighed at.
+    tokens: u64,
+    place: Place,
+}
+
+/// Where the request's tokens were taken.
+enum Place {
+    /// From this process's bucket: the whole limit, or (`share`) a fleet's local share.
+    Here { share: bool },
+    /// From the fleet's bucket in Redis, at this interval per token.
+    #[cfg(feature = "redis")]
+    Fleet { interval: String },
+}
+
+impl Usage {
+    /// Corrects the request's weight to the `tokens` it really used (the response's `usage`):
+    /// the difference is taken from, or given back to, the tokens of the minute.
+    pub fn settle(self, tokens: u64) {
+        let difference = i128::from(tokens) - i128::from(self.tokens);
+        let difference =
+            i64::try_from(difference).unwrap_or(if difference > 0 { i64::MAX } else { i64::MIN });
+        let bucket = self.shared.bucket(&self.key);
+        match &self.place {
+            Place::Here { share } => {
+                let at = self.shared.nanos(Instant::now());
+                bucket.dimensions(*share)[1].adjust(at, difference);
+            }
+            #[cfg(feature = "redis")]
+            Place::Fleet { interval } => {
+                if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet) {
+                    let mut invocation = fleet.invocation(keys, "adjust");
+                    invocation.arg(interval).arg(difference);
+                    fleet.spawn(invocation);
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Usage")
             .field("tokens", &self.tokens)
             .finish()
     }

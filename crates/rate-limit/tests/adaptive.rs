@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderMap;
-use stormguard_classify::{Outcome, Reason};
+use stormguard_classify::{Outcome, Permit, Reason};
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
 use support::head;
 use tokio::task::JoinSet;
@@ -111,7 +111,7 @@ async fn overload(limit: &RateLimit, offered: u64, seconds: u64, latency: Durati
             } else {
                 too_many_requests()
             };
-            permit.observe(&HeaderMap::new(), &outcome);
+            permit.record(&outcome, &HeaderMap::new());
         });
     }
     while waiting.join_next().await.is_some() {}
@@ -166,7 +166,7 @@ async fn a_429_cuts_once_to_70_percent_of_the_rate_sent() {
     for i in 0..20 {
         let permit = limit.reserve(&head(), 0, None).unwrap().send();
         if i < 19 {
-            permit.observe(&HeaderMap::new(), &Outcome::success());
+            permit.record(&Outcome::success(), &HeaderMap::new());
             tokio::time::advance(50 * MS).await;
         } else {
             before_the_cut.push(permit);
@@ -177,14 +177,16 @@ async fn a_429_cuts_once_to_70_percent_of_the_rate_sent() {
         before_the_cut.push(limit.reserve(&head(), 0, None).unwrap().send());
     }
     // 24 sent in the last second: the first 429 cuts to 0.7 * 24 = 16.8 a second.
-    before_the_cut[0].observe(&HeaderMap::new(), &too_many_requests());
+    let mut before_the_cut = before_the_cut.into_iter();
+    let first = before_the_cut.next().unwrap();
+    first.record(&too_many_requests(), &HeaderMap::new());
     let rate = |limit: &RateLimit| {
         drop(limit.reserve(&head(), 0, None));
         limit.snapshot().requests_per_minute
     };
     assert_eq!(rate(&limit), Some(1_008));
-    for permit in &before_the_cut[1..] {
-        permit.observe(&HeaderMap::new(), &too_many_requests());
+    for permit in before_the_cut {
+        permit.record(&too_many_requests(), &HeaderMap::new());
     }
     assert_eq!(
         rate(&limit),
@@ -195,7 +197,7 @@ async fn a_429_cuts_once_to_70_percent_of_the_rate_sent() {
     // A request reserved after the cut meets a 429: cut again, from the rate in force.
     tokio::time::advance(10 * MS).await;
     let after = limit.reserve(&head(), 0, None).unwrap().send();
-    after.observe(&HeaderMap::new(), &too_many_requests());
+    after.record(&too_many_requests(), &HeaderMap::new());
     // 0.7 times the 16.88 a second in force 10 ms after the first cut.
     assert_eq!(rate(&limit), Some(709));
 }
@@ -206,13 +208,14 @@ async fn a_429_cuts_once_to_70_percent_of_the_rate_sent() {
 #[tokio::test(start_paused = true)]
 async fn the_rate_cut_is_the_rate_sent_not_reserved() {
     let limit = RateLimit::default();
-    let sent: Vec<_> = (0..10)
+    let mut sent: Vec<_> = (0..10)
         .map(|_| limit.reserve(&head(), 0, None).unwrap().send())
         .collect();
     let waiting: Vec<_> = (0..30)
         .map(|_| limit.reserve(&head(), 0, None).unwrap())
         .collect();
-    sent[0].observe(&HeaderMap::new(), &too_many_requests());
+    sent.remove(0)
+        .record(&too_many_requests(), &HeaderMap::new());
     drop(waiting);
     drop(limit.reserve(&head(), 0, None));
     assert_eq!(limit.snapshot().requests_per_minute, Some(420));
@@ -229,11 +232,11 @@ async fn after_a_cut_the_rate_grows_back_and_beyond() {
             .reserve(&head(), 0, None)
             .unwrap()
             .send()
-            .observe(&HeaderMap::new(), &Outcome::success());
+            .record(&Outcome::success(), &HeaderMap::new());
         tokio::time::advance(50 * MS).await;
     }
     let last = limit.reserve(&head(), 0, None).unwrap().send();
-    last.observe(&HeaderMap::new(), &too_many_requests());
+    last.record(&too_many_requests(), &HeaderMap::new());
     let origin = Instant::now();
     // Keep sending as fast as the limit allows, all admitted, for 6 s; note the rate in force.
     let mut rates = Vec::new();
@@ -242,7 +245,7 @@ async fn after_a_cut_the_rate_grows_back_and_beyond() {
         tokio::time::sleep_until(reservation.start()).await;
         reservation
             .send()
-            .observe(&HeaderMap::new(), &Outcome::success());
+            .record(&Outcome::success(), &HeaderMap::new());
         rates.push((
             Instant::now() - origin,
             limit.snapshot().requests_per_minute.unwrap(),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 use stormguard_classify::Outcome;
+use stormguard_classify::Permit;
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
 use support::{head, head_with_key, headers, wait_of};
 
@@ -68,9 +69,9 @@ async fn each_key_learns_on_its_own() {
     });
     let (alice, bob) = (head_with_key("alice"), head_with_key("bob"));
     let permit = limit.reserve(&alice, 0, None).unwrap().send();
-    permit.observe(
-        &headers(&[("x-ratelimit-limit-requests", "60")]),
+    permit.record(
         &Outcome::success(),
+        &headers(&[("x-ratelimit-limit-requests", "60")]),
     );
     assert_eq!(take(&limit, &alice), Duration::ZERO);
     assert_eq!(take(&limit, &alice), Duration::from_secs(1));

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
-use stormguard_classify::{LlmClassifier, Outcome, Reason};
+use stormguard_classify::{LlmClassifier, Outcome, Permit, Reason};
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
 use support::{head, headers, take, wait_of, wall_clock_in};
 
@@ -24,7 +24,7 @@ const MS: Duration = Duration::from_millis(1);
 /// Sends one request through `limit` and shows it `answer`'s headers, with `outcome`.
 fn answer(limit: &RateLimit, answer: &HeaderMap, outcome: &Outcome) {
     let permit = limit.reserve(&head(), 0, None).unwrap().send();
-    permit.observe(answer, outcome);
+    permit.record(outcome, answer);
 }
 
 /// What the LLM classifier makes of a response with `status` and `headers`.
@@ -276,8 +276,11 @@ async fn configured_numbers_are_never_replaced() {
         ("anthropic-ratelimit-requests-limit", "6000"),
     ]);
     let permit = limit.reserve(&head(), 0, None).unwrap().send();
-    permit.observe(&generous, &Outcome::success());
-    permit.observe(&HeaderMap::new(), &classified(429, &HeaderMap::new()));
+    permit.record(&Outcome::success(), &generous);
+    // The next request, sent at its slot a second later, is answered 429.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let permit = limit.reserve(&head(), 0, None).unwrap().send();
+    permit.record(&classified(429, &HeaderMap::new()), &HeaderMap::new());
     let snapshot = limit.snapshot();
     assert_eq!(snapshot.requests_per_minute, Some(60));
     assert_eq!(snapshot.tokens_per_minute, Some(6_000));

@@ -9,7 +9,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stormguard_classify::{Outcome, Reason};
+use stormguard_classify::{Outcome, Permit, Reason};
 use stormguard_rate_limit::{RateLimit, RateLimitCause, RateLimitConfig};
 use support::{head, take, wait_of};
 use tokio::task::JoinSet;
@@ -45,7 +45,7 @@ async fn six_hundred_a_minute_send_six_thousand_in_ten_minutes_under_overload() 
                     let slot = reservation.start();
                     let permit = reservation.send();
                     started.lock().unwrap().push((slot, Instant::now()));
-                    permit.observe(&http::HeaderMap::new(), &Outcome::success());
+                    permit.record(&Outcome::success(), &http::HeaderMap::new());
                 });
             }
             Err(limited) => {

@@ -1,6 +1,6 @@
 //! Tokens-per-minute pacing on tokio's paused clock: requests weigh their tokens; one heavier
 //! than the 1 s bucket waits for a full bucket and leaves it in debt; one heavier than a
-//! minute's quota is refused at once; `Permit::settle` corrects a weight after the fact; and a
+//! minute's quota is refused at once; `Usage::settle` corrects a weight after the fact; and a
 //! request waits for the later of its two slots (requests and tokens).
 
 #![allow(clippy::unwrap_used)]
@@ -115,19 +115,27 @@ async fn a_request_heavier_than_a_minute_is_refused_at_once() {
 }
 
 /// `settle` corrects the weight: a request weighed at 100 that used 30 gives 70 back; one that
-/// used 250 takes 150 more, which the next request waits for.
+/// used 250 takes 150 more, which the next request waits for. Without usage correction there is
+/// nothing to settle.
 #[tokio::test(start_paused = true)]
 async fn settling_gives_back_or_takes_the_difference() {
-    let limit = six_thousand_tokens_a_minute();
+    let permit = six_thousand_tokens_a_minute().reserve(&head(), 100, None);
+    assert!(permit.unwrap().send().usage().is_none());
+
+    let correcting = || {
+        let config = RateLimitConfig::default().with_tokens_per_minute(Some(6_000));
+        RateLimit::new(config.with_usage_correction(true))
+    };
+    let limit = correcting();
     let permit = limit.reserve(&head(), 100, None).unwrap().send();
     assert_eq!(permit.tokens(), 100);
     assert_eq!(limit.snapshot().tokens_available, Some(0));
-    permit.settle(30);
+    permit.usage().unwrap().settle(30);
     assert_eq!(limit.snapshot().tokens_available, Some(70));
 
-    let limit = six_thousand_tokens_a_minute();
+    let limit = correcting();
     let permit = limit.reserve(&head(), 100, None).unwrap().send();
-    permit.settle(250);
+    permit.usage().unwrap().settle(250);
     // 250 tokens taken: the bucket is whole again after 2.5 s; one token fits after 1.51 s.
     assert_eq!(take(&limit, 1), 1_510 * MS);
 }

@@ -319,9 +319,8 @@ async fn throttle_drop_fails_at_once_and_never_reaches_the_server() {
     let throttle = unbounded_throttle(3);
     // The backend rejected everything lately.
     for _ in 0..1_000 {
-        if throttle.try_acquire().is_ok() {
-            throttle.record(false);
-        }
+        // A rejection: a permit dropped untold counts as not accepted.
+        drop(throttle.try_acquire());
     }
     let before = throttle.snapshot().requests;
     let client = client(fast().with_throttle(throttle.clone()));
@@ -535,8 +534,8 @@ async fn a_retry_the_throttle_drops_is_refunded() {
     let seed = (0..64)
         .find(|&seed| {
             let probe = unbounded_throttle(seed);
+            // The first attempt's permit, dropped untold: rejected.
             let first = probe.try_acquire().is_ok();
-            probe.record(false);
             first && probe.try_acquire().is_err()
         })
         .unwrap();

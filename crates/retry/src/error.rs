@@ -45,7 +45,7 @@ impl fmt::Display for GiveUpCause {
     }
 }
 
-/// A request through the [`Client`](crate::Client) that ended without a response: the throttle
+/// A request through the [`ClientService`](crate::ClientService) that ended without a response: the throttle
 /// dropped it, the circuit breaker refused or cut it (with no fallback), its deadline passed, the engine gave up retrying a failed call, or the call failed
 /// in a way no retry helps.
 ///

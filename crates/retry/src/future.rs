@@ -25,14 +25,15 @@ use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode, response};
 use http_body::Body;
 use pin_project_lite::pin_project;
-use stormguard_breaker::{Permit, Rejected};
+use stormguard_adaptive_throttle::ThrottlePermit;
+use stormguard_breaker::{BreakerPermit, Rejected};
 use stormguard_budget::Withdrawal;
 use stormguard_classify::body::{
     ClassifyResponse, PartialBody, Prefix, ResponseBody, Tail, classify_response,
 };
 use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::stream::{self, OpenStream, Opening, is_event_stream};
-use stormguard_classify::{BoxError, Classify, Outcome, Reason, is_grpc};
+use stormguard_classify::{BoxError, Classify, Outcome, Permit, Reason, is_grpc};
 use stormguard_deadline::TokenEstimate;
 use stormguard_deadline::{Deadline, propagate};
 use stormguard_jitter::{Backoff, HintDecision};
@@ -50,7 +51,7 @@ use crate::observe::Watch;
 type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
 
 pin_project! {
-    /// The response future of [`Client`](crate::Client).
+    /// The response future of [`ClientService`](crate::ClientService).
     ///
     /// Dropping it cancels the request wherever it is: an attempt in flight is dropped with it
     /// (and counted by the throttle as not accepted), a backoff simply ends, nothing further is
@@ -128,17 +129,17 @@ struct Attempts<C, Bk: Backoff> {
     last_attempt: Duration,
     /// The budget's receipt for the latest retry, until it is known to have reached the backend.
     receipt: Option<Receipt>,
-    /// An attempt got through the throttle and its outcome is still owed to it.
-    throttle_owed: bool,
+    /// The throttle's permit for the attempt in flight.
+    throttled: Option<ThrottlePermit>,
     /// The breaker's permit for the attempt in flight.
-    permit: Option<Permit>,
+    permit: Option<BreakerPermit>,
     /// The rate limit's slot for the attempt about to go, then its permit while it is in flight.
     pace: Option<Reservation>,
-    paced: Option<stormguard_rate_limit::Permit>,
+    paced: Option<stormguard_rate_limit::RateLimitPermit>,
     /// The request's weight in tokens, estimated once from its body for the rate limit.
     tokens: Option<u64>,
     /// The rate limit's permit of a success whose weight is corrected to the usage it reports.
-    settle: Option<stormguard_rate_limit::Permit>,
+    settle: Option<stormguard_rate_limit::Usage>,
     /// The head of a request sent once as a stream, kept for the breaker's fallback (the
     /// template holds it otherwise).
     head: Option<Box<Parts>>,
@@ -349,7 +350,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             started: None,
             last_attempt: Duration::ZERO,
             receipt: None,
-            throttle_owed: false,
+            throttled: None,
             permit: None,
             pace: None,
             paced: None,
@@ -556,15 +557,22 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         if let Some(throttle) = &self.config.throttle {
             // A half-open breaker's probe is not the throttle's to drop: a throttle still full of
             // the outage would otherwise hold the breaker open. It learns from the probe's answer.
-            let probe = self.permit.as_ref().is_some_and(Permit::is_probe);
-            if !probe && throttle.try_acquire().is_err() {
-                // The breaker's permit goes unrecorded: the attempt was never sent.
-                self.permit = None;
-                self.watch.refused(Reason::Throttled, self.sent);
-                self.health();
-                return self.refuse(Err(Error::throttled(self.sent)));
+            let probe = self.permit.as_ref().is_some_and(BreakerPermit::is_probe);
+            let admitted = if probe {
+                Ok(throttle.exempt())
+            } else {
+                throttle.try_acquire()
+            };
+            match admitted {
+                Ok(permit) => self.throttled = Some(permit),
+                Err(_) => {
+                    // The breaker's permit goes unrecorded: the attempt was never sent.
+                    self.permit = None;
+                    self.watch.refused(Reason::Throttled, self.sent);
+                    self.health();
+                    return self.refuse(Err(Error::throttled(self.sent)));
+                }
             }
-            self.throttle_owed = true;
         }
         self.paced = reservation.map(Reservation::send);
         // A first attempt built from the template is stamped already (unless it waited since).
@@ -611,7 +619,9 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
             Poll::Pending => return None,
         };
         self.permit = None;
-        self.throttle_owed = false;
+        if let Some(throttled) = self.throttled.take() {
+            throttled.forget();
+        }
         self.watch.unanswered(Reason::BreakerOpen);
         let rejected = Rejected::Open(open);
         let head = match (&self.template, &self.head) {
@@ -652,7 +662,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     /// breaker counts as a health failure.
     fn expired(&mut self) -> Error {
         if let Some(permit) = self.permit.take() {
-            permit.record(&Outcome::retryable(Reason::DeadlineExceeded).with_accepted(false));
+            let timeout = Outcome::retryable(Reason::DeadlineExceeded).with_accepted(false);
+            permit.record(&timeout, &HeaderMap::new());
         }
         self.watch.unanswered(Reason::DeadlineExceeded);
         self.abandon();
@@ -728,7 +739,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 if permit.is_some() || count.is_some() {
                     stream = Box::new((*stream).with_at_end(move |outcome| {
                         if let Some(permit) = permit {
-                            permit.record(outcome);
+                            permit.record(outcome, &HeaderMap::new());
                         }
                         if let Some(count) = count {
                             count(outcome);
@@ -765,8 +776,8 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
         if outcome.is_success() {
             // A success ends the request: how long it took matters only before a retry.
             self.config.budget.deposit();
-            if let Some(permit) = self.settle.take() {
-                response = settle_on_usage(response, permit);
+            if let Some(usage) = self.settle.take() {
+                response = settle_on_usage(response, usage);
             }
             return Step::Finish(Ok(response));
         }
@@ -822,18 +833,16 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     fn record(&mut self, outcome: &Outcome, headers: &HeaderMap, status: Option<StatusCode>) {
         self.watch.answered(outcome, status);
         if let Some(permit) = self.permit.take() {
-            permit.record(outcome);
+            permit.record(outcome, headers);
         }
         if let Some(paced) = self.paced.take() {
-            paced.observe(headers, outcome);
-            if outcome.is_success() && paced.corrects_usage() {
-                self.settle = Some(paced);
+            if outcome.is_success() {
+                self.settle = paced.usage();
             }
+            paced.record(outcome, headers);
         }
-        if let Some(throttle) = &self.config.throttle
-            && std::mem::take(&mut self.throttle_owed)
-        {
-            throttle.record(outcome.is_accepted());
+        if let Some(throttled) = self.throttled.take() {
+            throttled.record(outcome, headers);
         }
         if let Some(Receipt::Sent(withdrawal)) = self.receipt.take()
             && matches!(
@@ -951,11 +960,8 @@ impl<C, Bk: Backoff> Attempts<C, Bk> {
     /// The request ends wherever it is: an attempt in flight was not accepted, a retry not yet
     /// sent is given back.
     fn abandon(&mut self) {
-        if std::mem::take(&mut self.throttle_owed)
-            && let Some(throttle) = &self.config.throttle
-        {
-            throttle.record(false);
-        }
+        // Dropped untold, the throttle's permit counts the attempt as not accepted.
+        self.throttled = None;
         self.give_back();
     }
 }
@@ -970,12 +976,12 @@ impl<C, Bk: Backoff> Drop for Attempts<C, Bk> {
 /// once its reader has read it.
 fn settle_on_usage<RB: Body>(
     response: Response<ResponseBody<RB>>,
-    permit: stormguard_rate_limit::Permit,
+    usage: stormguard_rate_limit::Usage,
 ) -> Response<ResponseBody<RB>> {
     response.map(|body| {
         body.watched(stormguard_rate_limit::USAGE_BODY_LIMIT, move |bytes| {
             if let Some(used) = stormguard_rate_limit::usage_tokens(bytes) {
-                permit.settle(used);
+                usage.settle(used);
             }
         })
     })

@@ -17,7 +17,7 @@ use stormguard_jitter::{Backoff, FullJitter, HintPolicy};
 use stormguard_rate_limit::RateLimit;
 use tower_layer::Layer;
 
-use crate::Client;
+use crate::ClientService;
 
 /// Default number of attempts per request, the first one included: 3, the per-request limit of
 /// the Google SRE book ("Handling Overload": "implement a per-request retry budget of up to three
@@ -34,7 +34,7 @@ pub const DEFAULT_MAX_REPLAY_BODY: usize = 1024 * 1024;
 /// Where a request's deadline comes from, shared by every service a layer makes.
 pub(crate) type SharedTimeout = Arc<dyn TimeoutSource + Send + Sync>;
 
-/// What every [`Client`] made by one layer shares.
+/// What every [`ClientService`] made by one layer shares.
 #[derive(Clone)]
 pub(crate) struct Config<C, Bk> {
     pub(crate) classifier: C,
@@ -415,10 +415,10 @@ impl<C, Bk> Clone for ClientLayer<C, Bk> {
 }
 
 impl<S, C, Bk> Layer<S> for ClientLayer<C, Bk> {
-    type Service = Client<S, C, Bk>;
+    type Service = ClientService<S, C, Bk>;
 
-    fn layer(&self, inner: S) -> Client<S, C, Bk> {
-        Client::from_config(inner, Arc::clone(&self.config))
+    fn layer(&self, inner: S) -> ClientService<S, C, Bk> {
+        ClientService::from_config(inner, Arc::clone(&self.config))
     }
 }
 

@@ -143,5 +143,5 @@ pub use error::{Error, FailedAnswer, GiveUpCause};
 pub use future::ResponseFuture;
 pub use layer::{ClientLayer, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY};
 pub use log::SUMMARY_EVERY;
-pub use service::Client;
+pub use service::ClientService;
 pub use stormguard_classify::body::PartialBody;

@@ -1,4 +1,4 @@
-//! [`Client`]: the engine wrapped around a service.
+//! [`ClientService`]: the engine wrapped around a service.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,12 +19,12 @@ use crate::layer::Config;
 
 /// The client pipeline around `S`: made by [`ClientLayer`](crate::ClientLayer), which says what
 /// it does to each request.
-pub struct Client<S, C = LlmClassifier, Bk = FullJitter> {
+pub struct ClientService<S, C = LlmClassifier, Bk = FullJitter> {
     inner: S,
     config: Arc<Config<C, Bk>>,
 }
 
-impl<S, C, Bk> Client<S, C, Bk> {
+impl<S, C, Bk> ClientService<S, C, Bk> {
     pub(crate) fn from_config(inner: S, config: Arc<Config<C, Bk>>) -> Self {
         Self { inner, config }
     }
@@ -45,7 +45,7 @@ impl<S, C, Bk> Client<S, C, Bk> {
     }
 }
 
-impl<S, C, Bk, B, RB> Service<Request<B>> for Client<S, C, Bk>
+impl<S, C, Bk, B, RB> Service<Request<B>> for ClientService<S, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone,
     S::Error: Into<BoxError>,
@@ -76,7 +76,7 @@ where
     }
 }
 
-impl<S: Clone, C, Bk> Clone for Client<S, C, Bk> {
+impl<S: Clone, C, Bk> Clone for ClientService<S, C, Bk> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -85,9 +85,9 @@ impl<S: Clone, C, Bk> Clone for Client<S, C, Bk> {
     }
 }
 
-impl<S: fmt::Debug, C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Client<S, C, Bk> {
+impl<S: fmt::Debug, C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for ClientService<S, C, Bk> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
+        f.debug_struct("ClientService")
             .field("inner", &self.inner)
             .field("config", &self.config)
             .finish()

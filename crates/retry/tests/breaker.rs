@@ -20,6 +20,7 @@ use stormguard_breaker::{
     Rejected, State,
 };
 use stormguard_budget::RetryBudget;
+use stormguard_classify::Permit;
 use stormguard_classify::headers::X_SHOULD_RETRY;
 use stormguard_classify::{BoxError, Outcome, Reason};
 use stormguard_jitter::Constant;
@@ -53,7 +54,10 @@ fn quick_to_stall() -> CircuitBreaker {
 fn open(breaker: &CircuitBreaker) {
     let failure = Outcome::retryable(Reason::Unavailable).with_accepted(false);
     for _ in 0..breaker.config().min_calls() {
-        breaker.try_acquire().unwrap().record(&failure);
+        breaker
+            .try_acquire()
+            .unwrap()
+            .record(&failure, &HeaderMap::new());
     }
     assert_eq!(breaker.state(), State::Open);
 }
@@ -860,7 +864,8 @@ async fn the_throttle_never_drops_a_probe() {
         .layer(backend);
     let outage = |throttle: &AdaptiveThrottle| {
         for _ in 0..100 {
-            throttle.record(false);
+            // A rejection: a permit dropped untold counts as not accepted.
+            drop(throttle.try_acquire());
         }
     };
 

@@ -11,11 +11,13 @@ mod support;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http::Request;
 use http_body_util::Full;
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig};
 use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
 use stormguard_budget::RetryBudget;
+use stormguard_classify::Permit;
 use stormguard_classify::headers::{X_REQUEST_TIMEOUT_MS, X_SHOULD_RETRY};
 use stormguard_classify::{Outcome, Reason};
 use stormguard_jitter::Constant;
@@ -293,7 +295,10 @@ async fn a_breaker_refusal_gives_the_slot_back() {
     let open = |breaker: &CircuitBreaker| {
         let failure = Outcome::retryable(Reason::Unavailable).with_accepted(false);
         for _ in 0..breaker.config().min_calls() {
-            breaker.try_acquire().unwrap().record(&failure);
+            breaker
+                .try_acquire()
+                .unwrap()
+                .record(&failure, &HeaderMap::new());
         }
         assert_eq!(breaker.state(), State::Open);
     };
@@ -336,7 +341,8 @@ async fn a_throttle_refusal_gives_the_slot_back() {
         .with_rate_limit(limit.clone())
         .layer(backend);
     for _ in 0..100 {
-        throttle.record(false);
+        // A rejection: a permit dropped untold counts as not accepted.
+        drop(throttle.try_acquire());
     }
     let mut throttled = 0;
     for _ in 0..50 {

@@ -453,7 +453,7 @@ fn client_layer(scenario: &Scenario) -> ClientLayer {
 }
 
 /// stormguard's client pipeline around the provider: `ClientLayer::default()`, seeded.
-pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
+pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::ClientService<Backend> {
     client_layer(scenario).layer(backend)
 }
 
@@ -463,7 +463,7 @@ pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::Client<B
 pub fn stormguard_breaker(
     backend: Backend,
     scenario: &Scenario,
-) -> (stormguard::Client<Backend>, CircuitBreaker) {
+) -> (stormguard::ClientService<Backend>, CircuitBreaker) {
     let breaker =
         CircuitBreaker::new(BreakerConfig::default().with_seed(scenario.seed ^ 0xb4ea_6e00));
     let fallback = Fallback::new(|_head, _refused| {
@@ -485,7 +485,10 @@ pub fn stormguard_breaker(
 /// learns them, as `stormguard+adaptive`'s): `ClientLayer::default()` (seeded)
 /// `.with_rate_limit(RateLimit::new(RateLimitConfig::default().with_requests_per_minute(..)
 /// .with_tokens_per_minute(..)))`.
-pub fn stormguard_rate_limit(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
+pub fn stormguard_rate_limit(
+    backend: Backend,
+    scenario: &Scenario,
+) -> stormguard::ClientService<Backend> {
     let (requests, tokens) = scenario.quota_per_minute();
     let limit = RateLimit::new(
         RateLimitConfig::default()
@@ -547,7 +550,10 @@ pub fn stormguard_failover(
 
 /// stormguard's client pipeline with a rate limit that learns the provider's quota from its
 /// headers and its 429s: `ClientLayer::default()` (seeded) `.with_rate_limit(RateLimit::default())`.
-pub fn stormguard_adaptive(backend: Backend, scenario: &Scenario) -> stormguard::Client<Backend> {
+pub fn stormguard_adaptive(
+    backend: Backend,
+    scenario: &Scenario,
+) -> stormguard::ClientService<Backend> {
     client_layer(scenario)
         .with_rate_limit(RateLimit::default())
         .layer(backend)

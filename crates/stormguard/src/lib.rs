@@ -111,15 +111,15 @@ mod server;
 pub use ext::ServiceBuilderExt;
 pub use server::ServerLayer;
 pub use stormguard_classify::error_response;
-pub use stormguard_retry::{Client, ClientLayer, Error, GiveUpCause};
+pub use stormguard_retry::{ClientLayer, ClientService, Error, GiveUpCause};
 
 /// Failure classification ([`stormguard_classify`]): outcomes, classifiers, server hints.
 pub mod classify {
     pub use stormguard_classify::body::ResponseBody;
     pub use stormguard_classify::{
         BoxError, Classify, ClassifyLayer, ERROR_BODY_LIMIT, Failure, GrpcClassifier, GrpcCode,
-        HttpClassifier, LlmClassifier, MakeClassify, Outcome, Reason, TransportClassifier, Verdict,
-        chain, headers, hint, is_grpc, outcome_of, refusal_response,
+        HttpClassifier, LlmClassifier, MakeClassify, Outcome, Permit, Reason, TransportClassifier,
+        Verdict, chain, headers, hint, is_grpc, outcome_of, refusal_response,
     };
 }
 
@@ -150,7 +150,8 @@ pub mod deadline {
 /// Adaptive client-side throttling ([`stormguard_adaptive_throttle`]).
 pub mod throttle {
     pub use stormguard_adaptive_throttle::{
-        AdaptiveThrottle, AdaptiveThrottleLayer, ThrottleConfig, ThrottleSnapshot, Throttled,
+        AdaptiveThrottle, AdaptiveThrottleLayer, ThrottleConfig, ThrottlePermit, ThrottleSnapshot,
+        Throttled,
     };
 }
 
@@ -158,8 +159,8 @@ pub mod throttle {
 /// leased probes, fallback.
 pub mod breaker {
     pub use stormguard_breaker::{
-        BreakerConfig, BreakerLayer, BreakerOpen, BreakerService, BreakerSnapshot, BulkheadFull,
-        CircuitBreaker, Fallback, FallbackAnswer, OpenCause, Permit, Rejected, State,
+        BreakerConfig, BreakerLayer, BreakerOpen, BreakerPermit, BreakerService, BreakerSnapshot,
+        BulkheadFull, CircuitBreaker, Fallback, FallbackAnswer, OpenCause, Rejected, State,
     };
 }
 
@@ -167,8 +168,8 @@ pub mod breaker {
 /// a bounded wait, token weights, limits learned from the provider.
 pub mod rate_limit {
     pub use stormguard_rate_limit::{
-        Acquire, Permit, RateLimit, RateLimitCause, RateLimitConfig, RateLimitLayer,
-        RateLimitService, RateLimitSnapshot, RateLimited, Reservation,
+        Acquire, RateLimit, RateLimitCause, RateLimitConfig, RateLimitLayer, RateLimitPermit,
+        RateLimitService, RateLimitSnapshot, RateLimited, Reservation, Usage,
     };
     #[cfg(feature = "redis")]
     pub use stormguard_rate_limit::{Fleet, FleetError, FleetSnapshot};

@@ -86,7 +86,7 @@ struct Setup {
 }
 
 /// hyper-util's legacy client inside `stormguard::ClientLayer`.
-type Guarded = stormguard::Client<
+type Guarded = stormguard::ClientService<
     Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
     stormguard::classify::LlmClassifier,
     Constant,

@@ -5,12 +5,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_classify::body::{ClassifyResponse, ResponseBody, classify_response};
-use stormguard_classify::{BoxError, Classify};
+use stormguard_classify::{BoxError, Classify, Permit};
 
-use crate::{AdaptiveThrottle, Throttled};
+use crate::{ThrottlePermit, Throttled};
 
 pin_project! {
     /// Response future of [`AdaptiveThrottleService`](super::AdaptiveThrottleService): a local
@@ -21,14 +22,19 @@ pin_project! {
     /// A call dropped before it is recorded (a deadline ran out, the caller gave up, while
     /// waiting for the backend or while reading its error body) is recorded as not accepted: a
     /// backend that hangs must not look healthy.
+    ///
+    /// # Panics
+    ///
+    /// When polled after it completed, as a future may (tokio's `JoinHandle` does too).
     pub struct ResponseFuture<F, C, RB>
     where
         RB: Body,
     {
         #[pin]
         state: State<F, C, RB>,
-        // The outcome still owed to the throttle.
-        pending: Pending,
+        // The throttle's permit for the call in flight: told its outcome, or, dropped untold with
+        // the future, counted as not accepted.
+        permit: Option<ThrottlePermit>,
     }
 }
 
@@ -50,43 +56,23 @@ pin_project! {
         Classifying {
             classify: ClassifyResponse<RB, C>,
         },
-    }
-}
-
-/// The outcome owed to the throttle for a request it let through: recorded once, and as not
-/// accepted if the future is dropped before that.
-struct Pending {
-    throttle: Option<AdaptiveThrottle>,
-}
-
-impl Pending {
-    fn record(&mut self, accepted: bool) {
-        if let Some(throttle) = self.throttle.take() {
-            throttle.record(accepted);
-        }
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.record(false);
+        // The output was handed back.
+        Done,
     }
 }
 
 impl<F, C, RB: Body> ResponseFuture<F, C, RB> {
-    pub(super) fn called(future: F, throttle: AdaptiveThrottle, classifier: C) -> Self {
+    pub(super) fn called(future: F, permit: ThrottlePermit, classifier: C) -> Self {
         Self {
             state: State::Calling { future, classifier },
-            pending: Pending {
-                throttle: Some(throttle),
-            },
+            permit: Some(permit),
         }
     }
 
     pub(super) fn dropped() -> Self {
         Self {
             state: State::Dropped,
-            pending: Pending { throttle: None },
+            permit: None,
         }
     }
 }
@@ -104,7 +90,10 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Dropped => return Poll::Ready(Err(Box::new(Throttled))),
+                StateProj::Dropped => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(Err(Box::new(Throttled)));
+                }
                 StateProj::Calling { future, classifier } => match ready!(future.poll(cx)) {
                     Ok(response) => {
                         let classify = classify_response(classifier, response);
@@ -112,20 +101,28 @@ where
                     }
                     Err(error) => {
                         let error: BoxError = error.into();
-                        this.pending
-                            .record(classifier.classify_error(&*error).is_accepted());
+                        if let Some(permit) = this.permit.take() {
+                            permit.record(&classifier.classify_error(&*error), &HeaderMap::new());
+                        }
+                        this.state.set(State::Done);
                         return Poll::Ready(Err(error));
                     }
                 },
                 StateProj::Classifying { classify } => {
                     let (response, outcome) = ready!(Pin::new(classify).poll(cx));
-                    this.pending.record(outcome.is_accepted());
+                    if let Some(permit) = this.permit.take() {
+                        permit.record(&outcome, response.headers());
+                    }
+                    this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
                 }
+                StateProj::Done => panic!("{POLLED_AGAIN}"),
             }
         }
     }
 }
+
+const POLLED_AGAIN: &str = "stormguard's throttle ResponseFuture polled after it completed";
 
 impl<F, C, RB: Body> std::fmt::Debug for ResponseFuture<F, C, RB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,6 +130,7 @@ impl<F, C, RB: Body> std::fmt::Debug for ResponseFuture<F, C, RB> {
             State::Dropped => "throttled",
             State::Calling { .. } => "calling",
             State::Classifying { .. } => "reading the error body",
+            State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

@@ -91,9 +91,9 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         match self.throttle.try_acquire() {
-            Ok(()) => {
+            Ok(permit) => {
                 let classifier = self.classifier.make_classifier(&request);
-                ResponseFuture::called(self.inner.call(request), self.throttle.clone(), classifier)
+                ResponseFuture::called(self.inner.call(request), permit, classifier)
             }
             Err(_throttled) => ResponseFuture::dropped(),
         }

@@ -5,13 +5,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http::request::Parts;
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_classify::body::{ClassifyResponse, ResponseBody, classify_response};
-use stormguard_classify::{BoxError, Classify};
+use stormguard_classify::{BoxError, Classify, Permit};
 
-use crate::{Fallback, Permit, Rejected};
+use crate::{BreakerPermit, Fallback, Rejected};
 
 /// What the future hands back.
 type Output<RB> = Result<http::Response<ResponseBody<RB>>, BoxError>;
@@ -20,6 +21,10 @@ pin_project! {
     /// Response future of [`BreakerService`](super::BreakerService): a refusal that resolves at
     /// once (to the fallback's answer or the error), or the inner call, whose outcome is recorded
     /// with the breaker once it is classified, and which a stall may cut.
+    ///
+    /// # Panics
+    ///
+    /// When polled after it completed, as a future may (tokio's `JoinHandle` does too).
     pub struct ResponseFuture<F, C, RB>
     where
         RB: Body,
@@ -27,7 +32,7 @@ pin_project! {
         #[pin]
         state: State<F, C, RB>,
         // The attempt's permit, while it is in flight; dropped unrecorded, it counts for nothing.
-        permit: Option<Permit>,
+        permit: Option<BreakerPermit>,
         // The fallback and the request's head, to answer a cut call.
         fallback: Option<(Fallback, Parts)>,
     }
@@ -58,7 +63,7 @@ impl<F, C, RB: Body> ResponseFuture<F, C, RB> {
     pub(super) fn called(
         future: F,
         classifier: C,
-        permit: Permit,
+        permit: BreakerPermit,
         fallback: Option<(Fallback, Parts)>,
     ) -> Self {
         Self {
@@ -93,9 +98,9 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Refused { output } => {
-                    let output = output.take();
+                    let output = output.take().unwrap_or_else(|| panic!("{POLLED_AGAIN}"));
                     this.state.set(State::Done);
-                    return Poll::Ready(output.unwrap_or_else(|| Err(polled_again())));
+                    return Poll::Ready(output);
                 }
                 StateProj::Calling { future, classifier } => match future.poll(cx) {
                     Poll::Ready(Ok(response)) => {
@@ -105,7 +110,7 @@ where
                     Poll::Ready(Err(error)) => {
                         let error: BoxError = error.into();
                         if let Some(permit) = this.permit.take() {
-                            permit.record(&classifier.classify_error(&*error));
+                            permit.record(&classifier.classify_error(&*error), &HeaderMap::new());
                         }
                         this.state.set(State::Done);
                         return Poll::Ready(Err(error));
@@ -120,7 +125,7 @@ where
                 StateProj::Classifying { classify } => match Pin::new(classify).poll(cx) {
                     Poll::Ready((response, outcome)) => {
                         if let Some(permit) = this.permit.take() {
-                            permit.record(&outcome);
+                            permit.record(&outcome, response.headers());
                         }
                         this.state.set(State::Done);
                         return Poll::Ready(Ok(response));
@@ -131,7 +136,7 @@ where
                         return Poll::Ready(output);
                     }
                 },
-                StateProj::Done => return Poll::Ready(Err(polled_again())),
+                StateProj::Done => panic!("{POLLED_AGAIN}"),
             }
         }
     }
@@ -140,7 +145,7 @@ where
 /// Ready with the answer for the call when a stall cut it (waiting for the backend, or for the
 /// error body): the fallback's, or the error.
 fn poll_cut<RB: Body>(
-    permit: &mut Option<Permit>,
+    permit: &mut Option<BreakerPermit>,
     fallback: &mut Option<(Fallback, Parts)>,
     cx: &mut Context<'_>,
 ) -> Poll<Output<RB>> {
@@ -154,9 +159,7 @@ fn poll_cut<RB: Body>(
     })
 }
 
-fn polled_again() -> BoxError {
-    "stormguard's breaker ResponseFuture polled after it completed".into()
-}
+const POLLED_AGAIN: &str = "stormguard's breaker ResponseFuture polled after it completed";
 
 impl<F, C, RB: Body> std::fmt::Debug for ResponseFuture<F, C, RB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

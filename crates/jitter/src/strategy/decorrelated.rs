@@ -15,7 +15,7 @@ use super::uniform;
 pub type DecorrelatedJitter = Jittered<Decorrelated>;
 
 /// One request's decorrelated-jitter delays (see [`DecorrelatedJitter`]).
-pub type DecorrelatedSchedule = JitteredSchedule<Decorrelated>;
+pub type DecorrelatedJitterSchedule = JitteredSchedule<Decorrelated>;
 
 /// The [`Shape`] of [`DecorrelatedJitter`]: `min(cap, U(base, 3 * previous))`.
 #[derive(Clone, Copy, Debug, Default)]

@@ -12,13 +12,13 @@ mod jittered;
 mod smooth;
 
 pub use constant::{Constant, ConstantSchedule};
-pub use decorrelated::{Decorrelated, DecorrelatedJitter, DecorrelatedSchedule};
+pub use decorrelated::{Decorrelated, DecorrelatedJitter, DecorrelatedJitterSchedule};
 pub use equal::{Equal, EqualJitter, EqualJitterSchedule};
 pub use exponential::{Exponential, ExponentialSchedule};
 pub use full::{Full, FullJitter, FullJitterSchedule};
 pub use jittered::{Jittered, JitteredSchedule, Shape};
 pub use smooth::{
-    SmoothDecorrelated, SmoothDecorrelatedJitter, SmoothDecorrelatedSchedule, SmoothState,
+    SmoothDecorrelated, SmoothDecorrelatedJitter, SmoothDecorrelatedJitterSchedule, SmoothState,
 };
 
 use std::time::Duration;

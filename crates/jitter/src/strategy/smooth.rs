@@ -26,7 +26,7 @@ const LAST_COMPUTED_ATTEMPT: u32 = 128;
 pub type SmoothDecorrelatedJitter = Jittered<SmoothDecorrelated>;
 
 /// One request's smooth decorrelated delays (see [`SmoothDecorrelatedJitter`]).
-pub type SmoothDecorrelatedSchedule = JitteredSchedule<SmoothDecorrelated>;
+pub type SmoothDecorrelatedJitterSchedule = JitteredSchedule<SmoothDecorrelated>;
 
 /// The [`Shape`] of [`SmoothDecorrelatedJitter`]: increments of `f(t) = 2^t * tanh(sqrt(4 t))` at
 /// `t_n = n + U(0, 1)`.

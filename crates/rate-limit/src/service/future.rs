@@ -6,16 +6,20 @@ use std::task::{Context, Poll, ready};
 
 use http::HeaderMap;
 use pin_project_lite::pin_project;
-use stormguard_classify::{BoxError, Classify};
+use stormguard_classify::{BoxError, Classify, Permit};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::{Acquire, Permit, RateLimited, Reservation};
+use crate::{Acquire, RateLimitPermit, RateLimited, Reservation};
 
 pin_project! {
     /// Response future of [`RateLimitService`](super::RateLimitService): waits for the
     /// request's slot, then calls the service and shows the answer to the limit. Dropped while
     /// waiting, it gives the slot back.
+    ///
+    /// # Panics
+    ///
+    /// When polled after it completed, as a future may (tokio's `JoinHandle` does too).
     pub struct ResponseFuture<S, B, C>
     where
         S: Service<http::Request<B>>,
@@ -33,22 +37,18 @@ pin_project! {
         S: Service<http::Request<B>>,
     {
         Refused { limited: Option<RateLimited> },
-        Acquiring {
-            acquire: Acquire,
-            service: Option<S>,
-            request: Option<http::Request<B>>,
-        },
+        // Waiting for the fleet's decision (in Redis) on the request's slot.
+        Acquiring { acquire: Acquire, call: Option<(S, http::Request<B>)> },
+        // Waiting for the reserved slot's start.
         Waiting {
             #[pin]
             sleep: Sleep,
-            service: Option<S>,
-            request: Option<http::Request<B>>,
-            reservation: Option<Reservation>,
+            call: Option<(S, http::Request<B>, Reservation)>,
         },
         Calling {
             #[pin]
             future: S::Future,
-            permit: Option<Permit>,
+            permit: Option<RateLimitPermit>,
         },
         Done,
     }
@@ -65,12 +65,7 @@ where
         classifier: C,
     ) -> Self {
         Self {
-            state: State::Waiting {
-                sleep: tokio::time::sleep_until(reservation.start()),
-                service: Some(service),
-                request: Some(request),
-                reservation: Some(reservation),
-            },
+            state: State::waiting(service, request, reservation),
             classifier,
         }
     }
@@ -84,8 +79,7 @@ where
         Self {
             state: State::Acquiring {
                 acquire,
-                service: Some(service),
-                request: Some(request),
+                call: Some((service, request)),
             },
             classifier,
         }
@@ -101,6 +95,40 @@ where
     }
 }
 
+impl<S, B> State<S, B>
+where
+    S: Service<http::Request<B>>,
+{
+    fn waiting(service: S, request: http::Request<B>, reservation: Reservation) -> Self {
+        State::Waiting {
+            sleep: tokio::time::sleep_until(reservation.start()),
+            call: Some((service, request, reservation)),
+        }
+    }
+
+    /// The limit decided on the request's slot: wait for it, or refuse.
+    fn decided(
+        decision: Result<Reservation, RateLimited>,
+        (service, request): (S, http::Request<B>),
+    ) -> Self {
+        match decision {
+            Ok(reservation) => Self::waiting(service, request, reservation),
+            Err(limited) => State::Refused {
+                limited: Some(limited),
+            },
+        }
+    }
+
+    /// The slot has come: the request goes, and its slot is spent.
+    fn send((mut service, request, reservation): (S, http::Request<B>, Reservation)) -> Self {
+        let permit = reservation.send();
+        State::Calling {
+            future: service.call(request),
+            permit: Some(permit),
+        }
+    }
+}
+
 impl<S, B, C, RB> Future for ResponseFuture<S, B, C>
 where
     S: Service<http::Request<B>, Response = http::Response<RB>>,
@@ -112,95 +140,70 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            match this.state.as_mut().project() {
+            let next = match this.state.as_mut().project() {
                 StateProj::Refused { limited } => {
-                    let error: BoxError = match limited.take() {
-                        Some(limited) => Box::new(limited),
-                        None => polled_again(),
-                    };
+                    let limited = limited.take().unwrap_or_else(|| panic!("{POLLED_AGAIN}"));
                     this.state.set(State::Done);
-                    return Poll::Ready(Err(error));
+                    return Poll::Ready(Err(Box::new(limited)));
                 }
-                StateProj::Acquiring {
-                    acquire,
-                    service,
-                    request,
-                } => {
+                StateProj::Acquiring { acquire, call } => {
                     let decision = ready!(Pin::new(acquire).poll(cx));
-                    let (Some(service), Some(request)) = (service.take(), request.take()) else {
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(polled_again()));
-                    };
-                    match decision {
-                        Ok(reservation) => this.state.set(State::Waiting {
-                            sleep: tokio::time::sleep_until(reservation.start()),
-                            service: Some(service),
-                            request: Some(request),
-                            reservation: Some(reservation),
-                        }),
-                        Err(limited) => this.state.set(State::Refused {
-                            limited: Some(limited),
-                        }),
-                    }
+                    State::decided(
+                        decision,
+                        call.take().unwrap_or_else(|| panic!("{POLLED_AGAIN}")),
+                    )
                 }
-                StateProj::Waiting {
-                    sleep,
-                    service,
-                    request,
-                    reservation,
-                } => {
+                StateProj::Waiting { sleep, call } => {
                     // A slot that has come needs no timer: tokio rounds every sleep up to its
                     // next millisecond tick, so the sleep would still wait.
-                    if reservation
+                    if call
                         .as_ref()
-                        .is_some_and(|reservation| reservation.start() > Instant::now())
+                        .is_some_and(|(_, _, reservation)| reservation.start() > Instant::now())
                     {
                         ready!(sleep.poll(cx));
                     }
-                    let (Some(mut service), Some(request), Some(reservation)) =
-                        (service.take(), request.take(), reservation.take())
-                    else {
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(polled_again()));
-                    };
-                    let permit = reservation.send();
-                    let future = service.call(request);
-                    this.state.set(State::Calling {
-                        future,
-                        permit: Some(permit),
-                    });
+                    State::send(call.take().unwrap_or_else(|| panic!("{POLLED_AGAIN}")))
                 }
                 StateProj::Calling { future, permit } => {
                     let result = ready!(future.poll(cx));
                     let permit = permit.take();
                     this.state.set(State::Done);
-                    return Poll::Ready(match result {
-                        Ok(response) => {
-                            let (head, body) = response.into_parts();
-                            if let Some(permit) = permit {
-                                let outcome = this.classifier.classify_http(&head, &[]);
-                                permit.observe(&head.headers, &outcome);
-                            }
-                            Ok(http::Response::from_parts(head, body))
-                        }
-                        Err(error) => {
-                            let error: BoxError = error.into();
-                            if let Some(permit) = permit {
-                                let outcome = this.classifier.classify_error(&*error);
-                                permit.observe(&HeaderMap::new(), &outcome);
-                            }
-                            Err(error)
-                        }
-                    });
+                    return Poll::Ready(answered(&*this.classifier, result, permit));
                 }
-                StateProj::Done => {
-                    return Poll::Ready(Err(polled_again()));
-                }
-            }
+                StateProj::Done => panic!("{POLLED_AGAIN}"),
+            };
+            this.state.set(next);
         }
     }
 }
 
-fn polled_again() -> BoxError {
-    "stormguard's rate limit ResponseFuture polled after it completed".into()
+/// The call's result, shown to the limit (its outcome, and the answer's headers) on the way out.
+fn answered<C, RB, E>(
+    classifier: &C,
+    result: Result<http::Response<RB>, E>,
+    permit: Option<RateLimitPermit>,
+) -> Result<http::Response<RB>, BoxError>
+where
+    C: Classify,
+    E: Into<BoxError>,
+{
+    match result {
+        Ok(response) => {
+            if let Some(permit) = permit {
+                let (head, body) = response.into_parts();
+                permit.record(&classifier.classify_http(&head, &[]), &head.headers);
+                return Ok(http::Response::from_parts(head, body));
+            }
+            Ok(response)
+        }
+        Err(error) => {
+            let error: BoxError = error.into();
+            if let Some(permit) = permit {
+                permit.record(&classifier.classify_error(&*error), &HeaderMap::new());
+            }
+            Err(error)
+        }
+    }
 }
+
+const POLLED_AGAIN: &str = "stormguard's rate limit ResponseFuture polled after it completed";
