@@ -475,8 +475,6 @@ impl<S, C, Bk> fmt::Debug for Hops<S, C, Bk> {
     }
 }
 
-/// The outcome of a request no backend could take: 503, retry in a second (the backends'
-/// first open wait).
 /// The `to` of a move to the degraded answer.
 const DEGRADED: &str = "degraded";
 
@@ -501,6 +499,8 @@ fn out_of_time() -> Error {
     Error::refused(outcome, Box::new(DeadlineExceeded::new()), 0)
 }
 
+/// The outcome of a request no backend could take: 503, retry in a second (the backends'
+/// first open wait).
 fn no_backend() -> Outcome {
     Outcome::fatal(Reason::NoBackend)
         .with_accepted(false)
