@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Each hop is one backend's engine, which retries on that backend as its policy allows; what
-//! happens between hops is decided by [`Hops`].
+//! happens between hops is decided by [`Hops`]. The engine enforces the deadline once it has
+//! the request; while a backend's engine is not ready to take it, the failover does.
 
 use std::fmt;
 use std::future::Future;
@@ -24,10 +25,10 @@ use pin_project_lite::pin_project;
 use stormguard_budget::{RetryBudget, Withdrawal};
 use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
-use stormguard_deadline::Deadline;
+use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::Backoff;
 use stormguard_retry::{ClientService, Error, FailedAnswer, ReplayBody};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::layer::Shared;
@@ -66,8 +67,14 @@ pin_project! {
     {
         // Reading the request body, to send it to each backend it reaches.
         Buffering { read: Prefix<B> },
-        // Waiting for a backend's engine to be ready.
-        Ready { client: ClientService<S, C, Bk>, request: Option<Request<B>> },
+        // Waiting for a backend's engine to be ready, until the deadline (its timer made the
+        // first time the engine is not ready at once).
+        Ready {
+            client: ClientService<S, C, Bk>,
+            request: Option<Request<B>>,
+            #[pin]
+            expiry: Option<Sleep>,
+        },
         // A backend's engine has the request.
         Calling { #[pin] future: stormguard_retry::ResponseFuture<S, B, RB, C, Bk> },
         Done,
@@ -147,8 +154,18 @@ where
                     let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
                     this.hops.buffered(bytes, tail, rest)
                 }
-                StateProj::Ready { client, request } => {
-                    let ready = ready!(client.poll_ready(cx));
+                StateProj::Ready {
+                    client,
+                    request,
+                    expiry,
+                } => {
+                    let ready = match client.poll_ready(cx) {
+                        Poll::Ready(ready) => ready,
+                        Poll::Pending => {
+                            ready!(this.hops.poll_expiry(expiry, cx));
+                            Err(out_of_time())
+                        }
+                    };
                     match (ready, request.take()) {
                         (Ok(()), Some(request)) => {
                             this.hops.calling = true;
@@ -244,6 +261,7 @@ where
                 Step::Next(State::Ready {
                     client: route.client.clone(),
                     request: Some(Request::from_parts(head, body)),
+                    expiry: None,
                 })
             }
         }
@@ -268,6 +286,7 @@ where
         Step::Next(State::Ready {
             client: route.client.clone(),
             request: Some(Request::from_parts(head, B::from_bytes(body))),
+            expiry: None,
         })
     }
 
@@ -307,6 +326,11 @@ where
         });
         if outcome.is_success() {
             return Step::Finish(result);
+        }
+        // The engine's own error for the passed deadline (cut in flight, or out of time before
+        // its next attempt): no backend can answer in time any more, whoever had the request.
+        if result.is_err() && outcome.reason() == Reason::DeadlineExceeded {
+            return self.end(Some(result));
         }
         // Refused here (its breaker, throttle, bulkhead or rate limit), before or after an
         // attempt was sent: the backend did not take the request's last attempt.
@@ -351,6 +375,20 @@ where
             .take(MAX_BACKENDS)
             .find(|(index, route)| self.tried & (1 << index) == 0 && route.backend.is_healthy())
             .map(|(index, _)| index)
+    }
+
+    /// Ready once the request's deadline has passed; never without one.
+    fn poll_expiry(&self, mut expiry: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(deadline) = self.deadline else {
+            return Poll::Pending;
+        };
+        if expiry.is_none() {
+            expiry.set(Some(tokio::time::sleep_until(deadline.instant())));
+        }
+        match expiry.as_pin_mut() {
+            Some(sleep) => sleep.poll(cx),
+            None => Poll::Pending,
+        }
     }
 
     /// Whether another hop fits in the time left: as long as an attempt of the last one took.
@@ -437,8 +475,6 @@ impl<S, C, Bk> fmt::Debug for Hops<S, C, Bk> {
     }
 }
 
-/// The outcome of a request no backend could take: 503, retry in a second (the backends'
-/// first open wait).
 /// The `to` of a move to the degraded answer.
 const DEGRADED: &str = "degraded";
 
@@ -456,6 +492,15 @@ fn moved(from: &Arc<str>, to: &str, reason: Reason) {
     .increment(1);
 }
 
+/// The deadline passed before a backend's engine was ready to take the request: the error the
+/// engine gives a request out of time before its first attempt, with nothing sent.
+fn out_of_time() -> Error {
+    let outcome = Outcome::fatal(Reason::DeadlineExceeded).with_accepted(false);
+    Error::refused(outcome, Box::new(DeadlineExceeded::new()), 0)
+}
+
+/// The outcome of a request no backend could take: 503, retry in a second (the backends'
+/// first open wait).
 fn no_backend() -> Outcome {
     Outcome::fatal(Reason::NoBackend)
         .with_accepted(false)

@@ -67,9 +67,13 @@ impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
         self
     }
 
-    /// Answer with `degraded` when no backend can: every one failed or was unhealthy, or the
-    /// deadline left no time for another. Without it, the request ends with the last backend's
-    /// failure, or [`NoBackend`](crate::NoBackend) when none could be tried.
+    /// Answer with `degraded` when no backend can: every one failed or was unhealthy, the
+    /// deadline left no time for another, or the deadline passed (cutting an attempt in flight on
+    /// any backend, or before a backend was ready to take the request), at the deadline, with
+    /// [`Reason::DeadlineExceeded`](stormguard_classify::Reason::DeadlineExceeded) as its
+    /// [`DegradedAnswer`](crate::DegradedAnswer)'s outcome. Without it, the request ends with the
+    /// last backend's failure, the deadline error, or [`NoBackend`](crate::NoBackend) when none
+    /// could be tried.
     #[must_use]
     pub fn with_degraded(mut self, degraded: Degraded) -> Self {
         self.degraded = Some(degraded);

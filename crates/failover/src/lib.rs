@@ -45,6 +45,10 @@
 //!    [`DegradedAnswer`] and `x-stormguard-degraded: true`), else the last backend's failure,
 //!    or, when no backend could take the request at all, [`NoBackend`]: an error whose outcome
 //!    (`Reason::NoBackend`) `error_response` answers with 503 and `Retry-After`.
+//! 6. When the deadline passes, the request ends there, wherever it is (an attempt in flight or
+//!    a backoff on any backend, a wait for a backend to be ready): with the [`Degraded`] answer
+//!    if there is one, its [`DegradedAnswer`] saying `Reason::DeadlineExceeded`, else the
+//!    engine's deadline error (504 from `error_response`).
 //!
 //! Traffic returns to a recovered primary through its breaker's probes: while it is half-open,
 //! the probes go to it and every other request to the next backend; its first successful probe
