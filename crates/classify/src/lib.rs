@@ -75,9 +75,11 @@
 //! - [`decimal`]: the one parser of numbers from the network;
 //! - [`window`]: the lock-free sliding window the retry budget and the adaptive throttle count in;
 //! - [`random`]: where every randomised part draws its numbers, and how it is seeded;
-//! - [`body`]: reading the start of a body without taking it from its next reader;
-//! - [`sse`]: reading `text/event-stream` responses, and telling their events apart (content,
-//!   keep-alive, end, an error after the `200` classified like an error body).
+//! - [`body`]: reading the start of a body without taking it from its next reader.
+//!
+//! Event streams (the SSE parser, the stream guard) are `stormguard-stream`'s: it classifies an
+//! error event after a `200` with the rules of error bodies,
+//! [`LlmClassifier::classify_without_status`].
 //!
 //! ```
 //! use http::Response;
@@ -108,9 +110,7 @@ mod llm;
 mod outcome;
 pub mod random;
 mod refusal;
-pub mod sse;
 mod status;
-pub mod stream;
 mod sync;
 mod transport;
 pub mod window;
