@@ -1,4 +1,4 @@
-//! The Server-Sent Events `Parser` of stormguard-classify on arbitrary bytes fed in two chunks,
+//! The Server-Sent Events `Parser` of stormguard-stream on arbitrary bytes fed in two chunks,
 //! split at a position the first byte picks, with the default limits and with small ones; then
 //! `classify_event` on every event. No panic; frames end at strictly increasing offsets, never
 //! past the bytes fed; every byte fed is consumed until a limit breaks, after which the parser
@@ -10,7 +10,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use stormguard_classify::hint::HINT_CEILING;
-use stormguard_classify::sse::{EventKind, Frame, FrameKind, Parser, SseError, classify_event};
+use stormguard_stream::sse::{EventKind, Frame, FrameKind, Parser, SseError, classify_event};
 
 /// Feeds `chunks` in order, checking the invariants that hold whatever the bytes.
 fn read(mut parser: Parser, chunks: &[&[u8]]) -> (Vec<Frame>, Option<SseError>) {

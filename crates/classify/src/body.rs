@@ -10,6 +10,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
 
 use bytes::{Bytes, BytesMut};
@@ -18,7 +19,6 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 
-use crate::stream::GuardedStream;
 use crate::{BoxError, Classify, ERROR_BODY_LIMIT, Outcome};
 
 /// Where reading the start of a body stopped.
@@ -250,9 +250,10 @@ pin_project! {
     /// the bytes read (about [`ERROR_BODY_LIMIT`] at most) followed by the unread rest, with
     /// trailers and a read error passed on where they occurred. Either way the caller reads the
     /// body exactly as the backend sent it. A response stormguard answered itself (a circuit
-    /// breaker's fallback) has a body of its own ([`local`](ResponseBody::local)). A layer that
-    /// wants to see the body as its reader reads it (a rate limit reading the `usage` of an
-    /// answer) [watches](ResponseBody::watched) it.
+    /// breaker's fallback) has a body of its own ([`local`](ResponseBody::local)), and one that
+    /// another stormguard layer made of the backend's (a guarded event stream) is
+    /// [boxed](ResponseBody::boxed). A layer that wants to see the body as its reader reads it
+    /// (a rate limit reading the `usage` of an answer) [watches](ResponseBody::watched) it.
     pub struct ResponseBody<RB>
     where
         RB: Body,
@@ -293,12 +294,18 @@ pin_project! {
         Local {
             body: Full<Bytes>,
         },
-        // An event stream under the stream guard.
-        Stream {
-            body: Box<GuardedStream<RB>>,
+        // A body another stormguard layer made of the backend's. The mutex is never locked to
+        // read it (`poll_frame` has `&mut` and uses `get_mut`); it is there so that the body
+        // stays `Sync` when the backend's is, as reqwest's `Body::wrap` requires, without
+        // asking `Sync` of the wrapped body: tonic's and axum's bodies are not.
+        Boxed {
+            body: Mutex<BoxedBody>,
         },
     }
 }
+
+/// The body of [`ResponseBody::boxed`].
+type BoxedBody = Pin<Box<dyn Body<Data = Bytes, Error = BoxError> + Send>>;
 
 impl<RB: Body> ResponseBody<RB> {
     /// Wraps a body nobody read.
@@ -319,10 +326,16 @@ impl<RB: Body> ResponseBody<RB> {
         }
     }
 
-    /// An event stream under the stream guard ([`stream::open`](crate::stream::open)).
-    pub fn stream(body: Box<GuardedStream<RB>>) -> Self {
+    /// A body another stormguard layer made of the backend's: an event stream under the stream
+    /// guard (`stormguard-stream`'s `GuardedStream`), handed back by the retry engine.
+    pub fn boxed<B>(body: B) -> Self
+    where
+        B: Body<Data = Bytes, Error = BoxError> + Send + 'static,
+    {
         Self {
-            kind: Kind::Stream { body },
+            kind: Kind::Boxed {
+                body: Mutex::new(Box::pin(body)),
+            },
             watch: None,
         }
     }
@@ -365,7 +378,7 @@ impl<RB: Body> ResponseBody<RB> {
 }
 
 /// Its errors are boxed: the backend's body's own, or stormguard's (a guarded stream that was
-/// interrupted after its first content: `stream::StreamInterrupted`).
+/// interrupted after its first content: `stormguard-stream`'s `StreamInterrupted`).
 impl<RB> Body for ResponseBody<RB>
 where
     RB: Body<Data = Bytes>,
@@ -385,7 +398,11 @@ where
             KindProj::Local { body } => Pin::new(body)
                 .poll_frame(cx)
                 .map(|frame| frame.map(|frame| frame.map_err(|never| match never {}))),
-            KindProj::Stream { body } => Pin::new(&mut **body).poll_frame(cx),
+            KindProj::Boxed { body } => body
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_mut()
+                .poll_frame(cx),
         };
         if let Some(watch) = this.watch {
             match &polled {
@@ -415,7 +432,7 @@ where
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Read { body } => body.is_end_stream(),
             Kind::Local { body } => body.is_end_stream(),
-            Kind::Stream { body } => body.is_end_stream(),
+            Kind::Boxed { body } => lock(body).is_end_stream(),
         }
     }
 
@@ -424,7 +441,7 @@ where
             Kind::Inner { body } => body.size_hint(),
             Kind::Read { body } => body.size_hint(),
             Kind::Local { body } => body.size_hint(),
-            Kind::Stream { body } => body.size_hint(),
+            Kind::Boxed { body } => lock(body).size_hint(),
         }
     }
 }
@@ -435,9 +452,14 @@ impl<RB: Body> fmt::Debug for ResponseBody<RB> {
             Kind::Inner { .. } => f.write_str("ResponseBody::Inner"),
             Kind::Read { body } => f.debug_tuple("ResponseBody::Read").field(body).finish(),
             Kind::Local { .. } => f.write_str("ResponseBody::Local"),
-            Kind::Stream { body } => f.debug_tuple("ResponseBody::Stream").field(body).finish(),
+            Kind::Boxed { .. } => f.write_str("ResponseBody::Boxed"),
         }
     }
+}
+
+/// The boxed body, for a method that has only `&self`.
+fn lock(body: &Mutex<BoxedBody>) -> std::sync::MutexGuard<'_, BoxedBody> {
+    body.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Classifies `response` the way every stormguard layer does: from its head alone when the
@@ -618,6 +640,20 @@ mod tests {
         assert!(outcome.is_success());
         assert!(!ok.body().was_read());
     }
+    /// A boxed body is read through as it is, and a response body stays `Sync` (reqwest's
+    /// `Body::wrap` asks it) whatever it holds.
+    #[tokio::test]
+    async fn a_boxed_body_is_read_through_and_the_response_body_stays_sync() {
+        fn is_sync<T: Sync>(_: &T) {}
+        let inner = Full::new(Bytes::from_static(b"data: hi\n\n")).map_err(BoxError::from);
+        let body = ResponseBody::<Full<Bytes>>::boxed(inner);
+        is_sync(&body);
+        assert!(!body.is_end_stream());
+        assert!(!body.was_read() && !body.is_local());
+        let read = body.collect().await.map(|c| c.to_bytes());
+        assert_eq!(read.ok().as_deref(), Some(&b"data: hi\n\n"[..]));
+    }
+
     /// A watched body hands its bytes over once read to the end, and only then; a body longer
     /// than the cap hands nothing over; the reader gets every byte either way.
     #[tokio::test]

@@ -76,9 +76,11 @@
 //! - [`window`]: the lock-free sliding window the retry budget and the adaptive throttle count in;
 //! - [`random`]: where every randomised part draws its numbers, and how it is seeded;
 //! - [`Permit`]: the one protocol by which every guard admits an attempt and learns how it ended;
-//! - [`body`]: reading the start of a body without taking it from its next reader;
-//! - [`sse`]: reading `text/event-stream` responses, and telling their events apart (content,
-//!   keep-alive, end, an error after the `200` classified like an error body).
+//! - [`body`]: reading the start of a body without taking it from its next reader.
+//!
+//! Event streams (the SSE parser, the stream guard) are `stormguard-stream`'s: it classifies an
+//! error event after a `200` with the rules of error bodies,
+//! [`LlmClassifier::classify_without_status`].
 //!
 //! ```
 //! use http::Response;
@@ -110,9 +112,7 @@ mod llm;
 mod outcome;
 pub mod random;
 mod refusal;
-pub mod sse;
 mod status;
-pub mod stream;
 mod sync;
 mod transport;
 pub mod window;

@@ -139,7 +139,7 @@ where
     S::Error: Into<BoxError>,
     B: ReplayBody,
     B::Error: Into<BoxError>,
-    RB: Body<Data = Bytes>,
+    RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
     C: Classify + Clone,
     Bk: Backoff + Clone,

@@ -208,7 +208,7 @@ where
     S::Error: Into<BoxError>,
     B: ReplayBody,
     B::Error: Into<BoxError>,
-    RB: Body<Data = bytes::Bytes>,
+    RB: Body<Data = bytes::Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
     C: Classify + Clone,
     Bk: Backoff + Clone,

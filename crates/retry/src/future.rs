@@ -7,7 +7,7 @@
 //!                   Ready ◀─────────────────────── Backoff
 //! ```
 //!
-//! `Opening` reads an event stream up to its first content event (`stormguard_classify::stream`).
+//! `Opening` reads an event stream up to its first content event (`stormguard_stream`).
 //! The states only wait; what happens between them is decided by [`Attempts`], which holds the
 //! request's bookkeeping (its template, the attempts sent, the deadline, the budget's receipt,
 //! what is owed to the throttle, the breaker's permit). The deadline is enforced over every state
@@ -32,12 +32,12 @@ use stormguard_classify::body::{
     ClassifyResponse, PartialBody, Prefix, ResponseBody, Tail, classify_response,
 };
 use stormguard_classify::headers::mark_do_not_retry;
-use stormguard_classify::stream::{self, OpenStream, Opening, is_event_stream};
 use stormguard_classify::{BoxError, Classify, Outcome, Permit, Reason, is_grpc};
 use stormguard_deadline::TokenEstimate;
 use stormguard_deadline::{Deadline, propagate};
 use stormguard_jitter::{Backoff, HintDecision};
 use stormguard_rate_limit::{Acquire, RateLimited, Reservation};
+use stormguard_stream::{self as stream, OpenStream, Opening, is_event_stream};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -219,7 +219,7 @@ where
     S::Error: Into<BoxError>,
     B: ReplayBody,
     B::Error: Into<BoxError>,
-    RB: Body<Data = Bytes>,
+    RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
     C: Classify,
     Bk: Backoff,
@@ -725,7 +725,7 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
     /// how it ends when it ends), or failed before it (judged like a failed response).
     fn opened<F, B, RB>(&mut self, head: response::Parts, opening: Opening<RB>) -> Step<F, B, RB, C>
     where
-        RB: Body<Data = Bytes>,
+        RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
         match opening {
@@ -737,20 +737,20 @@ impl<C: Classify, Bk: Backoff> Attempts<C, Bk> {
                 #[cfg(not(feature = "metrics"))]
                 let count: Option<fn(&Outcome)> = None;
                 if permit.is_some() || count.is_some() {
-                    stream = Box::new((*stream).with_at_end(move |outcome| {
+                    *stream = (*stream).with_at_end(move |outcome| {
                         if let Some(permit) = permit {
                             permit.record(outcome, &HeaderMap::new());
                         }
                         if let Some(count) = count {
                             count(outcome);
                         }
-                    }));
+                    });
                 }
                 if let (Some(resume), Some(template)) = (&self.config.resume, &self.template) {
                     let (head, body) = (template.head.clone(), template.body.clone());
-                    stream = Box::new((*stream).with_resume(resume.clone(), head, body));
+                    *stream = (*stream).with_resume(resume.clone(), head, body);
                 }
-                let response = Response::from_parts(head, ResponseBody::stream(stream));
+                let response = Response::from_parts(head, ResponseBody::boxed(*stream));
                 self.judged(response, Outcome::success())
             }
             Opening::Failed {

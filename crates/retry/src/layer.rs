@@ -8,13 +8,13 @@ use http::request::Parts;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{CircuitBreaker, Fallback};
 use stormguard_budget::RetryBudget;
-use stormguard_classify::stream::{Resume, StreamPolicy};
 use stormguard_classify::{Classify, LlmClassifier};
 use stormguard_deadline::client::{FromFn, TimeoutSource};
 use stormguard_deadline::propagate::DEFAULT_MARGIN;
 use stormguard_deadline::{DEFAULT_TIMEOUT, LlmDeadline};
 use stormguard_jitter::{Backoff, FullJitter, HintPolicy};
 use stormguard_rate_limit::RateLimit;
+use stormguard_stream::{Resume, StreamPolicy};
 use tower_layer::Layer;
 
 use crate::ClientService;
@@ -270,13 +270,13 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// Guard event streams with `policy` (the default: [`StreamPolicy::default`]): a
     /// `text/event-stream` success is read up to its first content event before it is handed
     /// back, an error event before it is retried like a 529, and an interruption after it ends
-    /// the body with `StreamInterrupted` (see `stormguard_classify::stream`).
+    /// the body with `StreamInterrupted` (see `stormguard_stream`).
     pub fn with_stream_policy(self, policy: StreamPolicy) -> Self {
         self.change(|config| config.streams = Some(policy))
     }
 
     /// Continue an event stream interrupted after its first content with `resume` instead of
-    /// ending it (opt-in; see `stormguard_classify::stream::Resume`): the hook gets what was
+    /// ending it (opt-in; see `stormguard_stream::Resume`): the hook gets what was
     /// received and the request (its head carries the deadline), and may send a continuation
     /// through a client sharing this layer's budget. Requests whose body was not buffered (larger
     /// than the replay cap) are not resumed.

@@ -51,7 +51,7 @@ where
     S::Error: Into<BoxError>,
     B: ReplayBody,
     B::Error: Into<BoxError>,
-    RB: Body<Data = Bytes>,
+    RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
     C: Classify,
     Bk: Backoff,

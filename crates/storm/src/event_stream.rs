@@ -27,8 +27,8 @@
 //! # The caller's reading
 //! A [`Transcript`] is what the caller of one request was shown, across the streams it read (a
 //! naive caller restarts a failed stream; stormguard never does). It reads the bytes with
-//! stormguard's SSE parser ([`stormguard::stream::Parser`]) and classifies each event with
-//! [`stormguard::stream::classify_event`], as stormguard's stream guard does, and counts the
+//! stormguard's SSE parser ([`stormguard::sse::Parser`]) and classifies each event with
+//! [`stormguard::sse::classify_event`], as stormguard's stream guard does, and counts the
 //! content tokens by their numbers: a token whose number the caller was already shown is
 //! delivered twice ([`Transcript::duplicated_tokens`]).
 
@@ -41,7 +41,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use serde::Deserialize;
-use stormguard::stream::{Event, EventKind, Frame as SseFrame, FrameKind, Parser, classify_event};
+use stormguard::sse::{Event, EventKind, Frame as SseFrame, FrameKind, Parser, classify_event};
 use tokio::time::{Instant, Sleep};
 
 use crate::backend::{ERROR_BODY, OVERLOADED_BODY, OpenAttempt};

@@ -28,7 +28,7 @@
 //!
 //! The modules hold the pieces, each from its own crate, for changing one part of the pipeline
 //! or using it alone: [`classify`], [`jitter`], [`budget`], [`deadline`], [`throttle`],
-//! [`breaker`], [`rate_limit`], [`failover`], [`retry`].
+//! [`breaker`], [`rate_limit`], [`stream`] and [`sse`], [`failover`], [`retry`].
 //!
 //! ## The client pipeline
 //!
@@ -175,17 +175,26 @@ pub mod rate_limit {
     pub use stormguard_rate_limit::{Fleet, FleetError, FleetSnapshot};
 }
 
-/// The stream guard for `text/event-stream` answers (`stormguard_classify::stream`): read up to
-/// the first content event (an error event before it is retried), never restarted after it,
-/// ended with [`StreamInterrupted`](stream::StreamInterrupted) when it breaks. The engine applies
-/// it to every event stream ([`ClientLayer::with_stream_policy`]).
+/// The stream guard for `text/event-stream` answers ([`stormguard_stream`]): read up to the
+/// first content event (an error event before it is retried), never restarted after it, ended
+/// with [`StreamInterrupted`](stream::StreamInterrupted) when it breaks. The engine applies it to
+/// every event stream ([`ClientLayer::with_stream_policy`]).
 pub mod stream {
-    pub use stormguard_classify::sse::{
+    pub use stormguard_stream::sse::{
         Event, EventKind, Frame, FrameKind, Parser, SseError, classify_event,
     };
-    pub use stormguard_classify::stream::{
+    pub use stormguard_stream::{
         GuardedStream, InterruptCause, Received, Resume, Resumed, ResumedBody, StreamInterrupted,
         StreamPolicy, is_event_stream,
+    };
+}
+
+/// Reading event streams ([`stormguard_stream::sse`]): the WHATWG "Server-sent events" parser,
+/// and what each event of an LLM provider's stream means for a retry.
+pub mod sse {
+    pub use stormguard_stream::sse::{
+        DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, Event, EventKind, Frame, FrameKind, Parser, SseError,
+        UNRECOGNIZED_ERROR, classify_event,
     };
 }
 

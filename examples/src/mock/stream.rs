@@ -27,7 +27,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, Response, header};
 use http_body::Frame;
-use stormguard::stream::{Event, EventKind, classify_event};
+use stormguard::sse::{Event, EventKind, classify_event};
 use tokio::time::Sleep;
 
 use super::stats::{InFlight, Streamed};

@@ -263,7 +263,8 @@ impl ErrorBody {
     }
 
     /// Reads an error body already parsed as JSON (an error event of a stream, see
-    /// [`sse`](crate::sse)); `None` when it is neither an object nor an array whose first item
+    /// [`LlmClassifier::classify_without_status`](crate::LlmClassifier::classify_without_status));
+    /// `None` when it is neither an object nor an array whose first item
     /// is an object.
     pub(crate) fn from_value(value: &Value) -> Option<ErrorBody> {
         let root = match value {
@@ -331,7 +332,8 @@ impl ErrorBody {
     }
 
     /// The outcome of an error that came without a status of its own: an error event in a
-    /// stream whose response was a `200` (see [`sse`](crate::sse)). The kind the body names
+    /// stream whose response was a `200` (see
+    /// [`LlmClassifier::classify_without_status`](crate::LlmClassifier::classify_without_status)). The kind the body names
     /// stands in for the status, with the verdict and reason it has on its own (`overloaded_error`
     /// is retryable `overloaded`, `invalid_request_error` fatal `bad_request` ...); a body that
     /// names no kind gets `fallback`. Then [`refine`](ErrorBody::refine) applies as for a

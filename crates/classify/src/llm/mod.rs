@@ -130,6 +130,34 @@ impl LlmClassifier {
             .or_else(|| body.and_then(|body| body.retry_delay));
         status::finish(outcome, &parts.headers, hint, now)
     }
+
+    /// Classifies a provider's error that came without a status of its own, already parsed as
+    /// JSON: the data of an error event in a stream whose response was a `200` (Anthropic's
+    /// `{"type": "error", "error": {...}}`, OpenAI's `{"error": {...}}` frame, the `response.error`
+    /// of OpenAI's `response.failed`), as `stormguard-stream` reads it.
+    ///
+    /// The rules are those of error bodies (see the [type docs](LlmClassifier)), with the kind the
+    /// error names standing in for the status and keeping the verdict and reason it has on its own
+    /// (`overloaded_error` is retryable `overloaded`, `invalid_request_error` fatal
+    /// `bad_request` ...). An error that names no kind this classifier knows, or JSON of no error
+    /// shape, gets `fallback` (still refined: a daily Gemini quota is fatal). A retryable outcome
+    /// takes the error's `RetryInfo` delay as its hint.
+    ///
+    /// ```
+    /// use stormguard_classify::{LlmClassifier, Outcome, Reason};
+    ///
+    /// let error = serde_json::json!({"type": "error", "error": {"type": "overloaded_error"}});
+    /// let fallback = Outcome::retryable(Reason::ServerError);
+    /// let outcome = LlmClassifier::new().classify_without_status(&error, fallback);
+    /// assert!(outcome.is_retryable() && !outcome.is_accepted());
+    /// assert_eq!(outcome.reason(), Reason::Overloaded);
+    ///
+    /// let unknown = serde_json::json!({"error": {"message": "something broke"}});
+    /// assert_eq!(LlmClassifier::new().classify_without_status(&unknown, fallback), fallback);
+    /// ```
+    pub fn classify_without_status(&self, error: &serde_json::Value, fallback: Outcome) -> Outcome {
+        ErrorBody::from_value(error).map_or(fallback, |body| body.outcome_without_status(fallback))
+    }
 }
 
 /// The fast path: a 1xx-3xx non-gRPC response, or a gRPC `200` whose headers carry no failing

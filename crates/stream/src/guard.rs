@@ -1,36 +1,6 @@
-//! The stream guard: an LLM's `text/event-stream` answer read up to its first content event
-//! before anyone sees it ([`open`]), then handed on whole, from its first byte, as a
-//! [`GuardedStream`] that ends with a typed [`StreamInterrupted`] if it breaks after that.
-//!
-//! # Why
-//!
-//! Most LLM traffic is streamed, and streams fail in two ways that status codes miss:
-//!
-//! - before any content: Anthropic answers `200` and then sends `event: error` with
-//!   `overloaded_error`; OpenAI-compatible servers send a `{"error": ...}` data frame. The status
-//!   said success, the provider said "overloaded". Read up to the first content event, such a
-//!   stream is a failure like a 529: retried under the budget and the deadline, and the caller
-//!   only ever sees a clean stream.
-//! - after content: the user has seen part of the answer. A retry would show it twice, so the
-//!   stream is never restarted: it ends with [`StreamInterrupted`], which says how many content
-//!   events and bytes were delivered and why it stopped (an error event, a reset, silence).
-//!
-//! # Timeouts
-//!
-//! SDK timeouts cover the time to the first byte; a stream that stalls half way hangs. The guard
-//! has three, each off with `None` ([`StreamPolicy`]):
-//!
-//! - **first event** (60 s): until any event or comment arrives. Providers send an opening event
-//!   as soon as they admit the request (OpenAI's role chunk, Anthropic's `message_start`), long
-//!   before the first token of a slow model, so a minute of silence means a stuck request;
-//! - **idle** (60 s): between any two frames, keep-alive comments and `ping` events included
-//!   (they are life). Anthropic pings every few seconds, and a token stream sends many events a
-//!   second;
-//! - **progress** (300 s): between content events, pings *not* included: a stream that only
-//!   pings for five minutes delivers nothing, whatever its keep-alives say. Long enough for a
-//!   reasoning model's thinking before its first token.
-//!
-//! Before the first content event the request's own deadline bounds the wait as well.
+//! The stream guard: [`open`] reads an event stream up to its first content event, and a
+//! [`GuardedStream`] hands it on, ending with [`StreamInterrupted`] if it breaks after that. The
+//! rules and the timeouts are in the [crate docs](crate).
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -43,10 +13,11 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use crate::sse::{self, EventKind, FrameKind, Parser};
-use crate::{BoxError, Failure, Outcome, Reason};
+use stormguard_classify::{BoxError, Failure, Outcome, Reason};
 
-/// The stream guard's settings: see the [module docs](self).
+use crate::sse::{self, EventKind, FrameKind, Parser};
+
+/// The stream guard's settings: see the [crate docs](crate).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamPolicy {
     first_event: Option<Duration>,
@@ -188,7 +159,7 @@ impl InterruptCause {
 /// part of the answer), it ends with this error, which says how much was delivered and why.
 ///
 /// Its source chain holds a [`Failure`] with the interruption's outcome
-/// ([`outcome_of`](crate::outcome_of) reads it).
+/// ([`outcome_of`](stormguard_classify::outcome_of) reads it).
 pub struct StreamInterrupted {
     events: u64,
     bytes: u64,
@@ -349,7 +320,7 @@ enum Spliced {
 /// Called once with how a guarded stream ended: success, or the interruption's outcome.
 type AtEnd = Box<dyn FnOnce(&Outcome) + Send + Sync>;
 
-/// Reads `body`, an event stream, up to its first content event: see the [module docs](self).
+/// Reads `body`, an event stream, up to its first content event: see the [crate docs](crate).
 pub fn open<RB: Body<Data = Bytes>>(body: RB, policy: StreamPolicy) -> OpenStream<RB> {
     let now = Instant::now();
     OpenStream {

@@ -1,10 +1,9 @@
 //! [`classify_event`]: what an event of an LLM provider's stream means for a retry.
 
 use serde_json::Value;
+use stormguard_classify::{LlmClassifier, Outcome, Reason};
 
 use super::parser::Event;
-use crate::llm::ErrorBody;
-use crate::outcome::{Outcome, Reason};
 
 /// The outcome of an error event whose data names no error kind stormguard knows (or is not
 /// JSON at all): retryable, not accepted, reason [`Reason::ServerError`], like a `500`. The
@@ -29,7 +28,7 @@ pub enum EventKind {
     /// finished successfully with an empty answer.
     Done,
     /// The provider failed the request after its `200`, classified like the same error in the
-    /// body of a non-2xx response (see [`LlmClassifier`](crate::LlmClassifier)):
+    /// body of a non-2xx response (see [`LlmClassifier`]):
     /// `overloaded_error` is retryable [`Reason::Overloaded`], `rate_limit_error` retryable
     /// [`Reason::RateLimited`], `invalid_request_error` fatal [`Reason::BadRequest`] ...; an
     /// error of no known kind is [`UNRECOGNIZED_ERROR`].
@@ -76,7 +75,7 @@ pub enum EventKind {
 ///
 /// ```
 /// use stormguard_classify::Reason;
-/// use stormguard_classify::sse::{Event, EventKind, classify_event};
+/// use stormguard_stream::sse::{Event, EventKind, classify_event};
 ///
 /// let event = |event_type: &str, data: &str| Event {
 ///     event_type: event_type.to_owned(),
@@ -166,13 +165,13 @@ fn json_of(data: &str) -> Option<Value> {
     }
 }
 
-/// The outcome of an error event's JSON: the crate's rules for provider error bodies, with
-/// [`UNRECOGNIZED_ERROR`] when it names no kind they know.
+/// The outcome of an error event's JSON: the rules for provider error bodies
+/// ([`LlmClassifier::classify_without_status`]), with [`UNRECOGNIZED_ERROR`] when it names no kind
+/// they know.
 fn error_outcome(json: Option<&Value>) -> Outcome {
-    json.and_then(ErrorBody::from_value)
-        .map_or(UNRECOGNIZED_ERROR, |body| {
-            body.outcome_without_status(UNRECOGNIZED_ERROR)
-        })
+    json.map_or(UNRECOGNIZED_ERROR, |json| {
+        LlmClassifier::new().classify_without_status(json, UNRECOGNIZED_ERROR)
+    })
 }
 
 const fn content_if(content: bool) -> EventKind {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use stormguard_classify::Reason;
-use stormguard_classify::stream::{InterruptCause, Opening, StreamInterrupted, StreamPolicy, open};
+use stormguard_stream::{InterruptCause, Opening, StreamInterrupted, StreamPolicy, open};
 use tokio::time::{Instant, Sleep};
 
 const ROLE: &str =

@@ -3,8 +3,9 @@
 
 use std::mem;
 
+use stormguard_classify::decimal::parse_decimal;
+
 use super::error::SseError;
-use crate::decimal::parse_decimal;
 
 /// Default longest line (8 MiB, line end not counted) a [`Parser`] holds before it fails with
 /// [`SseError::LineTooLong`].
@@ -97,7 +98,7 @@ pub struct Frame {
 /// a stream that would make them is an [`SseError`], returned again on every later call.
 ///
 /// ```
-/// use stormguard_classify::sse::{FrameKind, Parser};
+/// use stormguard_stream::sse::{FrameKind, Parser};
 ///
 /// let mut parser = Parser::new();
 /// let mut frames = Vec::new();
@@ -111,7 +112,7 @@ pub struct Frame {
 /// assert_eq!(event.data, "café");
 /// assert_eq!(frame.end, 32);
 /// assert_eq!(parser.consumed(), 32);
-/// # Ok::<(), stormguard_classify::sse::SseError>(())
+/// # Ok::<(), stormguard_stream::sse::SseError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Parser {

@@ -38,11 +38,12 @@
 //! document: OpenAI's Chat Completions chunks (and the legacy Completions ones) ending in
 //! `data: [DONE]`, OpenAI's Responses API events, Anthropic's Messages streaming events, and
 //! Gemini's `streamGenerateContent?alt=sse` chunks. Error events are classified with the same
-//! rules as the error bodies of non-2xx responses (see [`LlmClassifier`](crate::LlmClassifier)).
+//! rules as the error bodies of non-2xx responses (see
+//! [`LlmClassifier`](stormguard_classify::LlmClassifier)).
 //!
 //! ```
 //! use stormguard_classify::Reason;
-//! use stormguard_classify::sse::{EventKind, FrameKind, Parser, classify_event};
+//! use stormguard_stream::sse::{EventKind, FrameKind, Parser, classify_event};
 //!
 //! // An Anthropic stream that fails after its `200`, before any text: a retry is clean.
 //! let stream = b"event: message_start\r\n\
@@ -72,7 +73,7 @@
 //!     }
 //! }
 //! assert_eq!(seen, ["control", "comment", "error"]);
-//! # Ok::<(), stormguard_classify::sse::SseError>(())
+//! # Ok::<(), stormguard_stream::sse::SseError>(())
 //! ```
 
 mod classify;

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use http::Response;
 
+use stormguard_classify::Verdict;
+
 use super::*;
 use crate::sse::{Frame, FrameKind, Parser};
-use crate::{LlmClassifier, Verdict};
 
 use EventKind::{Content, Control, Done};
 
@@ -196,6 +197,67 @@ fn the_first_content_event_of_a_stream_ends_at_a_known_byte() {
     assert!(ANTHROPIC[..end].ends_with("\"text\": \"Hello\"}}\n\n"));
 }
 
+/// Anthropic's documented error types ("Errors"), each with the status it comes under and what
+/// it means for a retry.
+const ANTHROPIC_ERRORS: [(u16, &str, Verdict, Reason); 9] = [
+    (
+        400,
+        "invalid_request_error",
+        Verdict::Fatal,
+        Reason::BadRequest,
+    ),
+    (
+        401,
+        "authentication_error",
+        Verdict::Fatal,
+        Reason::Unauthorized,
+    ),
+    (403, "permission_error", Verdict::Fatal, Reason::Forbidden),
+    (404, "not_found_error", Verdict::Fatal, Reason::NotFound),
+    (
+        413,
+        "request_too_large",
+        Verdict::Fatal,
+        Reason::PayloadTooLarge,
+    ),
+    (
+        429,
+        "rate_limit_error",
+        Verdict::Retryable,
+        Reason::RateLimited,
+    ),
+    (500, "api_error", Verdict::Retryable, Reason::ServerError),
+    (504, "timeout_error", Verdict::Retryable, Reason::Timeout),
+    (
+        529,
+        "overloaded_error",
+        Verdict::Retryable,
+        Reason::Overloaded,
+    ),
+];
+
+/// An error event of `error_type` is classified as documented, and like the same body under
+/// its documented `status`.
+fn assert_like_the_same_error_body(
+    status: u16,
+    error_type: &str,
+    verdict: Verdict,
+    reason: Reason,
+) {
+    let body = format!(
+        r#"{{"type":"error","error":{{"type":"{error_type}","message":"..."}},"request_id":"req_1"}}"#
+    );
+    let outcome = error_of(&event("error", &body));
+    assert_eq!(outcome.verdict(), verdict, "{error_type}");
+    assert_eq!(outcome.reason(), reason, "{error_type}");
+    assert_eq!(
+        outcome.is_accepted(),
+        verdict == Verdict::Fatal,
+        "{error_type}"
+    );
+    assert_eq!(outcome, http_outcome(status, &body), "{error_type}");
+}
+
 #[test]
 fn an_anthropic_error_event_is_classified_like_the_same_error_body() {
     let overloaded =
@@ -216,54 +278,8 @@ fn an_anthropic_error_event_is_classified_like_the_same_error_body() {
     );
 
     // Each documented error type, as the same body under its documented status.
-    for (status, error_type, verdict, reason) in [
-        (
-            400,
-            "invalid_request_error",
-            Verdict::Fatal,
-            Reason::BadRequest,
-        ),
-        (
-            401,
-            "authentication_error",
-            Verdict::Fatal,
-            Reason::Unauthorized,
-        ),
-        (403, "permission_error", Verdict::Fatal, Reason::Forbidden),
-        (404, "not_found_error", Verdict::Fatal, Reason::NotFound),
-        (
-            413,
-            "request_too_large",
-            Verdict::Fatal,
-            Reason::PayloadTooLarge,
-        ),
-        (
-            429,
-            "rate_limit_error",
-            Verdict::Retryable,
-            Reason::RateLimited,
-        ),
-        (500, "api_error", Verdict::Retryable, Reason::ServerError),
-        (504, "timeout_error", Verdict::Retryable, Reason::Timeout),
-        (
-            529,
-            "overloaded_error",
-            Verdict::Retryable,
-            Reason::Overloaded,
-        ),
-    ] {
-        let body = format!(
-            r#"{{"type":"error","error":{{"type":"{error_type}","message":"..."}},"request_id":"req_1"}}"#
-        );
-        let outcome = error_of(&event("error", &body));
-        assert_eq!(outcome.verdict(), verdict, "{error_type}");
-        assert_eq!(outcome.reason(), reason, "{error_type}");
-        assert_eq!(
-            outcome.is_accepted(),
-            verdict == Verdict::Fatal,
-            "{error_type}"
-        );
-        assert_eq!(outcome, http_outcome(status, &body), "{error_type}");
+    for (status, error_type, verdict, reason) in ANTHROPIC_ERRORS {
+        assert_like_the_same_error_body(status, error_type, verdict, reason);
     }
     // The message names a generic fatal answer, as for a response.
     let too_long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;

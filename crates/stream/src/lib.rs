@@ -1,0 +1,99 @@
+//! A guard for the event streams of LLM APIs: an error before the first token is a clean retry,
+//! a stream that has delivered tokens is never restarted, and a stream that stalls is cut.
+//!
+//! # The problem
+//!
+//! Most LLM traffic is streamed (`text/event-stream`), and streams fail in two ways that status
+//! codes miss:
+//!
+//! - before any content: Anthropic answers `200` and then sends `event: error` with
+//!   `overloaded_error`; OpenAI-compatible servers send a `{"error": ...}` data frame. The status
+//!   said success, the provider said "overloaded". Read up to the first content event, such a
+//!   stream is a failure like a 529: retried under the budget and the deadline, and the caller
+//!   only ever sees a clean stream.
+//! - after content: the user has seen part of the answer. A retry would show it twice, so the
+//!   stream is never restarted: it ends with [`StreamInterrupted`], which says how many content
+//!   events and bytes were delivered and why it stopped (an error event, a reset, silence), or
+//!   it is continued by a [`Resume`] hook from what was received.
+//!
+//! SDK timeouts cover the time to the first byte; a stream that stalls half way hangs.
+//!
+//! # The rules
+//!
+//! [`open`] reads a stream up to its first content event and resolves to an [`Opening`]:
+//! [`Failed`](Opening::Failed) with the outcome of an error event, a reset or silence that came
+//! first (the retry engine replays the request), or [`Open`](Opening::Open) with a
+//! [`GuardedStream`] that hands the stream on whole, from its first byte. Which events are
+//! content is [`sse::classify_event`]'s answer, from the formats the providers document (OpenAI
+//! Chat Completions and Responses, Anthropic Messages, Gemini); error events are classified with
+//! the rules of error bodies ([`LlmClassifier`](stormguard_classify::LlmClassifier)).
+//!
+//! The guard has three timeouts, each off with `None` ([`StreamPolicy`]):
+//!
+//! - **first event** (60 s): until any event or comment arrives. Providers send an opening event
+//!   as soon as they admit the request (OpenAI's role chunk, Anthropic's `message_start`), long
+//!   before the first token of a slow model, so a minute of silence means a stuck request;
+//! - **idle** (60 s): between any two frames, keep-alive comments and `ping` events included
+//!   (they are life). Anthropic pings every few seconds, and a token stream sends many events a
+//!   second;
+//! - **progress** (300 s): between content events, pings *not* included: a stream that only
+//!   pings for five minutes delivers nothing, whatever its keep-alives say. Long enough for a
+//!   reasoning model's thinking before its first token.
+//!
+//! Before the first content event the request's own deadline bounds the wait as well. At most
+//! 1 MiB is held back before the first content event: a stream that sends more is handed on as
+//! it is (it is not an LLM's).
+//!
+//! # The format
+//!
+//! The [`sse`] module parses event streams after the WHATWG HTML Living Standard,
+//! "Server-sent events" (sections "Parsing an event stream" and "Interpreting an event stream"),
+//! incrementally, in bounded memory, and says where each event ends in the bytes.
+//!
+//! # Where it is used
+//!
+//! The retry engine (`stormguard-retry`'s `ClientLayer`) applies the guard to every
+//! `text/event-stream` success ([`is_event_stream`]) and hands the stream back as a
+//! [`ResponseBody::boxed`](stormguard_classify::body::ResponseBody::boxed) body, telling the
+//! circuit breaker how it ends ([`GuardedStream::with_at_end`]). The facade re-exports this
+//! crate as `stormguard::stream` and `stormguard::sse`.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use http_body_util::{BodyExt, Full};
+//! use stormguard_classify::Reason;
+//! use stormguard_stream::{Opening, StreamPolicy, open};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // Anthropic fails the request after its `200`, before any text: a retry is clean.
+//! let overloaded = "event: message_start\n\
+//!     data: {\"type\":\"message_start\",\"message\":{\"role\":\"assistant\",\"content\":[]}}\n\n\
+//!     event: error\n\
+//!     data: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+//! let body = Full::new(Bytes::from_static(overloaded.as_bytes()));
+//! let Opening::Failed { outcome, .. } = open(body, StreamPolicy::default()).await else {
+//!     panic!("an error before any content fails the opening");
+//! };
+//! assert!(outcome.is_retryable());
+//! assert_eq!(outcome.reason(), Reason::Overloaded);
+//!
+//! // A stream with content is handed on whole, from its first byte.
+//! let answer = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+//!     data: [DONE]\n\n";
+//! let body = Full::new(Bytes::from_static(answer.as_bytes()));
+//! let Opening::Open(stream) = open(body, StreamPolicy::default()).await else {
+//!     panic!("content opens the stream");
+//! };
+//! let read = stream.collect().await.map(|whole| whole.to_bytes());
+//! assert_eq!(read.ok().as_deref(), Some(answer.as_bytes()));
+//! # }
+//! ```
+
+mod guard;
+pub mod sse;
+
+pub use self::guard::{
+    GuardedStream, InterruptCause, OpenStream, Opening, Received, Resume, Resumed, ResumedBody,
+    StreamInterrupted, StreamPolicy, is_event_stream, open,
+};
