@@ -133,7 +133,10 @@ fn replica(redis: &Redis, prefix: &str, per_minute: u32, tokens: bool) -> RateLi
         .with_prefix(prefix)
         .with_timeout(TIMEOUT);
     let config = if tokens {
-        RateLimitConfig::default().with_tokens_per_minute(Some(per_minute))
+        // Weights may be corrected to the usage an answer reports: the usage test settles one.
+        RateLimitConfig::default()
+            .with_tokens_per_minute(Some(per_minute))
+            .with_usage_correction(true)
     } else {
         RateLimitConfig::default().with_requests_per_minute(Some(per_minute))
     };

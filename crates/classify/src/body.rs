@@ -18,6 +18,7 @@ use http::{HeaderMap, Response, response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
 
 use crate::{BoxError, Classify, ERROR_BODY_LIMIT, Outcome};
 
@@ -261,6 +262,31 @@ pin_project! {
         #[pin]
         kind: Kind<RB>,
         watch: Option<Box<Watch>>,
+        expiry: Option<Expiry>,
+    }
+}
+
+/// A deadline on a body's reading ([`ResponseBody::set_deadline`]).
+struct Expiry {
+    until: Instant,
+    error: fn() -> BoxError,
+    /// Made the first time the body has to wait: a body whose bytes are all there never
+    /// touches the timer wheel.
+    timer: Option<Pin<Box<Sleep>>>,
+    expired: bool,
+}
+
+impl Expiry {
+    /// Polled while the body waits: ready with the error once the deadline passes.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let until = self.until;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+        ready!(timer.as_mut().poll(cx));
+        self.expired = true;
+        self.timer = None;
+        Poll::Ready(Some(Err((self.error)())))
     }
 }
 
@@ -313,6 +339,7 @@ impl<RB: Body> ResponseBody<RB> {
         Self {
             kind: Kind::Inner { body },
             watch: None,
+            expiry: None,
         }
     }
 
@@ -323,6 +350,7 @@ impl<RB: Body> ResponseBody<RB> {
                 body: Full::new(bytes),
             },
             watch: None,
+            expiry: None,
         }
     }
 
@@ -337,6 +365,7 @@ impl<RB: Body> ResponseBody<RB> {
                 body: Mutex::new(Box::pin(body)),
             },
             watch: None,
+            expiry: None,
         }
     }
 
@@ -347,6 +376,7 @@ impl<RB: Body> ResponseBody<RB> {
                 body: PartialBody::new(read, Tail::Open, rest),
             },
             watch: None,
+            expiry: None,
         }
     }
 
@@ -363,6 +393,19 @@ impl<RB: Body> ResponseBody<RB> {
             at_end: Some(Box::new(at_end)),
         }));
         self
+    }
+
+    /// Bounds the reading of this body by `until`: a body still waiting for its next frame then
+    /// ends with the error `error` makes (the retry engine's: the request's deadline passed), and
+    /// nothing after it. The deadline is checked whenever the body has to wait, so bytes that are
+    /// there already are read to their end.
+    pub fn set_deadline(&mut self, until: Instant, error: fn() -> BoxError) {
+        self.expiry = Some(Expiry {
+            until,
+            error,
+            timer: None,
+            expired: false,
+        });
     }
 
     /// Whether the start of this body was read to classify the response (it still yields every
@@ -392,6 +435,9 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
+        if this.expiry.as_ref().is_some_and(|expiry| expiry.expired) {
+            return Poll::Ready(None);
+        }
         let polled = match this.kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx).map_err(Into::into),
             KindProj::Read { body } => Pin::new(body).poll_frame(cx).map_err(Into::into),
@@ -403,6 +449,10 @@ where
                 .unwrap_or_else(PoisonError::into_inner)
                 .as_mut()
                 .poll_frame(cx),
+        };
+        let polled = match (polled, this.expiry) {
+            (Poll::Pending, Some(expiry)) => expiry.poll(cx),
+            (polled, _) => polled,
         };
         if let Some(watch) = this.watch {
             match &polled {
@@ -428,6 +478,9 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.expiry.as_ref().is_some_and(|expiry| expiry.expired) {
+            return true;
+        }
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Read { body } => body.is_end_stream(),
@@ -528,6 +581,7 @@ impl<RB: Body<Data = Bytes>, C: Classify> Future for ClassifyResponse<RB, C> {
                         body: PartialBody::new(read, tail, rest),
                     },
                     watch: None,
+                    expiry: None,
                 };
                 Poll::Ready((Response::from_parts(parts, body), outcome))
             }

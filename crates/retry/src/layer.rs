@@ -18,6 +18,8 @@ use stormguard_stream::{Resume, StreamPolicy};
 use tower_layer::Layer;
 
 use crate::ClientService;
+use crate::admission::Guards;
+use crate::policy::RetryPolicy;
 
 /// Default number of attempts per request, the first one included: 3, the per-request limit of
 /// the Google SRE book ("Handling Overload": "implement a per-request retry budget of up to three
@@ -38,15 +40,12 @@ pub(crate) type SharedTimeout = Arc<dyn TimeoutSource + Send + Sync>;
 #[derive(Clone)]
 pub(crate) struct Config<C, Bk> {
     pub(crate) classifier: C,
-    pub(crate) budget: RetryBudget,
-    pub(crate) backoff: Bk,
-    pub(crate) hint_policy: HintPolicy,
-    pub(crate) max_attempts: u32,
+    /// Whether and when a failure is retried.
+    pub(crate) policy: RetryPolicy<Bk>,
+    /// What admits each attempt.
+    pub(crate) guards: Guards,
     pub(crate) max_replay_body: usize,
-    pub(crate) throttle: Option<AdaptiveThrottle>,
-    pub(crate) breaker: Option<CircuitBreaker>,
     pub(crate) fallback: Option<Fallback>,
-    pub(crate) rate_limit: Option<RateLimit>,
     pub(crate) timeout: Option<SharedTimeout>,
     pub(crate) margin: Duration,
     pub(crate) propagation: bool,
@@ -121,15 +120,19 @@ impl Default for ClientLayer {
     fn default() -> Self {
         Self::from_config(Config {
             classifier: LlmClassifier::default(),
-            budget: RetryBudget::default(),
-            backoff: FullJitter::default(),
-            hint_policy: HintPolicy::default(),
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            policy: RetryPolicy {
+                budget: RetryBudget::default(),
+                backoff: FullJitter::default(),
+                hint_policy: HintPolicy::default(),
+                max_attempts: DEFAULT_MAX_ATTEMPTS,
+            },
+            guards: Guards {
+                rate_limit: None,
+                breaker: None,
+                throttle: Some(AdaptiveThrottle::default()),
+            },
             max_replay_body: DEFAULT_MAX_REPLAY_BODY,
-            throttle: Some(AdaptiveThrottle::default()),
-            breaker: None,
             fallback: None,
-            rate_limit: None,
             timeout: Some(Arc::new(DEFAULT_TIMEOUT)),
             margin: DEFAULT_MARGIN,
             propagation: true,
@@ -167,7 +170,7 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// `classifier` (for the retry decision and the throttle alike).
     pub fn with_classifier<C2: Classify>(self, classifier: C2) -> ClientLayer<C2, Bk> {
         let config = Arc::unwrap_or_clone(self.config);
-        let backoff = config.backoff.clone();
+        let backoff = config.policy.backoff.clone();
         ClientLayer::from_config(config.retyped(classifier, backoff))
     }
 
@@ -181,18 +184,18 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// Draw retries from `budget` (and deposit successes into it). Pass clones of one budget to
     /// every layer that talks to the same backend so that they share it.
     pub fn with_budget(self, budget: RetryBudget) -> Self {
-        self.change(|config| config.budget = budget)
+        self.change(|config| config.policy.budget = budget)
     }
 
     /// Turn server hints (`retry-after` and friends) into delays with `policy`; a hint above
     /// [`policy.max()`](HintPolicy::max) is not retried.
     pub fn with_hint_policy(self, policy: HintPolicy) -> Self {
-        self.change(|config| config.hint_policy = policy)
+        self.change(|config| config.policy.hint_policy = policy)
     }
 
     /// Send each request at most `attempts` times, the first included (0 counts as 1: no retry).
     pub fn with_max_attempts(self, attempts: u32) -> Self {
-        self.change(|config| config.max_attempts = attempts.max(1))
+        self.change(|config| config.policy.max_attempts = attempts.max(1))
     }
 
     /// Buffer and replay request bodies of up to `bytes` bytes; bigger ones are sent once.
@@ -202,12 +205,12 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
 
     /// Throttle every attempt with `throttle` (shared state: one per backend).
     pub fn with_throttle(self, throttle: AdaptiveThrottle) -> Self {
-        self.change(|config| config.throttle = Some(throttle))
+        self.change(|config| config.guards.throttle = Some(throttle))
     }
 
     /// No adaptive throttle: every attempt the retry rules allow is sent.
     pub fn without_throttle(self) -> Self {
-        self.change(|config| config.throttle = None)
+        self.change(|config| config.guards.throttle = None)
     }
 
     /// Ask `breaker` (shared state: one per backend) before every attempt, after the deadline and
@@ -218,7 +221,7 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// with it, an attempt in flight when the deadline passes as a timeout, and an attempt a
     /// stall cuts ends the request the same way as a refusal.
     pub fn with_breaker(self, breaker: CircuitBreaker) -> Self {
-        self.change(|config| config.breaker = Some(breaker))
+        self.change(|config| config.guards.breaker = Some(breaker))
     }
 
     /// Answer the requests the breaker refuses or cuts with `fallback` (its response has a
@@ -236,7 +239,7 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// tokens by their buffered body (prompt and `max_tokens`) when the limit counts tokens, and
     /// every answer is shown to it, so that it learns the provider's limits.
     pub fn with_rate_limit(self, limit: RateLimit) -> Self {
-        self.change(|config| config.rate_limit = Some(limit))
+        self.change(|config| config.guards.rate_limit = Some(limit))
     }
 
     /// One fixed deadline of `timeout` for each request, across all its attempts.
@@ -321,12 +324,12 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// The retry budget, shared by every service this layer builds (for its
     /// [`snapshot`](RetryBudget::snapshot)).
     pub fn budget(&self) -> &RetryBudget {
-        &self.config.budget
+        &self.config.policy.budget
     }
 
     /// The backoff.
     pub fn backoff(&self) -> &Bk {
-        &self.config.backoff
+        &self.config.policy.backoff
     }
 
     /// The name given with [`with_name`](Self::with_name).
@@ -336,12 +339,12 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
 
     /// The hint policy.
     pub fn hint_policy(&self) -> &HintPolicy {
-        &self.config.hint_policy
+        &self.config.policy.hint_policy
     }
 
     /// Most attempts per request, the first included.
     pub fn max_attempts(&self) -> u32 {
-        self.config.max_attempts
+        self.config.policy.max_attempts
     }
 
     /// Largest request body buffered for replay.
@@ -352,18 +355,18 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// The adaptive throttle, shared by every service this layer builds (for its
     /// [`snapshot`](AdaptiveThrottle::snapshot)); `None` without one.
     pub fn throttle(&self) -> Option<&AdaptiveThrottle> {
-        self.config.throttle.as_ref()
+        self.config.guards.throttle.as_ref()
     }
 
     /// The circuit breaker, shared by every service this layer builds (for its
     /// [`snapshot`](CircuitBreaker::snapshot)); `None` without one.
     pub fn breaker(&self) -> Option<&CircuitBreaker> {
-        self.config.breaker.as_ref()
+        self.config.guards.breaker.as_ref()
     }
 
     /// The rate limit, shared by every service this layer builds; `None` without one.
     pub fn rate_limit(&self) -> Option<&RateLimit> {
-        self.config.rate_limit.as_ref()
+        self.config.guards.rate_limit.as_ref()
     }
 
     /// The fallback for refused requests, if any.
@@ -385,17 +388,23 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
 impl<C, Bk> Config<C, Bk> {
     /// The same configuration with another classifier and backoff (and so, maybe, other types).
     fn retyped<C2, Bk2>(self, classifier: C2, backoff: Bk2) -> Config<C2, Bk2> {
+        let RetryPolicy {
+            budget,
+            hint_policy,
+            max_attempts,
+            ..
+        } = self.policy;
         Config {
             classifier,
-            budget: self.budget,
-            backoff,
-            hint_policy: self.hint_policy,
-            max_attempts: self.max_attempts,
+            policy: RetryPolicy {
+                budget,
+                backoff,
+                hint_policy,
+                max_attempts,
+            },
+            guards: self.guards,
             max_replay_body: self.max_replay_body,
-            throttle: self.throttle,
-            breaker: self.breaker,
             fallback: self.fallback,
-            rate_limit: self.rate_limit,
             timeout: self.timeout,
             margin: self.margin,
             propagation: self.propagation,
@@ -433,15 +442,15 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Config<C, Bk> {
         f.debug_struct("ClientConfig")
             .field("name", &self.name)
             .field("classifier", &self.classifier)
-            .field("budget", &self.budget)
-            .field("backoff", &self.backoff)
-            .field("hint_policy", &self.hint_policy)
-            .field("max_attempts", &self.max_attempts)
+            .field("budget", &self.policy.budget)
+            .field("backoff", &self.policy.backoff)
+            .field("hint_policy", &self.policy.hint_policy)
+            .field("max_attempts", &self.policy.max_attempts)
             .field("max_replay_body", &self.max_replay_body)
-            .field("throttle", &self.throttle)
-            .field("breaker", &self.breaker)
+            .field("throttle", &self.guards.throttle)
+            .field("breaker", &self.guards.breaker)
             .field("fallback", &self.fallback.is_some())
-            .field("rate_limit", &self.rate_limit)
+            .field("rate_limit", &self.guards.rate_limit)
             .field("timeout", &self.timeout.is_some())
             .field("margin", &self.margin)
             .field("propagation", &self.propagation)

@@ -126,21 +126,25 @@
 //! # }
 //! ```
 
+mod admission;
 mod attempt;
 mod body;
 mod error;
 mod future;
+mod headers;
 mod layer;
 pub mod log;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod observe;
+mod policy;
 mod service;
+mod template;
 
-pub use attempt::{ensure_idempotency_key, is_idempotent, stamp_attempt};
 pub use body::ReplayBody;
 pub use error::{Error, FailedAnswer, GiveUpCause};
 pub use future::ResponseFuture;
+pub use headers::{ensure_idempotency_key, is_idempotent, stamp_attempt};
 pub use layer::{ClientLayer, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY};
 pub use log::SUMMARY_EVERY;
 pub use service::ClientService;

@@ -20,6 +20,7 @@ use tracing::Span;
 use tracing::field::Empty;
 use tracing::span::EnteredSpan;
 
+use crate::admission::Guards;
 use crate::error::{Error, FailedAnswer, GiveUpCause};
 use crate::log::{self, Quiet};
 
@@ -196,9 +197,60 @@ impl Watch {
         self.meter.finished(attempts, outcome, error_type);
     }
 
+    /// The guards' state after an attempt was admitted, refused or answered: the throttle's
+    /// drop probability and the breaker's state, for the metrics.
+    pub(crate) fn health(&self, guards: &Guards) {
+        #[cfg(feature = "metrics")]
+        self.meter
+            .health(guards.throttle.as_ref(), guards.breaker.as_ref());
+        #[cfg(not(feature = "metrics"))]
+        let _ = guards;
+    }
+
+    /// The rate limit gave the attempt a slot that starts at `start`.
+    pub(crate) fn paced(&self, start: tokio::time::Instant, guards: &Guards) {
+        #[cfg(feature = "metrics")]
+        if let Some(limit) = &guards.rate_limit {
+            let wait = start.saturating_duration_since(tokio::time::Instant::now());
+            self.meter.paced(wait, limit);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (start, guards);
+    }
+
+    /// An attempt's event stream failed before its first content.
+    pub(crate) fn stream_failed(&self) {
+        #[cfg(feature = "metrics")]
+        self.meter.stream_failed();
+    }
+
+    /// What counts how an event stream handed back ends.
+    pub(crate) fn stream_end(&self) -> StreamEnd {
+        StreamEnd {
+            #[cfg(feature = "metrics")]
+            count: self.meter.stream_end(),
+        }
+    }
+}
+
+/// Counts how one event stream ends (feature `metrics`; nothing without it).
+pub(crate) struct StreamEnd {
     #[cfg(feature = "metrics")]
-    pub(crate) fn meter(&self) -> &meter::Meter {
-        &self.meter
+    count: meter::StreamCount,
+}
+
+impl StreamEnd {
+    /// Whether there is anything to count.
+    pub(crate) fn counts(&self) -> bool {
+        cfg!(feature = "metrics")
+    }
+
+    /// The stream ended with `outcome`.
+    pub(crate) fn ended(self, outcome: &Outcome) {
+        #[cfg(feature = "metrics")]
+        self.count.ended(outcome);
+        #[cfg(not(feature = "metrics"))]
+        let _ = outcome;
     }
 }
 
@@ -309,7 +361,7 @@ pub(crate) mod meter {
         }
 
         /// The throttle's and the breaker's state, as of now.
-        pub(crate) fn health(
+        pub(super) fn health(
             &self,
             throttle: Option<&AdaptiveThrottle>,
             breaker: Option<&CircuitBreaker>,
@@ -329,7 +381,7 @@ pub(crate) mod meter {
         }
 
         /// The rate limit admitted an attempt after `wait`.
-        pub(crate) fn paced(&self, wait: Duration, limit: &RateLimit) {
+        pub(super) fn paced(&self, wait: Duration, limit: &RateLimit) {
             histogram!(RATE_LIMIT_WAIT, PROVIDER => self.provider.clone())
                 .record(wait.as_secs_f64());
             let snapshot = limit.snapshot();
@@ -349,26 +401,37 @@ pub(crate) mod meter {
         }
 
         /// An attempt's stream failed before its first content.
-        pub(crate) fn stream_failed(&self) {
+        pub(super) fn stream_failed(&self) {
             counter!(STREAMS, PROVIDER => self.provider.clone(), "outcome" => "failed_before_content")
                 .increment(1);
         }
 
         /// What counts a stream's end.
-        pub(crate) fn stream_end(&self) -> impl FnOnce(&Outcome) + Send + Sync + 'static {
-            let provider = self.provider.clone();
-            move |outcome: &Outcome| {
-                if outcome.is_success() {
-                    counter!(STREAMS, PROVIDER => provider, "outcome" => "complete").increment(1);
-                } else {
-                    counter!(
-                        STREAMS,
-                        PROVIDER => provider,
-                        "outcome" => "interrupted",
-                        ERROR_TYPE => outcome.reason().as_str()
-                    )
-                    .increment(1);
-                }
+        pub(super) fn stream_end(&self) -> StreamCount {
+            StreamCount {
+                provider: self.provider.clone(),
+            }
+        }
+    }
+
+    /// Counts one stream's end, under its provider's label.
+    pub(crate) struct StreamCount {
+        provider: SharedString,
+    }
+
+    impl StreamCount {
+        pub(crate) fn ended(self, outcome: &Outcome) {
+            let provider = self.provider;
+            if outcome.is_success() {
+                counter!(STREAMS, PROVIDER => provider, "outcome" => "complete").increment(1);
+            } else {
+                counter!(
+                    STREAMS,
+                    PROVIDER => provider,
+                    "outcome" => "interrupted",
+                    ERROR_TYPE => outcome.reason().as_str()
+                )
+                .increment(1);
             }
         }
     }

@@ -23,7 +23,7 @@ use stormguard::deadline::DeadlineExceeded;
 use stormguard::jitter::Constant;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 use stormguard::{ClientLayer, GiveUpCause};
-use stormguard_classify::chain;
+use stormguard_classify::{chain, outcome_of};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -175,11 +175,11 @@ fn chain_has<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 's
 
 /// A 200 whose body stalls after 10 of its announced 100 bytes: the response is a success, handed
 /// to the caller as soon as its head arrives (well within the deadline), and its first 10 bytes
-/// are readable. The deadline covers getting the response, not reading its body (a stream may
-/// legitimately run longer): the rest of the body is the caller's to bound, and it does not end
-/// by itself. Never retried.
+/// are readable. The deadline holds to the body's last byte: at the 2 s deadline the stalled body
+/// ends with `DeadlineExceeded` (its outcome `deadline_exceeded`), and nothing after it. Never
+/// retried.
 #[tokio::test]
-async fn a_200_that_stalls_mid_body_is_handed_over_and_its_body_is_the_callers_to_bound() {
+async fn a_200_that_stalls_mid_body_is_handed_over_and_its_body_ends_at_the_deadline() {
     let (address, requests) = write_then_stall(
         b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\ncontent-type: application/json\r\n\r\n0123456789",
     )
@@ -203,9 +203,19 @@ async fn a_200_that_stalls_mid_body_is_handed_over_and_its_body_is_the_callers_t
         first.into_data().unwrap(),
         Bytes::from_static(b"0123456789")
     );
-    // Past the deadline, the body is still open: stormguard does not cut it.
-    let rest = tokio::time::timeout(DEADLINE + Duration::from_millis(500), body.frame()).await;
-    assert!(rest.is_err(), "the stalled body ended: {rest:?}");
+    let cut = tokio::time::timeout(HANG, body.frame()).await.unwrap();
+    let ended = started.elapsed();
+    let error = cut.unwrap().unwrap_err();
+    assert_eq!(
+        outcome_of(&*error).map(|outcome| outcome.reason()),
+        Some(Reason::DeadlineExceeded)
+    );
+    assert!(chain_has::<DeadlineExceeded>(&*error), "{error:?}");
+    assert!(
+        ended >= DEADLINE && ended < DEADLINE + Duration::from_millis(500),
+        "cut after {ended:?}"
+    );
+    assert!(body.frame().await.is_none());
     assert_eq!(requests.load(Ordering::SeqCst), 1);
     assert_eq!(setup.budget.snapshot().deposits, 1);
     assert_eq!(setup.budget.snapshot().withdrawals, 0);

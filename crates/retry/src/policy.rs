@@ -1,0 +1,403 @@
+//! Whether and when a failed attempt is retried: the engine's policy, kept apart from how the
+//! request moves (the [future](crate::ResponseFuture)), as tower keeps its `Policy` apart from its
+//! retry future. Plain values and functions: everything here is decided without a service.
+//!
+//! A retryable failure is retried only if every check passes, cheapest first and the one with a
+//! side effect last:
+//!
+//! 1. this layer may send the request again at all (its body was buffered, more than one attempt
+//!    is allowed): otherwise the decision is the caller's;
+//! 2. fewer than `max_attempts` attempts were sent;
+//! 3. the breaker is not open: when it is (this failure may have opened it), the retry goes at
+//!    once and draws nothing from the budget, to be refused and answered by the fallback, or
+//!    moved elsewhere by a failover above;
+//! 4. the delay: the server's hint through the [`HintPolicy`] (a hint above its maximum ends the
+//!    request), else the next delay of the backoff schedule;
+//! 5. the deadline: the retry must start after its delay and still have as long as the last
+//!    attempt took;
+//! 6. the budget grants a withdrawal ([`Grant`]).
+
+use std::time::Duration;
+
+use stormguard_budget::{RetryBudget, Withdrawal};
+use stormguard_classify::{Outcome, Reason};
+use stormguard_jitter::{Backoff, HintDecision, HintPolicy};
+use tokio::time::Instant;
+
+use crate::error::GiveUpCause;
+
+/// The settings of the retry decision, shared by every request of a layer.
+#[derive(Clone, Debug)]
+pub(crate) struct RetryPolicy<Bk> {
+    pub(crate) budget: RetryBudget,
+    pub(crate) backoff: Bk,
+    pub(crate) hint_policy: HintPolicy,
+    /// Most attempts per request, the first included (at least 1).
+    pub(crate) max_attempts: u32,
+}
+
+/// What the policy remembers of one request between its attempts.
+pub(crate) struct Retries<S> {
+    /// The backoff schedule, made on the first retry (a request that succeeds never needs one).
+    schedule: Option<S>,
+    /// How long the last finished attempt took: a retry must have as long before the deadline.
+    last_attempt: Duration,
+}
+
+/// A failed attempt, as the policy is asked about it.
+pub(crate) struct Failed<'a> {
+    pub(crate) outcome: &'a Outcome,
+    /// Attempts sent so far, the failed one included.
+    pub(crate) sent: u32,
+    /// Whether this layer can send the request again (its body was buffered).
+    pub(crate) replayable: bool,
+    /// Whether the backend's breaker is open now.
+    pub(crate) breaker_open: bool,
+    pub(crate) deadline: Option<Instant>,
+}
+
+/// The policy's answer.
+pub(crate) enum Decision {
+    /// Retry after `delay`, with the budget's grant for it (none when the breaker is open: the
+    /// retry is sent only to be refused).
+    Retry {
+        delay: Duration,
+        grant: Option<Grant>,
+    },
+    /// This layer cannot send the request again: the decision is the caller's.
+    NotReplayable,
+    /// Not retried, for this cause: the failure is final.
+    GiveUp(GiveUpCause),
+}
+
+impl<Bk: Backoff> RetryPolicy<Bk> {
+    /// Whether this layer may ever send a request more than once.
+    pub(crate) fn may_retry(&self) -> bool {
+        self.max_attempts > 1
+    }
+
+    /// A success: it deposits into the budget that retries draw from.
+    pub(crate) fn succeeded(&self) {
+        self.budget.deposit();
+    }
+
+    /// Whether the retryable failure `failed` is retried, and after how long.
+    pub(crate) fn decide(
+        &self,
+        retries: &mut Retries<Bk::Schedule>,
+        failed: &Failed<'_>,
+    ) -> Decision {
+        if !failed.replayable || !self.may_retry() {
+            return Decision::NotReplayable;
+        }
+        if failed.sent >= self.max_attempts {
+            return Decision::GiveUp(GiveUpCause::AttemptsExhausted);
+        }
+        if failed.breaker_open {
+            let delay = Duration::ZERO;
+            return Decision::Retry { delay, grant: None };
+        }
+        let delay = match failed.outcome.retry_after() {
+            Some(hint) => match self.hint_policy.apply(hint) {
+                HintDecision::RetryAfter(delay) => delay,
+                HintDecision::TooLong { .. } => return Decision::GiveUp(GiveUpCause::HintTooLong),
+            },
+            None => retries.next_delay(&self.backoff),
+        };
+        if !fits(failed.deadline, delay, retries.last_attempt) {
+            return Decision::GiveUp(GiveUpCause::Deadline);
+        }
+        match self.budget.try_withdraw() {
+            Some(withdrawal) => Decision::Retry {
+                delay,
+                grant: Some(Grant::new(self.budget.clone(), withdrawal)),
+            },
+            None => Decision::GiveUp(GiveUpCause::BudgetExhausted),
+        }
+    }
+}
+
+impl<S> Retries<S> {
+    pub(crate) fn new() -> Self {
+        Self {
+            schedule: None,
+            last_attempt: Duration::ZERO,
+        }
+    }
+
+    /// An attempt finished after `took`.
+    pub(crate) fn attempt_took(&mut self, took: Duration) {
+        self.last_attempt = took;
+    }
+
+    fn next_delay<Bk: Backoff<Schedule = S>>(&mut self, backoff: &Bk) -> Duration
+    where
+        S: Iterator<Item = Duration>,
+    {
+        let schedule = self.schedule.get_or_insert_with(|| backoff.schedule());
+        schedule.next().unwrap_or_else(|| backoff.cap())
+    }
+}
+
+/// Whether an attempt that starts after `delay` and takes `attempt` ends before `deadline`: the
+/// engine never sleeps past the deadline and never starts an attempt it cannot finish.
+fn fits(deadline: Option<Instant>, delay: Duration, attempt: Duration) -> bool {
+    let Some(deadline) = deadline else {
+        return true;
+    };
+    Instant::now()
+        .checked_add(delay)
+        .and_then(|start| start.checked_add(attempt))
+        .is_some_and(|finish| finish < deadline)
+}
+
+/// A retry the budget granted. Dropped before it is [sent](Self::send) (the caller gave up
+/// during the backoff, the service failed to get ready, a guard refused the retry), it is given
+/// back; once sent it is spent, unless the attempt's outcome shows that a layer below refused it
+/// locally ([`settle`](Self::settle)): it never reached the backend.
+pub(crate) struct Grant {
+    budget: RetryBudget,
+    /// Taken when the grant is spent or given back.
+    withdrawal: Option<Withdrawal>,
+    sent: bool,
+}
+
+impl Grant {
+    fn new(budget: RetryBudget, withdrawal: Withdrawal) -> Self {
+        Self {
+            budget,
+            withdrawal: Some(withdrawal),
+            sent: false,
+        }
+    }
+
+    /// The retry was handed to the service.
+    pub(crate) fn send(&mut self) {
+        self.sent = true;
+    }
+
+    /// The retry's attempt ended with `outcome`: given back if a layer below refused it on its
+    /// side of the network, spent otherwise.
+    pub(crate) fn settle(mut self, outcome: &Outcome) {
+        if refused_below(outcome) {
+            self.give_back();
+        }
+        self.withdrawal = None;
+    }
+
+    fn give_back(&mut self) {
+        if let Some(withdrawal) = self.withdrawal.take() {
+            self.budget.refund(withdrawal);
+        }
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if !self.sent {
+            self.give_back();
+        }
+    }
+}
+
+/// Whether `outcome` is a layer below refusing the attempt before it left the process.
+fn refused_below(outcome: &Outcome) -> bool {
+    matches!(
+        outcome.reason(),
+        Reason::Throttled | Reason::BreakerOpen | Reason::BulkheadFull | Reason::RateLimitedLocally
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use stormguard_jitter::{Constant, FullJitter};
+
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn policy(max_attempts: u32) -> RetryPolicy<Constant> {
+        RetryPolicy {
+            // 10 retries a second for free: the budget grants until it is drained.
+            budget: RetryBudget::new(Duration::from_secs(10), 1, 0.0),
+            backoff: Constant::new(SECOND),
+            hint_policy: HintPolicy::default(),
+            max_attempts,
+        }
+    }
+
+    fn failed(outcome: &Outcome, sent: u32) -> Failed<'_> {
+        Failed {
+            outcome,
+            sent,
+            replayable: true,
+            breaker_open: false,
+            deadline: None,
+        }
+    }
+
+    fn delay(decision: &Decision) -> Option<Duration> {
+        match decision {
+            Decision::Retry { delay, .. } => Some(*delay),
+            _ => None,
+        }
+    }
+
+    fn cause(decision: &Decision) -> Option<GiveUpCause> {
+        match decision {
+            Decision::GiveUp(cause) => Some(*cause),
+            _ => None,
+        }
+    }
+
+    const UNAVAILABLE: Outcome = Outcome::retryable(Reason::Unavailable).with_accepted(false);
+
+    #[tokio::test(start_paused = true)]
+    async fn attempts_are_counted_against_the_maximum() {
+        let policy = policy(3);
+        let mut retries = Retries::new();
+        assert_eq!(
+            delay(&policy.decide(&mut retries, &failed(&UNAVAILABLE, 1))),
+            Some(SECOND)
+        );
+        assert_eq!(
+            delay(&policy.decide(&mut retries, &failed(&UNAVAILABLE, 2))),
+            Some(SECOND)
+        );
+        let third = policy.decide(&mut retries, &failed(&UNAVAILABLE, 3));
+        assert_eq!(cause(&third), Some(GiveUpCause::AttemptsExhausted));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_sent_once_or_one_attempt_leaves_the_decision_to_the_caller() {
+        let mut retries = Retries::new();
+        let once = Failed {
+            replayable: false,
+            ..failed(&UNAVAILABLE, 1)
+        };
+        assert!(matches!(
+            policy(3).decide(&mut retries, &once),
+            Decision::NotReplayable
+        ));
+        let single = policy(1).decide(&mut retries, &failed(&UNAVAILABLE, 1));
+        assert!(matches!(single, Decision::NotReplayable));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hint_replaces_the_backoff_and_one_above_the_maximum_ends_the_request() {
+        let policy = policy(3);
+        let mut retries = Retries::new();
+        let hinted = UNAVAILABLE.with_retry_after(Some(Duration::from_secs(3)));
+        let waited = delay(&policy.decide(&mut retries, &failed(&hinted, 1))).unwrap_or_default();
+        // The hint policy adds up to 10% of jitter, never less than asked.
+        assert!(waited >= Duration::from_secs(3) && waited <= Duration::from_millis(3_300));
+        let too_long = UNAVAILABLE.with_retry_after(Some(Duration::from_secs(61)));
+        let decision = policy.decide(&mut retries, &failed(&too_long, 1));
+        assert_eq!(cause(&decision), Some(GiveUpCause::HintTooLong));
+    }
+
+    /// 10 s left: a 1 s delay and a last attempt of 8 s fit (9 s), one of 9 s does not (10 s is
+    /// not before the deadline).
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_must_fit_its_delay_and_the_last_attempt_before_the_deadline() {
+        let policy = policy(3);
+        let deadline = Some(Instant::now() + Duration::from_secs(10));
+        let mut retries = Retries::new();
+        retries.attempt_took(Duration::from_secs(8));
+        let within = Failed {
+            deadline,
+            ..failed(&UNAVAILABLE, 1)
+        };
+        assert_eq!(delay(&policy.decide(&mut retries, &within)), Some(SECOND));
+        retries.attempt_took(Duration::from_secs(9));
+        let decision = policy.decide(&mut retries, &within);
+        assert_eq!(cause(&decision), Some(GiveUpCause::Deadline));
+    }
+
+    /// An open breaker: the retry goes at once and draws nothing, even from a spent budget.
+    #[tokio::test(start_paused = true)]
+    async fn an_open_breaker_sends_the_retry_at_once_without_a_grant() {
+        let policy = policy(3);
+        while policy.budget.try_withdraw().is_some() {}
+        let mut retries = Retries::new();
+        let open = Failed {
+            breaker_open: true,
+            ..failed(&UNAVAILABLE, 1)
+        };
+        let decision = policy.decide(&mut retries, &open);
+        assert!(matches!(
+            decision,
+            Decision::Retry {
+                delay: Duration::ZERO,
+                grant: None
+            }
+        ));
+        let closed = policy.decide(&mut retries, &failed(&UNAVAILABLE, 1));
+        assert_eq!(cause(&closed), Some(GiveUpCause::BudgetExhausted));
+    }
+
+    /// The budget is asked last: a retry the other checks rule out withdraws nothing.
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_is_asked_last_and_only_for_a_retry_that_goes() {
+        let policy = policy(2);
+        let mut retries = Retries::new();
+        let _ = policy.decide(&mut retries, &failed(&UNAVAILABLE, 2));
+        let too_long = UNAVAILABLE.with_retry_after(Some(Duration::from_secs(61)));
+        let _ = policy.decide(&mut retries, &failed(&too_long, 1));
+        assert_eq!(policy.budget.snapshot().withdrawals, 0);
+        let granted = policy.decide(&mut retries, &failed(&UNAVAILABLE, 1));
+        assert_eq!(policy.budget.snapshot().withdrawals, 1);
+        drop(granted);
+    }
+
+    /// A grant is given back unless it was sent, and, sent, unless a layer below refused it.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_is_given_back_unsent_or_refused_below_and_spent_otherwise() {
+        let policy = policy(3);
+        let mut retries = Retries::new();
+        let mut grant = || match policy.decide(&mut retries, &failed(&UNAVAILABLE, 1)) {
+            Decision::Retry { grant, .. } => grant.expect("a grant"),
+            _ => panic!("not retried"),
+        };
+        drop(grant());
+        assert_eq!(policy.budget.snapshot().withdrawals, 0);
+
+        let mut refused = grant();
+        refused.send();
+        refused.settle(&Outcome::fatal(Reason::Throttled).with_accepted(false));
+        assert_eq!(policy.budget.snapshot().withdrawals, 0);
+
+        let mut sent = grant();
+        sent.send();
+        drop(sent);
+        let mut answered = grant();
+        answered.send();
+        answered.settle(&UNAVAILABLE);
+        assert_eq!(policy.budget.snapshot().withdrawals, 2);
+    }
+
+    /// One schedule per request: the n-th retry's delay is drawn under `base * 2^n`, so delays
+    /// above the base show that the schedule moved on from one retry to the next.
+    #[tokio::test(start_paused = true)]
+    async fn the_backoff_schedule_is_made_once_per_request() {
+        let cap = Duration::from_secs(8);
+        let policy = RetryPolicy {
+            backoff: FullJitter::new(SECOND, cap).with_seed(3),
+            budget: RetryBudget::new(Duration::from_secs(10), 10, 0.0),
+            hint_policy: HintPolicy::default(),
+            max_attempts: 10,
+        };
+        let mut retries = Retries::new();
+        let delays: Vec<Duration> = (1..9)
+            .filter_map(|sent| delay(&policy.decide(&mut retries, &failed(&UNAVAILABLE, sent))))
+            .collect();
+        assert_eq!(delays.len(), 8);
+        for (n, delay) in delays.iter().enumerate() {
+            assert!(
+                *delay <= (SECOND * (1 << n)).min(cap),
+                "retry {n}: {delay:?}"
+            );
+        }
+        assert!(delays.iter().any(|delay| *delay > SECOND), "{delays:?}");
+    }
+}

@@ -1,0 +1,126 @@
+//! What each attempt of a request is made from ([`Origin`], [`Template`]), and what it carries
+//! ([`Stamp`]).
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, Request};
+use stormguard_classify::body::{PartialBody, Tail};
+use stormguard_deadline::{Deadline, TokenEstimate, propagate};
+use tokio::time::Instant;
+
+use crate::body::ReplayBody;
+use crate::headers::stamp_attempt;
+use crate::layer::SharedTimeout;
+
+/// How a request's attempts are made.
+// One per request, never moved once made: the template stays inline, the rarer head is boxed.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Origin {
+    /// Rebuilt, each one, from the head and body buffered before the first.
+    Replay(Template),
+    /// Sent once, as it came (its body too large or endless to buffer); its head is kept only
+    /// for a breaker's fallback, which answers from it.
+    Once(Option<Box<Parts>>),
+}
+
+/// A request's head and buffered body, from which each attempt is rebuilt.
+pub(crate) struct Template {
+    pub(crate) head: Parts,
+    pub(crate) body: Bytes,
+    /// Request trailers, if the body had any (replayed after the bytes).
+    pub(crate) trailers: Option<HeaderMap>,
+    /// The request's weight in tokens for a rate limit, estimated once from the body.
+    tokens: Option<u64>,
+}
+
+impl Origin {
+    /// Whether this layer can send the request again.
+    pub(crate) fn is_replay(&self) -> bool {
+        matches!(self, Self::Replay(_))
+    }
+
+    /// The request's head as the caller sent it, if it was kept.
+    pub(crate) fn head(&self) -> Option<&Parts> {
+        match self {
+            Self::Replay(template) => Some(&template.head),
+            Self::Once(head) => head.as_deref(),
+        }
+    }
+
+    /// The request's weight in tokens, from its buffered body (none: an empty one).
+    pub(crate) fn tokens(&mut self) -> u64 {
+        match self {
+            Self::Replay(template) => *template
+                .tokens
+                .get_or_insert_with(|| TokenEstimate::of(&template.body).total()),
+            Self::Once(_) => TokenEstimate::of(&[]).total(),
+        }
+    }
+}
+
+impl Template {
+    pub(crate) fn new(head: Parts) -> Self {
+        Self {
+            head,
+            body: Bytes::new(),
+            trailers: None,
+            tokens: None,
+        }
+    }
+
+    /// An attempt: the head and the buffered body, as they were.
+    pub(crate) fn request<B: ReplayBody>(&self) -> Request<B> {
+        let body = match &self.trailers {
+            None => B::from_bytes(self.body.clone()),
+            Some(trailers) => B::from_partial(PartialBody::new(
+                self.body.clone(),
+                Tail::Trailers(trailers.clone()),
+                B::from_bytes(Bytes::new()),
+            )),
+        };
+        Request::from_parts(self.head.clone(), body)
+    }
+}
+
+/// The request's deadline: `timeout`'s for it from now (`body`: the buffered body, for a
+/// timeout that reads it), written into its extensions, unless a tighter one is there already.
+pub(crate) fn deadline_of(
+    timeout: Option<&SharedTimeout>,
+    head: &mut Parts,
+    body: Option<&[u8]>,
+    clock: &mut Clock,
+) -> Option<Deadline> {
+    if let Some(timeout) = timeout.and_then(|source| source.timeout(head, body)) {
+        Deadline::after_from(clock.now(), timeout).apply_to_extensions(&mut head.extensions);
+    }
+    Deadline::from_extensions(&head.extensions)
+}
+
+/// What the next attempt carries: its number (`sent` attempts went before it) and, when the
+/// layer propagates it, the time left until the deadline, minus the layer's margin.
+pub(crate) struct Stamp {
+    pub(crate) sent: u32,
+    pub(crate) grpc: bool,
+    pub(crate) time_left: Option<(Deadline, std::time::Duration)>,
+}
+
+impl Stamp {
+    pub(crate) fn write(&self, headers: &mut HeaderMap, clock: &mut Clock) {
+        stamp_attempt(headers, self.sent, self.grpc);
+        if let Some((deadline, margin)) = self.time_left {
+            let left = deadline.instant().saturating_duration_since(clock.now());
+            propagate::stamp_headers(headers, left.saturating_sub(margin));
+        }
+    }
+}
+
+/// The time of one step of a request, read from the clock at most once, and only if the step
+/// needs it (a request with no deadline never reads it to be sent).
+#[derive(Default)]
+pub(crate) struct Clock(Option<Instant>);
+
+impl Clock {
+    pub(crate) fn now(&mut self) -> Instant {
+        *self.0.get_or_insert_with(Instant::now)
+    }
+}
