@@ -88,7 +88,7 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use crate::event_stream::{ErrorForm, EventStream, StreamFate, StreamPlan};
-use crate::scenario::{FaultKind, Scenario};
+use crate::scenario::{FaultKind, Scenario, StreamShape};
 
 /// Request header carrying the logical request's id (the same on every attempt).
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id");
@@ -201,6 +201,20 @@ pub struct Decision {
     /// A success streamed as `text/event-stream` (where the scenario streams): the stream, which
     /// starts at `respond_at_us`.
     pub stream: Option<StreamPlan>,
+}
+
+impl Decision {
+    /// An answer sent at once, at `now_us`, by a provider that gave the attempt no slot.
+    fn at_once(now_us: u64, status: StatusCode, retry_after: Option<Duration>) -> Decision {
+        Decision {
+            status,
+            respond_at_us: Some(now_us),
+            retry_after,
+            queued: false,
+            rate_limit: None,
+            stream: None,
+        }
+    }
 }
 
 /// One dimension of a quota as the provider's headers state it.
@@ -484,100 +498,27 @@ impl Model {
     }
 
     fn decide(&mut self, now_us: u64, id: Option<usize>, tokens: u64) -> Decision {
-        let at = Duration::from_micros(now_us);
-        let answer_now = |status, retry_after| Decision {
-            status,
-            respond_at_us: Some(now_us),
-            retry_after,
-            queued: false,
-            rate_limit: None,
-            stream: None,
-        };
-        let fault = self.scenario.fault;
-        let in_fault = fault.contains(at);
-        if fault.refuses_at(at) {
-            return answer_now(StatusCode::SERVICE_UNAVAILABLE, None);
+        if let Some(refusal) = self.refuse(now_us, id, tokens) {
+            return refusal;
         }
-        if fault.swallows_at(at) {
-            return Decision {
-                respond_at_us: None,
-                ..answer_now(StatusCode::GATEWAY_TIMEOUT, None)
-            };
-        }
-        if let FaultKind::Quota {
-            per_sec,
-            retry_after,
-        } = fault.kind
-            && in_fault
-            && !self.take_token(now_us, per_sec)
-        {
-            if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
-                track.hinted_until_us = now_us.saturating_add(micros(retry_after));
-            }
-            return answer_now(StatusCode::TOO_MANY_REQUESTS, Some(retry_after));
-        }
-        // A quota of requests and tokens is the provider's own: in force at every moment.
-        if let Some(quota) = self.quota.as_mut()
-            && let Err(wait) = quota.admit(now_us, tokens)
-        {
-            let hint = Duration::from_secs(retry_after_secs(wait).max(1));
-            if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
-                track.hinted_until_us = now_us.saturating_add(micros(hint));
-            }
-            return answer_now(StatusCode::TOO_MANY_REQUESTS, Some(hint));
-        }
-
         let load = self.in_flight(now_us) as f64 / f64::from(self.scenario.capacity.max(1));
         let max_wait = micros(self.scenario.max_queue_wait);
         let Some(earliest) = self.slots.earliest() else {
-            return answer_now(overloaded(), None);
+            return Decision::at_once(now_us, overloaded(), None);
         };
         let start = (earliest as u64).saturating_mul(1_000).max(now_us);
         let queued = start > now_us;
         if start - now_us > max_wait {
             return Decision {
                 queued,
-                ..answer_now(overloaded(), None)
+                ..Decision::at_once(now_us, overloaded(), None)
             };
         }
 
-        let health = self.scenario.health_at(at);
-        let service = service_time_us(&mut self.rng, health.median, self.scenario.sigma);
-        let thrashing = ((load - 1.0) / self.scenario.overload_error_span).clamp(0.0, 1.0);
-        let (mut status, mut end) = if thrashing > 0.0 && self.rng.random::<f64>() < thrashing {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                start.saturating_add(service),
-            )
-        } else if self.rng.random::<f64>() < health.error_rate {
-            let failed_after = (service as f64 * self.rng.random::<f64>()) as u64;
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                start.saturating_add(failed_after),
-            )
-        } else {
-            (StatusCode::OK, start.saturating_add(service))
-        };
-        // A streamed success holds its slot until the stream ends, or fails.
-        let mut stream = None;
-        if let Some(shape) = self.scenario.stream
-            && status == StatusCode::OK
-        {
-            let service = Duration::from_micros(service);
-            let mut plan = StreamPlan::new(shape, service, StreamFate::Complete);
-            if let FaultKind::StreamErrors {
-                before_content,
-                cut,
-            } = fault.kind
-                && in_fault
-            {
-                plan.fate = self.stream_fate(before_content, cut, plan.events);
-            }
-            end = start.saturating_add(micros(plan.length()));
-            stream = Some(plan);
-        }
+        let (mut status, mut end, stream) = self.serve(now_us, start, load);
         let mut slot_free = end;
         let mut respond_at_us = Some(end);
+        let fault = self.scenario.fault;
         let crash = micros(fault.start);
         if fault.kind.is_dead() && now_us < crash && crash < end {
             // In flight when the provider dies: lost, and its slot with it.
@@ -606,6 +547,111 @@ impl Model {
             rate_limit: None,
             stream,
         }
+    }
+
+    /// The answer to an attempt arriving at `now_us` that the fault or a quota keeps from the
+    /// slots: 503 at once in an outage, no answer in a black hole, 429 where a quota has no room
+    /// for it. `None` when it goes on to the slots.
+    fn refuse(&mut self, now_us: u64, id: Option<usize>, tokens: u64) -> Option<Decision> {
+        let at = Duration::from_micros(now_us);
+        let fault = self.scenario.fault;
+        if fault.refuses_at(at) {
+            return Some(Decision::at_once(
+                now_us,
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+            ));
+        }
+        if fault.swallows_at(at) {
+            return Some(Decision {
+                respond_at_us: None,
+                ..Decision::at_once(now_us, StatusCode::GATEWAY_TIMEOUT, None)
+            });
+        }
+        if let FaultKind::Quota {
+            per_sec,
+            retry_after,
+        } = fault.kind
+            && fault.contains(at)
+            && !self.take_token(now_us, per_sec)
+        {
+            return Some(self.rate_limited(now_us, id, retry_after));
+        }
+        // A quota of requests and tokens is the provider's own: in force at every moment.
+        if let Some(quota) = self.quota.as_mut()
+            && let Err(wait) = quota.admit(now_us, tokens)
+        {
+            let hint = Duration::from_secs(retry_after_secs(wait).max(1));
+            return Some(self.rate_limited(now_us, id, hint));
+        }
+        None
+    }
+
+    /// A 429 at `now_us` with `Retry-After: retry_after`; a retry of request `id` sooner is early.
+    fn rate_limited(&mut self, now_us: u64, id: Option<usize>, retry_after: Duration) -> Decision {
+        if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
+            track.hinted_until_us = now_us.saturating_add(micros(retry_after));
+        }
+        Decision::at_once(now_us, StatusCode::TOO_MANY_REQUESTS, Some(retry_after))
+    }
+
+    /// How an attempt arriving at `now_us` that starts on its slot at `start` (µs) ends, the
+    /// provider at `load` (in-flight work / slots): its status, when it ends, and, for a success
+    /// where the scenario streams, its stream. Past its slots the provider thrashes (503 after
+    /// the service time); else the attempt fails with 500, partway through, at the health's
+    /// error rate.
+    fn serve(
+        &mut self,
+        now_us: u64,
+        start: u64,
+        load: f64,
+    ) -> (StatusCode, u64, Option<StreamPlan>) {
+        let at = Duration::from_micros(now_us);
+        let health = self.scenario.health_at(at);
+        let service = service_time_us(&mut self.rng, health.median, self.scenario.sigma);
+        let thrashing = ((load - 1.0) / self.scenario.overload_error_span).clamp(0.0, 1.0);
+        let (status, end) = if thrashing > 0.0 && self.rng.random::<f64>() < thrashing {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                start.saturating_add(service),
+            )
+        } else if self.rng.random::<f64>() < health.error_rate {
+            let failed_after = (service as f64 * self.rng.random::<f64>()) as u64;
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                start.saturating_add(failed_after),
+            )
+        } else {
+            (StatusCode::OK, start.saturating_add(service))
+        };
+        // A streamed success holds its slot until the stream ends, or fails.
+        if let Some(shape) = self.scenario.stream
+            && status == StatusCode::OK
+        {
+            let plan = self.stream_plan(at, shape, Duration::from_micros(service));
+            return (
+                status,
+                start.saturating_add(micros(plan.length())),
+                Some(plan),
+            );
+        }
+        (status, end, None)
+    }
+
+    /// The stream of a success arriving at `at` that takes `service`: whole, unless it arrives in
+    /// a [`FaultKind::StreamErrors`] window (see [`Model::stream_fate`]).
+    fn stream_plan(&mut self, at: Duration, shape: StreamShape, service: Duration) -> StreamPlan {
+        let mut plan = StreamPlan::new(shape, service, StreamFate::Complete);
+        let fault = self.scenario.fault;
+        if let FaultKind::StreamErrors {
+            before_content,
+            cut,
+        } = fault.kind
+            && fault.contains(at)
+        {
+            plan.fate = self.stream_fate(before_content, cut, plan.events);
+        }
+        plan
     }
 
     /// How a stream of `events` content events that starts in a [`FaultKind::StreamErrors`]

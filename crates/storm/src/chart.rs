@@ -54,6 +54,12 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// Width of the plotting area of every panel, between the axis labels and the legend.
+const PLOT_WIDTH: f64 = WIDTH - LEFT - RIGHT;
+
+/// Style of a pipeline's dashed line, which draws its second series.
+const DASHED: &str = r#" stroke-dasharray="6,3""#;
+
 struct Panel<'a> {
     title: &'a str,
     /// The title when the dashed series has something to show.
@@ -65,45 +71,68 @@ struct Panel<'a> {
     throughput: Option<(&'a [f64], &'a str)>,
 }
 
-/// Render the chart of `scenario` for the runs `(pipeline name, series)`.
-pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
-    let seconds = runs
-        .iter()
-        .flat_map(|(_, s)| [s.offered.len(), s.attempts.len(), s.successes.len()])
-        .max()
-        .unwrap_or(0)
-        .max(scenario.duration.as_secs() as usize)
-        .max(1);
-    let throughput = |provider: &Scenario| -> Vec<f64> {
-        (0..seconds)
-            .map(|s| provider.throughput_at(Duration::from_millis(s as u64 * 1_000 + 500)))
-            .collect()
-    };
-    let capacity = throughput(scenario);
-    let secondary = scenario.secondary();
-    let secondary_capacity = secondary.as_ref().map(throughput).unwrap_or_default();
-    let mut panels = vec![
+impl<'a> Panel<'a> {
+    /// A panel of one solid line per pipeline: no dashed series, no throughput.
+    fn solid(title: &'a str, pick: fn(&Series) -> &[u64]) -> Panel<'a> {
         Panel {
-            title: "offered load (requests/s)",
+            title,
             dashed_title: "",
-            pick: |s| &s.offered,
+            pick,
             dashed: None,
             throughput: None,
-        },
+        }
+    }
+
+    /// The highest value the panel draws for `runs`, throughput included.
+    fn peak(&self, runs: &[(&str, &Series)]) -> f64 {
+        let peak = runs
+            .iter()
+            .flat_map(|(_, s)| {
+                let dashed = self.dashed.map_or(&[][..], |pick| pick(s));
+                (self.pick)(s).iter().chain(dashed).copied()
+            })
+            .max()
+            .unwrap_or(0) as f64;
+        match self.throughput {
+            Some((capacity, _)) => capacity.iter().copied().fold(peak, f64::max),
+            None => peak,
+        }
+    }
+
+    /// The title: the dashed one when some run has a dashed series to show.
+    fn title_for(&self, runs: &[(&str, &Series)]) -> &'a str {
+        let dashes = self.dashed.is_some_and(|pick| {
+            runs.iter()
+                .any(|(_, series)| pick(series).iter().any(|v| *v > 0))
+        });
+        if dashes {
+            self.dashed_title
+        } else {
+            self.title
+        }
+    }
+}
+
+/// The panels of `scenario`'s chart, top to bottom. `primary` is the provider's throughput per
+/// second, `secondary` the second provider's, where there is one.
+fn panels<'a>(
+    scenario: &Scenario,
+    primary: &'a [f64],
+    secondary: Option<&'a [f64]>,
+) -> Vec<Panel<'a>> {
+    let mut panels = vec![
+        Panel::solid("offered load (requests/s)", |s| &s.offered),
         Panel {
             title: "attempts reaching the provider (requests/s)",
             dashed_title: "attempts reaching the provider (requests/s); dashed: those answered 429",
             pick: |s| &s.attempts,
             dashed: Some(|s| &s.rate_limited),
-            throughput: Some((&capacity, "provider")),
+            throughput: Some((primary, "provider")),
         },
-        Panel {
-            title: "attempts in flight, client side (most at once in each second)",
-            dashed_title: "",
-            pick: |s| &s.in_flight,
-            dashed: None,
-            throughput: None,
-        },
+        Panel::solid(
+            "attempts in flight, client side (most at once in each second)",
+            |s| &s.in_flight,
+        ),
         Panel {
             title: "successful answers (requests/s); dashed: the fallback's answers",
             dashed_title: "successful answers (requests/s); dashed: the fallback's answers",
@@ -112,46 +141,110 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
             throughput: None,
         },
     ];
-    if secondary.is_some() {
+    if let Some(secondary) = secondary {
         panels[1] = Panel {
             title: "attempts reaching the primary (requests/s)",
             dashed_title: "attempts reaching the primary (requests/s); dashed: those answered 429",
-            throughput: Some((&capacity, "primary")),
+            throughput: Some((primary, "primary")),
             ..panels[1]
         };
         panels[2].title =
             "attempts in flight to the primary, client side (most at once in each second)";
+        let attempts = Panel::solid("attempts reaching the secondary (requests/s)", |s| {
+            &s.secondary_attempts
+        });
         panels.insert(
             2,
             Panel {
-                title: "attempts reaching the secondary (requests/s)",
-                dashed_title: "",
-                pick: |s| &s.secondary_attempts,
-                dashed: None,
-                throughput: Some((&secondary_capacity, "secondary")),
+                throughput: Some((secondary, "secondary")),
+                ..attempts
             },
         );
     }
     if scenario.stream.is_some() {
-        panels.push(Panel {
-            title: "content tokens shown twice to callers (tokens/s, by completion of the request)",
-            dashed_title: "",
-            pick: |s| &s.duplicated_tokens,
-            dashed: None,
-            throughput: None,
-        });
+        panels.push(Panel::solid(
+            "content tokens shown twice to callers (tokens/s, by completion of the request)",
+            |s| &s.duplicated_tokens,
+        ));
     }
-    let plot_width = WIDTH - LEFT - RIGHT;
+    panels
+}
+
+/// Where a panel is drawn: its top, the seconds its x axis spans, and the value at the top of
+/// its y axis.
+#[derive(Clone, Copy)]
+struct Frame {
+    top: f64,
+    seconds: usize,
+    y_max: f64,
+}
+
+impl Frame {
+    fn bottom(&self) -> f64 {
+        self.top + PANEL_HEIGHT
+    }
+
+    fn x(&self, second: f64) -> f64 {
+        LEFT + second / self.seconds as f64 * PLOT_WIDTH
+    }
+
+    fn y(&self, value: f64) -> f64 {
+        self.bottom() - value / self.y_max * PANEL_HEIGHT
+    }
+
+    /// Where the legend's entry number `row` goes, beside the plot.
+    fn legend_at(&self, row: usize) -> (f64, f64) {
+        (LEFT + PLOT_WIDTH + 8.0, self.top + 14.0 + row as f64 * 18.0)
+    }
+}
+
+/// Render the chart of `scenario` for the runs `(pipeline name, series)`.
+pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
+    let seconds = seconds_shown(scenario, runs);
+    let throughput = |provider: &Scenario| -> Vec<f64> {
+        (0..seconds)
+            .map(|s| provider.throughput_at(Duration::from_millis(s as u64 * 1_000 + 500)))
+            .collect()
+    };
+    let capacity = throughput(scenario);
+    let secondary = scenario.secondary();
+    let secondary_capacity = secondary.as_ref().map(throughput);
+    let panels = panels(scenario, &capacity, secondary_capacity.as_deref());
     let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + PANEL_GAP) + 10.0;
-    let x = |second: f64| LEFT + second / seconds as f64 * plot_width;
 
     let mut svg = String::new();
+    draw_heading(&mut svg, scenario, secondary.as_ref(), height);
+    for (index, panel) in panels.iter().enumerate() {
+        let frame = Frame {
+            top: TOP + index as f64 * (PANEL_HEIGHT + PANEL_GAP),
+            seconds,
+            y_max: nice_ceiling(panel.peak(runs)),
+        };
+        draw_panel(&mut svg, scenario, panel, frame, runs);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// Seconds the x axis spans: the longest series, and at least the scenario's duration.
+fn seconds_shown(scenario: &Scenario, runs: &[(&str, &Series)]) -> usize {
+    runs.iter()
+        .flat_map(|(_, s)| [s.offered.len(), s.attempts.len(), s.successes.len()])
+        .max()
+        .unwrap_or(0)
+        .max(scenario.duration.as_secs() as usize)
+        .max(1)
+}
+
+/// The SVG's opening, its white background, and the title naming the scenario, its load, the
+/// providers' slots and the seed.
+fn draw_heading(svg: &mut String, scenario: &Scenario, secondary: Option<&Scenario>, height: f64) {
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let slots = match &secondary {
+    let slots = match secondary {
         Some(secondary) => format!("{} + {} slots", scenario.capacity, secondary.capacity),
         None => format!("{} slots", scenario.capacity),
     };
@@ -160,137 +253,130 @@ pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
         r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">stormguard storm: scenario {} ({:.0} req/s, {slots}, seed {})</text>"#,
         scenario.kind, scenario.qps, scenario.seed
     );
+}
 
-    for (index, panel) in panels.iter().enumerate() {
-        let top = TOP + index as f64 * (PANEL_HEIGHT + PANEL_GAP);
-        let bottom = top + PANEL_HEIGHT;
-        let mut peak = runs
-            .iter()
-            .flat_map(|(_, s)| {
-                let dashed = panel.dashed.map_or(&[][..], |pick| pick(s));
-                (panel.pick)(s).iter().chain(dashed).copied()
-            })
-            .max()
-            .unwrap_or(0) as f64;
-        if let Some((capacity, _)) = panel.throughput {
-            peak = capacity.iter().copied().fold(peak, f64::max);
-        }
-        let y_max = nice_ceiling(peak);
-        let y = |value: f64| bottom - value / y_max * PANEL_HEIGHT;
-
-        for (from, to) in scenario.highlights(Duration::from_secs(seconds as u64)) {
-            let (from, to) = (x(from.as_secs_f64()), x(to.as_secs_f64()));
-            let _ = writeln!(
-                svg,
-                r##"<rect x="{from:.1}" y="{top}" width="{:.1}" height="{PANEL_HEIGHT}" fill="#fbe3e3"/>"##,
-                to - from
-            );
-        }
-        let dashes = panel.dashed.is_some_and(|pick| {
-            runs.iter()
-                .any(|(_, series)| pick(series).iter().any(|v| *v > 0))
-        });
-        let title = if dashes {
-            panel.dashed_title
-        } else {
-            panel.title
-        };
+/// One panel: the shaded stretches, its title, axes and frame, the provider's throughput, one
+/// line per run (and a dashed one where the run has something to show) and the legend.
+fn draw_panel(
+    svg: &mut String,
+    scenario: &Scenario,
+    panel: &Panel<'_>,
+    frame: Frame,
+    runs: &[(&str, &Series)],
+) {
+    let top = frame.top;
+    for (from, to) in scenario.highlights(Duration::from_secs(frame.seconds as u64)) {
+        let (from, to) = (frame.x(from.as_secs_f64()), frame.x(to.as_secs_f64()));
         let _ = writeln!(
             svg,
-            r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
-            top - 8.0,
-            escape(title)
+            r##"<rect x="{from:.1}" y="{top}" width="{:.1}" height="{PANEL_HEIGHT}" fill="#fbe3e3"/>"##,
+            to - from
         );
-        for tick in 0..=4 {
-            let value = y_max * f64::from(tick) / 4.0;
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#e0e0e0"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-                LEFT + plot_width,
-                y(value),
-                y(value),
-                LEFT - 6.0,
-                y(value) + 4.0,
-                format_count(value)
-            );
-        }
-        let step = if seconds > 30 { 10 } else { 5 };
-        for second in (0..=seconds).step_by(step) {
-            let _ = writeln!(
-                svg,
-                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{second} s</text>"#,
-                x(second as f64),
-                bottom + 16.0
-            );
-        }
-        let _ = writeln!(
-            svg,
-            r##"<rect x="{LEFT}" y="{top}" width="{plot_width}" height="{PANEL_HEIGHT}" fill="none" stroke="#999"/>"##
-        );
-        if let Some((capacity, provider)) = panel.throughput {
-            let points: Vec<String> = capacity
-                .iter()
-                .enumerate()
-                .flat_map(|(s, c)| [(s as f64, *c), (s as f64 + 1.0, *c)])
-                .map(|(s, c)| format!("{:.1},{:.1}", x(s), y(c)))
-                .collect();
-            let _ = writeln!(
-                svg,
-                r##"<polyline points="{}" fill="none" stroke="#444" stroke-dasharray="5,4" stroke-width="1.2"/>"##,
-                points.join(" ")
-            );
-            let (lx, ly) = (
-                LEFT + plot_width + 8.0,
-                top + 14.0 + runs.len() as f64 * 18.0,
-            );
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="#444" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#444">{provider}</text><text x="{:.1}" y="{:.1}" fill="#444">throughput</text>"##,
-                lx + 18.0,
-                lx + 24.0,
-                ly + 4.0,
-                lx + 24.0,
-                ly + 18.0
-            );
-        }
-        let line = |svg: &mut String, values: &[u64], name: &str, dash: &str| {
-            let points: Vec<String> = values
-                .iter()
-                .enumerate()
-                .map(|(s, v)| format!("{:.1},{:.1}", x(s as f64 + 0.5), y(*v as f64)))
-                .collect();
-            let _ = writeln!(
-                svg,
-                r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"{dash}/>"#,
-                points.join(" "),
-                colour(name)
-            );
-        };
-        for (name, series) in runs {
-            line(&mut svg, (panel.pick)(series), name, "");
-            // Only pipelines that have something to show get the dashed line.
-            if let Some(values) = panel.dashed.map(|pick| pick(series))
-                && values.iter().any(|v| *v > 0)
-            {
-                line(&mut svg, values, name, r#" stroke-dasharray="6,3""#);
-            }
-        }
-        for (row, (name, _)) in runs.iter().enumerate() {
-            let ly = top + 14.0 + row as f64 * 18.0;
-            let lx = LEFT + plot_width + 8.0;
-            let _ = writeln!(
-                svg,
-                r#"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="{}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-                lx + 18.0,
-                colour(name),
-                lx + 24.0,
-                ly + 4.0,
-                escape(name)
-            );
+    }
+    let _ = writeln!(
+        svg,
+        r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
+        top - 8.0,
+        escape(panel.title_for(runs))
+    );
+    draw_axes(svg, frame);
+    if let Some((capacity, provider)) = panel.throughput {
+        draw_throughput(svg, frame, capacity, provider, runs.len());
+    }
+    for (name, series) in runs {
+        draw_line(svg, frame, (panel.pick)(series), name, "");
+        // Only pipelines that have something to show get the dashed line.
+        if let Some(values) = panel.dashed.map(|pick| pick(series))
+            && values.iter().any(|v| *v > 0)
+        {
+            draw_line(svg, frame, values, name, DASHED);
         }
     }
-    svg.push_str("</svg>\n");
-    svg
+    for (row, (name, _)) in runs.iter().enumerate() {
+        let (lx, ly) = frame.legend_at(row);
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="{}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            lx + 18.0,
+            colour(name),
+            lx + 24.0,
+            ly + 4.0,
+            escape(name)
+        );
+    }
+}
+
+/// A panel's grid lines with their values, its seconds under it, and its frame.
+fn draw_axes(svg: &mut String, frame: Frame) {
+    for tick in 0..=4 {
+        let value = frame.y_max * f64::from(tick) / 4.0;
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#e0e0e0"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            LEFT + PLOT_WIDTH,
+            frame.y(value),
+            frame.y(value),
+            LEFT - 6.0,
+            frame.y(value) + 4.0,
+            format_count(value)
+        );
+    }
+    let step = if frame.seconds > 30 { 10 } else { 5 };
+    for second in (0..=frame.seconds).step_by(step) {
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{second} s</text>"#,
+            frame.x(second as f64),
+            frame.bottom() + 16.0
+        );
+    }
+    let top = frame.top;
+    let _ = writeln!(
+        svg,
+        r##"<rect x="{LEFT}" y="{top}" width="{PLOT_WIDTH}" height="{PANEL_HEIGHT}" fill="none" stroke="#999"/>"##
+    );
+}
+
+/// A provider's throughput per second, dashed in grey, and its entry in the legend, under the
+/// `runs` pipelines' entries.
+fn draw_throughput(svg: &mut String, frame: Frame, capacity: &[f64], provider: &str, runs: usize) {
+    let points: Vec<String> = capacity
+        .iter()
+        .enumerate()
+        .flat_map(|(s, c)| [(s as f64, *c), (s as f64 + 1.0, *c)])
+        .map(|(s, c)| format!("{:.1},{:.1}", frame.x(s), frame.y(c)))
+        .collect();
+    let _ = writeln!(
+        svg,
+        r##"<polyline points="{}" fill="none" stroke="#444" stroke-dasharray="5,4" stroke-width="1.2"/>"##,
+        points.join(" ")
+    );
+    let (lx, ly) = frame.legend_at(runs);
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="#444" stroke-dasharray="5,4"/><text x="{:.1}" y="{:.1}" fill="#444">{provider}</text><text x="{:.1}" y="{:.1}" fill="#444">throughput</text>"##,
+        lx + 18.0,
+        lx + 24.0,
+        ly + 4.0,
+        lx + 24.0,
+        ly + 18.0
+    );
+}
+
+/// One series of pipeline `name`, a point in the middle of each second, in its colour; `dash`
+/// is the line's extra style.
+fn draw_line(svg: &mut String, frame: Frame, values: &[u64], name: &str, dash: &str) {
+    let points: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(s, v)| format!("{:.1},{:.1}", frame.x(s as f64 + 0.5), frame.y(*v as f64)))
+        .collect();
+    let _ = writeln!(
+        svg,
+        r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"{dash}/>"#,
+        points.join(" "),
+        colour(name)
+    );
 }
 
 fn format_count(value: f64) -> String {

@@ -196,41 +196,89 @@ fn seconds(value: f64) -> Result<Duration, lexopt::Error> {
         })
 }
 
-fn parse_args() -> Result<Args, lexopt::Error> {
+/// The scenario settings given on the command line; `None`: the scenario's own.
+#[derive(Clone, Copy, Default)]
+struct Overrides {
+    qps: Option<f64>,
+    duration: Option<Duration>,
+    capacity: Option<u32>,
+    seed: Option<u64>,
+    attempt_timeout: Option<Duration>,
+}
+
+impl Overrides {
+    /// The built-in scenario `kind` with these settings.
+    fn scenario(&self, kind: ScenarioKind) -> Scenario {
+        let mut scenario = Scenario::builtin(kind);
+        if let Some(qps) = self.qps {
+            scenario = scenario.with_qps(qps);
+        }
+        if let Some(capacity) = self.capacity {
+            scenario = scenario.with_capacity(capacity);
+        }
+        if let Some(duration) = self.duration {
+            scenario = scenario.with_duration(duration);
+        }
+        if let Some(seed) = self.seed {
+            scenario = scenario.with_seed(seed);
+        }
+        if let Some(timeout) = self.attempt_timeout {
+            scenario = scenario.with_attempt_timeout(timeout);
+        }
+        scenario
+    }
+}
+
+/// The command line as given, before its options are checked against each other.
+struct Options {
+    /// `None`: every scenario.
+    kind: Option<ScenarioKind>,
+    overrides: Overrides,
+    pipelines: Option<Vec<Pipeline>>,
+    out: PathBuf,
+    json: bool,
+    metrics: bool,
+}
+
+/// Read the command line; `--help` prints the help and exits.
+fn read_options() -> Result<Options, lexopt::Error> {
     use lexopt::prelude::*;
 
-    // `None`: every scenario.
-    let mut kind = Some(ScenarioKind::Seed);
-    let (mut qps, mut duration, mut capacity, mut seed, mut attempt_timeout) =
-        (None, None, None, None, None);
-    let mut pipelines = None;
-    let mut out = PathBuf::from("storm-out");
-    let mut json = false;
-    let mut metrics = false;
+    let mut options = Options {
+        kind: Some(ScenarioKind::Seed),
+        overrides: Overrides::default(),
+        pipelines: None,
+        out: PathBuf::from("storm-out"),
+        json: false,
+        metrics: false,
+    };
+    let given = &mut options.overrides;
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
             Long("scenario") => {
                 let name = parser.value()?.string()?;
-                kind = if name == ALL {
+                options.kind = if name == ALL {
                     None
                 } else {
                     Some(name.parse().map_err(|e| format!("{e}, or {ALL}"))?)
                 };
             }
-            Long("qps") => qps = Some(parser.value()?.parse::<f64>()?),
-            Long("duration") => duration = Some(seconds(parser.value()?.parse()?)?),
-            Long("capacity") => capacity = Some(parser.value()?.parse::<u32>()?),
-            Long("seed") => seed = Some(parser.value()?.parse::<u64>()?),
-            Long("attempt-timeout") => attempt_timeout = Some(seconds(parser.value()?.parse()?)?),
+            Long("qps") => given.qps = Some(parser.value()?.parse::<f64>()?),
+            Long("duration") => given.duration = Some(seconds(parser.value()?.parse()?)?),
+            Long("capacity") => given.capacity = Some(parser.value()?.parse::<u32>()?),
+            Long("seed") => given.seed = Some(parser.value()?.parse::<u64>()?),
+            Long("attempt-timeout") => {
+                given.attempt_timeout = Some(seconds(parser.value()?.parse()?)?);
+            }
             Long("pipelines") => {
-                pipelines = Some(
+                options.pipelines = Some(
                     Pipeline::parse_list(&parser.value()?.string()?).map_err(|e| e.to_string())?,
                 );
             }
-            Long("out") => out = parser.value()?.into(),
-            Long("json") => json = true,
-            Long("metrics") => metrics = true,
+            Long("out") => options.out = parser.value()?.into(),
+            Long("json") => options.json = true,
+            Long("metrics") => options.metrics = true,
             Short('h') | Long("help") => {
                 print!("{}", help());
                 std::process::exit(0);
@@ -238,50 +286,64 @@ fn parse_args() -> Result<Args, lexopt::Error> {
             _ => return Err(arg.unexpected()),
         }
     }
-    if let Some(qps) = qps
+    Ok(options)
+}
+
+/// The command line, its options checked against each other: the scenarios to run, each with
+/// its pipelines.
+fn parse_args() -> Result<Args, lexopt::Error> {
+    let Options {
+        kind,
+        overrides,
+        pipelines,
+        out,
+        json,
+        metrics,
+    } = read_options()?;
+    if let Some(qps) = overrides.qps
         && !(qps.is_finite() && qps > 0.0)
     {
         return Err(format!("--qps must be positive, got {qps}").into());
     }
-    let configure = |kind: ScenarioKind| {
-        let mut scenario = Scenario::builtin(kind);
-        if let Some(qps) = qps {
-            scenario = scenario.with_qps(qps);
-        }
-        if let Some(capacity) = capacity {
-            scenario = scenario.with_capacity(capacity);
-        }
-        if let Some(duration) = duration {
-            scenario = scenario.with_duration(duration);
-        }
-        if let Some(seed) = seed {
-            scenario = scenario.with_seed(seed);
-        }
-        if let Some(timeout) = attempt_timeout {
-            scenario = scenario.with_attempt_timeout(timeout);
-        }
-        scenario
+    let runs = match kind {
+        Some(kind) => vec![one_scenario(kind, overrides, pipelines)?],
+        None => every_scenario(overrides, pipelines.is_some())?,
     };
-    let Some(kind) = kind else {
-        if pipelines.is_some() {
-            return Err(format!(
-                "--pipelines needs one scenario: --scenario {ALL} runs each one's default pipelines"
-            )
-            .into());
-        }
-        let runs = ScenarioKind::ALL
-            .into_iter()
-            .map(|kind| (configure(kind), Pipeline::defaults(kind).to_vec()))
-            .collect();
-        return Ok(Args {
-            runs,
-            all: true,
-            out,
-            json,
-            metrics,
-        });
-    };
-    let scenario = configure(kind);
+    Ok(Args {
+        runs,
+        all: kind.is_none(),
+        out,
+        json,
+        metrics,
+    })
+}
+
+/// `--scenario all`: every scenario with its default pipelines. `--pipelines`
+/// (`with_pipelines`) needs one scenario.
+fn every_scenario(
+    overrides: Overrides,
+    with_pipelines: bool,
+) -> Result<Vec<(Scenario, Vec<Pipeline>)>, lexopt::Error> {
+    if with_pipelines {
+        return Err(format!(
+            "--pipelines needs one scenario: --scenario {ALL} runs each one's default pipelines"
+        )
+        .into());
+    }
+    Ok(ScenarioKind::ALL
+        .into_iter()
+        .map(|kind| (overrides.scenario(kind), Pipeline::defaults(kind).to_vec()))
+        .collect())
+}
+
+/// Scenario `kind` with `pipelines` (by default, its own), which it must be able to run: the
+/// failover rows need two providers.
+fn one_scenario(
+    kind: ScenarioKind,
+    overrides: Overrides,
+    pipelines: Option<Vec<Pipeline>>,
+) -> Result<(Scenario, Vec<Pipeline>), lexopt::Error> {
+    let scenario = overrides.scenario(kind);
     let pipelines = pipelines.unwrap_or_else(|| Pipeline::defaults(kind).to_vec());
     if pipelines.is_empty() {
         return Err("--pipelines names no pipeline".into());
@@ -294,13 +356,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
         )
         .into());
     }
-    Ok(Args {
-        runs: vec![(scenario, pipelines)],
-        all: false,
-        out,
-        json,
-        metrics,
-    })
+    Ok((scenario, pipelines))
 }
 
 /// What one scenario's run gave: the figures, the engine's metrics of each row (with

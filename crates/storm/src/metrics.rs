@@ -464,149 +464,207 @@ pub fn summarize(
     backend: &BackendStats,
     secondary: Option<&BackendStats>,
 ) -> (Summary, Series) {
-    let offered: u64 = recorder.offered.iter().sum();
-    let successes: u64 = recorder.succeeded_by_arrival.iter().sum();
     recorder.latencies_ms.sort_unstable();
     recorder.fallback_latencies_ms.sort_unstable();
-    let ratio = |num: u64, den: u64| {
-        if den == 0 {
-            0.0
-        } else {
-            num as f64 / den as f64
-        }
+    let counts = Counts {
+        scenario,
+        recorder,
+        backend,
+        secondary,
+        attempts: backend.buckets.iter().map(|b| b.attempts).collect(),
+        fine_attempts: backend.fine.iter().map(|b| b.attempts).collect(),
     };
-    let overloaded_s = overloaded_seconds(backend, scenario.duration);
-    let from = (scenario.fault.start + FAULT_GRACE).as_secs() as usize;
-    let to = scenario.fault.end.as_secs() as usize;
-    let window = |series: &[u64]| series.iter().take(to).skip(from).sum::<u64>();
-    let attempts_series: Vec<u64> = backend.buckets.iter().map(|b| b.attempts).collect();
-    let fine_attempts: Vec<u64> = backend.fine.iter().map(|b| b.attempts).collect();
-    let failover = secondary
-        .zip(scenario.secondary())
-        .map(|(stats, second)| FailoverFigures {
-            secondary_attempts: stats.attempts,
-            secondary_peak_load: ratio(stats.peak_in_flight, u64::from(second.capacity)),
-            secondary_overloaded_s: overloaded_seconds(stats, scenario.duration),
-            primary_in_fault: share_in_fault(
-                &recorder.offered_fine,
-                &fine_attempts,
-                &scenario.fault,
-            ),
-            back_s: back_time(
-                &recorder.offered_fine,
-                &fine_attempts,
-                scenario.fault.end,
-                scenario.duration,
-                BACK_SHARE,
-            ),
-        });
-    let summary = Summary {
-        name,
-        offered,
-        backend_attempts: backend.attempts,
-        amplification: ratio(backend.attempts, offered),
-        peak_amplification: recorder
-            .offered
-            .iter()
-            .zip(&attempts_series)
-            .map(|(offered, attempts)| ratio(*attempts, *offered))
-            .fold(0.0, f64::max),
-        peak_load: ratio(backend.peak_in_flight, u64::from(scenario.capacity)),
-        peak_in_flight: backend.peak_open,
-        success_rate: ratio(successes, offered),
-        success_outside: success_outside(
-            &recorder.offered_fine,
-            &recorder.succeeded_by_arrival_fine,
-            &scenario.fault,
-        ),
-        fallbacks: recorder.fallback_latencies_ms.len() as u64,
-        fallback_p99_ms: percentile(&recorder.fallback_latencies_ms, 99.0),
-        p50_ms: percentile(&recorder.latencies_ms, 50.0).unwrap_or(0),
-        p99_ms: percentile(&recorder.latencies_ms, 99.0).unwrap_or(0),
-        overloaded_s,
-        recovery_s: recovery_time(
-            &recorder.offered,
-            &recorder.succeeded_by_arrival,
-            scenario.fault.end,
-            RECOVERED_GOODPUT,
-        ),
-        cut_s: cut_time(
-            &recorder.offered_fine,
-            &fine_attempts,
-            &scenario.fault,
-            CUT_SHARE,
-        ),
-        fault_load: ratio(window(&attempts_series), window(&recorder.offered)),
-        too_many_requests: backend.rate_limited,
-        retries: backend.retries,
-        early_retries: backend.early_retries,
-        successes,
-        failover,
-        streams: scenario.stream.map(|_| StreamFigures {
-            failed_before_content: backend.streams_failed_before_content,
-            retried: backend.streams_failed_retried,
-            given_up: recorder.streams.given_up,
-            budget_refused: recorder.streams.budget_refused,
-            out_of_attempts: recorder.streams.out_of_attempts,
-            cut: backend.streams_cut,
-            interrupted: recorder.streams.interrupted,
-            stream_interrupted: recorder.streams.stream_interrupted,
-            duplicated_tokens: recorder.streams.duplicated_tokens,
-        }),
-    };
-    // Attempts and answers run on after the last arrival; they all end at the same second, and
-    // so does the in-flight series (attempts that hang stay open to the end of the run).
-    let (mut attempts, mut successes, mut fallbacks) = (
-        attempts_series,
-        recorder.succeeded_by_completion,
-        recorder.fallbacks_by_completion,
-    );
-    let mut rate_limited: Vec<u64> = backend.buckets.iter().map(|b| b.rate_limited).collect();
-    let mut secondary_attempts: Vec<u64> = secondary
-        .map(|stats| stats.buckets.iter().map(|b| b.attempts).collect())
-        .unwrap_or_default();
-    let mut duplicated_tokens = recorder.duplicated_by_completion;
-    let seconds = attempts
-        .len()
-        .max(successes.len())
-        .max(fallbacks.len())
-        .max(secondary_attempts.len())
-        .max(duplicated_tokens.len());
+    (counts.summary(name), counts.series())
+}
+
+/// Most attempts open at once (client side) in each second, from the provider's
+/// [`FINE_BUCKET`]s.
+fn peak_open_per_second(backend: &BackendStats) -> Vec<u64> {
     let per_second = (Duration::from_secs(1).as_micros() / FINE_BUCKET.as_micros()) as usize;
-    let mut in_flight: Vec<u64> = backend
+    backend
         .fine
         .chunks(per_second)
         .map(|second| second.iter().map(|b| b.peak_open).max().unwrap_or(0))
-        .collect();
-    for series in [
-        &mut attempts,
-        &mut rate_limited,
-        &mut successes,
-        &mut fallbacks,
-        &mut in_flight,
-    ] {
-        series.resize(seconds, 0);
+        .collect()
+}
+
+/// `num / den`, or 0 when `den` is 0.
+fn ratio(num: u64, den: u64) -> f64 {
+    if den == 0 {
+        0.0
+    } else {
+        num as f64 / den as f64
     }
-    if secondary.is_some() {
-        secondary_attempts.resize(seconds, 0);
+}
+
+/// What [`summarize`] computes from: what the callers saw (latencies sorted), what the providers
+/// counted, and the attempts that reached the primary per second and per [`FINE_BUCKET`].
+struct Counts<'a> {
+    scenario: &'a Scenario,
+    recorder: Recorder,
+    backend: &'a BackendStats,
+    secondary: Option<&'a BackendStats>,
+    attempts: Vec<u64>,
+    fine_attempts: Vec<u64>,
+}
+
+impl Counts<'_> {
+    /// The figures of pipeline `name`'s run.
+    fn summary(&self, name: &'static str) -> Summary {
+        let (scenario, recorder, backend) = (self.scenario, &self.recorder, self.backend);
+        let offered: u64 = recorder.offered.iter().sum();
+        let successes: u64 = recorder.succeeded_by_arrival.iter().sum();
+        Summary {
+            name,
+            offered,
+            backend_attempts: backend.attempts,
+            amplification: ratio(backend.attempts, offered),
+            peak_amplification: self.peak_amplification(),
+            peak_load: ratio(backend.peak_in_flight, u64::from(scenario.capacity)),
+            peak_in_flight: backend.peak_open,
+            success_rate: ratio(successes, offered),
+            success_outside: success_outside(
+                &recorder.offered_fine,
+                &recorder.succeeded_by_arrival_fine,
+                &scenario.fault,
+            ),
+            fallbacks: recorder.fallback_latencies_ms.len() as u64,
+            fallback_p99_ms: percentile(&recorder.fallback_latencies_ms, 99.0),
+            p50_ms: percentile(&recorder.latencies_ms, 50.0).unwrap_or(0),
+            p99_ms: percentile(&recorder.latencies_ms, 99.0).unwrap_or(0),
+            overloaded_s: overloaded_seconds(backend, scenario.duration),
+            recovery_s: recovery_time(
+                &recorder.offered,
+                &recorder.succeeded_by_arrival,
+                scenario.fault.end,
+                RECOVERED_GOODPUT,
+            ),
+            cut_s: cut_time(
+                &recorder.offered_fine,
+                &self.fine_attempts,
+                &scenario.fault,
+                CUT_SHARE,
+            ),
+            fault_load: self.fault_load(),
+            too_many_requests: backend.rate_limited,
+            retries: backend.retries,
+            early_retries: backend.early_retries,
+            successes,
+            failover: self.failover(),
+            streams: self.streams(),
+        }
     }
-    if scenario.stream.is_some() {
-        duplicated_tokens.resize(seconds, 0);
+
+    /// The highest `attempts / offered` of any one second.
+    fn peak_amplification(&self) -> f64 {
+        self.recorder
+            .offered
+            .iter()
+            .zip(&self.attempts)
+            .map(|(offered, attempts)| ratio(*attempts, *offered))
+            .fold(0.0, f64::max)
     }
-    let series = Series {
-        offered: recorder.offered,
-        attempts,
-        rate_limited,
-        in_flight,
-        successes,
-        fallbacks,
-        secondary_attempts,
-        duplicated_tokens,
-        offered_fine: recorder.offered_fine,
-        attempts_fine: fine_attempts,
-        in_flight_fine: backend.fine.iter().map(|b| b.peak_open).collect(),
-    };
-    (summary, series)
+
+    /// `attempts / offered` in the fault window, after its first [`FAULT_GRACE`].
+    fn fault_load(&self) -> f64 {
+        let from = (self.scenario.fault.start + FAULT_GRACE).as_secs() as usize;
+        let to = self.scenario.fault.end.as_secs() as usize;
+        let window = |series: &[u64]| series.iter().take(to).skip(from).sum::<u64>();
+        ratio(window(&self.attempts), window(&self.recorder.offered))
+    }
+
+    /// The figures of the second provider, where the scenario has one and it counted.
+    fn failover(&self) -> Option<FailoverFigures> {
+        let (stats, second) = self.secondary.zip(self.scenario.secondary())?;
+        let (fault, offered) = (&self.scenario.fault, &self.recorder.offered_fine);
+        Some(FailoverFigures {
+            secondary_attempts: stats.attempts,
+            secondary_peak_load: ratio(stats.peak_in_flight, u64::from(second.capacity)),
+            secondary_overloaded_s: overloaded_seconds(stats, self.scenario.duration),
+            primary_in_fault: share_in_fault(offered, &self.fine_attempts, fault),
+            back_s: back_time(
+                offered,
+                &self.fine_attempts,
+                fault.end,
+                self.scenario.duration,
+                BACK_SHARE,
+            ),
+        })
+    }
+
+    /// The figures of the streams, where the provider streams.
+    fn streams(&self) -> Option<StreamFigures> {
+        let (backend, callers) = (self.backend, &self.recorder.streams);
+        self.scenario.stream.map(|_| StreamFigures {
+            failed_before_content: backend.streams_failed_before_content,
+            retried: backend.streams_failed_retried,
+            given_up: callers.given_up,
+            budget_refused: callers.budget_refused,
+            out_of_attempts: callers.out_of_attempts,
+            cut: backend.streams_cut,
+            interrupted: callers.interrupted,
+            stream_interrupted: callers.stream_interrupted,
+            duplicated_tokens: callers.duplicated_tokens,
+        })
+    }
+
+    /// The chart's series.
+    fn series(self) -> Series {
+        let Counts {
+            scenario,
+            recorder,
+            backend,
+            secondary,
+            mut attempts,
+            fine_attempts,
+        } = self;
+        // Attempts and answers run on after the last arrival; they all end at the same second,
+        // and so does the in-flight series (attempts that hang stay open to the end of the run).
+        let (mut successes, mut fallbacks) = (
+            recorder.succeeded_by_completion,
+            recorder.fallbacks_by_completion,
+        );
+        let mut rate_limited: Vec<u64> = backend.buckets.iter().map(|b| b.rate_limited).collect();
+        let mut secondary_attempts: Vec<u64> = secondary
+            .map(|stats| stats.buckets.iter().map(|b| b.attempts).collect())
+            .unwrap_or_default();
+        let mut duplicated_tokens = recorder.duplicated_by_completion;
+        let seconds = attempts
+            .len()
+            .max(successes.len())
+            .max(fallbacks.len())
+            .max(secondary_attempts.len())
+            .max(duplicated_tokens.len());
+        let mut in_flight = peak_open_per_second(backend);
+        for series in [
+            &mut attempts,
+            &mut rate_limited,
+            &mut successes,
+            &mut fallbacks,
+            &mut in_flight,
+        ] {
+            series.resize(seconds, 0);
+        }
+        if secondary.is_some() {
+            secondary_attempts.resize(seconds, 0);
+        }
+        if scenario.stream.is_some() {
+            duplicated_tokens.resize(seconds, 0);
+        }
+        Series {
+            offered: recorder.offered,
+            attempts,
+            rate_limited,
+            in_flight,
+            successes,
+            fallbacks,
+            secondary_attempts,
+            duplicated_tokens,
+            offered_fine: recorder.offered_fine,
+            attempts_fine: fine_attempts,
+            in_flight_fine: backend.fine.iter().map(|b| b.peak_open).collect(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -28,40 +28,61 @@ const STREAMS_HEADER: [&str; 7] = [
     "duplicated tokens",
 ];
 
+/// The columns every table has, in order.
+const HEADER: [&str; 20] = [
+    "pipeline",
+    "offered",
+    "attempts",
+    "ampl",
+    "peak ampl",
+    "peak load",
+    "peak in-flight",
+    "success",
+    "success outside",
+    "fallback",
+    "p50 ms",
+    "p99 ms",
+    "fallback p99",
+    "overloaded",
+    "recovery",
+    "cut",
+    "fault load",
+    "429s",
+    "retries",
+    "early retries",
+];
+
 /// One row per pipeline of a run of `scenario`, aligned columns, with a header line (and, in a
 /// scenario with two providers, the columns of [`FailoverFigures`](crate::metrics::FailoverFigures);
 /// in one whose provider streams, those of [`StreamFigures`](crate::metrics::StreamFigures)).
 pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     let two_providers = scenario.secondary().is_some();
     let streams = scenario.stream.is_some();
-    let mut header = vec![
-        "pipeline",
-        "offered",
-        "attempts",
-        "ampl",
-        "peak ampl",
-        "peak load",
-        "peak in-flight",
-        "success",
-        "success outside",
-        "fallback",
-        "p50 ms",
-        "p99 ms",
-        "fallback p99",
-        "overloaded",
-        "recovery",
-        "cut",
-        "fault load",
-        "429s",
-        "retries",
-        "early retries",
-    ];
+    let mut header = HEADER.to_vec();
     if two_providers {
         header.extend(FAILOVER_HEADER);
     }
     if streams {
         header.extend(STREAMS_HEADER);
     }
+    let rows: Vec<Vec<String>> = summaries
+        .iter()
+        .map(|s| {
+            let mut row = Vec::from(cells(scenario, s));
+            if two_providers {
+                row.extend(failover_cells(s));
+            }
+            if streams {
+                row.extend(streams_cells(s));
+            }
+            row
+        })
+        .collect();
+    aligned(&header, &rows, 1)
+}
+
+/// The cells of [`HEADER`] for one row of `scenario`'s table.
+fn cells(scenario: &Scenario, s: &Summary) -> [String; 20] {
     // A fault that leaves the provider serving has nothing to cut; one that lasts the whole run
     // has no end to recover from.
     let uncut = if scenario.fault.kind.is_dead() {
@@ -74,45 +95,32 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     } else {
         "never"
     };
-    let rows: Vec<Vec<String>> = summaries
-        .iter()
-        .map(|s| {
-            let mut row = vec![
-                s.name.to_owned(),
-                s.offered.to_string(),
-                s.backend_attempts.to_string(),
-                format!("{:.2}x", s.amplification),
-                format!("{:.2}x", s.peak_amplification),
-                format!("{:.2}x", s.peak_load),
-                s.peak_in_flight.to_string(),
-                format!("{:.2}%", s.success_rate * 100.0),
-                s.success_outside
-                    .map_or_else(|| "-".to_owned(), |share| format!("{:.2}%", share * 100.0)),
-                s.fallbacks.to_string(),
-                s.p50_ms.to_string(),
-                s.p99_ms.to_string(),
-                s.fallback_p99_ms
-                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
-                format!("{} s", s.overloaded_s),
-                s.recovery_s
-                    .map_or_else(|| unrecovered.to_owned(), |r| format!("{r:.0} s")),
-                s.cut_s
-                    .map_or_else(|| uncut.to_owned(), |c| format!("{c:.1} s")),
-                format!("{:.2}x", s.fault_load),
-                s.too_many_requests.to_string(),
-                s.retries.to_string(),
-                s.early_retries.to_string(),
-            ];
-            if two_providers {
-                row.extend(failover_cells(s));
-            }
-            if streams {
-                row.extend(streams_cells(s));
-            }
-            row
-        })
-        .collect();
-    aligned(&header, &rows, 1)
+    [
+        s.name.to_owned(),
+        s.offered.to_string(),
+        s.backend_attempts.to_string(),
+        format!("{:.2}x", s.amplification),
+        format!("{:.2}x", s.peak_amplification),
+        format!("{:.2}x", s.peak_load),
+        s.peak_in_flight.to_string(),
+        format!("{:.2}%", s.success_rate * 100.0),
+        s.success_outside
+            .map_or_else(|| "-".to_owned(), |share| format!("{:.2}%", share * 100.0)),
+        s.fallbacks.to_string(),
+        s.p50_ms.to_string(),
+        s.p99_ms.to_string(),
+        s.fallback_p99_ms
+            .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
+        format!("{} s", s.overloaded_s),
+        s.recovery_s
+            .map_or_else(|| unrecovered.to_owned(), |r| format!("{r:.0} s")),
+        s.cut_s
+            .map_or_else(|| uncut.to_owned(), |c| format!("{c:.1} s")),
+        format!("{:.2}x", s.fault_load),
+        s.too_many_requests.to_string(),
+        s.retries.to_string(),
+        s.early_retries.to_string(),
+    ]
 }
 
 /// One line per scenario and pipeline of several runs (`storm --scenario all`): the figures that
@@ -490,9 +498,9 @@ mod tests {
         assert_eq!(legend(&burst), LEGEND);
     }
 
-    #[test]
-    fn two_providers_add_the_failover_columns_at_the_end() {
-        let failover = Scenario::builtin(ScenarioKind::Failover);
+    /// Two rows of the failover scenario: `stormguard`, whose secondary got nothing, and
+    /// `stormguard+failover`.
+    fn failover_rows() -> (Summary, Summary) {
         let alone = Summary {
             name: "stormguard",
             offered: 60_000,
@@ -535,6 +543,13 @@ mod tests {
             }),
             ..alone.clone()
         };
+        (alone, failing_over)
+    }
+
+    #[test]
+    fn two_providers_add_the_failover_columns_at_the_end() {
+        let failover = Scenario::builtin(ScenarioKind::Failover);
+        let (alone, failing_over) = failover_rows();
         let text = table(&failover, &[alone.clone(), failing_over]);
         let lines: Vec<&str> = text.lines().collect();
         assert!(

@@ -244,6 +244,62 @@ impl ScenarioKind {
             ScenarioKind::Streams => "streams",
         }
     }
+
+    /// The built-in scenario's offered load (requests a second, the bursts' average in `burst`)
+    /// and its provider's slots.
+    fn load(self) -> (f64, u32) {
+        match self {
+            ScenarioKind::Blackhole => (BLACKHOLE_QPS, BLACKHOLE_CAPACITY),
+            ScenarioKind::Burst => (
+                Bursts::builtin().quota * BURST_AVERAGE_SHARE,
+                BURST_CAPACITY,
+            ),
+            ScenarioKind::Failover => (FAILOVER_QPS, FAILOVER_CAPACITY),
+            ScenarioKind::Streams => (STREAMS_QPS, STREAMS_CAPACITY),
+            ScenarioKind::Seed | ScenarioKind::Outage | ScenarioKind::Quota => {
+                (FIELD_QPS, FIELD_CAPACITY)
+            }
+        }
+    }
+
+    /// The built-in scenario's fault, in a run of [`DEFAULT_DURATION`].
+    fn fault(self) -> Fault {
+        let window = |start: u64, end: u64, kind: FaultKind| Fault {
+            start: Duration::from_secs(start),
+            end: Duration::from_secs(end),
+            kind,
+        };
+        match self {
+            ScenarioKind::Seed => window(10, 40, FaultKind::Degraded(Health::DEGRADED)),
+            ScenarioKind::Outage => window(20, 30, FaultKind::Outage),
+            ScenarioKind::Quota => window(
+                10,
+                40,
+                FaultKind::Quota {
+                    per_sec: FIELD_QPS * QUOTA_SHARE,
+                    retry_after: QUOTA_RETRY_AFTER,
+                },
+            ),
+            ScenarioKind::Blackhole => window(20, 30, FaultKind::Blackhole),
+            ScenarioKind::Burst => Fault {
+                start: Duration::ZERO,
+                end: DEFAULT_DURATION,
+                kind: FaultKind::RateLimit {
+                    requests_per_minute: BURST_REQUESTS_PER_MINUTE,
+                    tokens_per_minute: BURST_TOKENS_PER_MINUTE,
+                },
+            },
+            ScenarioKind::Failover => window(20, 35, FaultKind::OutageThenBlackhole),
+            ScenarioKind::Streams => window(
+                20,
+                40,
+                FaultKind::StreamErrors {
+                    before_content: STREAM_ERRORS_BEFORE_CONTENT,
+                    cut: STREAM_CUTS,
+                },
+            ),
+        }
+    }
 }
 
 impl fmt::Display for ScenarioKind {
@@ -428,6 +484,24 @@ pub struct Bursts {
 }
 
 impl Bursts {
+    /// The burst scenario's: [`BURST_HEIGHTS`] of the quota of [`BURST_REQUESTS_PER_MINUTE`] and
+    /// [`BURST_TOKENS_PER_MINUTE`] for the mean request of [`TokenSizes::LLM`], averaging
+    /// [`BURST_AVERAGE_SHARE`] of it.
+    fn builtin() -> Bursts {
+        Bursts {
+            quota: quota_rate(
+                BURST_REQUESTS_PER_MINUTE,
+                BURST_TOKENS_PER_MINUTE,
+                TokenSizes::LLM.mean(),
+            ),
+            average: BURST_AVERAGE_SHARE,
+            heights: BURST_HEIGHTS,
+            excess: BURST_EXCESS,
+            period: BURST_PERIOD,
+            offset: BURST_OFFSET,
+        }
+    }
+
     /// The burst of period `k` (from 0).
     pub fn burst(&self, k: u64) -> Burst {
         let height = self.heights[(k % self.heights.len() as u64) as usize];
@@ -572,59 +646,7 @@ impl Scenario {
     /// secondary, 60 s; the streams at 500 req/s with 5,000 slots, answers streamed for 4 s
     /// (median), 60 s.
     pub fn builtin(kind: ScenarioKind) -> Scenario {
-        let fault = match kind {
-            ScenarioKind::Seed => Fault {
-                start: Duration::from_secs(10),
-                end: Duration::from_secs(40),
-                kind: FaultKind::Degraded(Health::DEGRADED),
-            },
-            ScenarioKind::Outage => Fault {
-                start: Duration::from_secs(20),
-                end: Duration::from_secs(30),
-                kind: FaultKind::Outage,
-            },
-            ScenarioKind::Quota => Fault {
-                start: Duration::from_secs(10),
-                end: Duration::from_secs(40),
-                kind: FaultKind::Quota {
-                    per_sec: FIELD_QPS * QUOTA_SHARE,
-                    retry_after: QUOTA_RETRY_AFTER,
-                },
-            },
-            ScenarioKind::Blackhole => Fault {
-                start: Duration::from_secs(20),
-                end: Duration::from_secs(30),
-                kind: FaultKind::Blackhole,
-            },
-            ScenarioKind::Burst => Fault {
-                start: Duration::ZERO,
-                end: DEFAULT_DURATION,
-                kind: FaultKind::RateLimit {
-                    requests_per_minute: BURST_REQUESTS_PER_MINUTE,
-                    tokens_per_minute: BURST_TOKENS_PER_MINUTE,
-                },
-            },
-            ScenarioKind::Failover => Fault {
-                start: Duration::from_secs(20),
-                end: Duration::from_secs(35),
-                kind: FaultKind::OutageThenBlackhole,
-            },
-            ScenarioKind::Streams => Fault {
-                start: Duration::from_secs(20),
-                end: Duration::from_secs(40),
-                kind: FaultKind::StreamErrors {
-                    before_content: STREAM_ERRORS_BEFORE_CONTENT,
-                    cut: STREAM_CUTS,
-                },
-            },
-        };
-        let (mut qps, capacity) = match kind {
-            ScenarioKind::Blackhole => (BLACKHOLE_QPS, BLACKHOLE_CAPACITY),
-            ScenarioKind::Burst => (0.0, BURST_CAPACITY),
-            ScenarioKind::Failover => (FAILOVER_QPS, FAILOVER_CAPACITY),
-            ScenarioKind::Streams => (STREAMS_QPS, STREAMS_CAPACITY),
-            _ => (FIELD_QPS, FIELD_CAPACITY),
-        };
+        let (qps, capacity) = kind.load();
         let (baseline, stream) = match kind {
             ScenarioKind::Streams => (
                 Health {
@@ -635,25 +657,10 @@ impl Scenario {
             ),
             _ => (Health::HEALTHY, None),
         };
-        let secondary_share = (kind == ScenarioKind::Failover).then_some(FAILOVER_SECONDARY_SHARE);
-        let (mut arrivals, mut sizes) = (Arrivals::Poisson, None);
-        if kind == ScenarioKind::Burst {
-            let quota = quota_rate(
-                BURST_REQUESTS_PER_MINUTE,
-                BURST_TOKENS_PER_MINUTE,
-                TokenSizes::LLM.mean(),
-            );
-            qps = quota * BURST_AVERAGE_SHARE;
-            sizes = Some(TokenSizes::LLM);
-            arrivals = Arrivals::Bursts(Bursts {
-                quota,
-                average: BURST_AVERAGE_SHARE,
-                heights: BURST_HEIGHTS,
-                excess: BURST_EXCESS,
-                period: BURST_PERIOD,
-                offset: BURST_OFFSET,
-            });
-        }
+        let (arrivals, sizes) = match kind {
+            ScenarioKind::Burst => (Arrivals::Bursts(Bursts::builtin()), Some(TokenSizes::LLM)),
+            _ => (Arrivals::Poisson, None),
+        };
         Scenario {
             kind,
             qps,
@@ -664,12 +671,12 @@ impl Scenario {
             sigma: SERVICE_TIME_SIGMA,
             max_queue_wait: MAX_QUEUE_WAIT,
             overload_error_span: OVERLOAD_ERROR_SPAN,
-            fault,
+            fault: kind.fault(),
             attempt_timeout: ATTEMPT_TIMEOUT,
             arrivals,
             sizes,
             stream,
-            secondary_share,
+            secondary_share: (kind == ScenarioKind::Failover).then_some(FAILOVER_SECONDARY_SHARE),
         }
     }
 
@@ -834,8 +841,42 @@ impl Scenario {
 
     /// One line describing the scenario, for the report's header.
     pub fn describe(&self) -> String {
-        let secs = |d: Duration| format!("{}", d.as_secs_f64());
-        let fault = match self.fault.kind {
+        let stream = self.stream.map_or_else(String::new, |shape| {
+            format!(
+                "; answers streamed (text/event-stream): {} tokens every {} ms for {} ms (median)",
+                shape.tokens_per_event,
+                shape.event_interval.as_millis(),
+                self.baseline.median.as_millis()
+            )
+        });
+        let secondary = self.secondary().map_or_else(String::new, |secondary| {
+            format!(
+                "; secondary provider: {} slots ({}% of the primary's), healthy throughout",
+                secondary.capacity,
+                self.secondary_share.unwrap_or(0.0) * 100.0
+            )
+        });
+        format!(
+            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}{}; \
+             attempt timeout (none/naive/tower) {} s",
+            self.kind,
+            self.qps,
+            secs(self.duration),
+            self.capacity,
+            self.seed,
+            secs(self.fault.start),
+            secs(self.fault.end),
+            self.describe_fault(),
+            self.describe_arrivals(),
+            stream,
+            secondary,
+            secs(self.attempt_timeout),
+        )
+    }
+
+    /// What goes wrong in the fault window, for [`Scenario::describe`].
+    fn describe_fault(&self) -> String {
+        match self.fault.kind {
             FaultKind::Degraded(h) => format!(
                 "errors {}% -> {}%, median latency {} -> {} ms",
                 self.baseline.error_rate * 100.0,
@@ -875,8 +916,13 @@ impl Scenario {
                 before_content * 100.0,
                 cut * 100.0
             ),
-        };
-        let arrivals = match (&self.arrivals, &self.sizes) {
+        }
+    }
+
+    /// The bursts and the requests' sizes, for [`Scenario::describe`]: empty for Poisson
+    /// arrivals, else starting with `; `.
+    fn describe_arrivals(&self) -> String {
+        match (&self.arrivals, &self.sizes) {
             (Arrivals::Poisson, _) => String::new(),
             (Arrivals::Bursts(b), sizes) => {
                 let heights: Vec<String> = b.heights.iter().map(|h| format!("{h}x")).collect();
@@ -896,39 +942,13 @@ impl Scenario {
                     secs(b.offset),
                 )
             }
-        };
-        let stream = self.stream.map_or_else(String::new, |shape| {
-            format!(
-                "; answers streamed (text/event-stream): {} tokens every {} ms for {} ms (median)",
-                shape.tokens_per_event,
-                shape.event_interval.as_millis(),
-                self.baseline.median.as_millis()
-            )
-        });
-        let secondary = self.secondary().map_or_else(String::new, |secondary| {
-            format!(
-                "; secondary provider: {} slots ({}% of the primary's), healthy throughout",
-                secondary.capacity,
-                self.secondary_share.unwrap_or(0.0) * 100.0
-            )
-        });
-        format!(
-            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}{}; \
-             attempt timeout (none/naive/tower) {} s",
-            self.kind,
-            self.qps,
-            secs(self.duration),
-            self.capacity,
-            self.seed,
-            secs(self.fault.start),
-            secs(self.fault.end),
-            fault,
-            arrivals,
-            stream,
-            secondary,
-            secs(self.attempt_timeout),
-        )
+        }
     }
+}
+
+/// `d` in seconds, as few digits as it takes (`18.333`).
+fn secs(d: Duration) -> String {
+    format!("{}", d.as_secs_f64())
 }
 
 /// Requests a second that a quota of `requests_per_minute` and `tokens_per_minute` admits for

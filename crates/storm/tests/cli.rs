@@ -1,6 +1,6 @@
 //! The `storm` binary: the same seed prints the same JSON, with the documented keys.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use stormguard_storm::pipeline::Pipeline;
@@ -430,32 +430,37 @@ fn series_lines<'a>(text: &'a str, pipeline: &str, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The run of the metrics test, but for `--out`, `--json` and `--metrics`: the outage from 6.7 s
+/// to 10 s; at 500 requests/s the throttle also refuses some retries.
+const METRICS_RUN: [&str; 6] = ["--scenario", "outage", "--qps", "500", "--duration", "20"];
+
 #[test]
 fn metrics_show_the_engines_counts_of_each_stormguard_row_and_change_no_figure() {
     let out = out_dir("metrics");
-    // The outage from 6.7 s to 10 s; at 500 requests/s the throttle also refuses some retries.
-    let args = [
-        "--scenario",
-        "outage",
-        "--qps",
-        "500",
-        "--duration",
-        "20",
-        "--out",
-    ];
-    let text = |metrics: bool| {
-        let mut args = args.to_vec();
-        let out = out.to_string_lossy().into_owned();
-        args.push(&out);
-        if metrics {
-            args.push("--metrics");
-        }
-        let output = storm(&args);
-        assert!(output.status.success(), "{output:?}");
-        String::from_utf8(output.stdout).expect("utf-8 output")
-    };
-    let with = text(true);
-    let without = text(false);
+    metrics_text_shows_the_engines_counts(&out);
+    metrics_json_holds_them_in_each_stormguard_row(&out);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The text of [`METRICS_RUN`], charts in `out`, with `--metrics` if `metrics`.
+fn metrics_text(out: &Path, metrics: bool) -> String {
+    let mut args = METRICS_RUN.to_vec();
+    args.push("--out");
+    let out = out.to_string_lossy().into_owned();
+    args.push(&out);
+    if metrics {
+        args.push("--metrics");
+    }
+    let output = storm(&args);
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).expect("utf-8 output")
+}
+
+/// `--metrics` prints each stormguard row's metrics between the legend and the chart line, and
+/// changes nothing else.
+fn metrics_text_shows_the_engines_counts(out: &Path) {
+    let with = metrics_text(out, true);
+    let without = metrics_text(out, false);
 
     // The same table, legend and chart line; the metrics come between the legend and the chart.
     let (tables, rest) = with
@@ -479,67 +484,7 @@ fn metrics_show_the_engines_counts_of_each_stormguard_row_and_change_no_figure()
     }
 
     for pipeline in ["stormguard", "stormguard+breaker"] {
-        let row = tables
-            .lines()
-            .find(|line| line.split_whitespace().next() == Some(pipeline))
-            .expect("the pipeline's row");
-        let cells: Vec<&str> = row.split_whitespace().collect();
-        // `offered` is the second column; `retries` the last but one (`early retries` last).
-        let offered: f64 = cells[1].parse().expect("offered");
-        let retries: f64 = cells[cells.len() - 2].parse().expect("retries");
-        // `fallback` is the tenth column.
-        let fallbacks: f64 = cells[9].parse().expect("fallback");
-        assert!(offered > 9_000.0, "{row}");
-
-        // Every request of the table ended once, with its attempts recorded.
-        let requests: f64 = series_lines(&with, pipeline, "stormguard.request.attempts")
-            .iter()
-            .map(|line| figure(line, "count"))
-            .sum();
-        assert_eq!(requests, offered, "{pipeline}: {with}");
-        let sum = |name: &str, label: &dyn Fn(&str) -> bool, figure_name: &str| -> f64 {
-            series_lines(&with, pipeline, name)
-                .iter()
-                .filter(|line| label(line))
-                .map(|line| figure(line, figure_name))
-                .sum()
-        };
-        let any = |_: &str| true;
-        // In the outage, attempts are refused on this side (the throttle, or the breaker): a
-        // request's first attempt (the request ends `refused`, with no attempt sent), or a retry.
-        let local = |line: &str| {
-            ["throttle", "breaker", "rate_limit"]
-                .iter()
-                .any(|cause| line.contains(&format!("cause=\"{cause}\"")))
-        };
-        let refused_attempts = sum("stormguard.refusals", &local, "total");
-        let refused_requests = sum(
-            "stormguard.request.attempts",
-            &|line| line.contains(r#"outcome="refused""#),
-            "count",
-        );
-        assert!(refused_requests > 0.0, "{pipeline}: {with}");
-        assert!(refused_attempts > refused_requests, "{pipeline}: {with}");
-        // The engine counts the retries it sends, as the table counts those that reach the
-        // provider: a retry refused on this side (above) is in neither.
-        let sent = sum("stormguard.retries", &any, "total");
-        assert!(sent > 0.0, "{pipeline}: {with}");
-        assert_eq!(sent, retries, "{pipeline}: {with}");
-        // A request the breaker's fallback answered ends with outcome `fallback`.
-        let answered_locally = sum(
-            "stormguard.request.attempts",
-            &|line| line.contains(r#"outcome="fallback""#),
-            "count",
-        );
-        assert_eq!(answered_locally, fallbacks, "{pipeline}: {with}");
-        if pipeline == "stormguard+breaker" {
-            assert!(fallbacks > 0.0, "{row}");
-        }
-        // The throttle's drop probability went up in the outage, and came back down after it.
-        let drop = series_lines(&with, pipeline, "stormguard.throttle.drop_probability");
-        assert_eq!(drop.len(), 1, "{pipeline}: {with}");
-        assert!(figure(drop[0], "max") > 0.5, "{}", drop[0]);
-        assert!(figure(drop[0], "last") < 0.1, "{}", drop[0]);
+        metrics_match_the_row(&with, tables, pipeline);
     }
     let breaker = series_lines(&with, "stormguard+breaker", "stormguard.breaker.state");
     assert_eq!(breaker.len(), 1, "{with}");
@@ -547,15 +492,95 @@ fn metrics_show_the_engines_counts_of_each_stormguard_row_and_change_no_figure()
         series_lines(&with, "stormguard", "stormguard.breaker.state").is_empty(),
         "no breaker, no breaker state"
     );
+}
 
-    // The JSON: each stormguard row's object has its metrics, the others have none, and the
-    // figures are those printed without --metrics.
+/// The sum of `figure` over the lines of the series `name` of `pipeline` in `text` for which
+/// `label` holds.
+fn series_sum(
+    text: &str,
+    pipeline: &str,
+    name: &str,
+    label: &dyn Fn(&str) -> bool,
+    figure_name: &str,
+) -> f64 {
+    series_lines(text, pipeline, name)
+        .iter()
+        .filter(|line| label(line))
+        .map(|line| figure(line, figure_name))
+        .sum()
+}
+
+/// The metrics of `pipeline` in `with` count what its row of `tables` says: its requests, the
+/// retries it sent and its fallback answers, with the refusals and the throttle of an outage.
+fn metrics_match_the_row(with: &str, tables: &str, pipeline: &str) {
+    let row = tables
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some(pipeline))
+        .expect("the pipeline's row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // `offered` is the second column; `retries` the last but one (`early retries` last).
+    let offered: f64 = cells[1].parse().expect("offered");
+    let retries: f64 = cells[cells.len() - 2].parse().expect("retries");
+    // `fallback` is the tenth column.
+    let fallbacks: f64 = cells[9].parse().expect("fallback");
+    assert!(offered > 9_000.0, "{row}");
+
+    // Every request of the table ended once, with its attempts recorded.
+    let requests: f64 = series_lines(with, pipeline, "stormguard.request.attempts")
+        .iter()
+        .map(|line| figure(line, "count"))
+        .sum();
+    assert_eq!(requests, offered, "{pipeline}: {with}");
+    let sum = |name: &str, label: &dyn Fn(&str) -> bool, figure_name: &str| -> f64 {
+        series_sum(with, pipeline, name, label, figure_name)
+    };
+    let any = |_: &str| true;
+    // In the outage, attempts are refused on this side (the throttle, or the breaker): a
+    // request's first attempt (the request ends `refused`, with no attempt sent), or a retry.
+    let local = |line: &str| {
+        ["throttle", "breaker", "rate_limit"]
+            .iter()
+            .any(|cause| line.contains(&format!("cause=\"{cause}\"")))
+    };
+    let refused_attempts = sum("stormguard.refusals", &local, "total");
+    let refused_requests = sum(
+        "stormguard.request.attempts",
+        &|line| line.contains(r#"outcome="refused""#),
+        "count",
+    );
+    assert!(refused_requests > 0.0, "{pipeline}: {with}");
+    assert!(refused_attempts > refused_requests, "{pipeline}: {with}");
+    // The engine counts the retries it sends, as the table counts those that reach the
+    // provider: a retry refused on this side (above) is in neither.
+    let sent = sum("stormguard.retries", &any, "total");
+    assert!(sent > 0.0, "{pipeline}: {with}");
+    assert_eq!(sent, retries, "{pipeline}: {with}");
+    // A request the breaker's fallback answered ends with outcome `fallback`.
+    let answered_locally = sum(
+        "stormguard.request.attempts",
+        &|line| line.contains(r#"outcome="fallback""#),
+        "count",
+    );
+    assert_eq!(answered_locally, fallbacks, "{pipeline}: {with}");
+    if pipeline == "stormguard+breaker" {
+        assert!(fallbacks > 0.0, "{row}");
+    }
+    // The throttle's drop probability went up in the outage, and came back down after it.
+    let drop = series_lines(with, pipeline, "stormguard.throttle.drop_probability");
+    assert_eq!(drop.len(), 1, "{pipeline}: {with}");
+    assert!(figure(drop[0], "max") > 0.5, "{}", drop[0]);
+    assert!(figure(drop[0], "last") < 0.1, "{}", drop[0]);
+}
+
+/// The JSON: each stormguard row's object has its metrics, the others have none, and the figures
+/// are those printed without --metrics.
+fn metrics_json_holds_them_in_each_stormguard_row(out: &PathBuf) {
     let json = |metrics: bool| -> serde_json::Value {
-        let mut args = args[..args.len() - 1].to_vec();
+        let mut args = METRICS_RUN.to_vec();
         if metrics {
             args.push("--metrics");
         }
-        serde_json::from_str(&run_json(&args, &out)).expect("valid JSON")
+        serde_json::from_str(&run_json(&args, out)).expect("valid JSON")
     };
     let (with, without) = (json(true), json(false));
     let rows = with.as_array().expect("an array");
@@ -575,54 +600,56 @@ fn metrics_show_the_engines_counts_of_each_stormguard_row_and_change_no_figure()
             pipeline.uses_stormguard(),
             "{name}"
         );
-        let Some(metrics) = row.get("metrics") else {
-            continue;
-        };
-        assert_eq!(metrics["window_s"], 10);
-        let series = metrics["series"].as_array().expect("series");
-        let sum = |name: &str, label: (&str, &[&str]), figure: &str| -> f64 {
-            series
-                .iter()
-                .filter(|s| s["name"] == name)
-                .filter(|s| {
-                    label.1.is_empty() || label.1.iter().any(|v| s["labels"][label.0] == *v)
-                })
-                .filter_map(|s| s[figure].as_f64())
-                .sum()
-        };
-        let any = ("", &[][..]);
-        assert_eq!(
-            sum("stormguard.request.attempts", any, "count"),
-            row["offered"].as_f64().expect("offered"),
-            "{name}"
-        );
-        assert_eq!(
-            sum("stormguard.retries", any, "total"),
-            row["retries"].as_f64().expect("retries"),
-            "{name}"
-        );
-        assert_eq!(
-            sum(
-                "stormguard.request.attempts",
-                ("outcome", &["fallback"]),
-                "count"
-            ),
-            row["fallbacks"].as_f64().expect("fallbacks"),
-            "{name}"
-        );
-        for s in series {
-            let per_window: f64 = match s["type"].as_str() {
-                Some("counter") => s["total"].as_f64().expect("total"),
-                Some("histogram") => s["count"].as_f64().expect("count"),
-                Some("gauge") => continue,
-                other => panic!("{other:?}"),
-            };
-            let windows = s["per_window"].as_array().expect("per_window");
-            let summed: f64 = windows.iter().filter_map(serde_json::Value::as_f64).sum();
-            assert_eq!(summed, per_window, "{s}");
-            assert_eq!(windows.len(), 2, "20 s: two windows of 10 s");
-            assert_eq!(s["labels"]["gen_ai.provider.name"], "primary", "{s}");
+        if let Some(metrics) = row.get("metrics") {
+            json_metrics_match_the_row(row, metrics, name);
         }
     }
-    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The `metrics` of the JSON row `row` of pipeline `name` count what its figures say, and each
+/// series' windows add up to its figure.
+fn json_metrics_match_the_row(row: &serde_json::Value, metrics: &serde_json::Value, name: &str) {
+    assert_eq!(metrics["window_s"], 10);
+    let series = metrics["series"].as_array().expect("series");
+    let sum = |name: &str, label: (&str, &[&str]), figure: &str| -> f64 {
+        series
+            .iter()
+            .filter(|s| s["name"] == name)
+            .filter(|s| label.1.is_empty() || label.1.iter().any(|v| s["labels"][label.0] == *v))
+            .filter_map(|s| s[figure].as_f64())
+            .sum()
+    };
+    let any = ("", &[][..]);
+    assert_eq!(
+        sum("stormguard.request.attempts", any, "count"),
+        row["offered"].as_f64().expect("offered"),
+        "{name}"
+    );
+    assert_eq!(
+        sum("stormguard.retries", any, "total"),
+        row["retries"].as_f64().expect("retries"),
+        "{name}"
+    );
+    assert_eq!(
+        sum(
+            "stormguard.request.attempts",
+            ("outcome", &["fallback"]),
+            "count"
+        ),
+        row["fallbacks"].as_f64().expect("fallbacks"),
+        "{name}"
+    );
+    for s in series {
+        let per_window: f64 = match s["type"].as_str() {
+            Some("counter") => s["total"].as_f64().expect("total"),
+            Some("histogram") => s["count"].as_f64().expect("count"),
+            Some("gauge") => continue,
+            other => panic!("{other:?}"),
+        };
+        let windows = s["per_window"].as_array().expect("per_window");
+        let summed: f64 = windows.iter().filter_map(serde_json::Value::as_f64).sum();
+        assert_eq!(summed, per_window, "{s}");
+        assert_eq!(windows.len(), 2, "20 s: two windows of 10 s");
+        assert_eq!(s["labels"]["gen_ai.provider.name"], "primary", "{s}");
+    }
 }
