@@ -122,6 +122,53 @@ async fn opens_exactly_at_the_failure_ratio_over_min_calls() {
     }
 }
 
+/// Outcomes the backend accepted or that are not its health's business: rate limits (with or
+/// without `Retry-After`, gRPC's `RESOURCE_EXHAUSTED`), fatal 4xx, an accepted conflict.
+const HEALTHY: [Outcome; 10] = [
+    Outcome::success(),
+    Outcome::retryable(Reason::RateLimited).with_accepted(false),
+    Outcome::retryable(Reason::RateLimited)
+        .with_accepted(false)
+        .with_retry_after(Some(Duration::from_secs(20))),
+    Outcome::retryable(Reason::Grpc(GrpcCode::ResourceExhausted)).with_accepted(false),
+    Outcome::fatal(Reason::BadRequest),
+    Outcome::fatal(Reason::QuotaExhausted),
+    Outcome::fatal(Reason::ContextTooLong),
+    Outcome::fatal(Reason::ContentFiltered),
+    Outcome::fatal(Reason::Unauthorized),
+    Outcome::retryable(Reason::Conflict).with_accepted(true),
+];
+
+/// Refusals of local layers, which never reached the backend.
+const UNSENT: [Outcome; 4] = [
+    Outcome::fatal(Reason::Throttled).with_accepted(false),
+    Outcome::fatal(Reason::RetryBudgetExhausted).with_accepted(false),
+    Outcome::fatal(Reason::BreakerOpen).with_accepted(false),
+    Outcome::fatal(Reason::BulkheadFull).with_accepted(false),
+];
+
+/// Health failures, each with whether it is an answer: 5xx, 529, transport errors, the server
+/// saying not to retry; timeouts are no answer.
+const FAILED: [(Outcome, bool); 8] = [
+    (UNAVAILABLE, true),
+    (Outcome::retryable(Reason::Overloaded), true),
+    (Outcome::retryable(Reason::ServerError), true),
+    (Outcome::retryable(Reason::Transport), true),
+    (
+        Outcome::retryable(Reason::Grpc(GrpcCode::Unavailable)),
+        true,
+    ),
+    (
+        Outcome::fatal(Reason::ServerSaidNoRetry).with_accepted(false),
+        true,
+    ),
+    (Outcome::retryable(Reason::Timeout), false),
+    (
+        Outcome::retryable(Reason::Grpc(GrpcCode::DeadlineExceeded)),
+        false,
+    ),
+];
+
 /// Only what the backend did not accept is a health failure. A rate limit is the rate limiter's
 /// business, a fatal 4xx is the caller's mistake: 100 of them, over the minimum of 20 calls,
 /// are counted as calls and never open the breaker. Refusals of local layers (throttle, budget,
@@ -129,21 +176,7 @@ async fn opens_exactly_at_the_failure_ratio_over_min_calls() {
 /// and transport errors open it at the 20th; a timeout is counted, but is no answer.
 #[tokio::test(start_paused = true)]
 async fn only_what_the_backend_did_not_accept_is_a_health_failure() {
-    let healthy = [
-        Outcome::success(),
-        Outcome::retryable(Reason::RateLimited).with_accepted(false),
-        Outcome::retryable(Reason::RateLimited)
-            .with_accepted(false)
-            .with_retry_after(Some(Duration::from_secs(20))),
-        Outcome::retryable(Reason::Grpc(GrpcCode::ResourceExhausted)).with_accepted(false),
-        Outcome::fatal(Reason::BadRequest),
-        Outcome::fatal(Reason::QuotaExhausted),
-        Outcome::fatal(Reason::ContextTooLong),
-        Outcome::fatal(Reason::ContentFiltered),
-        Outcome::fatal(Reason::Unauthorized),
-        Outcome::retryable(Reason::Conflict).with_accepted(true),
-    ];
-    for outcome in healthy {
+    for outcome in HEALTHY {
         let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(2));
         record(&breaker, outcome, 100);
         let snapshot = breaker.snapshot();
@@ -160,13 +193,7 @@ async fn only_what_the_backend_did_not_accept_is_a_health_failure() {
         );
     }
 
-    let unsent = [
-        Outcome::fatal(Reason::Throttled).with_accepted(false),
-        Outcome::fatal(Reason::RetryBudgetExhausted).with_accepted(false),
-        Outcome::fatal(Reason::BreakerOpen).with_accepted(false),
-        Outcome::fatal(Reason::BulkheadFull).with_accepted(false),
-    ];
-    for outcome in unsent {
+    for outcome in UNSENT {
         let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(3));
         record(&breaker, outcome, 100);
         let snapshot = breaker.snapshot();
@@ -183,26 +210,7 @@ async fn only_what_the_backend_did_not_accept_is_a_health_failure() {
         );
     }
 
-    let failed = [
-        (UNAVAILABLE, true),
-        (Outcome::retryable(Reason::Overloaded), true),
-        (Outcome::retryable(Reason::ServerError), true),
-        (Outcome::retryable(Reason::Transport), true),
-        (
-            Outcome::retryable(Reason::Grpc(GrpcCode::Unavailable)),
-            true,
-        ),
-        (
-            Outcome::fatal(Reason::ServerSaidNoRetry).with_accepted(false),
-            true,
-        ),
-        (Outcome::retryable(Reason::Timeout), false),
-        (
-            Outcome::retryable(Reason::Grpc(GrpcCode::DeadlineExceeded)),
-            false,
-        ),
-    ];
-    for (outcome, is_answer) in failed {
+    for (outcome, is_answer) in FAILED {
         assert!(!outcome.is_accepted());
         let breaker = CircuitBreaker::new(BreakerConfig::default().with_seed(4));
         record(&breaker, outcome, 19);

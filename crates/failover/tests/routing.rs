@@ -257,13 +257,21 @@ async fn a_request_dropped_on_the_secondary_sends_nothing_more() {
     assert_eq!(providers.hits(), (1, 1));
 }
 
-/// What a failover counts (feature `metrics`), read through `metrics-util`'s recorder: each move
-/// by its route and reason, and each backend's engine under its own name.
+/// A series recorded by `metrics-util`'s debugging recorder: its key, unit, description, value.
 #[cfg(feature = "metrics")]
-#[test]
-fn failovers_are_counted_by_route_and_each_backend_by_name() {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-    use stormguard_retry::metrics::{FAILOVERS, REQUEST_ATTEMPTS};
+type Series = (
+    metrics_util::CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    metrics_util::debugging::DebugValue,
+);
+
+/// What is recorded, on a paused clock, while the primary fails three times in a row (its
+/// breaker opens) and the request moves on to the secondary; the next request goes to the
+/// secondary at once; then the secondary fails too and a third request gets the degraded answer.
+#[cfg(feature = "metrics")]
+fn recorded_by_two_failovers() -> Vec<Series> {
+    use metrics_util::debugging::DebuggingRecorder;
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
@@ -295,51 +303,78 @@ fn failovers_are_counted_by_route_and_each_backend_by_name() {
             assert!(response.extensions().get::<DegradedAnswer>().is_some());
         });
     });
+    snapshotter.snapshot().into_vec()
+}
 
-    let series = snapshotter.snapshot().into_vec();
-    let labelled = |name: &str, labels: &[(&str, &str)]| {
-        (series.iter())
-            .filter(|(key, ..)| {
-                key.key().name() == name
-                    && labels.iter().all(|(label, value)| {
-                        (key.key().labels()).any(|l| l.key() == *label && l.value() == *value)
-                    })
-            })
-            .map(|(.., value)| value)
-            .collect::<Vec<_>>()
-    };
-    let count = |labels: &[(&str, &str)]| -> u64 {
-        (labelled(FAILOVERS, labels).into_iter())
-            .map(|value| match value {
-                DebugValue::Counter(count) => *count,
-                other => panic!("{other:?}"),
-            })
-            .sum()
-    };
+/// The values of the series named `name` whose labels include all of `labels`.
+#[cfg(feature = "metrics")]
+fn labelled<'a>(
+    series: &'a [Series],
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Vec<&'a metrics_util::debugging::DebugValue> {
+    (series.iter())
+        .filter(|(key, ..)| {
+            key.key().name() == name
+                && labels.iter().all(|(label, value)| {
+                    (key.key().labels()).any(|l| l.key() == *label && l.value() == *value)
+                })
+        })
+        .map(|(.., value)| value)
+        .collect()
+}
+
+/// The failovers counted under all of `labels`.
+#[cfg(feature = "metrics")]
+fn failovers_counted(series: &[Series], labels: &[(&str, &str)]) -> u64 {
+    use metrics_util::debugging::DebugValue;
+    use stormguard_retry::metrics::FAILOVERS;
+
+    (labelled(series, FAILOVERS, labels).into_iter())
+        .map(|value| match value {
+            DebugValue::Counter(count) => *count,
+            other => panic!("{other:?}"),
+        })
+        .sum()
+}
+
+/// The attempts of each request recorded by the engine of the backend named `provider`.
+#[cfg(feature = "metrics")]
+fn attempts_recorded(series: &[Series], provider: &str) -> Vec<f64> {
+    use metrics_util::debugging::DebugValue;
+    use stormguard_retry::metrics::REQUEST_ATTEMPTS;
+
+    let labels = [("gen_ai.provider.name", provider)];
+    (labelled(series, REQUEST_ATTEMPTS, &labels).into_iter())
+        .flat_map(|value| match value {
+            DebugValue::Histogram(values) => values.iter().map(|v| v.into_inner()),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// What a failover counts (feature `metrics`), read through `metrics-util`'s recorder: each move
+/// by its route and reason, and each backend's engine under its own name.
+#[cfg(feature = "metrics")]
+#[test]
+fn failovers_are_counted_by_route_and_each_backend_by_name() {
+    let series = recorded_by_two_failovers();
     let moved = [
         ("from", "primary"),
         ("to", "secondary"),
         ("reason", "unavailable"),
     ];
-    assert_eq!(count(&moved), 1);
+    assert_eq!(failovers_counted(&series, &moved), 1);
     let degraded = [
         ("from", "secondary"),
         ("to", "degraded"),
         ("reason", "unavailable"),
     ];
-    assert_eq!(count(&degraded), 1);
-    assert_eq!(count(&[]), 2);
-    let attempts = |provider: &str| -> Vec<f64> {
-        (labelled(REQUEST_ATTEMPTS, &[("gen_ai.provider.name", provider)]).into_iter())
-            .flat_map(|value| match value {
-                DebugValue::Histogram(values) => values.iter().map(|v| v.into_inner()),
-                other => panic!("{other:?}"),
-            })
-            .collect()
-    };
-    assert_eq!(attempts("primary"), [3.0]);
+    assert_eq!(failovers_counted(&series, &degraded), 1);
+    assert_eq!(failovers_counted(&series, &[]), 2);
+    assert_eq!(attempts_recorded(&series, "primary"), [3.0]);
     // Two answers, then three failed attempts before the degraded answer.
-    let mut secondary = attempts("secondary");
+    let mut secondary = attempts_recorded(&series, "secondary");
     secondary.sort_by(f64::total_cmp);
     assert_eq!(secondary, [1.0, 1.0, 3.0]);
 }
