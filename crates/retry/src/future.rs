@@ -25,18 +25,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, Request, Response, StatusCode, response};
+use http::{HeaderMap, Request, Response, response};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_breaker::{BreakerOpen, Rejected};
-use stormguard_classify::body::{
-    ClassifyResponse, PartialBody, Prefix, ResponseBody, Tail, classify_response,
-};
-use stormguard_classify::headers::mark_do_not_retry;
-use stormguard_classify::{BoxError, Classify, Failure, Outcome, Permit, Reason, is_grpc};
-use stormguard_deadline::{Deadline, DeadlineExceeded};
+use stormguard_classify::body::{ClassifyResponse, Prefix, ResponseBody, classify_response};
+use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_jitter::Backoff;
-use stormguard_rate_limit::{Acquire, RateLimited, Reservation, Usage};
+use stormguard_rate_limit::{Acquire, RateLimited, Reservation};
 use stormguard_stream::{OpenStream, Opening, is_event_stream};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
@@ -45,14 +41,13 @@ use crate::admission::Refusal;
 use crate::attempt::{Attempt, Next};
 use crate::body::ReplayBody;
 use crate::error::{Error, FailedAnswer};
-use crate::headers::{ensure_idempotency_key, is_idempotent};
 use crate::layer::Config;
-use crate::observe::Watch;
-use crate::policy::{Decision, Failed, Grant, Retries};
-use crate::template::{Clock, Origin, Stamp, Template, deadline_of};
+use crate::ledger::{Begin, Ledger, settle_on_usage};
+use crate::policy::{Decision, Grant};
+use crate::template::{Clock, Origin};
 
 /// What the future hands back.
-type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
+pub(crate) type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
 
 pin_project! {
     /// The response future of [`ClientService`](crate::ClientService).
@@ -122,21 +117,6 @@ enum Step<F, B, RB: Body, C> {
     Finish(Output<RB>),
 }
 
-/// The bookkeeping of one request across its attempts.
-struct Ledger<C, Bk: Backoff> {
-    config: Arc<Config<C, Bk>>,
-    /// What each attempt is made from.
-    origin: Origin,
-    /// Attempts handed to the service so far.
-    sent: u32,
-    deadline: Option<Deadline>,
-    grpc: bool,
-    /// What the retry policy remembers between attempts.
-    retries: Retries<Bk::Schedule>,
-    /// Its spans, log lines and metrics.
-    watch: Watch,
-}
-
 /// A future may panic when polled after it completed; this one says so.
 fn polled_again<T>() -> T {
     panic!("stormguard's ResponseFuture polled after it completed")
@@ -152,35 +132,13 @@ where
 {
     /// `service` must be ready: it serves the first attempt (now, or once the body is read).
     pub(crate) fn new(mut service: S, config: Arc<Config<C, Bk>>, request: Request<B>) -> Self {
-        let (mut head, body) = request.into_parts();
-        let cap = config.max_replay_body;
-        let reads_body = config.timeout.as_ref().is_some_and(|s| s.reads_body());
-        // Buffer what could be sent again, or what the deadline estimate reads.
-        let buffer = (config.policy.may_retry() || reads_body)
-            && body.size_hint().lower() <= u64::try_from(cap).unwrap_or(u64::MAX);
-        let mut ledger = Ledger::new(config, &head);
+        let mut ledger = Ledger::new(config, request.headers());
         let mut clock = Clock::default();
-        let state = if buffer && !body.is_end_stream() {
-            if reads_body {
-                // The layer's own deadline waits for the body; one already on the request holds.
-                ledger.deadline = Deadline::from_extensions(&head.extensions);
-            } else {
-                ledger.set_deadline(&mut head, None, &mut clock);
+        let state = match ledger.begin(request, &mut clock) {
+            Begin::Buffer(read) => State::Buffering { read },
+            Begin::Send(request) => {
+                ledger.start(&mut service, Next::new(request, None), &mut clock)
             }
-            ledger.origin = Origin::Replay(Template::new(head));
-            State::Buffering {
-                read: Prefix::new(body, cap),
-            }
-        } else if buffer {
-            ledger.set_deadline(&mut head, Some(&[]), &mut clock);
-            ledger.origin = Origin::Replay(Template::new(head));
-            let request = ledger.seal(Bytes::new(), None, &mut clock);
-            ledger.start(&mut service, Next::new(request, None), &mut clock)
-        } else {
-            ledger.set_deadline(&mut head, None, &mut clock);
-            ledger.keep_head(&head);
-            let request = Request::from_parts(head, body);
-            ledger.start(&mut service, Next::new(request, None), &mut clock)
         };
         Self {
             state,
@@ -258,7 +216,13 @@ where
     Poll::Ready(match state.project() {
         StateProj::Buffering { read } => {
             let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
-            ledger.buffered(service, bytes, tail, rest)
+            let mut clock = Clock::default();
+            match ledger.buffered(bytes, tail, rest, &mut clock) {
+                Ok(request) => {
+                    Step::Next(ledger.start(service, Next::new(request, None), &mut clock))
+                }
+                Err(error) => Step::Finish(Err(error)),
+            }
         }
         StateProj::Backoff { sleep, grant } => {
             ready!(sleep.poll(cx));
@@ -318,126 +282,8 @@ impl<F, B, RB: Body, C> State<F, B, RB, C> {
     }
 }
 
-/// The steps before an attempt is sent: the body, the deadline, the guards.
+/// The steps before an attempt is sent: the deadline, the guards.
 impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
-    fn new(config: Arc<Config<C, Bk>>, head: &Parts) -> Self {
-        // The calls come before the struct: a call between its fields, were it to unwind, would
-        // leave the fields before it to drop, so those would be built aside and copied in.
-        let watch = Watch::new(config.name.as_ref());
-        let grpc = is_grpc(&head.headers);
-        Self {
-            watch,
-            config,
-            origin: Origin::Once(None),
-            sent: 0,
-            deadline: None,
-            grpc,
-            retries: Retries::new(),
-        }
-    }
-
-    /// Sets the request's deadline from the layer's timeout (`body`: the buffered body, for a
-    /// timeout that reads it); a tighter deadline already on the request wins.
-    fn set_deadline(&mut self, head: &mut Parts, body: Option<&[u8]>, clock: &mut Clock) {
-        self.deadline = deadline_of(self.config.timeout.as_ref(), head, body, clock);
-    }
-
-    /// A request sent once keeps its head if a breaker's fallback may have to answer from it.
-    fn keep_head(&mut self, head: &Parts) {
-        if self.config.guards.breaker.is_some() && self.config.fallback.is_some() {
-            self.origin = Origin::Once(Some(Box::new(head.clone())));
-        }
-    }
-
-    /// The request body was read up to the replay cap: the first attempt goes out.
-    fn buffered<S, B, F, RB>(
-        &mut self,
-        service: &mut S,
-        bytes: Bytes,
-        tail: Tail<B::Error>,
-        rest: B,
-    ) -> Step<F, B, RB, C>
-    where
-        S: Service<Request<B>, Response = Response<RB>, Future = F>,
-        B: ReplayBody,
-        B::Error: Into<BoxError>,
-        RB: Body,
-    {
-        let mut clock = Clock::default();
-        let trailers = match tail {
-            Tail::Ended => None,
-            Tail::Trailers(trailers) => Some(trailers),
-            Tail::Failed(error) => return Step::Finish(Err(Error::unreadable_body(error.into()))),
-            // Longer than the cap: sent once, untouched, what was read followed by the rest.
-            Tail::Open => {
-                let body = B::from_partial(PartialBody::new(bytes, Tail::Open, rest));
-                return Step::Next(self.send_once(service, body, &mut clock));
-            }
-        };
-        let timeout = self.config.timeout.as_ref();
-        let Origin::Replay(template) = &mut self.origin else {
-            return Step::Finish(Err(Error::unreadable_body(
-                "request body read twice".into(),
-            )));
-        };
-        if timeout.is_some_and(|source| source.reads_body()) {
-            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), &mut clock);
-        }
-        let request = self.seal(bytes, trailers, &mut clock);
-        Step::Next(self.start(service, Next::new(request, None), &mut clock))
-    }
-
-    /// The body outgrew the replay cap while it was read: the request is sent once, with
-    /// `body` (what was read, then the rest).
-    fn send_once<S, B, F, RB>(
-        &mut self,
-        service: &mut S,
-        body: B,
-        clock: &mut Clock,
-    ) -> State<F, B, RB, C>
-    where
-        S: Service<Request<B>, Future = F>,
-        B: ReplayBody,
-        RB: Body,
-    {
-        let Origin::Replay(mut template) = std::mem::replace(&mut self.origin, Origin::Once(None))
-        else {
-            return refuse(Error::unreadable_body("request body read twice".into()));
-        };
-        if self.config.timeout.as_ref().is_some_and(|s| s.reads_body()) {
-            self.set_deadline(&mut template.head, None, clock);
-        }
-        self.keep_head(&template.head);
-        let request = Request::from_parts(template.head, body);
-        self.start(service, Next::new(request, None), clock)
-    }
-
-    /// Completes the template with the buffered body and builds the first attempt from it: a
-    /// non-idempotent request that may be sent more than once gets its idempotency key here,
-    /// once for all attempts.
-    fn seal<B: ReplayBody>(
-        &mut self,
-        body: Bytes,
-        trailers: Option<HeaderMap>,
-        clock: &mut Clock,
-    ) -> Request<B> {
-        let may_retry = self.config.policy.may_retry();
-        let stamp = self.stamp();
-        let Origin::Replay(template) = &mut self.origin else {
-            return Request::new(B::from_bytes(body));
-        };
-        if may_retry && !stamp.grpc && !is_idempotent(&template.head.method) {
-            ensure_idempotency_key(&mut template.head.headers);
-        }
-        // What the first attempt carries goes into the template: every attempt's copy of the
-        // headers then has room for it, and a retry replaces it in place (inserting into a copy,
-        // which has no spare room, would grow it).
-        stamp.write(&mut template.head.headers, clock);
-        template.body = body;
-        template.trailers = trailers;
-        template.request()
-    }
-
     /// The service is ready: the retry goes out, rebuilt from the template.
     fn retry<S, B, F, RB>(&mut self, service: &mut S, grant: Option<Grant>) -> State<F, B, RB, C>
     where
@@ -582,16 +428,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             output: Some(output),
         }
     }
-
-    /// What the next attempt carries.
-    fn stamp(&self) -> Stamp {
-        let propagated = self.deadline.filter(|_| self.config.propagation);
-        Stamp {
-            sent: self.sent,
-            grpc: self.grpc,
-            time_left: propagated.map(|deadline| (deadline, self.config.margin)),
-        }
-    }
 }
 
 /// The steps after an attempt comes back: judging it, and retrying or handing it back.
@@ -675,7 +511,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
-        let mut stream = match opening {
+        let stream = match opening {
             Opening::Open(stream) => stream,
             Opening::Failed {
                 outcome,
@@ -687,22 +523,8 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 return self.judged(attempt, response, outcome);
             }
         };
-        // The breaker learns how the stream ends, and the metrics count it.
-        let breaker = attempt.permits.take_breaker();
-        let end = self.watch.stream_end();
-        if breaker.is_some() || end.counts() {
-            *stream = (*stream).with_at_end(move |outcome| {
-                if let Some(breaker) = breaker {
-                    breaker.record(outcome, &HeaderMap::new());
-                }
-                end.ended(outcome);
-            });
-        }
-        if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {
-            let (head, body) = (template.head.clone(), template.body.clone());
-            *stream = (*stream).with_resume(resume.clone(), head, body);
-        }
-        let response = Response::from_parts(head, ResponseBody::boxed(*stream));
+        let body = self.guard_stream(&mut attempt, stream);
+        let response = Response::from_parts(head, body);
         self.judged(attempt, response, Outcome::success())
     }
 
@@ -752,57 +574,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             .insert(FailedAnswer::new(outcome, self.sent));
         Step::Finish(Ok(response))
     }
-
-    /// Times the attempt that just ended (under a deadline), for the retry decision.
-    fn timed(&mut self, attempt: &mut Attempt) {
-        if let Some(took) = attempt.took() {
-            self.retries.attempt_took(took);
-        }
-    }
-
-    /// Tells the guards and the budget how the attempt ended (and what a rate limit corrects
-    /// its token weight from, for a success).
-    fn record(
-        &mut self,
-        attempt: Attempt,
-        outcome: &Outcome,
-        headers: &HeaderMap,
-        status: Option<StatusCode>,
-    ) -> Option<Usage> {
-        self.watch.answered(outcome, status);
-        let usage = attempt.permits.record(outcome, headers);
-        if let Some(grant) = attempt.grant {
-            grant.settle(outcome);
-        }
-        self.watch.health(&self.config.guards);
-        usage
-    }
-
-    /// Asks the policy whether the retryable failure with `outcome` is retried: each retry is
-    /// logged at WARN with the attempt number and the reason, a give-up as `log` says.
-    fn decide(&mut self, outcome: &Outcome) -> Decision {
-        let failed = Failed {
-            outcome,
-            sent: self.sent,
-            replayable: self.origin.is_replay(),
-            breaker_open: self.config.guards.breaker_open(),
-            deadline: self.deadline.map(|deadline| deadline.instant()),
-        };
-        let decision = self.config.policy.decide(&mut self.retries, &failed);
-        match &decision {
-            Decision::Retry { delay, .. } => {
-                self.watch.retrying(self.sent, outcome.reason(), *delay)
-            }
-            Decision::GiveUp(cause) => self.watch.giving_up(self.sent, outcome.reason(), *cause),
-            Decision::NotReplayable => {}
-        }
-        decision
-    }
-
-    fn mark_final<RB>(&self, response: &mut Response<RB>) {
-        let grpc = self.grpc || is_grpc(response.headers());
-        mark_do_not_retry(response.headers_mut(), grpc);
-    }
 }
 
 /// The endings that are not an answer: a cut, the deadline, a service that failed to get ready.
@@ -828,24 +599,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         })
     }
 
-    /// The answer for a request the breaker refused or cut: the fallback's, or the error.
-    fn breaker_answer<RB: Body>(&self, head: &Parts, rejected: Rejected) -> Output<RB> {
-        match &self.config.fallback {
-            Some(fallback) => Ok(fallback.answer(head, &rejected)),
-            None => Err(Error::refused(
-                rejected.outcome(),
-                rejected.into_error(),
-                self.sent,
-            )),
-        }
-    }
-
-    /// The service failed to get ready for a retry, which therefore never went out.
-    fn not_ready(&mut self, error: BoxError) -> Error {
-        let outcome = self.config.classifier.classify_error(&*error);
-        Error::failed(outcome, error, self.sent)
-    }
-
     /// The deadline passed while the request waited: an attempt in flight timed out, which the
     /// breaker counts as a health failure.
     fn expired(&mut self, attempt: Option<Attempt>) -> Error {
@@ -854,18 +607,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         }
         self.watch.unanswered(Reason::DeadlineExceeded);
         Error::deadline_exceeded(self.sent)
-    }
-
-    /// The request ends with `output`: observed, and a response's body bounded by the
-    /// deadline, to its last byte.
-    fn finish<RB: Body>(&self, mut output: Output<RB>) -> Output<RB> {
-        self.watch.finished(&output, self.sent);
-        if let (Ok(response), Some(deadline)) = (&mut output, self.deadline) {
-            response
-                .body_mut()
-                .set_deadline(deadline.instant(), body_deadline_exceeded);
-        }
-        output
     }
 }
 
@@ -887,30 +628,6 @@ fn refuse<F, B, RB: Body, C>(error: Error) -> State<F, B, RB, C> {
     State::Refused {
         output: Some(Err(error)),
     }
-}
-
-/// The error of a body handed back whose deadline passed before its end.
-fn body_deadline_exceeded() -> BoxError {
-    let outcome = Outcome::fatal(Reason::DeadlineExceeded).with_accepted(false);
-    Box::new(Failure::with_source(
-        outcome,
-        Box::new(DeadlineExceeded::new()),
-    ))
-}
-
-/// The response, whose body corrects the rate limit's token weight to the `usage` it reports,
-/// once its reader has read it.
-fn settle_on_usage<RB: Body>(
-    response: Response<ResponseBody<RB>>,
-    usage: Usage,
-) -> Response<ResponseBody<RB>> {
-    response.map(|body| {
-        body.watched(stormguard_rate_limit::USAGE_BODY_LIMIT, move |bytes| {
-            if let Some(used) = stormguard_rate_limit::usage_tokens(bytes) {
-                usage.settle(used);
-            }
-        })
-    })
 }
 
 impl<S, B, RB, C, Bk> fmt::Debug for ResponseFuture<S, B, RB, C, Bk>

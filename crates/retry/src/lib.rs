@@ -133,6 +133,7 @@ mod error;
 mod future;
 mod headers;
 mod layer;
+mod ledger;
 pub mod log;
 #[cfg(feature = "metrics")]
 pub mod metrics;

@@ -1,0 +1,331 @@
+//! [`Ledger`]: the bookkeeping of one request across its attempts, and what it knows how to do
+//! without moving the request: stamp an attempt, tell the guards and the budget how one ended,
+//! ask the policy about a failure, and finish what is handed back. The path that moves the
+//! request from state to state is the [future](crate::ResponseFuture)'s.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body::Body;
+use stormguard_breaker::Rejected;
+use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
+use stormguard_classify::headers::mark_do_not_retry;
+use stormguard_classify::{BoxError, Classify, Failure, Outcome, Permit, Reason, is_grpc};
+use stormguard_deadline::{Deadline, DeadlineExceeded};
+use stormguard_jitter::Backoff;
+use stormguard_rate_limit::Usage;
+use stormguard_stream::GuardedStream;
+
+use crate::attempt::Attempt;
+use crate::body::ReplayBody;
+use crate::error::Error;
+use crate::future::Output;
+use crate::headers::{ensure_idempotency_key, is_idempotent};
+use crate::layer::Config;
+use crate::observe::Watch;
+use crate::policy::{Decision, Failed, Retries};
+use crate::template::{Clock, Origin, Stamp, Template, deadline_of};
+
+/// What a request starts with ([`Ledger::begin`]).
+pub(crate) enum Begin<B> {
+    /// Reading its body up to the replay cap.
+    Buffer(Prefix<B>),
+    /// Its first attempt.
+    Send(Request<B>),
+}
+
+/// The bookkeeping of one request across its attempts.
+pub(crate) struct Ledger<C, Bk: Backoff> {
+    pub(crate) config: Arc<Config<C, Bk>>,
+    /// What each attempt is made from.
+    pub(crate) origin: Origin,
+    /// Attempts handed to the service so far.
+    pub(crate) sent: u32,
+    pub(crate) deadline: Option<Deadline>,
+    pub(crate) grpc: bool,
+    /// What the retry policy remembers between attempts.
+    pub(crate) retries: Retries<Bk::Schedule>,
+    /// Its spans, log lines and metrics.
+    pub(crate) watch: Watch,
+}
+
+impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
+    pub(crate) fn new(config: Arc<Config<C, Bk>>, headers: &HeaderMap) -> Self {
+        // The calls come before the struct: a call between its fields, were it to unwind, would
+        // leave the fields before it to drop, so those would be built aside and copied in.
+        let watch = Watch::new(config.name.as_ref());
+        let grpc = is_grpc(headers);
+        Self {
+            watch,
+            config,
+            origin: Origin::Once(None),
+            sent: 0,
+            deadline: None,
+            grpc,
+            retries: Retries::new(),
+        }
+    }
+
+    /// What the request starts with, its deadline set: reading its body, to buffer what could
+    /// be sent again or what the deadline estimate reads, or its first attempt.
+    pub(crate) fn begin<B: ReplayBody>(
+        &mut self,
+        request: Request<B>,
+        clock: &mut Clock,
+    ) -> Begin<B> {
+        let (mut head, body) = request.into_parts();
+        let cap = self.config.max_replay_body;
+        let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
+        let buffer = (self.config.policy.may_retry() || reads_body)
+            && body.size_hint().lower() <= u64::try_from(cap).unwrap_or(u64::MAX);
+        if !buffer {
+            self.set_deadline(&mut head, None, clock);
+            self.keep_head(&head);
+            return Begin::Send(Request::from_parts(head, body));
+        }
+        if body.is_end_stream() {
+            self.set_deadline(&mut head, Some(&[]), clock);
+            self.origin = Origin::Replay(Template::new(head));
+            return Begin::Send(self.seal(Bytes::new(), None, clock));
+        }
+        if reads_body {
+            // The layer's own deadline waits for the body; one already on the request holds.
+            self.deadline = Deadline::from_extensions(&head.extensions);
+        } else {
+            self.set_deadline(&mut head, None, clock);
+        }
+        self.origin = Origin::Replay(Template::new(head));
+        Begin::Buffer(Prefix::new(body, cap))
+    }
+
+    /// The request body was read up to the replay cap: the first attempt, built from it.
+    pub(crate) fn buffered<B>(
+        &mut self,
+        bytes: Bytes,
+        tail: Tail<B::Error>,
+        rest: B,
+        clock: &mut Clock,
+    ) -> Result<Request<B>, Error>
+    where
+        B: ReplayBody,
+        B::Error: Into<BoxError>,
+    {
+        let read_twice = || Error::unreadable_body("request body read twice".into());
+        let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
+        let trailers = match tail {
+            Tail::Ended => None,
+            Tail::Trailers(trailers) => Some(trailers),
+            Tail::Failed(error) => return Err(Error::unreadable_body(error.into())),
+            // Longer than the cap: sent once, untouched, what was read followed by the rest.
+            Tail::Open => {
+                let once = Origin::Once(None);
+                let Origin::Replay(mut template) = std::mem::replace(&mut self.origin, once) else {
+                    return Err(read_twice());
+                };
+                if reads_body {
+                    self.set_deadline(&mut template.head, None, clock);
+                }
+                self.keep_head(&template.head);
+                let body = B::from_partial(PartialBody::new(bytes, Tail::Open, rest));
+                return Ok(Request::from_parts(template.head, body));
+            }
+        };
+        let timeout = self.config.timeout.as_ref();
+        let Origin::Replay(template) = &mut self.origin else {
+            return Err(read_twice());
+        };
+        if reads_body {
+            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), clock);
+        }
+        Ok(self.seal(bytes, trailers, clock))
+    }
+
+    /// Sets the request's deadline from the layer's timeout (`body`: the buffered body, for a
+    /// timeout that reads it); a tighter deadline already on the request wins.
+    pub(crate) fn set_deadline(
+        &mut self,
+        head: &mut Parts,
+        body: Option<&[u8]>,
+        clock: &mut Clock,
+    ) {
+        self.deadline = deadline_of(self.config.timeout.as_ref(), head, body, clock);
+    }
+
+    /// A request sent once keeps its head if a breaker's fallback may have to answer from it.
+    pub(crate) fn keep_head(&mut self, head: &Parts) {
+        if self.config.guards.breaker.is_some() && self.config.fallback.is_some() {
+            self.origin = Origin::Once(Some(Box::new(head.clone())));
+        }
+    }
+
+    /// Completes the template with the buffered body and builds the first attempt from it: a
+    /// non-idempotent request that may be sent more than once gets its idempotency key here,
+    /// once for all attempts.
+    pub(crate) fn seal<B: ReplayBody>(
+        &mut self,
+        body: Bytes,
+        trailers: Option<HeaderMap>,
+        clock: &mut Clock,
+    ) -> Request<B> {
+        let may_retry = self.config.policy.may_retry();
+        let stamp = self.stamp();
+        let Origin::Replay(template) = &mut self.origin else {
+            return Request::new(B::from_bytes(body));
+        };
+        if may_retry && !stamp.grpc && !is_idempotent(&template.head.method) {
+            ensure_idempotency_key(&mut template.head.headers);
+        }
+        // What the first attempt carries goes into the template: every attempt's copy of the
+        // headers then has room for it, and a retry replaces it in place (inserting into a copy,
+        // which has no spare room, would grow it).
+        stamp.write(&mut template.head.headers, clock);
+        template.body = body;
+        template.trailers = trailers;
+        template.request()
+    }
+
+    /// What the next attempt carries.
+    pub(crate) fn stamp(&self) -> Stamp {
+        let propagated = self.deadline.filter(|_| self.config.propagation);
+        Stamp {
+            sent: self.sent,
+            grpc: self.grpc,
+            time_left: propagated.map(|deadline| (deadline, self.config.margin)),
+        }
+    }
+
+    /// Times the attempt that just ended (under a deadline), for the retry decision.
+    pub(crate) fn timed(&mut self, attempt: &mut Attempt) {
+        if let Some(took) = attempt.took() {
+            self.retries.attempt_took(took);
+        }
+    }
+
+    /// Tells the guards and the budget how the attempt ended (and what a rate limit corrects
+    /// its token weight from, for a success).
+    pub(crate) fn record(
+        &mut self,
+        attempt: Attempt,
+        outcome: &Outcome,
+        headers: &HeaderMap,
+        status: Option<StatusCode>,
+    ) -> Option<Usage> {
+        self.watch.answered(outcome, status);
+        let usage = attempt.permits.record(outcome, headers);
+        if let Some(grant) = attempt.grant {
+            grant.settle(outcome);
+        }
+        self.watch.health(&self.config.guards);
+        usage
+    }
+
+    /// Asks the policy whether the retryable failure with `outcome` is retried: each retry is
+    /// logged at WARN with the attempt number and the reason, a give-up as `log` says.
+    pub(crate) fn decide(&mut self, outcome: &Outcome) -> Decision {
+        let failed = Failed {
+            outcome,
+            sent: self.sent,
+            replayable: self.origin.is_replay(),
+            breaker_open: self.config.guards.breaker_open(),
+            deadline: self.deadline.map(|deadline| deadline.instant()),
+        };
+        let decision = self.config.policy.decide(&mut self.retries, &failed);
+        match &decision {
+            Decision::Retry { delay, .. } => {
+                self.watch.retrying(self.sent, outcome.reason(), *delay)
+            }
+            Decision::GiveUp(cause) => self.watch.giving_up(self.sent, outcome.reason(), *cause),
+            Decision::NotReplayable => {}
+        }
+        decision
+    }
+
+    pub(crate) fn mark_final<RB>(&self, response: &mut Response<RB>) {
+        let grpc = self.grpc || is_grpc(response.headers());
+        mark_do_not_retry(response.headers_mut(), grpc);
+    }
+
+    /// The answer for a request the breaker refused or cut: the fallback's, or the error.
+    pub(crate) fn breaker_answer<RB: Body>(&self, head: &Parts, rejected: Rejected) -> Output<RB> {
+        match &self.config.fallback {
+            Some(fallback) => Ok(fallback.answer(head, &rejected)),
+            None => Err(Error::refused(
+                rejected.outcome(),
+                rejected.into_error(),
+                self.sent,
+            )),
+        }
+    }
+
+    /// The service failed to get ready for a retry, which therefore never went out.
+    pub(crate) fn not_ready(&mut self, error: BoxError) -> Error {
+        let outcome = self.config.classifier.classify_error(&*error);
+        Error::failed(outcome, error, self.sent)
+    }
+
+    /// The request ends with `output`: observed, and a response's body bounded by the
+    /// deadline, to its last byte.
+    pub(crate) fn finish<RB: Body>(&self, mut output: Output<RB>) -> Output<RB> {
+        self.watch.finished(&output, self.sent);
+        if let (Ok(response), Some(deadline)) = (&mut output, self.deadline) {
+            response
+                .body_mut()
+                .set_deadline(deadline.instant(), body_deadline_exceeded);
+        }
+        output
+    }
+
+    /// The event stream handed back: the breaker learns how it ends, the metrics count it, and
+    /// the resume hook (if any) may continue it from the template.
+    pub(crate) fn guard_stream<RB>(
+        &self,
+        attempt: &mut Attempt,
+        mut stream: Box<GuardedStream<RB>>,
+    ) -> ResponseBody<RB>
+    where
+        RB: Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        let breaker = attempt.permits.take_breaker();
+        let end = self.watch.stream_end();
+        if breaker.is_some() || end.counts() {
+            *stream = (*stream).with_at_end(move |outcome| {
+                if let Some(breaker) = breaker {
+                    breaker.record(outcome, &HeaderMap::new());
+                }
+                end.ended(outcome);
+            });
+        }
+        if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {
+            let (head, body) = (template.head.clone(), template.body.clone());
+            *stream = (*stream).with_resume(resume.clone(), head, body);
+        }
+        ResponseBody::boxed(*stream)
+    }
+}
+
+/// The error of a body handed back whose deadline passed before its end.
+fn body_deadline_exceeded() -> BoxError {
+    let outcome = Outcome::fatal(Reason::DeadlineExceeded).with_accepted(false);
+    Box::new(Failure::with_source(
+        outcome,
+        Box::new(DeadlineExceeded::new()),
+    ))
+}
+
+/// The response, whose body corrects the rate limit's token weight to the `usage` it reports,
+/// once its reader has read it.
+pub(crate) fn settle_on_usage<RB: Body>(
+    response: Response<ResponseBody<RB>>,
+    usage: Usage,
+) -> Response<ResponseBody<RB>> {
+    response.map(|body| {
+        body.watched(stormguard_rate_limit::USAGE_BODY_LIMIT, move |bytes| {
+            if let Some(used) = stormguard_rate_limit::usage_tokens(bytes) {
+                usage.settle(used);
+            }
+        })
+    })
+}
