@@ -125,15 +125,14 @@ fn report(what: &str, runs: &[Run]) {
     );
 }
 
-/// A replica of a fleet with a limit of `per_minute` requests or tokens (`tokens: true`),
-/// learning from the provider.
+/// A replica of a fleet with a limit of `per_minute` requests or tokens (`tokens: true`, weights
+/// corrected to the usage answers report), learning from the provider.
 fn replica(redis: &Redis, prefix: &str, per_minute: u32, tokens: bool) -> RateLimit {
     let fleet = Fleet::new(&redis.url)
         .unwrap()
         .with_prefix(prefix)
         .with_timeout(TIMEOUT);
     let config = if tokens {
-        // Weights may be corrected to the usage an answer reports: the usage test settles one.
         RateLimitConfig::default()
             .with_tokens_per_minute(Some(per_minute))
             .with_usage_correction(true)

@@ -33,7 +33,7 @@ pub(crate) struct Gcra {
 }
 
 /// A reservation: when the units may go, and what they cost (to give back).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Slot {
     /// Nanoseconds since the origin at which the request may go.
     pub(crate) start: u64,
@@ -100,15 +100,53 @@ impl Gcra {
     }
 
     /// Makes this dimension a share of `whole`: `1 / replicas` of its rate, and its block.
-    pub(crate) fn follow(&self, whole: &Gcra, replicas: u32, burst: Duration) {
+    ///
+    /// A share that had no rate starts empty at `now` (a request of one unit may go then, the
+    /// rest at the share's rate): the replica may have just started, or restarted, and what the
+    /// fleet took in the last bucket's worth of time is not known here, so a full bucket could
+    /// go on top of a fleet's bucket already spent.
+    pub(crate) fn follow(&self, whole: &Gcra, replicas: u32, burst: Duration, now: u64) {
         let share = whole
             .per_minute()
             .map(|per_minute| (per_minute / u64::from(replicas.max(1))).max(1));
+        let had_rate = self.per_minute().is_some();
         if share != self.per_minute() {
             let share = share.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
             self.set_rate(share, burst);
         }
+        if !had_rate && share.is_some() {
+            let interval = self.interval.load(Ordering::Acquire);
+            let burst = self.burst.load(Ordering::Acquire);
+            self.tat
+                .fetch_max(tat_empty_at(now, interval, burst), Ordering::AcqRel);
+        }
         self.block_until(whole.blocked());
+    }
+
+    /// Counts `units` that go at `start` on a decision made elsewhere (a fleet's Redis gave this
+    /// replica the slot), whether the bucket holds them or not, but leaves the bucket no emptier
+    /// than empty at `start` with them taken. Older debt is forgotten: a replica that took more
+    /// than its share through Redis (the others were idle) had it counted in the fleet's bucket,
+    /// and its share only has to keep its own later decisions from going on top of that.
+    /// Returns what the bucket was charged, to give back as a reservation's slot is.
+    #[cfg(feature = "redis")]
+    pub(crate) fn charge(&self, start: u64, units: u64) -> Slot {
+        let interval = self.interval.load(Ordering::Acquire);
+        let cost = units.saturating_mul(interval);
+        if cost == 0 {
+            return Slot::default();
+        }
+        let empty = tat_empty_at(start, interval, self.burst.load(Ordering::Acquire));
+        let next = |tat: u64| tat.max(tat.max(start).min(empty).saturating_add(cost));
+        let (Ok(previous) | Err(previous)) =
+            self.tat
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| Some(next(tat)));
+        let end = next(previous);
+        Slot {
+            start,
+            cost: end - previous,
+            end,
+        }
     }
 
     /// Reserves `units` at `now`, if they can go within `max_wait`: the slot, or how long until
@@ -232,7 +270,13 @@ fn empty_at(blocked: u64, interval: u64, burst: u64) -> u64 {
     if blocked == 0 {
         return 0;
     }
-    blocked.saturating_add(burst.saturating_sub(1).saturating_mul(interval))
+    tat_empty_at(blocked, interval, burst)
+}
+
+/// The TAT of a bucket empty at `at` (a request of one unit may go then), whatever instant that
+/// is.
+fn tat_empty_at(at: u64, interval: u64, burst: u64) -> u64 {
+    at.saturating_add(burst.saturating_sub(1).saturating_mul(interval))
 }
 
 #[cfg(test)]
@@ -297,6 +341,33 @@ mod tests {
             gcra.reserve(0, 1, 10 * SECOND).map(|s| s.start),
             Ok(8 * SECOND)
         );
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_share_starts_empty_and_counts_slots_decided_elsewhere_down_to_empty() {
+        // 600 a minute for three: a share of 200, one every 300 ms, a bucket of 3.
+        let whole = Gcra::new(Some(600), Duration::from_secs(1));
+        let share = Gcra::new(None, Duration::from_secs(1));
+        share.follow(&whole, 3, Duration::from_secs(1), 0);
+        // Empty from the start: one at once, the next 300 ms later.
+        assert_eq!(share.level(0), Some((3, 1)));
+        // Full by 1 s; then ten slots decided elsewhere, at the whole's pace (every 100 ms):
+        // the share is in debt for them no further than empty just after the last one.
+        assert_eq!(share.level(SECOND), Some((3, 3)));
+        for n in 0..10 {
+            share.charge(SECOND + n * SECOND / 10, 1);
+        }
+        let last = SECOND + 9 * SECOND / 10;
+        assert_eq!(
+            share.reserve(last, 1, SECOND).map(|s| s.start),
+            Ok(last + 3 * SECOND / 10)
+        );
+        // A charged slot given back (its request never went) leaves the share as it was.
+        let slot = share.charge(10 * SECOND, 1);
+        assert_eq!(share.level(10 * SECOND), Some((3, 2)));
+        share.give_back(slot);
+        assert_eq!(share.level(10 * SECOND), Some((3, 3)));
     }
 
     #[test]

@@ -92,8 +92,13 @@
 //!   Redis is then left alone for 25 ms, doubling to 2 s, while the connection manager
 //!   reconnects; the first decision it answers brings the fleet back. Each change is logged once.
 //!   Callers never get an error because Redis is away, and a replica never admits more than its
-//!   share then; what it admitted on its share is not written back (the bucket in Redis fills
-//!   from where it was).
+//!   share then, counting what Redis gave it: the share is charged with each slot Redis gives
+//!   the replica, so those reserved before Redis went away still go and the share starts with
+//!   them spent; the share's bucket starts empty (one request at once, then the share's rate),
+//!   as a replica that has not heard from Redis cannot know what the fleet took; a decision
+//!   Redis answers past the timeout is the share's alone, and the slot the script may still
+//!   take stays in Redis, counting that request for the fleet. What the share admits is not
+//!   otherwise written back (the bucket in Redis fills from where it was).
 //! - **Keys.** A keyed limit's key names its bucket in Redis as it is (`<prefix>:k:{<key>}`;
 //!   `<prefix>:u:{all}` for the unkeyed bucket): pick keys that are not secrets (a tenant's
 //!   name or a hash of its API key, not the key itself). The braces keep a bucket and its count

@@ -71,7 +71,7 @@ struct Bucket {
     /// When the bucket was last used, nanoseconds since the origin.
     used: AtomicU64,
     /// With a fleet: this replica's share of the limit (requests, tokens), which decides while
-    /// Redis is away.
+    /// Redis is away, and counts the slots Redis gives this replica while it answers.
     share: Option<[Gcra; 2]>,
     /// With a fleet: the bucket's keys in Redis.
     #[cfg(feature = "redis")]
@@ -232,11 +232,7 @@ impl RateLimit {
         let now = Instant::now();
         let at = shared.nanos(now);
         let bucket = shared.bucket(&key);
-        if let Some([requests, tokens]) = &bucket.share {
-            let replicas = shared.replicas();
-            let burst = shared.config.burst();
-            requests.follow(&bucket.requests, replicas, burst);
-            tokens.follow(&bucket.tokens, replicas, burst);
+        if bucket.local_share(shared, at).is_some() {
             shared.decided_locally();
         }
         let [requests, token_gcra] = bucket.dimensions(true);
@@ -303,6 +299,9 @@ impl RateLimit {
                 Some(reply) => {
                     limit.decided_in_fleet(key, tokens, deadline, &reply, [requests, weighed])
                 }
+                // Past the timeout the reply is never read: the share's decision is the only
+                // one. The slot the script may still take in Redis stays taken there: it is the
+                // fleet's count of the request the share lets go.
                 None => limit.decide_here(key, tokens, deadline),
             }
         }))
@@ -335,6 +334,14 @@ impl RateLimit {
             shape.end.clone_from(end);
         }
         let at = self.shared.nanos(now);
+        // The share counts this replica's slots from Redis: if Redis goes away, the slots it
+        // gave still go, and the share starts with them spent.
+        if let Some(share) = self.shared.bucket(&key).local_share(&self.shared, at) {
+            let start = at.saturating_add(nanos_of(wait));
+            for ((gcra, shape), units) in share.iter().zip(&mut shapes).zip([1, tokens]) {
+                shape.share = gcra.charge(start, units);
+            }
+        }
         let taken = Taken::Fleet(Box::new(shapes));
         Ok(Reservation {
             permit: RateLimitPermit::new(Arc::clone(&self.shared), key, tokens, at, taken),
@@ -470,6 +477,16 @@ impl Bucket {
             learned: Mutex::new(Learned::default()),
             used: AtomicU64::new(at),
         }
+    }
+
+    /// With a fleet, this replica's share of the limit (requests, tokens), made to follow the
+    /// limit's rates and blocks as they are at `at`.
+    fn local_share(&self, shared: &Shared, at: u64) -> Option<&[Gcra; 2]> {
+        let share = self.share.as_ref()?;
+        let (replicas, burst) = (shared.replicas(), shared.config.burst());
+        share[0].follow(&self.requests, replicas, burst, at);
+        share[1].follow(&self.tokens, replicas, burst, at);
+        Some(share)
     }
 
     /// The requests and tokens that decide here: the whole limit, or (`share`) a fleet's local
@@ -703,6 +720,8 @@ struct Shape {
     units: u64,
     /// The TAT the decision left ("": none).
     end: String,
+    /// What it was charged in this replica's local share, given back with the slot.
+    share: Slot,
 }
 
 #[cfg(feature = "redis")]
@@ -714,6 +733,7 @@ impl Shape {
             burst,
             units: if interval == 0 { 0 } else { units },
             end: String::new(),
+            share: Slot::default(),
         }
     }
 }
@@ -807,6 +827,11 @@ impl Drop for RateLimitPermit {
             }
             #[cfg(feature = "redis")]
             Taken::Fleet(shapes) => {
+                if let Some(share) = &bucket.share {
+                    for (gcra, shape) in share.iter().zip(shapes.iter()) {
+                        gcra.give_back(shape.share);
+                    }
+                }
                 if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet) {
                     let mut invocation = fleet.invocation(keys, "return");
                     for shape in shapes.iter() {
@@ -863,6 +888,9 @@ impl Usage {
                 let at = self.shared.nanos(Instant::now());
                 bucket.dimensions(*share)[1].adjust(at, difference);
             }
+            // The share keeps the weight it was charged: its charge may have been cut short at
+            // an empty bucket, and giving back tokens it never took would leave it fuller than
+            // this replica left it.
             #[cfg(feature = "redis")]
             Place::Fleet { interval } => {
                 if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet) {
@@ -903,4 +931,182 @@ fn per_minute(rate: f64) -> u32 {
 
 fn clamp_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    //! A fleet's local share on the paused clock. Redis's decisions come from a stand-in for the
+    //! script, a GCRA of the fleet's numbers in this process, fed to the replica as the script's
+    //! replies; no server is asked.
+
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::Fleet;
+
+    /// 100 a second for the fleet; a replica's share of three is 33.3 a second (one every
+    /// 30 ms) with a bucket of 33.
+    const PER_MINUTE: u32 = 6_000;
+    const REPLICAS: u32 = 3;
+    /// Tasks that each take every slot they are given: the replica wants far more than its share.
+    const TASKS: usize = 4;
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn share_rate() -> f64 {
+        f64::from(PER_MINUTE / REPLICAS) / 60.0
+    }
+
+    /// A replica of three, never connected: nothing listens on port 1, and nothing asks it.
+    fn replica() -> RateLimit {
+        let fleet = Fleet::new("redis://127.0.0.1:1/")
+            .unwrap()
+            .with_replicas(Some(REPLICAS));
+        RateLimit::new(
+            RateLimitConfig::default()
+                .with_requests_per_minute(Some(PER_MINUTE))
+                .with_learning(false)
+                .with_fleet(fleet),
+        )
+    }
+
+    /// The fleet's bucket, as the script keeps it in Redis.
+    fn redis() -> Arc<Gcra> {
+        Arc::new(Gcra::new(Some(PER_MINUTE), RateLimitConfig::DEFAULT_BURST))
+    }
+
+    /// Decides in `redis` as the script would, and hands the replica the script's reply.
+    fn from_redis(limit: &RateLimit, redis: &Gcra) -> Result<Reservation, RateLimited> {
+        let shared = &*limit.shared;
+        let at = shared.nanos(Instant::now());
+        let replicas = REPLICAS.to_string();
+        let reply = match redis.reserve(at, 1, nanos_of(shared.config.max_wait())) {
+            Ok(slot) => {
+                let wait = fleet::micros(slot.start - at).to_string();
+                vec!["1".into(), wait, replicas, String::new(), String::new()]
+            }
+            Err(wait) => vec!["0".into(), fleet::micros(wait).to_string(), replicas],
+        };
+        let bucket = &shared.unkeyed;
+        let shapes = [Shape::of(&bucket.requests, 1), Shape::of(&bucket.tokens, 0)];
+        limit.decided_in_fleet(None, 0, None, &reply, shapes)
+    }
+
+    /// Where a slot was decided.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Place {
+        Redis,
+        Share,
+    }
+
+    /// `TASKS` tasks take every slot they are given until `until` (since now), deciding in
+    /// `redis` while `answers` (the time since now) says Redis answers, on the share otherwise:
+    /// when each slot started, since now, and where it was decided.
+    async fn drive(
+        limit: &RateLimit,
+        redis: &Arc<Gcra>,
+        answers: fn(Duration) -> bool,
+        until: Duration,
+    ) -> Vec<(Duration, Place)> {
+        let begin = Instant::now();
+        let starts = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..TASKS {
+            let (limit, redis, starts) = (limit.clone(), Arc::clone(redis), Arc::clone(&starts));
+            tasks.spawn(async move {
+                while begin.elapsed() < until {
+                    let (decision, place) = if answers(begin.elapsed()) {
+                        (from_redis(&limit, &redis), Place::Redis)
+                    } else {
+                        (limit.decide_here(None, 0, None), Place::Share)
+                    };
+                    let reservation = decision.unwrap();
+                    tokio::time::sleep_until(reservation.start()).await;
+                    let started = reservation.start() - begin;
+                    if started >= until {
+                        break;
+                    }
+                    drop(reservation.send());
+                    starts.lock().unwrap().push((started, place));
+                }
+            });
+        }
+        while let Some(task) = tasks.join_next().await {
+            task.unwrap();
+        }
+        let mut starts = starts.lock().unwrap().clone();
+        starts.sort_unstable_by_key(|(started, _)| *started);
+        starts
+    }
+
+    fn count(starts: &[(Duration, Place)], from: Duration, place: Option<Place>) -> usize {
+        starts
+            .iter()
+            .filter(|(started, at)| *started >= from && place.is_none_or(|place| place == *at))
+            .count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn redis_away_for_4_s_leaves_a_replica_over_its_share_no_more_than_its_share() {
+        let limit = replica();
+        // Redis answers for 2 s, in which the replica, alone, takes the fleet's whole quota
+        // (three times its share); then it is away for 4 s.
+        let starts = drive(&limit, &redis(), |t| t < 2 * SECOND, 6 * SECOND).await;
+        let admitted = count(&starts, 2 * SECOND, None);
+        // The slots Redis gave before it went away (one a task, at most) still go. On top of
+        // them, the share's rate over the 4 s and nothing of its bucket: the replica spent far
+        // more than its share's bucket through Redis in the second before.
+        let budget = share_rate() * 4.0 + TASKS as f64 + 1.0;
+        assert!(
+            admitted as f64 <= budget,
+            "admitted {admitted} in 4 s on a share of {:.1} a second: budget {budget:.1} ({} \
+             decided in Redis, {} on the share)",
+            share_rate(),
+            count(&starts, 2 * SECOND, Some(Place::Redis)),
+            count(&starts, 2 * SECOND, Some(Place::Share)),
+        );
+        // And the share does pace the rest: no refusals, at its rate.
+        assert!(admitted as f64 >= share_rate() * 4.0 * 0.95, "{admitted}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_late_answer_releases_no_burst_on_top_of_the_fleets_bucket() {
+        let limit = replica();
+        // One decision at 2 s is answered past the timeout (5 ms): it and every decision in
+        // the 25 ms Redis is then left alone for are made on the share.
+        let starts = drive(
+            &limit,
+            &redis(),
+            |t| !(2 * SECOND..2 * SECOND + Duration::from_millis(5 + 25)).contains(&t),
+            4 * SECOND,
+        )
+        .await;
+        let admitted = starts.len();
+        let on_the_share = count(&starts, Duration::ZERO, Some(Place::Share));
+        // The fleet's bucket at once, then its rate, as Redis decided; the share adds what it
+        // gives each task that asked it in the pause (one slot each, at the share's pace from
+        // the replica's last slot in Redis), never its bucket.
+        let allowance = f64::from(PER_MINUTE) / 60.0 * (1.0 + 4.0);
+        assert!(
+            admitted as f64 <= allowance + TASKS as f64,
+            "admitted {admitted} in 4 s for a fleet allowance of {allowance}: {on_the_share} on \
+             the share"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_that_never_heard_from_redis_paces_at_its_share_from_the_start() {
+        let limit = replica();
+        // Redis never answers (a replica started while it was away, or whose first answers
+        // came too late). It may have restarted: what it took before is unknown.
+        let starts = drive(&limit, &redis(), |_| false, 4 * SECOND).await;
+        let admitted = starts.len();
+        // One at once, then the share's rate: no bucket on top of what the fleet may have taken.
+        let budget = 1.0 + share_rate() * 4.0;
+        assert!(
+            admitted as f64 <= budget,
+            "admitted {admitted} in 4 s on a share of {:.1} a second: budget {budget:.1}",
+            share_rate()
+        );
+        assert!(admitted as f64 >= share_rate() * 4.0 * 0.95, "{admitted}");
+    }
 }

@@ -12,9 +12,17 @@ use tokio::time::Instant;
 /// Port 1 on loopback: refused at once.
 const NOWHERE: &str = "redis://127.0.0.1:1/";
 
+/// How long after the first each of `starts` comes.
+fn after_first(starts: &[Instant]) -> Vec<Duration> {
+    starts
+        .iter()
+        .map(|start| start.saturating_duration_since(starts[0]))
+        .collect()
+}
+
 #[tokio::test]
-async fn without_redis_each_replica_takes_its_share_of_the_quota() {
-    // 6,000 a minute for 4 replicas: 1,500 each, 25 a second with a bucket of 25.
+async fn without_redis_each_replica_paces_at_its_share_of_the_quota_from_the_start() {
+    // 6,000 a minute for 4 replicas: 1,500 each, 25 a second (one every 40 ms).
     let fleet = Fleet::new(NOWHERE).unwrap().with_replicas(Some(4));
     let limit = RateLimit::new(
         RateLimitConfig::default()
@@ -28,19 +36,26 @@ async fn without_redis_each_replica_takes_its_share_of_the_quota() {
         starts.push(reservation.start());
         let _permit = reservation.send();
     }
-    let first = starts[0];
-    let after = |n: usize| starts[n].saturating_duration_since(first);
-    // The share's bucket at once, then one every 40 ms.
-    assert!(after(24) < Duration::from_millis(20), "{:?}", after(24));
-    assert!(after(25) >= Duration::from_millis(20), "{:?}", after(25));
-    assert!(after(26) >= Duration::from_millis(60), "{:?}", after(26));
+    // One at once, then one every 40 ms: never having heard from Redis, the replica cannot know
+    // what the fleet took in the last second, so its share's bucket of 25 does not go on top.
+    let after = after_first(&starts);
+    for (n, pair) in after.windows(2).enumerate() {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(40),
+            "{n}: {after:?}"
+        );
+    }
+    assert!(
+        after[26] < Duration::from_millis(26 * 40 + 200),
+        "{after:?}"
+    );
     let snapshot = fleet.snapshot();
     assert!(!snapshot.connected, "{snapshot:?}");
     assert_eq!(snapshot.replicas, 4);
     assert_eq!(snapshot.fleet_decisions, 0);
     assert_eq!(snapshot.local_decisions, 27);
     // Redis is left alone between tries: the decisions did not each wait for it.
-    assert!(Instant::now().saturating_duration_since(first) < Duration::from_millis(500));
+    assert!(Instant::now().saturating_duration_since(starts[0]) < Duration::from_millis(500));
 }
 
 #[tokio::test]
@@ -52,11 +67,21 @@ async fn without_a_configured_count_the_share_is_the_whole_quota_until_redis_cou
             .with_fleet(fleet.clone()),
     );
     let head = http::Request::new(()).into_parts().0;
-    // 10 a second, a bucket of 10: the whole of it.
+    let mut starts = Vec::new();
     for _ in 0..10 {
         let reservation = limit.acquire(&head, 0, None).await.unwrap();
-        assert!(reservation.start() <= Instant::now() + Duration::from_millis(5));
+        starts.push(reservation.start());
+        let _permit = reservation.send();
     }
+    // The whole quota's rate, 10 a second, from the start.
+    let after = after_first(&starts);
+    for (n, pair) in after.windows(2).enumerate() {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(100),
+            "{n}: {after:?}"
+        );
+    }
+    assert!(after[9] < Duration::from_millis(900 + 200), "{after:?}");
     assert_eq!(fleet.snapshot().replicas, 1);
 }
 

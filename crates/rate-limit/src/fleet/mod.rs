@@ -33,6 +33,17 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fle
 /// coming back are logged once each (`tracing`, WARN and INFO). Callers never see an error or a
 /// stall because of Redis: at worst a decision waits the timeout once.
 ///
+/// While Redis is away a replica admits no more than its share: the share's rate, and of its
+/// bucket (the limit's burst, divided too) only what the replica did not take through Redis.
+/// The share counts each slot Redis gives the replica, at the slot's start, so that slots
+/// reserved before Redis went away still go but leave the share's bucket spent, not full on top
+/// of them; it forgets debt beyond an empty bucket, which the fleet's bucket in Redis counted.
+/// The share's bucket starts empty (one request at once, then the share's rate): a replica that
+/// has not heard from Redis (just started or restarted, or its first answers came too late)
+/// cannot know what the fleet took. A decision is made once: a reply later than the timeout is
+/// not read and the share decides; the slot the script may still take in Redis stays taken
+/// there, as the fleet's count of the request the share let go.
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use stormguard_rate_limit::{Fleet, RateLimit, RateLimitConfig};
