@@ -35,6 +35,13 @@ impl Error for Throttled {
     }
 }
 
+/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
+impl stormguard_classify::AsError for Throttled {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use stormguard_classify::{BoxError, Classify, LlmClassifier, outcome_of};

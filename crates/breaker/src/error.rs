@@ -220,6 +220,27 @@ impl Error for Rejected {
     }
 }
 
+/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
+impl stormguard_classify::AsError for BreakerOpen {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
+/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
+impl stormguard_classify::AsError for BulkheadFull {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
+/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
+impl stormguard_classify::AsError for Rejected {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use stormguard_classify::{Classify, LlmClassifier, error_response, outcome_of};

@@ -88,8 +88,81 @@ pub fn refusal_response<B: Default>(outcome: &Outcome, grpc: bool) -> Response<B
 /// failure 502; all of them are marked "do not retry".
 ///
 /// Pass `grpc = true` when answering a gRPC request ([`is_grpc`](crate::is_grpc) of its headers).
-pub fn error_response<B: Default>(error: &(dyn Error + 'static), grpc: bool) -> Response<B> {
-    refusal_response(&crate::transport::classify_error(error), grpc)
+///
+/// It takes the error as a gateway holds it ([`AsError`]): the [`BoxError`](crate::BoxError) of a
+/// tower `Service` (what axum's `HandleErrorLayer` hands its handler), as `&error`; stormguard's
+/// own errors; a `&dyn Error`.
+///
+/// ```
+/// use stormguard_classify::{BoxError, Failure, Outcome, Reason, error_response};
+///
+/// let error: BoxError = Box::new(Failure::new(Outcome::fatal(Reason::Throttled)));
+/// let response: http::Response<()> = error_response(&error, false);
+/// assert_eq!(response.status(), 503);
+/// assert_eq!(response.headers()["x-should-retry"], "false");
+/// ```
+pub fn error_response<B: Default>(error: &(impl AsError + ?Sized), grpc: bool) -> Response<B> {
+    refusal_response(&crate::transport::classify_error(error.as_error()), grpc)
+}
+
+/// An error as a gateway holds it, for [`error_response`]: the `BoxError` every tower `Service`
+/// fails with (any `Box` or `Arc` of an error), a `&dyn Error`, or one of stormguard's errors
+/// (each crate implements it for its own). Another error type is passed as `&error as &dyn Error`.
+///
+/// A trait rather than `&dyn Error`: a `&Box<dyn Error + Send + Sync>` does not coerce to
+/// `&dyn Error` (the box is no `Error` itself), and one blanket impl for every `Error` would
+/// leave no room for the box's.
+pub trait AsError {
+    /// The error, as a trait object whose source chain can be walked.
+    fn as_error(&self) -> &(dyn Error + 'static);
+}
+
+impl AsError for dyn Error + 'static {
+    fn as_error(&self) -> &(dyn Error + 'static) {
+        self
+    }
+}
+
+impl AsError for dyn Error + Send + 'static {
+    fn as_error(&self) -> &(dyn Error + 'static) {
+        self
+    }
+}
+
+impl AsError for dyn Error + Send + Sync + 'static {
+    fn as_error(&self) -> &(dyn Error + 'static) {
+        self
+    }
+}
+
+impl<T: AsError + ?Sized> AsError for Box<T> {
+    fn as_error(&self) -> &(dyn Error + 'static) {
+        (**self).as_error()
+    }
+}
+
+impl<T: AsError + ?Sized> AsError for std::sync::Arc<T> {
+    fn as_error(&self) -> &(dyn Error + 'static) {
+        (**self).as_error()
+    }
+}
+
+impl AsError for std::io::Error {
+    fn as_error(&self) -> &(dyn Error + 'static) {
+        self
+    }
+}
+
+impl AsError for crate::Failure {
+    fn as_error(&self) -> &(dyn Error + 'static) {
+        self
+    }
+}
+
+impl<B: 'static> AsError for crate::ClassifiedError<B> {
+    fn as_error(&self) -> &(dyn Error + 'static) {
+        self
+    }
 }
 
 #[cfg(test)]
@@ -153,5 +226,16 @@ mod tests {
 
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         assert_eq!(error_response::<()>(&refused, false).status(), 502);
+    }
+
+    /// What a tower `Service` fails with, and what a gateway's error handler holds: a `BoxError`,
+    /// answered through a plain reference to it.
+    #[test]
+    fn a_box_error_is_answered_as_it_is_held() {
+        let expired: crate::BoxError =
+            Box::new(Failure::new(Outcome::fatal(Reason::DeadlineExceeded)));
+        let response: Response<()> = error_response(&expired, false);
+        assert_eq!(response.status(), 504);
+        assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
     }
 }

@@ -154,3 +154,10 @@ impl fmt::Display for NoBackend {
 }
 
 impl std::error::Error for NoBackend {}
+
+/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
+impl stormguard_classify::AsError for NoBackend {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}

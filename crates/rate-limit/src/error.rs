@@ -101,6 +101,13 @@ impl Error for RateLimited {
     }
 }
 
+/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
+impl stormguard_classify::AsError for RateLimited {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use stormguard_classify::{BoxError, Classify, LlmClassifier, error_response, outcome_of};

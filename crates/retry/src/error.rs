@@ -226,6 +226,13 @@ impl axum::response::IntoResponse for Error {
     }
 }
 
+/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
+impl stormguard_classify::AsError for Error {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use stormguard_classify::{chain, outcome_of};

@@ -87,6 +87,35 @@
 //! # let _ = app;
 //! ```
 //!
+//! A gateway whose upstream call fails answers for it with [`error_response`], from the
+//! `BoxError` any tower `Service` fails with, as axum's `HandleErrorLayer` hands it over: a
+//! deadline that passed upstream is a 504 marked `x-should-retry: false`, so the caller's SDK
+//! does not retry what the gateway already gave up on.
+//!
+//! ```
+//! use axum::body::Body;
+//! use axum::error_handling::HandleErrorLayer;
+//! use stormguard::classify::BoxError;
+//! use stormguard::deadline::DeadlineExceeded;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let upstream = tower::service_fn(|_request: http::Request<Body>| async {
+//!     Err::<http::Response<Body>, BoxError>(Box::new(DeadlineExceeded::new()))
+//! });
+//! let gateway = ServiceBuilder::new()
+//!     .layer(HandleErrorLayer::new(|error: BoxError| async move {
+//!         stormguard::error_response::<Body>(&error, false)
+//!     }))
+//!     .service(upstream);
+//! let response = gateway.oneshot(http::Request::new(Body::empty())).await?;
+//! assert_eq!(response.status(), 504);
+//! assert_eq!(response.headers()["x-should-retry"], "false");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## Quickstart: tonic
 //!
 //! With the `tonic` feature, wrap a `Channel` and hand it to a generated client:
@@ -117,9 +146,9 @@ pub use stormguard_retry::{ClientLayer, ClientService, Error, GiveUpCause};
 pub mod classify {
     pub use stormguard_classify::body::ResponseBody;
     pub use stormguard_classify::{
-        BoxError, Classify, ClassifyLayer, ERROR_BODY_LIMIT, Failure, GrpcClassifier, GrpcCode,
-        HttpClassifier, LlmClassifier, MakeClassify, Outcome, Permit, Reason, TransportClassifier,
-        Verdict, chain, headers, hint, is_grpc, outcome_of, refusal_response,
+        AsError, BoxError, Classify, ClassifyLayer, ERROR_BODY_LIMIT, Failure, GrpcClassifier,
+        GrpcCode, HttpClassifier, LlmClassifier, MakeClassify, Outcome, Permit, Reason,
+        TransportClassifier, Verdict, chain, headers, hint, is_grpc, outcome_of, refusal_response,
     };
 }
 

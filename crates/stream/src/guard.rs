@@ -881,6 +881,13 @@ impl<RB: Body> fmt::Debug for GuardedStream<RB> {
     }
 }
 
+/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
+impl stormguard_classify::AsError for StreamInterrupted {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use http::header::CONTENT_TYPE;
