@@ -37,6 +37,17 @@ impl std::io::Write for Captured {
 }
 
 impl Captured {
+    /// A capture of the process's log, installed as its global subscriber.
+    fn installed() -> Self {
+        let captured = Self::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .without_time()
+            .init();
+        captured
+    }
+
     fn lines(&self, level: &str) -> Vec<String> {
         String::from_utf8_lossy(&self.0.lock().unwrap())
             .lines()
@@ -52,22 +63,10 @@ async fn a_killed_redis_leaves_each_replica_its_share_until_it_is_back() {
     let Some(server) = Server::start().or_else(missing) else {
         return;
     };
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .without_time()
-        .init();
+    let captured = Captured::installed();
     let prefix = unique("outage");
     let port = server.port;
-    // A decision waits for Redis up to 250 ms here, not the default 5 ms: on a loaded machine a
-    // round trip can take longer than 5 ms, and each one that did would be decided on the local
-    // share while Redis is up. What is tested is the fallback, not its default timeout.
-    let fleet = Fleet::new(&server.url())
-        .unwrap()
-        .with_prefix(&prefix)
-        .with_replicas(Some(REPLICAS))
-        .with_timeout(Duration::from_millis(250));
+    let fleet = shared_fleet(&server, &prefix);
     let limit = fleet::limit(fleet.clone(), PER_MINUTE);
 
     // Up: the whole quota (this replica is alone), decided in Redis.
@@ -106,17 +105,41 @@ async fn a_killed_redis_leaves_each_replica_its_share_until_it_is_back() {
         "{again:?}"
     );
     assert!(again.admitted as f64 <= allowance + 1.0, "{again:?}");
+    assert!(
+        bucket_held(&server, &prefix).await,
+        "the bucket is in the new server"
+    );
+    print_admitted(&up, &hung, &away, &again);
+}
+
+/// A fleet of [`REPLICAS`] replicas that share their state under `prefix` in `server`'s Redis.
+fn shared_fleet(server: &Server, prefix: &str) -> Fleet {
+    // A decision waits for Redis up to 250 ms here, not the default 5 ms: on a loaded machine a
+    // round trip can take longer than 5 ms, and each one that did would be decided on the local
+    // share while Redis is up. What is tested is the fallback, not its default timeout.
+    Fleet::new(&server.url())
+        .unwrap()
+        .with_prefix(prefix)
+        .with_replicas(Some(REPLICAS))
+        .with_timeout(Duration::from_millis(250))
+}
+
+/// Whether `server` holds the fleet's bucket under `prefix`.
+async fn bucket_held(server: &Server, prefix: &str) -> bool {
     let mut connection = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let held: bool = redis::cmd("EXISTS")
+    redis::cmd("EXISTS")
         .arg(format!("{prefix}:u:{{all}}"))
         .query_async(&mut connection)
         .await
-        .unwrap();
-    assert!(held, "the bucket is in the new server");
+        .unwrap()
+}
+
+/// Prints what each phase admitted, and how long decisions took while Redis was up and hung.
+fn print_admitted(up: &Run, hung: &Run, away: &Run, again: &Run) {
     eprintln!(
         "up {}, hung {} and away {} (share {:.1}), back {}; decision p50 {:?} p99 {:?} while up, \
          longest {:?} while hung",

@@ -11,7 +11,7 @@ use serde_json::Value;
 use stormguard::budget::{DEFAULT_MIN_PER_SEC, DEFAULT_TTL};
 use stormguard_examples::gateway::prometheus::CONTENT_TYPE;
 use stormguard_examples::gateway::{HEALTHZ, METRICS, Route, Running};
-use stormguard_examples::mock::{Fault, MockConfig};
+use stormguard_examples::mock::{Fault, MockConfig, StatsSnapshot};
 
 const BODY: &str =
     r#"{"model":"mock-1","messages":[{"role":"user","content":"Say hello"}],"max_tokens":4}"#;
@@ -63,14 +63,32 @@ fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// The fault test's provider: the name its series are labelled with.
+const FAULTY: &str = "gateway-test-faults";
+/// The label that selects the fault test's series.
+const FAULTY_SERIES: (&str, &str) = ("gen_ai_provider_name", FAULTY);
+/// How many requests the fault test sends, one after the other.
+const FAULT_REQUESTS: u64 = 20;
+
 /// The provider fails 5 attempts, then answers. 20 requests, one after the other, so every
 /// number is known: request 1 gets 503, 529, 503 and gives up (3 attempts), request 2 gets 503,
 /// 503, then 200; the other 18 succeed at once. The breaker (20 calls at 50%) does not open and
 /// the throttle (under 10 requests in its window, or accepting most) drops nothing.
 #[tokio::test]
 async fn metrics_count_every_request_attempt_and_retry_during_a_fault() {
-    const REQUESTS: u64 = 20;
-    const P: &str = "gateway-test-faults";
+    let (text, health, seen) = recorded_during_a_fault().await;
+    described_as_histograms(&text);
+    requests_counted_by_outcome(&text, seen.attempts);
+    attempts_timed_by_status(&text);
+    retries_counted_by_reason(&text, &health);
+    gauges_at_rest(&text);
+    healthz_after_the_fault(&health);
+}
+
+/// Sends the fault test's requests through a gateway whose provider fails its first 5 attempts,
+/// checking that the routes answer before any request and what the callers got: then the
+/// `/metrics` text, `/healthz` and what the provider saw.
+async fn recorded_during_a_fault() -> (String, Value, StatsSnapshot) {
     let config = MockConfig {
         first_faults: vec![
             Fault::Unavailable,
@@ -81,9 +99,8 @@ async fn metrics_count_every_request_attempt_and_retry_during_a_fault() {
         ],
         ..MockConfig::healthy()
     };
-    let gateway = Running::start(P, config, Route::Direct).await.unwrap();
+    let gateway = Running::start(FAULTY, config, Route::Direct).await.unwrap();
     let client = reqwest::Client::new();
-    let provider = [("gen_ai_provider_name", P)];
 
     // Before any request: the routes answer from memory, the provider sees nothing.
     let health = healthz(&client, &gateway).await;
@@ -93,7 +110,7 @@ async fn metrics_count_every_request_attempt_and_retry_during_a_fault() {
     assert_eq!(gateway.provider_stats().attempts, 0);
 
     let mut statuses = Vec::new();
-    for _ in 0..REQUESTS {
+    for _ in 0..FAULT_REQUESTS {
         statuses.push(chat(&client, &gateway).await);
     }
     assert_eq!(statuses.iter().filter(|&&status| status == 200).count(), 19);
@@ -102,100 +119,101 @@ async fn metrics_count_every_request_attempt_and_retry_during_a_fault() {
     let text = metrics(&client, &gateway).await;
     let health = healthz(&client, &gateway).await;
     let (seen, _) = gateway.stop().await;
+    (text, health, seen)
+}
 
-    // Described, and histograms with the library's buckets (not summaries).
+/// Described, and histograms with the library's buckets (not summaries).
+fn described_as_histograms(text: &str) {
     assert!(text.contains("# HELP stormguard_request_attempts "));
     assert!(text.contains("# TYPE stormguard_request_attempts histogram"));
     assert!(text.contains("# TYPE http_client_request_duration histogram"));
+}
 
-    // One observation per request, by outcome.
+/// One observation per request, by outcome, and their attempts add up to `seen`, the attempts
+/// that reached the provider: 3 + 3 + 18.
+fn requests_counted_by_outcome(text: &str, seen: u64) {
     let attempts = "stormguard_request_attempts";
     let count = format!("{attempts}_count");
-    assert_eq!(sum(&text, &count, &provider), REQUESTS as f64);
+    assert_eq!(sum(text, &count, &[FAULTY_SERIES]), FAULT_REQUESTS as f64);
     assert_eq!(
-        sum(&text, &count, &[provider[0], ("outcome", "success")]),
+        sum(text, &count, &[FAULTY_SERIES, ("outcome", "success")]),
         19.0
     );
     assert_eq!(
-        sum(&text, &count, &[provider[0], ("outcome", "failure")]),
+        sum(text, &count, &[FAULTY_SERIES, ("outcome", "failure")]),
         1.0
     );
-    // Their attempts add up to what reached the provider: 3 + 3 + 18.
-    assert_eq!(seen.attempts, 24);
-    assert_eq!(sum(&text, &format!("{attempts}_sum"), &provider), 24.0);
+    assert_eq!(seen, 24);
+    assert_eq!(
+        sum(text, &format!("{attempts}_sum"), &[FAULTY_SERIES]),
+        24.0
+    );
     let bucket = format!("{attempts}_bucket");
-    assert_eq!(sum(&text, &bucket, &[provider[0], ("le", "1")]), 18.0);
-    assert_eq!(sum(&text, &bucket, &[provider[0], ("le", "2")]), 18.0);
-    assert_eq!(sum(&text, &bucket, &[provider[0], ("le", "3")]), 20.0);
+    assert_eq!(sum(text, &bucket, &[FAULTY_SERIES, ("le", "1")]), 18.0);
+    assert_eq!(sum(text, &bucket, &[FAULTY_SERIES, ("le", "2")]), 18.0);
+    assert_eq!(sum(text, &bucket, &[FAULTY_SERIES, ("le", "3")]), 20.0);
+}
 
-    // Every attempt timed, by the provider's status.
+/// Every attempt timed, by the provider's status.
+fn attempts_timed_by_status(text: &str) {
     let duration = "http_client_request_duration_count";
-    assert_eq!(sum(&text, duration, &provider), 24.0);
-    assert_eq!(
+    let with_status = |status| {
         sum(
-            &text,
+            text,
             duration,
-            &[provider[0], ("http_response_status_code", "200")]
-        ),
-        19.0
-    );
-    assert_eq!(
-        sum(
-            &text,
-            duration,
-            &[provider[0], ("http_response_status_code", "503")]
-        ),
-        4.0
-    );
-    assert_eq!(
-        sum(
-            &text,
-            duration,
-            &[provider[0], ("http_response_status_code", "529")]
-        ),
-        1.0
-    );
+            &[FAULTY_SERIES, ("http_response_status_code", status)],
+        )
+    };
+    assert_eq!(sum(text, duration, &[FAULTY_SERIES]), 24.0);
+    assert_eq!(with_status("200"), 19.0);
+    assert_eq!(with_status("503"), 4.0);
+    assert_eq!(with_status("529"), 1.0);
+}
 
-    // Four retries, by reason, each drawn from the budget; one give-up for want of attempts.
-    let retries = sum(&text, "stormguard_retries", &provider);
+/// Four retries, by reason, each drawn from the budget `/healthz` reports; one give-up for want
+/// of attempts.
+fn retries_counted_by_reason(text: &str, health: &Value) {
+    let for_reason = |reason| {
+        sum(
+            text,
+            "stormguard_retries",
+            &[FAULTY_SERIES, ("reason", reason)],
+        )
+    };
+    let retries = sum(text, "stormguard_retries", &[FAULTY_SERIES]);
     assert_eq!(retries, 4.0);
-    assert_eq!(
-        sum(
-            &text,
-            "stormguard_retries",
-            &[provider[0], ("reason", "unavailable")]
-        ),
-        3.0
-    );
-    assert_eq!(
-        sum(
-            &text,
-            "stormguard_retries",
-            &[provider[0], ("reason", "overloaded")]
-        ),
-        1.0
-    );
+    assert_eq!(for_reason("unavailable"), 3.0);
+    assert_eq!(for_reason("overloaded"), 1.0);
     assert_eq!(health["budget"]["withdrawals"].as_f64(), Some(retries));
     assert!(retries <= BUDGET_FLOOR as f64);
     assert_eq!(
         sum(
-            &text,
+            text,
             "stormguard_refusals",
-            &[provider[0], ("cause", "attempts")]
+            &[FAULTY_SERIES, ("cause", "attempts")]
         ),
         1.0
     );
-    assert_eq!(sum(&text, "stormguard_refusals", &provider), 1.0);
-    // The gauges as of the last attempt: nothing dropped, the breaker closed.
+    assert_eq!(sum(text, "stormguard_refusals", &[FAULTY_SERIES]), 1.0);
+}
+
+/// The gauges as of the last attempt: nothing dropped, the breaker closed.
+fn gauges_at_rest(text: &str) {
     assert_eq!(
-        sum(&text, "stormguard_throttle_drop_probability", &provider),
+        sum(
+            text,
+            "stormguard_throttle_drop_probability",
+            &[FAULTY_SERIES]
+        ),
         0.0
     );
     assert!(text.contains(&format!(
-        "stormguard_breaker_state{{gen_ai_provider_name=\"{P}\"}} 0"
+        "stormguard_breaker_state{{gen_ai_provider_name=\"{FAULTY}\"}} 0"
     )));
+}
 
-    // /healthz: the same budget, the provider's throttle and breaker, no rate limit, no fleet.
+/// `/healthz`: the same budget, the provider's throttle and breaker, no rate limit, no fleet.
+fn healthz_after_the_fault(health: &Value) {
     assert_eq!(health["status"], "ok");
     assert_eq!(health["budget"]["rejected"], 0);
     assert_eq!(health["budget"]["deposits"], 19);
@@ -203,7 +221,7 @@ async fn metrics_count_every_request_attempt_and_retry_during_a_fault() {
     let providers = health["providers"].as_array().unwrap();
     assert_eq!(providers.len(), 1);
     let mock = &providers[0];
-    assert_eq!(mock["name"], P);
+    assert_eq!(mock["name"], FAULTY);
     assert_eq!(mock["throttle"]["requests"], 24);
     assert_eq!(mock["throttle"]["accepts"], 19);
     assert_eq!(mock["throttle"]["probability"], 0.0);

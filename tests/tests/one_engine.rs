@@ -187,7 +187,16 @@ struct Numbers {
     throttled: (u64, u64),
 }
 
+/// Every row, in the order they run.
 fn rows() -> Vec<Row> {
+    [throttle_rows(), header_rows(), limit_rows()]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// What the throttle counts: a cancelled attempt, and the two kinds of `429`.
+fn throttle_rows() -> Vec<Row> {
     vec![
         Row {
             name: "(a) an attempt cancelled by the caller is counted once, not accepted",
@@ -231,6 +240,12 @@ fn rows() -> Vec<Row> {
                 assert!(gap >= Duration::from_millis(10), "{run}: after {gap:?}");
             },
         },
+    ]
+}
+
+/// What the engine writes on the wire: the attempt's number and the Idempotency-Key.
+fn header_rows() -> Vec<Row> {
+    vec![
         Row {
             name: "(c) attempts are numbered on the wire",
             replies: vec![Reply::status(503), Reply::status(200)],
@@ -274,6 +289,12 @@ fn rows() -> Vec<Row> {
                 assert_eq!(keys, [Some("caller-key"), Some("caller-key")], "{run}");
             },
         },
+    ]
+}
+
+/// What bounds the request: `max_attempts`, and the deadline each attempt carries.
+fn limit_rows() -> Vec<Row> {
+    vec![
         Row {
             name: "(e) a server that always answers 503 gets max_attempts hits, then the mark",
             replies: vec![Reply::status(503)],

@@ -35,19 +35,29 @@ fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "MISSED" }
 }
 
+/// The variants of the `success`, `threads` and `failure` groups, in the order reported.
+const VARIANTS: [&str; 8] = [
+    "bare",
+    "tower_retry_tps",
+    "tower_retry_contract",
+    "tower_client_contract",
+    "resilience_retry",
+    "resilience_retry_breaker",
+    "stormguard_retry",
+    "stormguard_client",
+];
+
 /// The targets of docs/PERFORMANCE.md, from the medians criterion just wrote and the paired
 /// scaling runs.
 pub(crate) fn report(scaling: &Scaling) {
-    const VARIANTS: [&str; 8] = [
-        "bare",
-        "tower_retry_tps",
-        "tower_retry_contract",
-        "tower_client_contract",
-        "resilience_retry",
-        "resilience_retry_breaker",
-        "stormguard_retry",
-        "stormguard_client",
-    ];
+    report_one_thread();
+    report_threads();
+    report_scaling(scaling);
+    report_failure_path();
+}
+
+/// Each variant's time per request on one thread, its overhead over `bare`, and the targets.
+fn report_one_thread() {
     let bare = median("success/bare");
     println!("\n== per request, one thread (median ns; overhead = minus bare)");
     for name in VARIANTS {
@@ -67,6 +77,10 @@ pub(crate) fn report(scaling: &Scaling) {
             );
         }
     }
+}
+
+/// Each variant's requests per second with 1 and 2 threads, from criterion's threads group.
+fn report_threads() {
     println!(
         "\n== criterion's threads group: requests/s with 1 and 2 threads (`bare` shares nothing: \
          its ratio is what the machine itself allows)"
@@ -87,24 +101,34 @@ pub(crate) fn report(scaling: &Scaling) {
             );
         }
     }
-    if !scaling.ratios.is_empty() {
-        println!("\n== scaling in {SCALING_PAIRS} back-to-back pairs of runs: median [min .. max]");
-        let middle = |ratios: &[f64]| ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN);
-        let ceiling = scaling
-            .ratios
-            .iter()
-            .find(|(name, _)| *name == "bare")
-            .map_or(f64::NAN, |(_, ratios)| middle(ratios));
-        for (name, ratios) in &scaling.ratios {
-            let mid = middle(ratios);
-            println!(
-                "{name:<26} x{mid:.2} [{:.2} .. {:.2}]  {:>4.0}% of bare's x{ceiling:.2}",
-                ratios.first().copied().unwrap_or(f64::NAN),
-                ratios.last().copied().unwrap_or(f64::NAN),
-                100.0 * mid / ceiling,
-            );
-        }
+}
+
+/// The paired scaling runs, if there were any: each variant's ratio against bare's.
+fn report_scaling(scaling: &Scaling) {
+    if scaling.ratios.is_empty() {
+        return;
     }
+    println!("\n== scaling in {SCALING_PAIRS} back-to-back pairs of runs: median [min .. max]");
+    let middle = |ratios: &[f64]| ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN);
+    let ceiling = scaling
+        .ratios
+        .iter()
+        .find(|(name, _)| *name == "bare")
+        .map_or(f64::NAN, |(_, ratios)| middle(ratios));
+    for (name, ratios) in &scaling.ratios {
+        let mid = middle(ratios);
+        println!(
+            "{name:<26} x{mid:.2} [{:.2} .. {:.2}]  {:>4.0}% of bare's x{ceiling:.2}",
+            ratios.first().copied().unwrap_or(f64::NAN),
+            ratios.last().copied().unwrap_or(f64::NAN),
+            100.0 * mid / ceiling,
+        );
+    }
+}
+
+/// Each variant's time per request when the first attempt fails, against tower's and
+/// tower-resilience's retries.
+fn report_failure_path() {
     println!("\n== failure path: 503 then 200, zero backoff (median ns per request)");
     let tower = median("failure/tower_retry_tps");
     let resilience = median("failure/resilience_retry");

@@ -69,8 +69,8 @@ use stormguard::jitter::FullJitter;
 use stormguard::rate_limit::{Fleet, RateLimit, RateLimitConfig};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard::stream::StreamInterrupted;
-use stormguard_examples::gateway::{HEALTHZ, METRICS, Route, Running};
-use stormguard_examples::mock::{Fault, MockConfig, Transcript};
+use stormguard_examples::gateway::{HEALTHZ, Health, METRICS, Refused, Route, Running};
+use stormguard_examples::mock::{Fault, MockConfig, StatsSnapshot, Transcript};
 use stormguard_examples::throttled;
 use tokio::time::Instant;
 
@@ -203,6 +203,8 @@ async fn start(
     Ok(gateway)
 }
 
+/// Runs a burst of chat requests through a gateway in front of `provider` and prints what the
+/// callers got, what the gateway answered itself and what the provider (and the backup) saw.
 async fn phase(
     name: &str,
     provider: &str,
@@ -213,39 +215,19 @@ async fn phase(
     let gateway = start(name, provider, config, route).await?;
     let callers = callers();
     let url = gateway.url.clone();
-    let (answers, elapsed) = burst(requests, move || {
-        let callers = callers.clone();
-        let url = url.clone();
-        async move {
-            match callers.post(&url).body(BODY).send().await {
-                Ok(response) if response.status().is_success() => Answer::Ok,
-                Ok(_) => Answer::Failed,
-                Err(error) if throttled(&error) => Answer::Dropped,
-                Err(_) => Answer::Error,
-            }
-        }
-    })
-    .await?;
-    let (mut ok, mut failed, mut dropped, mut errors) = (0_usize, 0_usize, 0_usize, 0_usize);
-    for answer in answers {
-        match answer {
-            Answer::Ok => ok += 1,
-            Answer::Failed => failed += 1,
-            Answer::Dropped => dropped += 1,
-            Answer::Error => errors += 1,
-        }
-    }
+    let (answers, elapsed) = burst(requests, move || chat(callers.clone(), url.clone())).await?;
+    let Answers {
+        ok,
+        failed,
+        dropped,
+        errors,
+    } = Answers::count(answers);
     let received = gateway.received.clone();
     let refused = gateway.refused.clone();
     let health = gateway.health.clone();
     let status = health.status();
     let (stats, backup_stats) = gateway.stop().await;
 
-    let first_tries = stats.by_attempt_header.get(&0).copied().unwrap_or(0);
-    let budget = health.budget().snapshot();
-    let probability = health
-        .throttle()
-        .map_or(0.0, |throttle| throttle.snapshot().probability);
     println!("== {name}");
     println!(
         "{requests} requests at {:.0}/s through the gateway, done in {elapsed:.2?}",
@@ -256,6 +238,32 @@ async fn phase(
          {errors} other errors; the gateway received {} attempts",
         received.load(std::sync::atomic::Ordering::Relaxed)
     );
+    print_upstream(&refused, &stats, &health, status);
+    println!(
+        "success rate {:.1}%, amplification {:.2}x (upstream attempts per request)",
+        100.0 * ok as f64 / requests.max(1) as f64,
+        stats.attempts as f64 / requests.max(1) as f64
+    );
+    if let Some(backup) = backup_stats {
+        println!(
+            "the backup provider got {} attempts (statuses {:?}); answers by provider: {:?}",
+            backup.attempts,
+            backup.by_status,
+            refused.answered_by()
+        );
+    }
+    Ok(())
+}
+
+/// Prints what happened upstream of the gateway: the calls it answered itself, the attempts
+/// that reached the provider, its budget and throttle, and `status`, its `/healthz` at the end
+/// of the burst.
+fn print_upstream(refused: &Refused, stats: &StatsSnapshot, health: &Health, status: &str) {
+    let first_tries = stats.by_attempt_header.get(&0).copied().unwrap_or(0);
+    let budget = health.budget().snapshot();
+    let probability = health
+        .throttle()
+        .map_or(0.0, |throttle| throttle.snapshot().probability);
     println!(
         "the gateway answered {} upstream calls itself: {} throttled, {} refused by the open \
          breaker, {} over the quota, {} past the deadline, {} failed",
@@ -277,20 +285,6 @@ async fn phase(
          probability {probability:.2}; /healthz at the end of the burst: {status}",
         budget.withdrawals, budget.rejected
     );
-    println!(
-        "success rate {:.1}%, amplification {:.2}x (upstream attempts per request)",
-        100.0 * ok as f64 / requests.max(1) as f64,
-        stats.attempts as f64 / requests.max(1) as f64
-    );
-    if let Some(backup) = backup_stats {
-        println!(
-            "the backup provider got {} attempts (statuses {:?}); answers by provider: {:?}",
-            backup.attempts,
-            backup.by_status,
-            refused.answered_by()
-        );
-    }
-    Ok(())
 }
 
 /// Callers stream their answers (`"stream": true`) through the gateway from a provider whose
@@ -398,6 +392,16 @@ enum Ended {
     Otherwise,
 }
 
+/// Posts a chat request at `url`: what the caller got.
+async fn chat(callers: ClientWithMiddleware, url: String) -> Answer {
+    match callers.post(&url).body(BODY).send().await {
+        Ok(response) if response.status().is_success() => Answer::Ok,
+        Ok(_) => Answer::Failed,
+        Err(error) if throttled(&error) => Answer::Dropped,
+        Err(_) => Answer::Error,
+    }
+}
+
 /// Asks for a streamed answer at `url` and reads it to its end (or its error).
 async fn stream(callers: ClientWithMiddleware, url: String) -> StreamAnswer {
     let started = Instant::now();
@@ -495,4 +499,29 @@ enum Answer {
     Failed,
     Dropped,
     Error,
+}
+
+/// How many callers of a phase got each [`Answer`].
+#[derive(Default)]
+struct Answers {
+    ok: usize,
+    failed: usize,
+    dropped: usize,
+    errors: usize,
+}
+
+impl Answers {
+    /// Counts `answers` by kind.
+    fn count(answers: Vec<Answer>) -> Self {
+        let mut count = Self::default();
+        for answer in answers {
+            match answer {
+                Answer::Ok => count.ok += 1,
+                Answer::Failed => count.failed += 1,
+                Answer::Dropped => count.dropped += 1,
+                Answer::Error => count.errors += 1,
+            }
+        }
+        count
+    }
 }

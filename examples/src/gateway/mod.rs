@@ -105,98 +105,18 @@ impl Running {
     ) -> Result<Self, Box<dyn std::error::Error>> {
         let metrics = prometheus::install()?;
         let backend = mock::spawn(config).await?;
-
-        // The upstream client: ClientLayer, with a breaker, on hyper. Delays are scaled down
-        // from the defaults (500 ms .. 8 s) so that the example ends in seconds.
-        let mut client_layer = ClientLayer::default()
-            .with_name(provider)
-            .with_backoff(FullJitter::new(
-                Duration::from_millis(10),
-                Duration::from_millis(200),
-            ))
-            .with_timeout(Duration::from_secs(5));
-        let mut fleet = None;
-        if let Route::Quota(quota, shared) = &route {
-            client_layer = client_layer.with_rate_limit(quota.clone());
-            fleet = shared.clone();
-        }
-        let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-        let mut backup = None;
-        let (upstream, health) = match route {
-            Route::Direct | Route::Quota(..) => {
-                let client_layer = client_layer.with_breaker(CircuitBreaker::default());
-                let health = Health::new(client_layer.budget().clone(), fleet)
-                    .with_provider(ProviderHealth::of(provider, &client_layer));
-                let upstream = BoxCloneSyncService::new(
-                    ServiceBuilder::new()
-                        .layer(client_layer)
-                        .service(hyper)
-                        .map_response(|response| response.map(Body::new)),
-                );
-                (upstream, health)
-            }
-            Route::Failover(config) => {
-                let server = mock::spawn(config).await?;
-                let origin = format!("http://{}", server.addr).parse()?;
-                let busy = Degraded::new(|_, _| {
-                    let body = r#"{"error":{"message":"busy, retry later","type":"degraded"}}"#;
-                    http::Response::new(axum::body::Bytes::from_static(body.as_bytes()))
-                });
-                let failover = Failover::new(client_layer)
-                    .with_backend(Backend::new("openai"))
-                    .with_backend(
-                        Backend::new("backup").with_adapter(
-                            Adapter::new()
-                                .with_origin(origin)
-                                .with_model("backup-large"),
-                        ),
-                    )
-                    .with_degraded(busy);
-                backup = Some(server);
-                let health = failover.backends().iter().fold(
-                    Health::new(failover.policy().budget().clone(), fleet),
-                    |health, backend| health.with_provider(ProviderHealth::of_backend(backend)),
-                );
-                let upstream = BoxCloneSyncService::new(
-                    ServiceBuilder::new()
-                        .layer(failover)
-                        .service(hyper)
-                        .map_response(|response| response.map(Body::new)),
-                );
-                (upstream, health)
-            }
-        };
+        let (upstream, health, backup) = upstream(provider, route).await?;
         let received = Arc::new(AtomicU64::new(0));
         let refused = Arc::new(Refused::default());
-        let app = Router::new()
-            .route(CHAT_COMPLETIONS, post(forward))
-            .layer(stormguard::ServerLayer::default())
-            // Added after the ServerLayer, so outside it: never shed, never given a deadline.
-            .route(METRICS, get(prometheus::render))
-            .route(HEALTHZ, get(health::render))
-            .with_state(Gateway {
-                upstream,
-                backend: backend.addr,
-                received: received.clone(),
-                refused: refused.clone(),
-                health: health.clone(),
-                metrics: metrics.clone(),
-            });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        // Relayed streams are many small writes: sent at once, not held back by Nagle's
-        // algorithm until the caller acknowledges the last one.
-        let listener = listener.tap_io(|connection| {
-            let _ = connection.set_nodelay(true);
-        });
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let (addr, stop, task) = serve(routes(Gateway {
+            upstream,
+            backend: backend.addr,
+            received: received.clone(),
+            refused: refused.clone(),
+            health: health.clone(),
+            metrics: metrics.clone(),
+        }))
+        .await?;
         Ok(Self {
             url: format!("http://{addr}{CHAT_COMPLETIONS}"),
             addr,
@@ -236,6 +156,133 @@ impl Running {
 }
 
 type Upstream = BoxCloneSyncService<Request, Response<Body>, stormguard::Error>;
+
+/// The upstream client `route` asks for, what `/healthz` reports of it, and, behind a failover,
+/// the backup provider it started. `provider` names the `ClientLayer` of the direct routes.
+async fn upstream(
+    provider: &str,
+    route: Route,
+) -> Result<(Upstream, Health, Option<MockHandle>), Box<dyn std::error::Error>> {
+    // Delays are scaled down from the defaults (500 ms .. 8 s) so that the example ends in
+    // seconds.
+    let client_layer = ClientLayer::default()
+        .with_name(provider)
+        .with_backoff(FullJitter::new(
+            Duration::from_millis(10),
+            Duration::from_millis(200),
+        ))
+        .with_timeout(Duration::from_secs(5));
+    let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    Ok(match route {
+        Route::Direct => {
+            let (upstream, health) = direct(provider, client_layer, None, hyper);
+            (upstream, health, None)
+        }
+        Route::Quota(quota, fleet) => {
+            let client_layer = client_layer.with_rate_limit(quota);
+            let (upstream, health) = direct(provider, client_layer, fleet, hyper);
+            (upstream, health, None)
+        }
+        Route::Failover(config) => {
+            let (upstream, health, backup) = failover(client_layer, config, hyper).await?;
+            (upstream, health, Some(backup))
+        }
+    })
+}
+
+/// Straight to the provider: `client_layer`, with a breaker, on `hyper`, and its health.
+fn direct(
+    provider: &str,
+    client_layer: ClientLayer,
+    fleet: Option<Fleet>,
+    hyper: Client<HttpConnector, Body>,
+) -> (Upstream, Health) {
+    let client_layer = client_layer.with_breaker(CircuitBreaker::default());
+    let health = Health::new(client_layer.budget().clone(), fleet)
+        .with_provider(ProviderHealth::of(provider, &client_layer));
+    let upstream = BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .layer(client_layer)
+            .service(hyper)
+            .map_response(|response| response.map(Body::new)),
+    );
+    (upstream, health)
+}
+
+/// A failover on `hyper` from the provider (`openai`) to a backup started with `config`
+/// (`backup`, asked for `backup-large`), built on `client_layer`: the upstream client, the
+/// health of both backends, and the backup.
+async fn failover(
+    client_layer: ClientLayer,
+    config: MockConfig,
+    hyper: Client<HttpConnector, Body>,
+) -> Result<(Upstream, Health, MockHandle), Box<dyn std::error::Error>> {
+    let server = mock::spawn(config).await?;
+    let origin = format!("http://{}", server.addr).parse()?;
+    let busy = Degraded::new(|_, _| {
+        let body = r#"{"error":{"message":"busy, retry later","type":"degraded"}}"#;
+        http::Response::new(axum::body::Bytes::from_static(body.as_bytes()))
+    });
+    let failover = Failover::new(client_layer)
+        .with_backend(Backend::new("openai"))
+        .with_backend(
+            Backend::new("backup").with_adapter(
+                Adapter::new()
+                    .with_origin(origin)
+                    .with_model("backup-large"),
+            ),
+        )
+        .with_degraded(busy);
+    let health = failover.backends().iter().fold(
+        Health::new(failover.policy().budget().clone(), None),
+        |health, backend| health.with_provider(ProviderHealth::of_backend(backend)),
+    );
+    let upstream = BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .layer(failover)
+            .service(hyper)
+            .map_response(|response| response.map(Body::new)),
+    );
+    Ok((upstream, health, server))
+}
+
+/// The gateway's routes: the chat route behind the `ServerLayer`, `/metrics` and `/healthz`.
+fn routes(gateway: Gateway) -> Router {
+    Router::new()
+        .route(CHAT_COMPLETIONS, post(forward))
+        .layer(stormguard::ServerLayer::default())
+        // Added after the ServerLayer, so outside it: never shed, never given a deadline.
+        .route(METRICS, get(prometheus::render))
+        .route(HEALTHZ, get(health::render))
+        .with_state(gateway)
+}
+
+/// Serves `app` on 127.0.0.1 (an ephemeral port) until told to stop: where it listens, what
+/// tells it to stop, and its task.
+async fn serve(
+    app: Router,
+) -> std::io::Result<(
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    // Relayed streams are many small writes: sent at once, not held back by Nagle's
+    // algorithm until the caller acknowledges the last one.
+    let listener = listener.tap_io(|connection| {
+        let _ = connection.set_nodelay(true);
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    Ok((addr, stop, task))
+}
 
 /// What the gateway's handlers share.
 #[derive(Clone)]
