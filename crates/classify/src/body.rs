@@ -262,31 +262,12 @@ pin_project! {
         #[pin]
         kind: Kind<RB>,
         watch: Option<Box<Watch>>,
-        expiry: Option<Expiry>,
-    }
-}
-
-/// A deadline on a body's reading ([`ResponseBody::set_deadline`]).
-struct Expiry {
-    until: Instant,
-    error: fn() -> BoxError,
-    /// Made the first time the body has to wait: a body whose bytes are all there never
-    /// touches the timer wheel.
-    timer: Option<Pin<Box<Sleep>>>,
-    expired: bool,
-}
-
-impl Expiry {
-    /// Polled while the body waits: ready with the error once the deadline passes.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let until = self.until;
-        let timer = self
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
-        ready!(timer.as_mut().poll(cx));
-        self.expired = true;
-        self.timer = None;
-        Poll::Ready(Some(Err((self.error)())))
+        // The deadline on its reading (`ResponseBody::set_deadline`), and the error it ends
+        // with then; taken when it passes.
+        deadline: Option<(Instant, fn() -> BoxError)>,
+        // Made the first time the body has to wait under a deadline: a body whose bytes are all
+        // there never touches the timer wheel.
+        timer: Option<Pin<Box<Sleep>>>,
     }
 }
 
@@ -339,7 +320,8 @@ impl<RB: Body> ResponseBody<RB> {
         Self {
             kind: Kind::Inner { body },
             watch: None,
-            expiry: None,
+            deadline: None,
+            timer: None,
         }
     }
 
@@ -350,7 +332,8 @@ impl<RB: Body> ResponseBody<RB> {
                 body: Full::new(bytes),
             },
             watch: None,
-            expiry: None,
+            deadline: None,
+            timer: None,
         }
     }
 
@@ -365,7 +348,8 @@ impl<RB: Body> ResponseBody<RB> {
                 body: Mutex::new(Box::pin(body)),
             },
             watch: None,
-            expiry: None,
+            deadline: None,
+            timer: None,
         }
     }
 
@@ -376,7 +360,8 @@ impl<RB: Body> ResponseBody<RB> {
                 body: PartialBody::new(read, Tail::Open, rest),
             },
             watch: None,
-            expiry: None,
+            deadline: None,
+            timer: None,
         }
     }
 
@@ -400,12 +385,7 @@ impl<RB: Body> ResponseBody<RB> {
     /// nothing after it. The deadline is checked whenever the body has to wait, so bytes that are
     /// there already are read to their end.
     pub fn set_deadline(&mut self, until: Instant, error: fn() -> BoxError) {
-        self.expiry = Some(Expiry {
-            until,
-            error,
-            timer: None,
-            expired: false,
-        });
+        self.deadline = Some((until, error));
     }
 
     /// Whether the start of this body was read to classify the response (it still yields every
@@ -434,11 +414,8 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        if this.expiry.as_ref().is_some_and(|expiry| expiry.expired) {
-            return Poll::Ready(None);
-        }
-        let polled = match this.kind.project() {
+        let mut this = self.project();
+        let polled = match this.kind.as_mut().project() {
             KindProj::Inner { body } => body.poll_frame(cx).map_err(Into::into),
             KindProj::Read { body } => Pin::new(body).poll_frame(cx).map_err(Into::into),
             KindProj::Local { body } => Pin::new(body)
@@ -450,8 +427,20 @@ where
                 .as_mut()
                 .poll_frame(cx),
         };
-        let polled = match (polled, this.expiry) {
-            (Poll::Pending, Some(expiry)) => expiry.poll(cx),
+        let polled = match (polled, *this.deadline) {
+            (Poll::Pending, Some((until, error))) => {
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+                ready!(timer.as_mut().poll(cx));
+                // Past it: the body ends here, its rest (and its connection) dropped.
+                *this.deadline = None;
+                *this.timer = None;
+                this.kind.set(Kind::Local {
+                    body: Full::new(Bytes::new()),
+                });
+                Poll::Ready(Some(Err(error())))
+            }
             (polled, _) => polled,
         };
         if let Some(watch) = this.watch {
@@ -478,9 +467,6 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        if self.expiry.as_ref().is_some_and(|expiry| expiry.expired) {
-            return true;
-        }
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Read { body } => body.is_end_stream(),
@@ -581,7 +567,8 @@ impl<RB: Body<Data = Bytes>, C: Classify> Future for ClassifyResponse<RB, C> {
                         body: PartialBody::new(read, tail, rest),
                     },
                     watch: None,
-                    expiry: None,
+                    deadline: None,
+                    timer: None,
                 };
                 Poll::Ready((Response::from_parts(parts, body), outcome))
             }

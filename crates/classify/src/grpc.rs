@@ -199,7 +199,12 @@ pub fn is_grpc(headers: &HeaderMap) -> bool {
         return false;
     };
     let bytes = value.as_bytes();
-    if bytes.len() < PREFIX.len() || !bytes[..PREFIX.len()].eq_ignore_ascii_case(PREFIX) {
+    // `grpc` first: every `application/json` shares the 12 bytes before it, and this is asked of
+    // every request and answer.
+    let Some(head) = bytes.get(..PREFIX.len()) else {
+        return false;
+    };
+    if !head[12..].eq_ignore_ascii_case(&PREFIX[12..]) || !head.eq_ignore_ascii_case(PREFIX) {
         return false;
     }
     match &bytes[PREFIX.len()..] {

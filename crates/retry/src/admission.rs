@@ -67,24 +67,40 @@ impl Guards {
         Some(limit.acquire(head, tokens, deadline))
     }
 
-    /// Admits an attempt whose rate-limit slot (if any) has come: past the breaker, then the
-    /// throttle. The slot is spent only if both let the attempt through.
-    pub(crate) fn admit(&self, slot: Option<Reservation>) -> Result<Permits, Refusal> {
-        let breaker = match &self.breaker {
-            Some(breaker) => Some(breaker.try_acquire().map_err(Refusal::Breaker)?),
-            None => None,
-        };
-        let probe = breaker.as_ref().is_some_and(BreakerPermit::is_probe);
-        let throttle = match &self.throttle {
-            Some(throttle) if probe => Some(throttle.exempt()),
-            Some(throttle) => Some(throttle.try_acquire().map_err(|_| Refusal::Throttled)?),
-            None => None,
-        };
-        Ok(Permits {
-            rate_limit: slot.map(Reservation::send),
-            breaker,
-            throttle,
-        })
+    /// Admits the attempt whose rate-limit slot (if any) has come: past the breaker, then the
+    /// throttle; its permits are written into `permits` (empty: a new attempt's). The slot is
+    /// spent only if both let the attempt through; a refusal gives back what the guards before
+    /// it granted (the slot, the breaker's place in flight).
+    pub(crate) fn admit(
+        &self,
+        slot: Option<Reservation>,
+        permits: &mut Permits,
+    ) -> Result<(), Refusal> {
+        if let Some(breaker) = &self.breaker {
+            permits.breaker = Some(breaker.try_acquire().map_err(Refusal::Breaker)?);
+        }
+        if let Some(throttle) = &self.throttle {
+            let probe = permits
+                .breaker
+                .as_ref()
+                .is_some_and(BreakerPermit::is_probe);
+            let admitted = if probe {
+                Ok(throttle.exempt())
+            } else {
+                throttle.try_acquire()
+            };
+            match admitted {
+                Ok(permit) => permits.throttle = Some(permit),
+                Err(_) => {
+                    permits.breaker = None;
+                    return Err(Refusal::Throttled);
+                }
+            }
+        }
+        if let Some(slot) = slot {
+            permits.rate_limit = Some(slot.send());
+        }
+        Ok(())
     }
 
     /// Whether the breaker is open now (its wait not over).
@@ -108,14 +124,21 @@ impl Refusal {
 impl Permits {
     /// The attempt ended with `outcome` (`headers`: its answer's): every permit is told. For a
     /// success, what corrects the rate limit's token weight to the answer's usage, if it does.
-    pub(crate) fn record(self, outcome: &Outcome, headers: &HeaderMap) -> Option<Usage> {
-        let usage = match &self.rate_limit {
-            Some(permit) if outcome.is_success() => permit.usage(),
-            _ => None,
-        };
-        tell(self.rate_limit, outcome, headers);
-        tell(self.breaker, outcome, headers);
-        tell(self.throttle, outcome, headers);
+    #[inline]
+    pub(crate) fn record(&mut self, outcome: &Outcome, headers: &HeaderMap) -> Option<Usage> {
+        let mut usage = None;
+        if let Some(permit) = self.rate_limit.take() {
+            if outcome.is_success() {
+                usage = permit.usage();
+            }
+            permit.record(outcome, headers);
+        }
+        if let Some(permit) = self.breaker.take() {
+            permit.record(outcome, headers);
+        }
+        if let Some(permit) = self.throttle.take() {
+            permit.record(outcome, headers);
+        }
         usage
     }
 
@@ -140,17 +163,17 @@ impl Permits {
         Poll::Ready(open)
     }
 
-    /// The request's deadline passed with the attempt in flight: a timeout, which the breaker
-    /// counts as a health failure and the throttle as not accepted.
-    pub(crate) fn timed_out(self) {
+    /// The request's deadline passed with the attempt in flight (if one is: a permit told
+    /// already is gone): a timeout, which the breaker counts as a health failure and the
+    /// throttle as not accepted. The rate limit has nothing to learn from a silence.
+    pub(crate) fn timed_out(&mut self) {
         let timeout = Outcome::retryable(Reason::DeadlineExceeded).with_accepted(false);
-        let _ = self.record(&timeout, &HeaderMap::new());
-    }
-}
-
-fn tell<P: Permit>(permit: Option<P>, outcome: &Outcome, headers: &HeaderMap) {
-    if let Some(permit) = permit {
-        permit.record(outcome, headers);
+        if let Some(permit) = self.breaker.take() {
+            permit.record(&timeout, &HeaderMap::new());
+        }
+        if let Some(permit) = self.throttle.take() {
+            permit.record(&timeout, &HeaderMap::new());
+        }
     }
 }
 
@@ -189,6 +212,12 @@ mod tests {
         throttle
     }
 
+    /// Admits an attempt with `slot`: its permits, or the refusal.
+    fn admit(guards: &Guards, slot: Option<Reservation>) -> Result<Permits, Refusal> {
+        let mut permits = Permits::default();
+        guards.admit(slot, &mut permits).map(|()| permits)
+    }
+
     fn slot(guards: &Guards) -> Option<Reservation> {
         let mut acquire = guards.reserve(&head(), || 0, None)?;
         acquire.now()?.ok()
@@ -216,7 +245,7 @@ mod tests {
             breaker: Some(breaker),
             throttle: None,
         };
-        let refused = guards.admit(slot(&guards));
+        let refused = admit(&guards, slot(&guards));
         assert!(matches!(refused, Err(Refusal::Breaker(Rejected::Open(_)))));
         assert_eq!(available(&guards), Some(1));
     }
@@ -229,7 +258,7 @@ mod tests {
             throttle: Some(dropping()),
         };
         let requests = guards.throttle.as_ref().map(|t| t.snapshot().requests);
-        let refused = guards.admit(slot(&guards));
+        let refused = admit(&guards, slot(&guards));
         assert!(matches!(refused, Err(Refusal::Throttled)));
         assert_eq!(available(&guards), Some(1));
         let breaker = guards.breaker.as_ref().map(CircuitBreaker::snapshot);
@@ -253,7 +282,7 @@ mod tests {
             throttle: Some(dropping()),
         };
         let accepts = guards.throttle.as_ref().map(|t| t.snapshot().accepts);
-        let Ok(permits) = guards.admit(None) else {
+        let Ok(mut permits) = admit(&guards, None) else {
             panic!("the probe was refused");
         };
         assert!(
@@ -278,7 +307,7 @@ mod tests {
             breaker: Some(CircuitBreaker::default()),
             throttle: Some(AdaptiveThrottle::default()),
         };
-        let Ok(permits) = guards.admit(slot(&guards)) else {
+        let Ok(permits) = admit(&guards, slot(&guards)) else {
             panic!("refused");
         };
         drop(permits);
@@ -298,7 +327,7 @@ mod tests {
             breaker: Some(CircuitBreaker::default()),
             throttle: Some(AdaptiveThrottle::default()),
         };
-        let Ok(permits) = guards.admit(None) else {
+        let Ok(mut permits) = admit(&guards, None) else {
             panic!("refused");
         };
         permits.timed_out();
@@ -313,7 +342,7 @@ mod tests {
         let guards = Guards::default();
         assert!(guards.reserve(&head(), || 0, None).is_none());
         assert!(!guards.breaker_open());
-        let Ok(permits) = guards.admit(None) else {
+        let Ok(mut permits) = admit(&guards, None) else {
             panic!("refused");
         };
         assert!(

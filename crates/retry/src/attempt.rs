@@ -1,44 +1,28 @@
-//! One attempt as a value: [`Next`] before it is sent, [`Attempt`] while it is in flight. A
-//! request's states hold their attempt, so that dropping the request anywhere settles what the
-//! attempt holds (its permits, its retry grant, its rate-limit slot) by the guards' own rules.
+//! [`Attempt`]: one attempt of a request as a value, before it is sent and while it is in flight.
 
 use std::time::Duration;
 
-use http::Request;
 use stormguard_rate_limit::Reservation;
 use tokio::time::Instant;
 
 use crate::admission::Permits;
 use crate::policy::Grant;
 
-/// An attempt about to go: the request, the budget's grant if it is a retry, and its rate-limit
-/// slot once reserved. Dropped unsent, the grant and the slot are given back.
-pub(crate) struct Next<B> {
-    pub(crate) request: Request<B>,
-    pub(crate) grant: Option<Grant>,
-    pub(crate) slot: Option<Reservation>,
-    /// It waited for its slot: the time left it carries is stale.
-    pub(crate) waited: bool,
-}
-
-/// An attempt in flight: its guards' permits, its grant, and when it started.
+/// The request's current attempt. Before it is sent: the budget's grant if it is a retry, and its
+/// rate-limit slot once reserved. In flight: its guards' permits, its grant, when it started.
+/// Each part settles itself by its own rules when it is dropped untold (a grant never sent and a
+/// slot never used are given back; see [`Permits`] for the guards'), so a request dropped
+/// anywhere owes nothing.
+///
+/// It is the ledger's, not a state's: the states move at every step of a request, and this
+/// stays where it is.
 #[derive(Default)]
 pub(crate) struct Attempt {
-    pub(crate) permits: Permits,
     pub(crate) grant: Option<Grant>,
+    pub(crate) slot: Option<Reservation>,
+    pub(crate) permits: Permits,
     /// When it was sent (tracked under a deadline only: the retry decision needs it then).
     pub(crate) started: Option<Instant>,
-}
-
-impl<B> Next<B> {
-    pub(crate) fn new(request: Request<B>, grant: Option<Grant>) -> Self {
-        Self {
-            request,
-            grant,
-            slot: None,
-            waited: false,
-        }
-    }
 }
 
 impl Attempt {

@@ -7,10 +7,11 @@
 //!                   Ready ◀─────────────────────── Backoff
 //! ```
 //!
-//! The states only wait, each for one thing, and hold what they wait with: the attempt in
-//! flight ([`Attempt`]: its guards' permits, its retry grant) is a value of the `Calling`,
-//! `Classifying` and `Opening` states, the attempt about to go ([`Next`]) of `Reserving` and
-//! `Pacing`, so a request dropped anywhere settles them by the guards' own rules. Between two
+//! The states only wait, each for one thing, and hold what they wait with (the request waiting
+//! for its rate-limit slot, the call in flight, the answer being read). The attempt itself
+//! (`Attempt`: its retry grant, its slot, its guards' permits) is a value the ledger holds, not
+//! a state's: the state moves at every step, the attempt stays where it is; and whatever the
+//! request is dropped in, the attempt settles by its parts' own rules. Between two
 //! states, the `Ledger` (the request's bookkeeping) takes one step, asking the guards
 //! (`admission`) whether an attempt goes, the [policy](crate::policy) whether a failure is retried,
 //! and telling the `Watch` what happened. The deadline is enforced over every state by one
@@ -38,12 +39,11 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::admission::Refusal;
-use crate::attempt::{Attempt, Next};
 use crate::body::ReplayBody;
 use crate::error::{Error, FailedAnswer};
 use crate::layer::Config;
 use crate::ledger::{Begin, Ledger, settle_on_usage};
-use crate::policy::{Decision, Grant};
+use crate::policy::Decision;
 use crate::template::{Clock, Origin};
 
 /// What the future hands back.
@@ -79,28 +79,28 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, B, RB, C>
+    pub(crate) enum State<F, B, RB, C>
     where
         RB: Body,
     {
         // Reading the request body to replay it; the readied service waits for it.
         Buffering { read: Prefix<B> },
         // Waiting out the delay before a retry.
-        Backoff { #[pin] sleep: Sleep, grant: Option<Grant> },
+        Backoff { #[pin] sleep: Sleep },
         // Waiting for the service to be ready for a retry.
-        Ready { grant: Option<Grant> },
+        Ready,
         // Waiting for the rate limit's fleet (in Redis) to decide on the attempt's slot. The
         // attempt waits in a box (here and in `Pacing`): inline, it would make every state as
         // large as itself and a timer, and the state moves at every step of every request.
-        Reserving { acquire: Acquire, next: Option<Box<Next<B>>> },
+        Reserving { acquire: Acquire, request: Option<Box<Request<B>>> },
         // Waiting for the rate limit's slot; the readied service sends the attempt then.
-        Pacing { #[pin] sleep: Sleep, next: Option<Box<Next<B>>> },
+        Pacing { #[pin] sleep: Sleep, request: Option<Box<Request<B>>> },
         // An attempt is in flight.
-        Calling { #[pin] future: F, attempt: Attempt },
+        Calling { #[pin] future: F },
         // Classifying the answer, reading the start of a failed response's body if need be.
-        Classifying { answer: ClassifyResponse<RB, C>, attempt: Attempt },
+        Classifying { answer: ClassifyResponse<RB, C> },
         // Reading an event stream up to its first content event.
-        Opening { open: Box<OpenStream<RB>>, head: Option<response::Parts>, attempt: Attempt },
+        Opening { open: Box<OpenStream<RB>>, head: Option<response::Parts> },
         // Ended before an attempt was sent: the output (an error, or the breaker's fallback)
         // waits for the first poll.
         Refused { output: Option<Output<RB>> },
@@ -112,7 +112,7 @@ pin_project! {
 /// What comes after a state: another state, or the end.
 // Only ever returned, into the caller's slot: boxing the state would allocate at every step.
 #[allow(clippy::large_enum_variant)]
-enum Step<F, B, RB: Body, C> {
+pub(crate) enum Step<F, B, RB: Body, C> {
     Next(State<F, B, RB, C>),
     Finish(Output<RB>),
 }
@@ -132,13 +132,13 @@ where
 {
     /// `service` must be ready: it serves the first attempt (now, or once the body is read).
     pub(crate) fn new(mut service: S, config: Arc<Config<C, Bk>>, request: Request<B>) -> Self {
-        let mut ledger = Ledger::new(config, request.headers());
+        let (head, body) = request.into_parts();
+        let mut ledger = Ledger::new(config, head);
         let mut clock = Clock::default();
-        let state = match ledger.begin(request, &mut clock) {
+        let state = match ledger.begin(body, &mut clock) {
             Begin::Buffer(read) => State::Buffering { read },
-            Begin::Send(request) => {
-                ledger.start(&mut service, Next::new(request, None), &mut clock)
-            }
+            Begin::Send(request) => ledger.start(&mut service, request, &mut clock),
+            Begin::Failed(error) => ledger.refuse(error),
         };
         Self {
             state,
@@ -170,7 +170,7 @@ where
                 Poll::Ready(Step::Next(state)) => this.state.set(state),
                 Poll::Ready(Step::Finish(output)) => {
                     this.state.set(State::Done);
-                    return Poll::Ready(this.ledger.finish(output));
+                    return Poll::Ready(output);
                 }
                 Poll::Pending => break,
             }
@@ -188,11 +188,9 @@ where
         if let Some(timer) = this.timer.as_pin_mut() {
             ready!(timer.poll(cx));
         }
-        let attempt = this.state.as_mut().take_attempt();
         // Dropping the state cancels what is in flight.
         this.state.set(State::Done);
-        let output = Err(this.ledger.expired(attempt));
-        Poll::Ready(this.ledger.finish(output))
+        Poll::Ready(this.ledger.expired())
     }
 }
 
@@ -216,76 +214,49 @@ where
     Poll::Ready(match state.project() {
         StateProj::Buffering { read } => {
             let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
-            let mut clock = Clock::default();
-            match ledger.buffered(bytes, tail, rest, &mut clock) {
-                Ok(request) => {
-                    Step::Next(ledger.start(service, Next::new(request, None), &mut clock))
-                }
-                Err(error) => Step::Finish(Err(error)),
-            }
+            ledger.buffered(service, bytes, tail, rest)
         }
-        StateProj::Backoff { sleep, grant } => {
+        StateProj::Backoff { sleep } => {
             ready!(sleep.poll(cx));
-            Step::Next(State::Ready {
-                grant: grant.take(),
-            })
+            Step::Next(State::Ready)
         }
-        StateProj::Ready { grant } => match ready!(service.poll_ready(cx)) {
-            Ok(()) => Step::Next(ledger.retry(service, grant.take())),
-            Err(error) => Step::Finish(Err(ledger.not_ready(error.into()))),
+        StateProj::Ready => match ready!(service.poll_ready(cx)) {
+            Ok(()) => Step::Next(ledger.retry(service)),
+            Err(error) => ledger.not_ready(error.into()),
         },
-        StateProj::Reserving { acquire, next } => {
+        StateProj::Reserving { acquire, request } => {
             let decision = ready!(Pin::new(acquire).poll(cx));
-            let next = *next.take().unwrap_or_else(polled_again);
-            Step::Next(ledger.paced(service, next, decision, &mut Clock::default()))
+            let request = *request.take().unwrap_or_else(polled_again);
+            Step::Next(ledger.paced(service, request, decision, &mut Clock::default()))
         }
-        StateProj::Pacing { sleep, next } => {
+        StateProj::Pacing { sleep, request } => {
             ready!(sleep.poll(cx));
-            let next = *next.take().unwrap_or_else(polled_again);
-            Step::Next(ledger.send(service, next, &mut Clock::default()))
+            let request = *request.take().unwrap_or_else(polled_again);
+            Step::Next(ledger.send(service, request, true, &mut Clock::default()))
         }
-        StateProj::Calling { future, attempt } => match future.poll(cx) {
-            Poll::Ready(result) => ledger.answered(std::mem::take(attempt), result),
-            Poll::Pending => Step::Finish(ready!(ledger.poll_cut(attempt, cx))),
+        StateProj::Calling { future } => match future.poll(cx) {
+            Poll::Ready(result) => ledger.answered(result),
+            Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
-        StateProj::Classifying { answer, attempt } => match Pin::new(answer).poll(cx) {
-            Poll::Ready((response, outcome)) => {
-                ledger.judged(std::mem::take(attempt), response, outcome)
-            }
-            Poll::Pending => Step::Finish(ready!(ledger.poll_cut(attempt, cx))),
+        StateProj::Classifying { answer } => match Pin::new(answer).poll(cx) {
+            Poll::Ready((response, outcome)) => ledger.judged(response, outcome),
+            Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
-        StateProj::Opening {
-            open,
-            head,
-            attempt,
-        } => match Pin::new(&mut **open).poll(cx) {
+        StateProj::Opening { open, head } => match Pin::new(&mut **open).poll(cx) {
             Poll::Ready(opening) => {
-                let head = head.take().unwrap_or_else(polled_again);
-                ledger.opened(std::mem::take(attempt), head, opening)
+                ledger.opened(head.take().unwrap_or_else(polled_again), opening)
             }
-            Poll::Pending => Step::Finish(ready!(ledger.poll_cut(attempt, cx))),
+            Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
         StateProj::Refused { output } => Step::Finish(output.take().unwrap_or_else(polled_again)),
         StateProj::Done => polled_again(),
     })
 }
 
-impl<F, B, RB: Body, C> State<F, B, RB, C> {
-    /// The attempt in flight, if the request is waiting for one.
-    fn take_attempt(self: Pin<&mut Self>) -> Option<Attempt> {
-        match self.project() {
-            StateProj::Calling { attempt, .. }
-            | StateProj::Classifying { attempt, .. }
-            | StateProj::Opening { attempt, .. } => Some(std::mem::take(attempt)),
-            _ => None,
-        }
-    }
-}
-
 /// The steps before an attempt is sent: the deadline, the guards.
 impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// The service is ready: the retry goes out, rebuilt from the template.
-    fn retry<S, B, F, RB>(&mut self, service: &mut S, grant: Option<Grant>) -> State<F, B, RB, C>
+    fn retry<S, B, F, RB>(&mut self, service: &mut S) -> State<F, B, RB, C>
     where
         S: Service<Request<B>, Future = F>,
         B: ReplayBody,
@@ -293,16 +264,18 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     {
         let request = match &self.origin {
             Origin::Replay(template) => template.request(),
-            Origin::Once(_) => return refuse(Error::unreadable_body("no request to send".into())),
+            Origin::Once(_) => {
+                return self.refuse(Error::unreadable_body("no request to send".into()));
+            }
         };
-        self.start(service, Next::new(request, grant), &mut Clock::default())
+        self.start(service, request, &mut Clock::default())
     }
 
     /// Starts an attempt, if the deadline lets it: at once, or after the rate limit's wait.
-    fn start<S, B, F, RB>(
+    pub(crate) fn start<S, B, F, RB>(
         &mut self,
         service: &mut S,
-        next: Next<B>,
+        request: Request<B>,
         clock: &mut Clock,
     ) -> State<F, B, RB, C>
     where
@@ -312,24 +285,23 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         let deadline = self.deadline.map(|deadline| deadline.instant());
         if deadline.is_some_and(|deadline| clock.now() >= deadline) {
             self.watch.out_of_time();
-            return refuse(Error::deadline_exceeded(self.sent));
+            return self.refuse(Error::deadline_exceeded(self.sent));
         }
         if self.config.guards.rate_limit.is_none() {
-            return self.send(service, next, clock);
+            return self.send(service, request, false, clock);
         }
-        let Next { request, grant, .. } = next;
         let (head, body) = request.into_parts();
         let origin = &mut self.origin;
         let reserved = (self.config.guards).reserve(&head, || origin.tokens(), deadline);
-        let next = Next::new(Request::from_parts(head, body), grant);
+        let request = Request::from_parts(head, body);
         let Some(mut acquire) = reserved else {
-            return self.send(service, next, clock);
+            return self.send(service, request, false, clock);
         };
         match acquire.now() {
-            Some(decision) => self.paced(service, next, decision, clock),
+            Some(decision) => self.paced(service, request, decision, clock),
             None => State::Reserving {
                 acquire,
-                next: Some(Box::new(next)),
+                request: Some(Box::new(request)),
             },
         }
     }
@@ -339,7 +311,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     fn paced<S, B, F, RB>(
         &mut self,
         service: &mut S,
-        mut next: Next<B>,
+        request: Request<B>,
         decision: Result<Reservation, RateLimited>,
         clock: &mut Clock,
     ) -> State<F, B, RB, C>
@@ -351,7 +323,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             Ok(slot) => slot,
             Err(limited) => {
                 self.watch.refused(Reason::RateLimitedLocally, self.sent);
-                return refuse(Error::refused(
+                return self.refuse(Error::refused(
                     limited.outcome(),
                     Box::new(limited),
                     self.sent,
@@ -360,59 +332,53 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         };
         let start = slot.start();
         self.watch.paced(start, &self.config.guards);
-        next.slot = Some(slot);
+        self.attempt.slot = Some(slot);
         // Read after the reservation: a slot free now starts at the limit's own reading of the
         // clock, later than this step's, and waiting for it would still cost a timer rounded up
         // to the next millisecond.
         if start > Instant::now() {
-            next.waited = true;
             return State::Pacing {
                 sleep: tokio::time::sleep_until(start),
-                next: Some(Box::new(next)),
+                request: Some(Box::new(request)),
             };
         }
-        self.send(service, next, clock)
+        self.send(service, request, false, clock)
     }
 
-    /// Sends the attempt, if the breaker and the throttle let it go.
+    /// Sends the attempt, if the breaker and the throttle let it go (`waited`: for its
+    /// rate-limit slot, so the time left it carries is stale).
     fn send<S, B, F, RB>(
         &mut self,
         service: &mut S,
-        next: Next<B>,
+        mut request: Request<B>,
+        waited: bool,
         clock: &mut Clock,
     ) -> State<F, B, RB, C>
     where
         S: Service<Request<B>, Future = F>,
         RB: Body,
     {
-        let Next {
-            mut request,
-            mut grant,
-            slot,
-            waited,
-        } = next;
-        let permits = match self.config.guards.admit(slot) {
-            Ok(permits) => permits,
-            Err(refusal) => return self.refused(&request.into_parts().0, refusal),
-        };
+        let attempt = &mut self.attempt;
+        let admitted = self
+            .config
+            .guards
+            .admit(attempt.slot.take(), &mut attempt.permits);
+        if let Err(refusal) = admitted {
+            return self.refused(&request.into_parts().0, refusal);
+        }
         // A first attempt built from the template is stamped already (unless it waited since).
         if self.sent > 0 || !self.origin.is_replay() || waited {
             self.stamp().write(request.headers_mut(), clock);
         }
-        if let Some(grant) = &mut grant {
+        if let Some(grant) = &mut self.attempt.grant {
             grant.send();
         }
-        let started = self.deadline.is_some().then(|| clock.now());
+        self.attempt.started = self.deadline.is_some().then(|| clock.now());
         self.sent = self.sent.saturating_add(1);
         self.watch.sending(self.sent, self.config.name.as_deref());
         let _in = self.watch.span().enter();
         State::Calling {
             future: service.call(request),
-            attempt: Attempt {
-                permits,
-                grant,
-                started,
-            },
         }
     }
 
@@ -424,6 +390,18 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             Refusal::Breaker(rejected) => self.breaker_answer(head, rejected),
             Refusal::Throttled => Err(Error::throttled(self.sent)),
         };
+        self.refused_with(output)
+    }
+
+    /// The request ends before an attempt is sent, with `error`.
+    fn refuse<F, B, RB: Body>(&mut self, error: Error) -> State<F, B, RB, C> {
+        self.refused_with(Err(error))
+    }
+
+    /// The request ends before an attempt is sent, with `output`, handed back at the next poll
+    /// (finished already: see `Ledger::end`).
+    fn refused_with<F, B, RB: Body>(&mut self, mut output: Output<RB>) -> State<F, B, RB, C> {
+        self.finish(&mut output);
         State::Refused {
             output: Some(output),
         }
@@ -433,11 +411,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 /// The steps after an attempt comes back: judging it, and retrying or handing it back.
 impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// An attempt came back: a response is classified next, an error is judged now.
-    fn answered<F, B, RB, E>(
-        &mut self,
-        mut attempt: Attempt,
-        result: Result<Response<RB>, E>,
-    ) -> Step<F, B, RB, C>
+    fn answered<F, B, RB, E>(&mut self, result: Result<Response<RB>, E>) -> Step<F, B, RB, C>
     where
         RB: Body<Data = Bytes>,
         RB::Error: Into<BoxError>,
@@ -445,14 +419,14 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     {
         let response = match result {
             Ok(response) => response,
-            Err(error) => return self.failed(attempt, error.into()),
+            Err(error) => return self.failed(error.into()),
         };
         let (head, body) = response.into_parts();
         if self.config.classifier.needs_body(&head) {
-            self.timed(&mut attempt);
+            self.timed();
             let response = Response::from_parts(head, body);
             let answer = classify_response(&self.config.classifier, response);
-            return Step::Next(State::Classifying { answer, attempt });
+            return Step::Next(State::Classifying { answer });
         }
         // Judged on its head alone (every success): at once; an event stream once its first
         // content event came.
@@ -468,45 +442,31 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return Step::Next(State::Opening {
                 open: Box::new(open),
                 head: Some(head),
-                attempt,
             });
         }
-        self.judged(
-            attempt,
-            Response::from_parts(head, ResponseBody::new(body)),
-            outcome,
-        )
+        self.judged(Response::from_parts(head, ResponseBody::new(body)), outcome)
     }
 
     /// The attempt failed without a response: fatal, given up on, or retried.
-    fn failed<F, B, RB: Body>(
-        &mut self,
-        mut attempt: Attempt,
-        error: BoxError,
-    ) -> Step<F, B, RB, C> {
-        self.timed(&mut attempt);
+    fn failed<F, B, RB: Body>(&mut self, error: BoxError) -> Step<F, B, RB, C> {
+        self.timed();
         let outcome = self.config.classifier.classify_error(&*error);
-        self.record(attempt, &outcome, &HeaderMap::new(), None);
+        self.record(&outcome, &HeaderMap::new(), None);
         if !outcome.is_retryable() {
-            return Step::Finish(Err(Error::failed(outcome, error, self.sent)));
+            return self.end(Err(Error::failed(outcome, error, self.sent)));
         }
         match self.decide(&outcome) {
-            Decision::Retry { delay, grant } => Step::Next(wait(delay, grant)),
-            Decision::NotReplayable => Step::Finish(Err(Error::failed(outcome, error, self.sent))),
+            Decision::Retry { delay, .. } => Step::Next(wait(delay)),
+            Decision::NotReplayable => self.end(Err(Error::failed(outcome, error, self.sent))),
             Decision::GiveUp(cause) => {
-                Step::Finish(Err(Error::given_up(outcome, error, self.sent, cause)))
+                self.end(Err(Error::given_up(outcome, error, self.sent, cause)))
             }
         }
     }
 
     /// An event stream was read up to its first content event (handed back, the breaker told
     /// how it ends when it ends), or failed before it (judged like a failed response).
-    fn opened<F, B, RB>(
-        &mut self,
-        mut attempt: Attempt,
-        head: response::Parts,
-        opening: Opening<RB>,
-    ) -> Step<F, B, RB, C>
+    fn opened<F, B, RB>(&mut self, head: response::Parts, opening: Opening<RB>) -> Step<F, B, RB, C>
     where
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
@@ -520,38 +480,30 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             } => {
                 self.watch.stream_failed();
                 let response = Response::from_parts(head, ResponseBody::from_read(read, rest));
-                return self.judged(attempt, response, outcome);
+                return self.judged(response, outcome);
             }
         };
-        let body = self.guard_stream(&mut attempt, stream);
+        let body = self.guard_stream(stream);
         let response = Response::from_parts(head, body);
-        self.judged(attempt, response, Outcome::success())
+        self.judged(response, Outcome::success())
     }
 
     /// A response was classified: hand it back, or retry.
     fn judged<F, B, RB: Body>(
         &mut self,
-        mut attempt: Attempt,
         mut response: Response<ResponseBody<RB>>,
         outcome: Outcome,
     ) -> Step<F, B, RB, C> {
-        let took = attempt.took();
-        let usage = self.record(
-            attempt,
-            &outcome,
-            response.headers(),
-            Some(response.status()),
-        );
+        let usage = self.record(&outcome, response.headers(), Some(response.status()));
         if outcome.is_success() {
+            // A success ends the request: how long it took matters only before a retry.
             self.config.policy.succeeded();
             if let Some(usage) = usage {
                 response = settle_on_usage(response, usage);
             }
-            return Step::Finish(Ok(response));
+            return self.end(Ok(response));
         }
-        if let Some(took) = took {
-            self.retries.attempt_took(took);
-        }
+        self.timed();
         if !outcome.is_retryable() {
             // Fatal: no retry helps, here or above. Marked when this layer could have retried.
             if self.origin.is_replay() && self.config.policy.may_retry() {
@@ -560,7 +512,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         } else {
             match self.decide(&outcome) {
                 // The retry answers instead: this response is dropped.
-                Decision::Retry { delay, grant } => return Step::Next(wait(delay, grant)),
+                Decision::Retry { delay, .. } => return Step::Next(wait(delay)),
                 Decision::NotReplayable => {}
                 Decision::GiveUp(cause) => {
                     self.mark_final(&mut response);
@@ -572,7 +524,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         response
             .extensions_mut()
             .insert(FailedAnswer::new(outcome, self.sent));
-        Step::Finish(Ok(response))
+        self.end(Ok(response))
     }
 }
 
@@ -581,52 +533,41 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// Ready when a stall opened the breaker and cut the attempt in flight (waiting for its
     /// answer, or for the error body it is read to be classified by): then the request ends as
     /// if refused.
-    fn poll_cut<RB: Body>(
-        &mut self,
-        attempt: &mut Attempt,
-        cx: &mut Context<'_>,
-    ) -> Poll<Output<RB>> {
-        let open: BreakerOpen = ready!(attempt.permits.poll_cut(cx));
+    fn poll_cut<F, B, RB: Body>(&mut self, cx: &mut Context<'_>) -> Poll<Step<F, B, RB, C>> {
+        let open: BreakerOpen = ready!(self.attempt.permits.poll_cut(cx));
         self.watch.unanswered(Reason::BreakerOpen);
         let rejected = Rejected::Open(open);
-        Poll::Ready(match (self.origin.head(), &self.config.fallback) {
+        let output = match (self.origin.head(), &self.config.fallback) {
             (Some(head), Some(_)) => self.breaker_answer(head, rejected),
             _ => Err(Error::refused(
                 rejected.outcome(),
                 rejected.into_error(),
                 self.sent,
             )),
-        })
+        };
+        Poll::Ready(self.end(output))
     }
 
     /// The deadline passed while the request waited: an attempt in flight timed out, which the
     /// breaker counts as a health failure.
-    fn expired(&mut self, attempt: Option<Attempt>) -> Error {
-        if let Some(attempt) = attempt {
-            attempt.permits.timed_out();
-        }
+    fn expired<RB: Body>(&mut self) -> Output<RB> {
+        self.attempt.permits.timed_out();
         self.watch.unanswered(Reason::DeadlineExceeded);
-        Error::deadline_exceeded(self.sent)
+        let mut output = Err(Error::deadline_exceeded(self.sent));
+        self.finish(&mut output);
+        output
     }
 }
 
 /// Waits `delay` before the retry; a zero delay skips the timer (tokio rounds every sleep up
 /// to its next 1 ms tick, so `sleep(0)` would still wait).
-fn wait<F, B, RB: Body, C>(delay: Duration, grant: Option<Grant>) -> State<F, B, RB, C> {
+fn wait<F, B, RB: Body, C>(delay: Duration) -> State<F, B, RB, C> {
     if delay.is_zero() {
-        State::Ready { grant }
+        State::Ready
     } else {
         State::Backoff {
             sleep: tokio::time::sleep(delay),
-            grant,
         }
-    }
-}
-
-/// The request ends before an attempt is sent, with `error`.
-fn refuse<F, B, RB: Body, C>(error: Error) -> State<F, B, RB, C> {
-    State::Refused {
-        output: Some(Err(error)),
     }
 }
 
@@ -640,7 +581,7 @@ where
         let state = match &self.state {
             State::Buffering { .. } => "buffering the request body",
             State::Backoff { .. } => "backing off",
-            State::Ready { .. } => "waiting for the service",
+            State::Ready => "waiting for the service",
             State::Reserving { .. } => "asking the rate limit's fleet",
             State::Pacing { .. } => "waiting for the rate limit",
             State::Calling { .. } => "calling",

@@ -105,6 +105,28 @@ pub(crate) struct Config<C, Bk> {
 ///     .with_timeout(Duration::from_secs(30));
 /// assert_eq!(layer.max_attempts(), 4);
 /// ```
+///
+/// The defaults, as listed above:
+///
+/// ```
+/// use std::time::Duration;
+/// use stormguard_jitter::Backoff;
+/// use stormguard_retry::ClientLayer;
+///
+/// let layer = ClientLayer::default();
+/// assert_eq!(layer.max_attempts(), 3);
+/// assert_eq!(layer.max_replay_body(), 1024 * 1024);
+/// assert_eq!(layer.backoff().cap(), Duration::from_secs(8));
+/// assert_eq!(layer.hint_policy().max(), Duration::from_secs(60));
+/// assert_eq!(layer.budget().ratio(), 0.1);
+/// assert!(layer.throttle().is_some());
+/// assert!(layer.breaker().is_none() && layer.rate_limit().is_none());
+/// assert!(layer.stream_policy().is_some());
+/// let head = http::Request::new(()).into_parts().0;
+/// assert_eq!(layer.timeout_for(&head, None), Some(Duration::from_secs(600)));
+/// assert_eq!(layer.margin(), Duration::from_millis(50));
+/// assert!(layer.propagation());
+/// ```
 pub struct ClientLayer<C = LlmClassifier, Bk = FullJitter> {
     config: Arc<Config<C, Bk>>,
 }

@@ -17,11 +17,12 @@ use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::Usage;
 use stormguard_stream::GuardedStream;
+use tower_service::Service;
 
 use crate::attempt::Attempt;
 use crate::body::ReplayBody;
 use crate::error::Error;
-use crate::future::Output;
+use crate::future::{Output, Step};
 use crate::headers::{ensure_idempotency_key, is_idempotent};
 use crate::layer::Config;
 use crate::observe::Watch;
@@ -34,6 +35,8 @@ pub(crate) enum Begin<B> {
     Buffer(Prefix<B>),
     /// Its first attempt.
     Send(Request<B>),
+    /// Nothing to send.
+    Failed(Error),
 }
 
 /// The bookkeeping of one request across its attempts.
@@ -49,97 +52,116 @@ pub(crate) struct Ledger<C, Bk: Backoff> {
     pub(crate) retries: Retries<Bk::Schedule>,
     /// Its spans, log lines and metrics.
     pub(crate) watch: Watch,
+    /// The attempt in flight (empty between attempts: its permits and grant told or dropped).
+    pub(crate) attempt: Attempt,
 }
 
 impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
-    pub(crate) fn new(config: Arc<Config<C, Bk>>, headers: &HeaderMap) -> Self {
+    /// The ledger of the request with head `head`, made a template until [`begin`](Self::begin)
+    /// decides whether the request can be sent again.
+    pub(crate) fn new(config: Arc<Config<C, Bk>>, head: Parts) -> Self {
         // The calls come before the struct: a call between its fields, were it to unwind, would
         // leave the fields before it to drop, so those would be built aside and copied in.
         let watch = Watch::new(config.name.as_ref());
-        let grpc = is_grpc(headers);
+        let grpc = is_grpc(&head.headers);
         Self {
             watch,
             config,
-            origin: Origin::Once(None),
+            origin: Origin::Replay(Template::new(head)),
             sent: 0,
             deadline: None,
             grpc,
             retries: Retries::new(),
+            attempt: Attempt::default(),
         }
     }
 
     /// What the request starts with, its deadline set: reading its body, to buffer what could
     /// be sent again or what the deadline estimate reads, or its first attempt.
-    pub(crate) fn begin<B: ReplayBody>(
-        &mut self,
-        request: Request<B>,
-        clock: &mut Clock,
-    ) -> Begin<B> {
-        let (mut head, body) = request.into_parts();
+    pub(crate) fn begin<B: ReplayBody>(&mut self, body: B, clock: &mut Clock) -> Begin<B> {
         let cap = self.config.max_replay_body;
         let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
         let buffer = (self.config.policy.may_retry() || reads_body)
             && body.size_hint().lower() <= u64::try_from(cap).unwrap_or(u64::MAX);
         if !buffer {
-            self.set_deadline(&mut head, None, clock);
-            self.keep_head(&head);
-            return Begin::Send(Request::from_parts(head, body));
+            return match self.once(true, clock) {
+                Some(head) => Begin::Send(Request::from_parts(head, body)),
+                None => Begin::Failed(Error::unreadable_body("no request head".into())),
+            };
         }
+        let timeout = self.config.timeout.as_ref();
+        let Origin::Replay(template) = &mut self.origin else {
+            return Begin::Failed(Error::unreadable_body("no request head".into()));
+        };
         if body.is_end_stream() {
-            self.set_deadline(&mut head, Some(&[]), clock);
-            self.origin = Origin::Replay(Template::new(head));
+            self.deadline = deadline_of(timeout, &mut template.head, Some(&[]), clock);
             return Begin::Send(self.seal(Bytes::new(), None, clock));
         }
-        if reads_body {
+        self.deadline = if reads_body {
             // The layer's own deadline waits for the body; one already on the request holds.
-            self.deadline = Deadline::from_extensions(&head.extensions);
+            Deadline::from_extensions(&template.head.extensions)
         } else {
-            self.set_deadline(&mut head, None, clock);
-        }
-        self.origin = Origin::Replay(Template::new(head));
+            deadline_of(timeout, &mut template.head, None, clock)
+        };
         Begin::Buffer(Prefix::new(body, cap))
     }
 
-    /// The request body was read up to the replay cap: the first attempt, built from it.
-    pub(crate) fn buffered<B>(
+    /// The request is sent once, as it came: its head, out of the template (`deadline`: with
+    /// the deadline its head alone gives, not set yet).
+    fn once(&mut self, deadline: bool, clock: &mut Clock) -> Option<Parts> {
+        let Origin::Replay(template) = std::mem::replace(&mut self.origin, Origin::Once(None))
+        else {
+            return None;
+        };
+        let mut head = template.head;
+        if deadline {
+            self.set_deadline(&mut head, None, clock);
+        }
+        self.keep_head(&head);
+        Some(head)
+    }
+
+    /// The request body was read up to the replay cap: the first attempt, built from it, goes
+    /// out.
+    pub(crate) fn buffered<S, B, RB>(
         &mut self,
+        service: &mut S,
         bytes: Bytes,
         tail: Tail<B::Error>,
         rest: B,
-        clock: &mut Clock,
-    ) -> Result<Request<B>, Error>
+    ) -> Step<S::Future, B, RB, C>
     where
+        S: Service<Request<B>>,
         B: ReplayBody,
         B::Error: Into<BoxError>,
+        RB: Body,
     {
+        let mut clock = Clock::default();
         let read_twice = || Error::unreadable_body("request body read twice".into());
         let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
         let trailers = match tail {
             Tail::Ended => None,
             Tail::Trailers(trailers) => Some(trailers),
-            Tail::Failed(error) => return Err(Error::unreadable_body(error.into())),
+            Tail::Failed(error) => return self.end(Err(Error::unreadable_body(error.into()))),
             // Longer than the cap: sent once, untouched, what was read followed by the rest.
             Tail::Open => {
-                let once = Origin::Once(None);
-                let Origin::Replay(mut template) = std::mem::replace(&mut self.origin, once) else {
-                    return Err(read_twice());
+                let Some(head) = self.once(reads_body, &mut clock) else {
+                    return self.end(Err(read_twice()));
                 };
-                if reads_body {
-                    self.set_deadline(&mut template.head, None, clock);
-                }
-                self.keep_head(&template.head);
                 let body = B::from_partial(PartialBody::new(bytes, Tail::Open, rest));
-                return Ok(Request::from_parts(template.head, body));
+                let request = Request::from_parts(head, body);
+                return Step::Next(self.start(service, request, &mut clock));
             }
         };
         let timeout = self.config.timeout.as_ref();
         let Origin::Replay(template) = &mut self.origin else {
-            return Err(read_twice());
+            return self.end(Err(read_twice()));
         };
         if reads_body {
-            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), clock);
+            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), &mut clock);
         }
-        Ok(self.seal(bytes, trailers, clock))
+        let request = self.seal(bytes, trailers, &mut clock);
+        Step::Next(self.start(service, request, &mut clock))
     }
 
     /// Sets the request's deadline from the layer's timeout (`body`: the buffered body, for a
@@ -197,8 +219,8 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     }
 
     /// Times the attempt that just ended (under a deadline), for the retry decision.
-    pub(crate) fn timed(&mut self, attempt: &mut Attempt) {
-        if let Some(took) = attempt.took() {
+    pub(crate) fn timed(&mut self) {
+        if let Some(took) = self.attempt.took() {
             self.retries.attempt_took(took);
         }
     }
@@ -207,14 +229,13 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// its token weight from, for a success).
     pub(crate) fn record(
         &mut self,
-        attempt: Attempt,
         outcome: &Outcome,
         headers: &HeaderMap,
         status: Option<StatusCode>,
     ) -> Option<Usage> {
         self.watch.answered(outcome, status);
-        let usage = attempt.permits.record(outcome, headers);
-        if let Some(grant) = attempt.grant {
+        let usage = self.attempt.permits.record(outcome, headers);
+        if let Some(grant) = self.attempt.grant.take() {
             grant.settle(outcome);
         }
         self.watch.health(&self.config.guards);
@@ -231,10 +252,12 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             breaker_open: self.config.guards.breaker_open(),
             deadline: self.deadline.map(|deadline| deadline.instant()),
         };
-        let decision = self.config.policy.decide(&mut self.retries, &failed);
-        match &decision {
-            Decision::Retry { delay, .. } => {
-                self.watch.retrying(self.sent, outcome.reason(), *delay)
+        let mut decision = self.config.policy.decide(&mut self.retries, &failed);
+        match &mut decision {
+            Decision::Retry { delay, grant } => {
+                // The next attempt's, until it is sent or given back.
+                self.attempt.grant = grant.take();
+                self.watch.retrying(self.sent, outcome.reason(), *delay);
             }
             Decision::GiveUp(cause) => self.watch.giving_up(self.sent, outcome.reason(), *cause),
             Decision::NotReplayable => {}
@@ -260,35 +283,42 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     }
 
     /// The service failed to get ready for a retry, which therefore never went out.
-    pub(crate) fn not_ready(&mut self, error: BoxError) -> Error {
+    pub(crate) fn not_ready<F, B, RB: Body>(&mut self, error: BoxError) -> Step<F, B, RB, C> {
         let outcome = self.config.classifier.classify_error(&*error);
-        Error::failed(outcome, error, self.sent)
+        self.end(Err(Error::failed(outcome, error, self.sent)))
     }
 
-    /// The request ends with `output`: observed, and a response's body bounded by the
-    /// deadline, to its last byte.
-    pub(crate) fn finish<RB: Body>(&self, mut output: Output<RB>) -> Output<RB> {
-        self.watch.finished(&output, self.sent);
-        if let (Ok(response), Some(deadline)) = (&mut output, self.deadline) {
+    /// The request ends with `output`: every ending of the path goes through here (a refusal's
+    /// on its way into the `Refused` state), so that it is observed once, and a response's body
+    /// bounded by the deadline, to its last byte.
+    pub(crate) fn end<F, B, RB: Body>(&mut self, mut output: Output<RB>) -> Step<F, B, RB, C> {
+        self.finish(&mut output);
+        Step::Finish(output)
+    }
+
+    /// What [`end`](Self::end) does to the output.
+    pub(crate) fn finish<RB: Body>(&mut self, output: &mut Output<RB>) {
+        // A retry granted and never sent goes back now, not when the future is dropped.
+        self.attempt.grant = None;
+        self.watch.finished(output, self.sent);
+        if let (Ok(response), Some(deadline)) = (output, self.deadline) {
             response
                 .body_mut()
                 .set_deadline(deadline.instant(), body_deadline_exceeded);
         }
-        output
     }
 
     /// The event stream handed back: the breaker learns how it ends, the metrics count it, and
     /// the resume hook (if any) may continue it from the template.
     pub(crate) fn guard_stream<RB>(
-        &self,
-        attempt: &mut Attempt,
+        &mut self,
         mut stream: Box<GuardedStream<RB>>,
     ) -> ResponseBody<RB>
     where
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
-        let breaker = attempt.permits.take_breaker();
+        let breaker = self.attempt.permits.take_breaker();
         let end = self.watch.stream_end();
         if breaker.is_some() || end.counts() {
             *stream = (*stream).with_at_end(move |outcome| {

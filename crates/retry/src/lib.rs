@@ -24,14 +24,21 @@
 //!    attempt, and every attempt gets the same bytes ([`ReplayBody`]). A larger or endless body
 //!    is sent once, untouched, and its failures are returned as they are: only the caller can
 //!    send it again.
-//! 3. **Each attempt** is first offered to the adaptive throttle
+//! 3. **Each attempt** passes the guards, in this order (see [`ClientLayer`] for each):
+//!    the rate limit, when one is added, paces it (a wait for a slot is not "in flight"); the
+//!    circuit breaker, when one is added, admits it or refuses it (answered by its fallback, or
+//!    an [`Error`] with reason `breaker_open`); the adaptive throttle
 //!    ([`AdaptiveThrottle`](stormguard_adaptive_throttle::AdaptiveThrottle), Google SRE
-//!    client-side throttling): while the backend rejects most of what it gets, attempts are
-//!    dropped locally, at once, and the request ends with [`Error`] (reason `throttled`): never
-//!    retried, never sent. An attempt that goes out carries its number (`x-retry-attempt: N`;
-//!    gRPC `grpc-previous-rpc-attempts: N` on retries, gRFC A6) and, for a method that is not
-//!    idempotent, the request's `Idempotency-Key` (a v4 UUID, the same on every attempt, never
-//!    replacing the caller's).
+//!    client-side throttling) drops it while the backend rejects most of what it gets (an
+//!    [`Error`] with reason `throttled`). A half-open breaker's probe skips the throttle's draw,
+//!    so that a throttle still full of the outage cannot hold the breaker open. A refused attempt
+//!    is never retried and never sent, and gives back what the guards before it granted (a
+//!    rate-limit slot, the breaker's place in flight). Every guard learns how each attempt it
+//!    admitted ended; one dropped on the way (the caller gave up) counts as not accepted for the
+//!    throttle, and as nothing for the breaker. An attempt that goes out carries its number
+//!    (`x-retry-attempt: N`; gRPC `grpc-previous-rpc-attempts: N` on retries, gRFC A6) and, for a
+//!    method that is not idempotent, the request's `Idempotency-Key` (a v4 UUID, the same on
+//!    every attempt, never replacing the caller's).
 //! 4. **Each result** is classified once, by the [`Classify`](stormguard_classify::Classify)
 //!    implementation (default [`LlmClassifier`](stormguard_classify::LlmClassifier)), reading the
 //!    first 64 KiB of a failed response's body (the JSON error of an LLM API) while the caller
@@ -70,10 +77,12 @@
 //!
 //! The response body type is [`ResponseBody`](stormguard_classify::body::ResponseBody): the
 //! backend's body untouched for a success, or, for a failure whose body was read, the bytes read
-//! followed by the rest. A response is handed over as soon as its head arrives: the deadline
-//! covers each attempt up to its response head (and the error body read to classify a failure),
-//! and reading a successful body is the caller's to bound, so a streamed generation that has
-//! started is never cut short or restarted.
+//! followed by the rest. A response is handed over as soon as its head arrives (an event stream,
+//! once its first content event came), and the deadline holds to the last byte of its body: a
+//! body still waiting for bytes when the deadline passes ends with `DeadlineExceeded` (reason
+//! `deadline_exceeded`). Bytes that are there already are read to their end. A stream that has
+//! started is never restarted: size the deadline to the generation
+//! ([`with_llm_deadline`](ClientLayer::with_llm_deadline)).
 //!
 //! The error type is [`Error`]: throttled, deadline exceeded, given up on, or failed in a way no
 //! retry helps, with the underlying error as its source. It says what it is through
@@ -83,8 +92,20 @@
 //! # Observability
 //!
 //! Each retry logs a `WARN` event "retrying request" with `retry_attempt`, `delay_ms` and
-//! `reason`; a budget refusal logs "retry budget exhausted: not retrying"; every give-up logs
-//! "giving up on a retryable failure" with `attempts`, `reason` and `cause`.
+//! `reason`; a request that failed after retrying logs "request failed after retrying" at
+//! `ERROR`, once. A give-up without a retry (the budget spent, the deadline too close, a hint
+//! too long) and a refusal on this side are logged at `DEBUG` ("giving up on a retryable
+//! failure", "request refused locally") and summed up every [`SUMMARY_EVERY`] (see [`log`]),
+//! so that a storm does not flood the logs. Spans and metrics: see [`log`] and, with the
+//! `metrics` feature, the `metrics` module.
+//!
+//! # How it is built
+//!
+//! Three parts, each readable alone: the **path** ([`ResponseFuture`]: a state per thing a
+//! request waits for), the **admission** of each attempt by the guards (one protocol,
+//! [`Permit`](stormguard_classify::Permit): a permit per guard, told the attempt's outcome,
+//! or dropped untold), and the **policy** that decides whether and when to retry, kept apart
+//! from the path as tower keeps its retry `Policy` apart from its future.
 //!
 //! # Example
 //!
