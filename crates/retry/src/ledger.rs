@@ -298,10 +298,8 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// What [`end`](Self::end) does to the output.
     pub(crate) fn finish<RB: Body>(&mut self, output: &mut Output<RB>) {
-        // A retry granted and never sent, and a rate-limit slot never used (the deadline passed
-        // while it was awaited), go back now, not when the future is dropped.
+        // A retry granted and never sent goes back now, not when the future is dropped.
         self.attempt.grant = None;
-        self.attempt.slot = None;
         self.watch.finished(output, self.sent);
         if let (Ok(response), Some(deadline)) = (output, self.deadline) {
             response
