@@ -11,10 +11,10 @@
 //! for its rate-limit slot, the call in flight, the answer being read). The attempt itself
 //! (`Attempt`: its retry grant, its slot, its guards' permits) is a value the ledger holds, not
 //! a state's: the state moves at every step, the attempt stays where it is; and whatever the
-//! request is dropped in, the attempt settles by its parts' own rules. Between two
-//! states, the `Ledger` (the request's bookkeeping) takes one step, asking the guards
-//! (`admission`) whether an attempt goes, the [policy](crate::policy) whether a failure is retried,
-//! and telling the `Watch` what happened. The deadline is enforced over every state by one
+//! request is dropped in, the attempt settles by its parts' own rules. Between two states, the
+//! `Ledger` (the request's bookkeeping) takes one step, asking the guards (`admission`) whether
+//! an attempt goes, the policy (`policy`) whether a failure is retried, and telling the `Watch`
+//! what happened. The deadline is enforced over every state by one
 //! timer, and over the body handed back.
 
 use std::fmt;
@@ -90,7 +90,7 @@ pin_project! {
         // Waiting for the service to be ready for a retry.
         Ready,
         // Waiting for the rate limit's fleet (in Redis) to decide on the attempt's slot. The
-        // attempt waits in a box (here and in `Pacing`): inline, it would make every state as
+        // request waits in a box (here and in `Pacing`): inline, it would make every state as
         // large as itself and a timer, and the state moves at every step of every request.
         Reserving { acquire: Acquire, request: Option<Box<Request<B>>> },
         // Waiting for the rate limit's slot; the readied service sends the attempt then.
