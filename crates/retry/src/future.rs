@@ -227,7 +227,7 @@ where
         StateProj::Reserving { acquire, request } => {
             let decision = ready!(Pin::new(acquire).poll(cx));
             let request = *request.take().unwrap_or_else(polled_again);
-            Step::Next(ledger.paced(service, request, decision, &mut Clock::default()))
+            Step::Next(ledger.reserved(service, request, decision, &mut Clock::default()))
         }
         StateProj::Pacing { sleep, request } => {
             ready!(sleep.poll(cx));
@@ -298,7 +298,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return self.send(service, request, false, clock);
         };
         match acquire.now() {
-            Some(decision) => self.paced(service, request, decision, clock),
+            Some(decision) => self.reserved(service, request, decision, clock),
             None => State::Reserving {
                 acquire,
                 request: Some(Box::new(request)),
@@ -308,7 +308,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// The rate limit decided on the attempt's slot: it goes at once, after a wait, or not at
     /// all.
-    fn paced<S, B, F, RB>(
+    fn reserved<S, B, F, RB>(
         &mut self,
         service: &mut S,
         request: Request<B>,
@@ -331,7 +331,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             }
         };
         let start = slot.start();
-        self.watch.paced(start, &self.config.guards);
+        self.watch.slot_reserved(start, &self.config.guards);
         self.attempt.slot = Some(slot);
         // Read after the reservation: a slot free now starts at the limit's own reading of the
         // clock, later than this step's, and waiting for it would still cost a timer rounded up

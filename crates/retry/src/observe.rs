@@ -208,11 +208,11 @@ impl Watch {
     }
 
     /// The rate limit gave the attempt a slot that starts at `start`.
-    pub(crate) fn paced(&self, start: tokio::time::Instant, guards: &Guards) {
+    pub(crate) fn slot_reserved(&self, start: tokio::time::Instant, guards: &Guards) {
         #[cfg(feature = "metrics")]
         if let Some(limit) = &guards.rate_limit {
             let wait = start.saturating_duration_since(tokio::time::Instant::now());
-            self.meter.paced(wait, limit);
+            self.meter.slot_reserved(wait, limit);
         }
         #[cfg(not(feature = "metrics"))]
         let _ = (start, guards);
@@ -381,7 +381,7 @@ pub(crate) mod meter {
         }
 
         /// The rate limit admitted an attempt after `wait`.
-        pub(super) fn paced(&self, wait: Duration, limit: &RateLimit) {
+        pub(super) fn slot_reserved(&self, wait: Duration, limit: &RateLimit) {
             histogram!(RATE_LIMIT_WAIT, PROVIDER => self.provider.clone())
                 .record(wait.as_secs_f64());
             let snapshot = limit.snapshot();
