@@ -5,17 +5,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+mod support;
+
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
+use http::Response;
+use http_body_util::BodyExt;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker};
 use stormguard_budget::RetryBudget;
 use stormguard_classify::Reason;
@@ -23,102 +19,24 @@ use stormguard_classify::headers::{X_STORMGUARD_BACKEND, X_STORMGUARD_DEGRADED};
 use stormguard_failover::{Adapter, Answered, Backend, Degraded, DegradedAnswer, Failover};
 use stormguard_jitter::Constant;
 use stormguard_retry::ClientLayer;
-use tokio::time::{Instant, Sleep};
+use support::{MS, Providers, request};
+use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
-const MS: Duration = Duration::from_millis(1);
 const DEADLINE: Duration = Duration::from_secs(2);
 
-/// How a provider answers: `Some((status, delay))`, or `None`: it never does.
-type Script = Option<(u16, Duration)>;
-
-/// The providers behind `primary.test` and `backup.test` as one service, counting the requests
-/// each one got. Its `poll_ready` is pending until `ready_at` (a connection pool or a
-/// concurrency limit with no slot free).
-struct Providers {
-    primary: Script,
-    backup: Script,
-    hits: Arc<Mutex<HashMap<String, u32>>>,
-    ready_at: Option<Instant>,
-    wait: Option<Pin<Box<Sleep>>>,
+/// The primary never answers (0), the backup answers 200 after 5 s.
+fn silent_primary() -> Providers {
+    let providers = Providers::new(0, 200);
+    providers.set("secondary.test", 200, 5_000 * MS);
+    providers
 }
 
-impl Providers {
-    fn new(primary: Script, backup: Script) -> Self {
-        Self {
-            primary,
-            backup,
-            hits: Arc::default(),
-            ready_at: None,
-            wait: None,
-        }
-    }
-
-    fn ready_at(mut self, at: Instant) -> Self {
-        self.ready_at = Some(at);
-        self
-    }
-
-    /// Requests received: (primary, backup).
-    fn hits(&self) -> (u32, u32) {
-        let hits = self.hits.lock().unwrap();
-        let of = |host: &str| hits.get(host).copied().unwrap_or(0);
-        (of("primary.test"), of("backup.test"))
-    }
-}
-
-/// A clone shares the scripts and counts, and waits for readiness on its own timer.
-impl Clone for Providers {
-    fn clone(&self) -> Self {
-        Self {
-            hits: Arc::clone(&self.hits),
-            wait: None,
-            ..*self
-        }
-    }
-}
-
-impl tower::Service<Request<Full<Bytes>>> for Providers {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        let Some(at) = self.ready_at else {
-            return Poll::Ready(Ok(()));
-        };
-        let wait = self
-            .wait
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-        wait.as_mut().poll(cx).map(Ok)
-    }
-
-    fn call(&mut self, request: Request<Full<Bytes>>) -> Self::Future {
-        let host = request.uri().host().unwrap_or_default().to_owned();
-        let script = if host == "backup.test" {
-            self.backup
-        } else {
-            self.primary
-        };
-        *self.hits.lock().unwrap().entry(host).or_default() += 1;
-        Box::pin(async move {
-            let Some((status, delay)) = script else {
-                return std::future::pending().await;
-            };
-            tokio::time::sleep(delay).await;
-            let response = Response::builder()
-                .status(status)
-                .body(Full::new(Bytes::from_static(b"{}")))
-                .unwrap();
-            Ok(response)
-        })
-    }
-}
-
-fn request() -> Request<Full<Bytes>> {
-    Request::post("http://primary.test/v1/chat/completions")
-        .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))
-        .unwrap()
+/// The primary answers 503 at once, the backup 200 after 5 s.
+fn failing_primary() -> Providers {
+    let providers = Providers::new(503, 200);
+    providers.set("secondary.test", 200, 5_000 * MS);
+    providers
 }
 
 /// The primary, whose breaker opens on its first failure: one 503 sends the request on.
@@ -130,7 +48,7 @@ fn quick_to_open_primary() -> Backend {
 
 fn backup() -> Backend {
     Backend::new("backup")
-        .with_adapter(Adapter::new().with_origin("http://backup.test".parse().unwrap()))
+        .with_adapter(Adapter::new().with_origin("http://secondary.test".parse().unwrap()))
 }
 
 /// A failover from `primary` to the backup under a 2 s deadline, with the "busy" answer when
@@ -192,8 +110,8 @@ where
 
 #[tokio::test(start_paused = true)]
 async fn a_request_cut_in_flight_on_the_primary_gets_the_degraded_answer_at_its_deadline() {
-    let providers = Providers::new(None, Some((200, 5_000 * MS)));
-    let client = failover(Backend::new("primary"), true).layer(providers.clone());
+    let providers = silent_primary();
+    let client = failover(Backend::new("primary"), true).layer(providers.service());
     let started = Instant::now();
     let response = client.oneshot(request()).await.unwrap();
     assert_at_deadline(started);
@@ -204,8 +122,8 @@ async fn a_request_cut_in_flight_on_the_primary_gets_the_degraded_answer_at_its_
 
 #[tokio::test(start_paused = true)]
 async fn a_request_cut_in_flight_on_the_backup_gets_the_degraded_answer_at_its_deadline() {
-    let providers = Providers::new(Some((503, Duration::ZERO)), Some((200, 5_000 * MS)));
-    let client = failover(quick_to_open_primary(), true).layer(providers.clone());
+    let providers = failing_primary();
+    let client = failover(quick_to_open_primary(), true).layer(providers.service());
     let started = Instant::now();
     let response = client.oneshot(request()).await.unwrap();
     assert_at_deadline(started);
@@ -217,9 +135,9 @@ async fn a_request_cut_in_flight_on_the_backup_gets_the_degraded_answer_at_its_d
 #[tokio::test(start_paused = true)]
 async fn a_request_whose_backend_is_not_ready_by_its_deadline_gets_the_degraded_answer() {
     let started = Instant::now();
-    let providers = Providers::new(Some((200, Duration::ZERO)), Some((200, Duration::ZERO)))
-        .ready_at(started + 5 * DEADLINE);
-    let client = failover(Backend::new("primary"), true).layer(providers.clone());
+    let providers = Providers::new(200, 200);
+    let service = providers.service_ready_at(started + 5 * DEADLINE);
+    let client = failover(Backend::new("primary"), true).layer(service);
     let response = client.oneshot(request()).await.unwrap();
     assert_at_deadline(started);
     assert_degraded_for_deadline(response).await;
@@ -228,8 +146,8 @@ async fn a_request_whose_backend_is_not_ready_by_its_deadline_gets_the_degraded_
 
 #[tokio::test(start_paused = true)]
 async fn without_a_degraded_answer_a_request_cut_at_its_deadline_ends_with_the_deadline_error() {
-    let providers = Providers::new(None, Some((200, 5_000 * MS)));
-    let client = failover(Backend::new("primary"), false).layer(providers.clone());
+    let providers = silent_primary();
+    let client = failover(Backend::new("primary"), false).layer(providers.service());
     let started = Instant::now();
     let error = client.oneshot(request()).await.unwrap_err();
     assert_at_deadline(started);
@@ -239,8 +157,8 @@ async fn without_a_degraded_answer_a_request_cut_at_its_deadline_ends_with_the_d
     assert_eq!(providers.hits(), (1, 0));
 
     // Cut in flight on the backup, after the failover: the same error, two attempts sent.
-    let providers = Providers::new(Some((503, Duration::ZERO)), Some((200, 5_000 * MS)));
-    let client = failover(quick_to_open_primary(), false).layer(providers.clone());
+    let providers = failing_primary();
+    let client = failover(quick_to_open_primary(), false).layer(providers.service());
     let started = Instant::now();
     let error = client.oneshot(request()).await.unwrap_err();
     assert_at_deadline(started);
@@ -249,9 +167,9 @@ async fn without_a_degraded_answer_a_request_cut_at_its_deadline_ends_with_the_d
 
     // No backend ready by the deadline: the same error at the deadline, nothing sent.
     let started = Instant::now();
-    let providers = Providers::new(Some((200, Duration::ZERO)), Some((200, Duration::ZERO)))
-        .ready_at(started + 5 * DEADLINE);
-    let client = failover(Backend::new("primary"), false).layer(providers.clone());
+    let providers = Providers::new(200, 200);
+    let service = providers.service_ready_at(started + 5 * DEADLINE);
+    let client = failover(Backend::new("primary"), false).layer(service);
     let error = client.oneshot(request()).await.unwrap_err();
     assert_at_deadline(started);
     assert_eq!(error.reason(), Reason::DeadlineExceeded);

@@ -4,125 +4,22 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
+use http::Response;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
 use stormguard_budget::RetryBudget;
 use stormguard_classify::Reason;
-use stormguard_classify::headers::X_REQUEST_TIMEOUT_MS;
 use stormguard_failover::{Adapter, Answered, Backend, Degraded, DegradedAnswer, Failover};
 use stormguard_jitter::Constant;
 use stormguard_retry::ClientLayer;
+use support::{MS, Providers, request};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
-
-const MS: Duration = Duration::from_millis(1);
-
-/// What a scripted provider answers, and what it saw.
-#[derive(Clone, Debug)]
-struct Provider {
-    /// The status it answers; 0: it never answers.
-    status: u16,
-    delay: Duration,
-    hits: u32,
-    /// The `x-request-timeout-ms` of each request.
-    time_left: Vec<u64>,
-}
-
-/// Providers by host: `primary.test`, `secondary.test`.
-#[derive(Clone, Default)]
-struct Providers(Arc<Mutex<HashMap<String, Provider>>>);
-
-impl Providers {
-    fn new(primary: u16, secondary: u16) -> Self {
-        let providers = Self::default();
-        providers.set("primary.test", primary, Duration::ZERO);
-        providers.set("secondary.test", secondary, Duration::ZERO);
-        providers
-    }
-
-    fn set(&self, host: &str, status: u16, delay: Duration) {
-        let mut all = self.0.lock().unwrap();
-        let provider = all.entry(host.to_owned()).or_insert(Provider {
-            status,
-            delay,
-            hits: 0,
-            time_left: Vec::new(),
-        });
-        provider.status = status;
-        provider.delay = delay;
-    }
-
-    fn get(&self, host: &str) -> Provider {
-        self.0.lock().unwrap()[host].clone()
-    }
-
-    fn hits(&self) -> (u32, u32) {
-        (
-            self.get("primary.test").hits,
-            self.get("secondary.test").hits,
-        )
-    }
-
-    fn service(&self) -> Scripted {
-        Scripted(self.clone())
-    }
-}
-
-/// The providers as one service: each request answered by its host's script.
-#[derive(Clone)]
-struct Scripted(Providers);
-
-impl tower::Service<Request<Full<Bytes>>> for Scripted {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Full<Bytes>>) -> Self::Future {
-        let host = request.uri().host().unwrap_or_default().to_owned();
-        let (status, delay) = {
-            let mut all = (self.0).0.lock().unwrap();
-            let provider = all.get_mut(&host).unwrap();
-            provider.hits += 1;
-            let left = request
-                .headers()
-                .get(X_REQUEST_TIMEOUT_MS)
-                .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
-            provider.time_left.extend(left);
-            (provider.status, provider.delay)
-        };
-        Box::pin(async move {
-            tokio::time::sleep(delay).await;
-            if status == 0 {
-                std::future::pending::<()>().await;
-            }
-            let response = Response::builder()
-                .status(status)
-                .body(Full::new(Bytes::from_static(b"{}")))
-                .unwrap();
-            Ok(response)
-        })
-    }
-}
-
-fn request() -> Request<Full<Bytes>> {
-    Request::post("http://primary.test/v1/chat/completions")
-        .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))
-        .unwrap()
-}
 
 fn layer(budget: &RetryBudget) -> ClientLayer<stormguard_classify::LlmClassifier, Constant> {
     ClientLayer::default()

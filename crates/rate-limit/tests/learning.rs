@@ -454,26 +454,9 @@ proptest! {
             .build()
             .unwrap();
         let _clock = runtime.enter();
-        let names = [
-            "x-ratelimit-limit-requests",
-            "x-ratelimit-remaining-requests",
-            "x-ratelimit-reset-requests",
-            "x-ratelimit-limit-tokens",
-            "x-ratelimit-remaining-tokens",
-            "x-ratelimit-reset-tokens",
-            "anthropic-ratelimit-requests-limit",
-            "anthropic-ratelimit-requests-remaining",
-            "anthropic-ratelimit-requests-reset",
-            "anthropic-ratelimit-tokens-limit",
-            "anthropic-ratelimit-tokens-remaining",
-            "anthropic-ratelimit-tokens-reset",
-            "anthropic-ratelimit-input-tokens-limit",
-            "anthropic-ratelimit-input-tokens-remaining",
-            "anthropic-ratelimit-input-tokens-reset",
-            "retry-after",
-        ];
-        let hostile: HeaderMap = names
+        let hostile: HeaderMap = LIMIT_HEADERS
             .iter()
+            .chain(&["retry-after"])
             .zip(&values)
             .filter_map(|(name, bytes)| {
                 Some((HeaderName::from_static(name), HeaderValue::from_bytes(bytes).ok()?))
