@@ -83,3 +83,20 @@ mod parser;
 pub use self::classify::{EventKind, UNRECOGNIZED_ERROR, classify_event};
 pub use self::error::SseError;
 pub use self::parser::{DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, Event, Frame, FrameKind, Parser};
+
+/// An event of type `event_type` with `data`, for the parser's and the classifier's tests.
+#[cfg(test)]
+fn event(event_type: &str, data: &str) -> Event {
+    Event {
+        event_type: event_type.to_owned(),
+        data: data.to_owned(),
+        id: None,
+        retry: None,
+    }
+}
+
+/// A `message` event with `data`.
+#[cfg(test)]
+fn message(data: &str) -> Event {
+    event("message", data)
+}

@@ -7,22 +7,9 @@ use http::Response;
 use stormguard_classify::Verdict;
 
 use super::*;
-use crate::sse::{Frame, FrameKind, Parser};
+use crate::sse::{Frame, FrameKind, Parser, event, message};
 
 use EventKind::{Content, Control, Done};
-
-fn event(event_type: &str, data: &str) -> Event {
-    Event {
-        event_type: event_type.to_owned(),
-        data: data.to_owned(),
-        id: None,
-        retry: None,
-    }
-}
-
-fn message(data: &str) -> Event {
-    event("message", data)
-}
 
 /// The kinds of the events of a whole stream, read in chunks of 7 bytes.
 fn kinds_of(stream: &str) -> Vec<EventKind> {

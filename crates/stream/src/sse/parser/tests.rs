@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::sse::{event, message};
 
 /// The frames of `chunks` fed in order to a fresh parser with the default limits.
 fn frames_of(chunks: &[&[u8]]) -> Vec<Frame> {
@@ -34,19 +35,6 @@ fn kinds(frames: &[Frame]) -> Vec<FrameKind> {
 
 fn ends(frames: &[Frame]) -> Vec<u64> {
     frames.iter().map(|frame| frame.end).collect()
-}
-
-fn event(event_type: &str, data: &str) -> Event {
-    Event {
-        event_type: event_type.to_owned(),
-        data: data.to_owned(),
-        id: None,
-        retry: None,
-    }
-}
-
-fn message(data: &str) -> Event {
-    event("message", data)
 }
 
 fn data_of(stream: &[u8]) -> Vec<String> {
