@@ -194,20 +194,23 @@ impl fmt::Display for GrpcCode {
 /// `+format` (`application/grpc+proto`), parameters (`;...`) or the gRPC-Web suffix `-web`
 /// (whose trailers-only responses also carry `grpc-status` in the headers). Case-insensitive.
 pub fn is_grpc(headers: &HeaderMap) -> bool {
-    const PREFIX: &[u8] = b"application/grpc";
+    const TYPE: &[u8] = b"application/";
+    const SUBTYPE: &[u8] = b"grpc";
     let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
         return false;
     };
-    let bytes = value.as_bytes();
-    // `grpc` first: every `application/json` shares the 12 bytes before it, and this is asked of
-    // every request and answer.
-    let Some(head) = bytes.get(..PREFIX.len()) else {
+    let Some((media_type, subtype)) = value.as_bytes().split_at_checked(TYPE.len()) else {
         return false;
     };
-    if !head[12..].eq_ignore_ascii_case(&PREFIX[12..]) || !head.eq_ignore_ascii_case(PREFIX) {
+    // The subtype first: it is where `application/json`, on every LLM request and answer,
+    // differs.
+    let Some((grpc, rest)) = subtype.split_at_checked(SUBTYPE.len()) else {
+        return false;
+    };
+    if !grpc.eq_ignore_ascii_case(SUBTYPE) || !media_type.eq_ignore_ascii_case(TYPE) {
         return false;
     }
-    match &bytes[PREFIX.len()..] {
+    match rest {
         [] | [b'+' | b';' | b' ' | b'\t', ..] => true,
         rest => rest.len() >= 4 && rest[..4].eq_ignore_ascii_case(b"-web"),
     }

@@ -84,9 +84,7 @@ impl Error {
 
     /// The request's deadline passed.
     pub(crate) fn deadline_exceeded(attempts: u32) -> Self {
-        let outcome = Outcome::fatal(Reason::DeadlineExceeded).with_accepted(false);
-        let source = Box::new(DeadlineExceeded::new());
-        Self::new(Failure::with_source(outcome, source), attempts)
+        Self::new(deadline_failure(), attempts)
     }
 
     /// The request's own body could not be read: it was never sent.
@@ -210,6 +208,13 @@ impl fmt::Display for Error {
             ),
         }
     }
+}
+
+/// What a request whose deadline passed fails with: a request's error, or the error of a body
+/// handed back that its deadline cut.
+pub(crate) fn deadline_failure() -> Failure {
+    let outcome = Outcome::fatal(Reason::DeadlineExceeded).with_accepted(false);
+    Failure::with_source(outcome, Box::new(DeadlineExceeded::new()))
 }
 
 impl StdError for Error {

@@ -12,8 +12,8 @@ use http_body::Body;
 use stormguard_breaker::Rejected;
 use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::headers::mark_do_not_retry;
-use stormguard_classify::{BoxError, Classify, Failure, Outcome, Permit, Reason, is_grpc};
-use stormguard_deadline::{Deadline, DeadlineExceeded};
+use stormguard_classify::{BoxError, Classify, Outcome, Permit, is_grpc};
+use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::Usage;
 use stormguard_stream::GuardedStream;
@@ -21,7 +21,7 @@ use tower_service::Service;
 
 use crate::attempt::Attempt;
 use crate::body::ReplayBody;
-use crate::error::Error;
+use crate::error::{Error, deadline_failure};
 use crate::future::{Output, Step};
 use crate::headers::{ensure_idempotency_key, is_idempotent};
 use crate::layer::Config;
@@ -52,7 +52,8 @@ pub(crate) struct Ledger<C, Bk: Backoff> {
     pub(crate) retries: Retries<Bk::Schedule>,
     /// Its spans, log lines and metrics.
     pub(crate) watch: Watch,
-    /// The attempt in flight (empty between attempts: its permits and grant told or dropped).
+    /// The request's current attempt: its retry grant and rate-limit slot before it goes, its
+    /// guards' permits while it is in flight.
     pub(crate) attempt: Attempt,
 }
 
@@ -166,17 +167,12 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// Sets the request's deadline from the layer's timeout (`body`: the buffered body, for a
     /// timeout that reads it); a tighter deadline already on the request wins.
-    pub(crate) fn set_deadline(
-        &mut self,
-        head: &mut Parts,
-        body: Option<&[u8]>,
-        clock: &mut Clock,
-    ) {
+    fn set_deadline(&mut self, head: &mut Parts, body: Option<&[u8]>, clock: &mut Clock) {
         self.deadline = deadline_of(self.config.timeout.as_ref(), head, body, clock);
     }
 
     /// A request sent once keeps its head if a breaker's fallback may have to answer from it.
-    pub(crate) fn keep_head(&mut self, head: &Parts) {
+    fn keep_head(&mut self, head: &Parts) {
         if self.config.guards.breaker.is_some() && self.config.fallback.is_some() {
             self.origin = Origin::Once(Some(Box::new(head.clone())));
         }
@@ -185,7 +181,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// Completes the template with the buffered body and builds the first attempt from it: a
     /// non-idempotent request that may be sent more than once gets its idempotency key here,
     /// once for all attempts.
-    pub(crate) fn seal<B: ReplayBody>(
+    fn seal<B: ReplayBody>(
         &mut self,
         body: Bytes,
         trailers: Option<HeaderMap>,
@@ -338,11 +334,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
 /// The error of a body handed back whose deadline passed before its end.
 fn body_deadline_exceeded() -> BoxError {
-    let outcome = Outcome::fatal(Reason::DeadlineExceeded).with_accepted(false);
-    Box::new(Failure::with_source(
-        outcome,
-        Box::new(DeadlineExceeded::new()),
-    ))
+    Box::new(deadline_failure())
 }
 
 /// The response, whose body corrects the rate limit's token weight to the `usage` it reports,
