@@ -19,6 +19,9 @@
 //!   body is read where it is buffered anyway: by the client retry engine (`stormguard-retry`'s
 //!   `ClientLayer::with_llm_deadline`), which holds any [`TimeoutSource`](client::TimeoutSource),
 //!   so that a body is read once.
+//! - [`clocks`]: inside the deadline, each attempt's own clocks (time to the response head, to a
+//!   stream's first content, between its content events), learned per backend from its answers,
+//!   so that an attempt a healthy backend would long have answered is abandoned early.
 //! - [`ServerDeadlineLayer`] (server side) reads those headers and Envoy's
 //!   `x-envoy-expected-rq-timeout-ms`, caps them, sheds requests that arrive already expired
 //!   without running the handler, and times out handlers that overrun (HTTP 504 / gRPC
@@ -73,6 +76,7 @@ mod error;
 mod llm;
 
 pub mod client;
+pub mod clocks;
 pub mod enforce;
 pub mod propagate;
 pub mod server;

@@ -11,6 +11,7 @@ use http::request::Parts;
 use http::{HeaderName, HeaderValue, Uri};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
+use stormguard_deadline::clocks::AttemptClocks;
 use stormguard_rate_limit::RateLimit;
 
 /// One provider (or model, or API key) of a [`Failover`](crate::Failover): its name, how a
@@ -28,6 +29,7 @@ pub struct Backend {
     breaker: CircuitBreaker,
     throttle: Option<AdaptiveThrottle>,
     rate_limit: Option<RateLimit>,
+    clocks: Option<AttemptClocks>,
 }
 
 impl Backend {
@@ -55,6 +57,7 @@ impl Backend {
             breaker: Self::default_breaker(),
             throttle: None,
             rate_limit: None,
+            clocks: None,
         }
     }
 
@@ -88,6 +91,25 @@ impl Backend {
     pub fn with_throttle(mut self, throttle: AdaptiveThrottle) -> Self {
         self.throttle = Some(throttle);
         self
+    }
+
+    /// Time this backend's attempts with `clocks` (else the failover gives it clocks of its own
+    /// with the layer's settings, if the layer has clocks): what one backend's answers teach
+    /// says nothing of another's.
+    #[must_use]
+    pub fn with_clocks(mut self, clocks: AttemptClocks) -> Self {
+        self.clocks = Some(clocks);
+        self
+    }
+
+    /// Its per-attempt clocks, if set (else the failover gives it clocks of its own when it is
+    /// built).
+    pub fn clocks(&self) -> Option<&AttemptClocks> {
+        self.clocks.as_ref()
+    }
+
+    pub(crate) fn set_clocks(&mut self, clocks: AttemptClocks) {
+        self.clocks = Some(clocks);
     }
 
     /// Pace this backend's attempts with `limit` (its quota: a provider's, a key's).

@@ -27,7 +27,7 @@ use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::Backoff;
-use stormguard_retry::{ClientService, Error, FailedAnswer, ReplayBody};
+use stormguard_retry::{ClientService, Error, FailedAnswer, GiveUpCause, ReplayBody};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -336,11 +336,13 @@ where
         // attempt was sent: the backend did not take the request's last attempt.
         let refused = is_local_refusal(outcome.reason());
         let failed = !refused && failed_on_backend(&result, &outcome);
+        // The engine handed the request on: an attempt's clock fired.
+        let handed_on = gave_up(&result) == Some(GiveUpCause::HandedOn);
         let next = match Cure::of(&outcome) {
             Some(cure) => self.cure(cure),
             // A backend that refused, or that failed and is now left for the next (its breaker
             // opened: failures in a row), not one that failed once.
-            None if refused || failed && !healthy => self.next_healthy(),
+            None if refused || failed && !healthy || handed_on => self.next_healthy(),
             None => return Step::Finish(result),
         };
         let Some(next) = next else {
@@ -505,6 +507,14 @@ fn no_backend() -> Outcome {
     Outcome::fatal(Reason::NoBackend)
         .with_accepted(false)
         .with_retry_after(Some(Duration::from_secs(1)))
+}
+
+/// Why the backend's engine gave up on the request, if it did.
+fn gave_up<RB: Body>(result: &Output<RB>) -> Option<GiveUpCause> {
+    match result {
+        Ok(response) => response.extensions().get::<GiveUpCause>().copied(),
+        Err(error) => error.gave_up(),
+    }
 }
 
 /// Whether a request was refused on this side, never reaching the backend.

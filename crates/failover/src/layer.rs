@@ -53,6 +53,11 @@ impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
         {
             backend.set_throttle(AdaptiveThrottle::new(*template.config()));
         }
+        if backend.clocks().is_none()
+            && let Some(template) = self.layer.clocks()
+        {
+            backend.set_clocks(template.fresh());
+        }
         self.backends.push(backend);
         self
     }
@@ -114,9 +119,15 @@ where
             .iter()
             .map(|backend| {
                 let backend = backend.clone();
+                // A fired clock hands the request on to the next backend instead of retrying
+                // where it fired.
                 let mut layer = (self.layer.clone())
                     .with_name(backend.name())
-                    .with_breaker(backend.breaker().clone());
+                    .with_breaker(backend.breaker().clone())
+                    .with_hand_off(true);
+                if let Some(clocks) = backend.clocks() {
+                    layer = layer.with_clocks(clocks.clone());
+                }
                 if let Some(own) = backend.throttle() {
                     layer = layer.with_throttle(own.clone());
                 }

@@ -21,13 +21,33 @@ pub(crate) struct Attempt {
     pub(crate) grant: Option<Grant>,
     pub(crate) slot: Option<Reservation>,
     pub(crate) permits: Permits,
-    /// When it was sent (tracked under a deadline only: the retry decision needs it then).
+    /// When it was sent (tracked under a deadline or clocks only: the retry decision and the
+    /// clocks need it then).
     pub(crate) started: Option<Instant>,
+    /// When its head clock fires, worked out the first time it waits for its answer.
+    pub(crate) head_by: HeadBy,
+}
+
+/// When an attempt in flight is abandoned for want of its response head.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum HeadBy {
+    /// Not worked out yet: an answer that comes at once never needs it.
+    #[default]
+    Unset,
+    /// At this instant.
+    At(Instant),
+    /// Never (no clocks): the deadline alone bounds it.
+    Never,
 }
 
 impl Attempt {
     /// How long the attempt took until now, the first time it is asked.
     pub(crate) fn took(&mut self) -> Option<Duration> {
         self.started.take().map(|started| started.elapsed())
+    }
+
+    /// How long the attempt has been in flight, if it is timed.
+    pub(crate) fn in_flight(&self) -> Option<Duration> {
+        self.started.map(|started| started.elapsed())
     }
 }

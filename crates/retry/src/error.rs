@@ -20,6 +20,9 @@ pub enum GiveUpCause {
     Deadline,
     /// The server asked for a delay above the hint policy's maximum.
     HintTooLong,
+    /// An attempt's clock fired, and the request goes on elsewhere: under a failover, to its
+    /// next backend ([`ClientLayer::with_hand_off`](crate::ClientLayer::with_hand_off)).
+    HandedOn,
 }
 
 impl GiveUpCause {
@@ -30,6 +33,7 @@ impl GiveUpCause {
             Self::BudgetExhausted => "budget_exhausted",
             Self::Deadline => "deadline",
             Self::HintTooLong => "hint_too_long",
+            Self::HandedOn => "handed_on",
         }
     }
 }
@@ -41,6 +45,7 @@ impl fmt::Display for GiveUpCause {
             Self::BudgetExhausted => "retry budget exhausted",
             Self::Deadline => "deadline too close",
             Self::HintTooLong => "server asked for a delay above the maximum",
+            Self::HandedOn => "attempt timed out, handed on to the next backend",
         })
     }
 }

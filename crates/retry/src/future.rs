@@ -39,6 +39,8 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::admission::Refusal;
+use crate::attempt::HeadBy;
+use crate::clock::AttemptTimedOut;
 use crate::body::ReplayBody;
 use crate::error::{Error, FailedAnswer};
 use crate::layer::Config;
@@ -100,7 +102,7 @@ pin_project! {
         // Classifying the answer, reading the start of a failed response's body if need be.
         Classifying { answer: ClassifyResponse<RB, C> },
         // Reading an event stream up to its first content event.
-        Opening { open: Box<OpenStream<RB>>, head: Option<response::Parts> },
+        Opening { open: Box<OpenStream<RB>>, head: Option<response::Parts>, since: Instant },
         // Ended before an attempt was sent: the output (an error, or the breaker's fallback)
         // waits for the first poll.
         Refused { output: Option<Output<RB>> },
@@ -166,31 +168,58 @@ where
         let mut this = self.project();
         loop {
             let _in = this.ledger.watch.enter();
-            match poll_state(this.state.as_mut(), this.service, this.ledger, cx) {
-                Poll::Ready(Step::Next(state)) => this.state.set(state),
-                Poll::Ready(Step::Finish(output)) => {
+            let step = match poll_state(this.state.as_mut(), this.service, this.ledger, cx) {
+                Poll::Ready(step) => step,
+                Poll::Pending => {
+                    // Waiting: the deadline bounds the wait, whatever the request waits for,
+                    // and an attempt in flight has its head clock as well.
+                    let calling = matches!(this.state.as_ref().get_ref(), State::Calling { .. });
+                    let head_by = calling.then(|| this.ledger.head_clock()).flatten();
+                    let deadline = this.ledger.deadline.map(|deadline| deadline.instant());
+                    ready!(poll_timer(this.timer.as_mut(), deadline, head_by, cx));
+                    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                        // Dropping the state cancels what is in flight.
+                        this.state.set(State::Done);
+                        return Poll::Ready(this.ledger.expired());
+                    }
+                    this.ledger.clock_fired()
+                }
+            };
+            match step {
+                Step::Next(state) => this.state.set(state),
+                Step::Finish(output) => {
                     this.state.set(State::Done);
                     return Poll::Ready(output);
                 }
-                Poll::Pending => break,
             }
         }
-        // Waiting: the deadline bounds the wait, whatever the request waits for. (It may have
-        // been set, or tightened, since the timer was made: an estimate from the body.)
-        let Some(deadline) = this.ledger.deadline.map(|deadline| deadline.instant()) else {
-            return Poll::Pending;
-        };
-        match this.timer.as_mut().as_pin_mut() {
-            Some(timer) if timer.deadline() == deadline => {}
-            Some(timer) => timer.reset(deadline),
-            None => this.timer.set(Some(tokio::time::sleep_until(deadline))),
-        }
-        if let Some(timer) = this.timer.as_pin_mut() {
-            ready!(timer.poll(cx));
-        }
-        // Dropping the state cancels what is in flight.
-        this.state.set(State::Done);
-        Poll::Ready(this.ledger.expired())
+    }
+}
+
+/// Ready when the earlier of `deadline` and `head_by` has come; never without either. The timer
+/// is made the first time a request waits (it may have been set, or tightened, since: an
+/// estimate from the body, the next attempt's clock).
+fn poll_timer(
+    mut timer: Pin<&mut Option<Sleep>>,
+    deadline: Option<Instant>,
+    head_by: Option<Instant>,
+    cx: &mut Context<'_>,
+) -> Poll<()> {
+    let wake = match (deadline, head_by) {
+        (Some(deadline), Some(head_by)) => deadline.min(head_by),
+        (deadline, head_by) => match deadline.or(head_by) {
+            Some(wake) => wake,
+            None => return Poll::Pending,
+        },
+    };
+    match timer.as_mut().as_pin_mut() {
+        Some(timer) if timer.deadline() == wake => {}
+        Some(timer) => timer.reset(wake),
+        None => timer.set(Some(tokio::time::sleep_until(wake))),
+    }
+    match timer.as_pin_mut() {
+        Some(timer) => timer.poll(cx),
+        None => Poll::Pending,
     }
 }
 
@@ -242,9 +271,10 @@ where
             Poll::Ready((response, outcome)) => ledger.judged(response, outcome),
             Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
-        StateProj::Opening { open, head } => match Pin::new(&mut **open).poll(cx) {
+        StateProj::Opening { open, head, since } => match Pin::new(&mut **open).poll(cx) {
             Poll::Ready(opening) => {
-                ledger.opened(head.take().unwrap_or_else(polled_again), opening)
+                let head = head.take().unwrap_or_else(polled_again);
+                ledger.opened(head, opening, *since)
             }
             Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
@@ -373,7 +403,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         if let Some(grant) = &mut self.attempt.grant {
             grant.send();
         }
-        self.attempt.started = self.deadline.is_some().then(|| clock.now());
+        let timed = self.deadline.is_some() || self.config.clocks.is_some();
+        self.attempt.started = timed.then(|| clock.now());
+        self.attempt.head_by = HeadBy::Unset;
         self.sent = self.sent.saturating_add(1);
         self.watch.sending(self.sent, self.config.name.as_deref());
         let _in = self.watch.span().enter();
@@ -431,17 +463,22 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         // Judged on its head alone (every success): at once; an event stream once its first
         // content event came.
         let outcome = self.config.classifier.classify_http(&head, &[]);
+        let streaming = is_event_stream(&head.headers);
+        if outcome.is_success() {
+            self.learn_head(streaming);
+        }
         if let Some(policy) = self.config.streams
             && outcome.is_success()
-            && is_event_stream(&head.headers)
+            && streaming
         {
-            let mut open = stormguard_stream::open(body, policy);
+            let mut open = stormguard_stream::open(body, self.stream_policy(policy));
             if self.config.resume.is_some() && self.origin.is_replay() {
                 open = open.keeping_content();
             }
             return Step::Next(State::Opening {
                 open: Box::new(open),
                 head: Some(head),
+                since: Instant::now(),
             });
         }
         self.judged(Response::from_parts(head, ResponseBody::new(body)), outcome)
@@ -449,8 +486,13 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// The attempt failed without a response: fatal, given up on, or retried.
     fn failed<F, B, RB: Body>(&mut self, error: BoxError) -> Step<F, B, RB, C> {
-        self.timed();
         let outcome = self.config.classifier.classify_error(&*error);
+        self.failed_as(outcome, error)
+    }
+
+    /// The attempt failed without a response, with `outcome`.
+    fn failed_as<F, B, RB: Body>(&mut self, outcome: Outcome, error: BoxError) -> Step<F, B, RB, C> {
+        self.timed();
         self.record(&outcome, &HeaderMap::new(), None);
         if !outcome.is_retryable() {
             return self.end(Err(Error::failed(outcome, error, self.sent)));
@@ -466,7 +508,12 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// An event stream was read up to its first content event (handed back, the breaker told
     /// how it ends when it ends), or failed before it (judged like a failed response).
-    fn opened<F, B, RB>(&mut self, head: response::Parts, opening: Opening<RB>) -> Step<F, B, RB, C>
+    fn opened<F, B, RB>(
+        &mut self,
+        head: response::Parts,
+        opening: Opening<RB>,
+        since: Instant,
+    ) -> Step<F, B, RB, C>
     where
         RB: Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
@@ -483,6 +530,11 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 return self.judged(response, outcome);
             }
         };
+        if let Some(clocks) = self.clocks()
+            && stream.events() > 0
+        {
+            clocks.record_first_content(since.elapsed());
+        }
         let body = self.guard_stream(stream);
         let response = Response::from_parts(head, body);
         self.judged(response, Outcome::success())
@@ -546,6 +598,15 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             )),
         };
         Poll::Ready(self.end(output))
+    }
+
+    /// The attempt's head clock fired while it waited for its answer: the attempt is abandoned
+    /// (dropped with the state this step replaces), a timeout for its guards, and the request
+    /// goes on as after any failure of its attempt.
+    fn clock_fired<F, B, RB: Body>(&mut self) -> Step<F, B, RB, C> {
+        let after = self.attempt.in_flight().unwrap_or_default();
+        let error = Box::new(AttemptTimedOut::new(after));
+        self.failed_as(crate::clock::attempt_timeout(), error)
     }
 
     /// The deadline passed while the request waited: an attempt in flight timed out, which the

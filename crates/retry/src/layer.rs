@@ -10,6 +10,7 @@ use stormguard_breaker::{CircuitBreaker, Fallback};
 use stormguard_budget::RetryBudget;
 use stormguard_classify::{Classify, LlmClassifier};
 use stormguard_deadline::client::{FromFn, TimeoutSource};
+use stormguard_deadline::clocks::AttemptClocks;
 use stormguard_deadline::propagate::DEFAULT_MARGIN;
 use stormguard_deadline::{DEFAULT_TIMEOUT, LlmDeadline};
 use stormguard_jitter::{Backoff, FullJitter, HintPolicy};
@@ -52,6 +53,11 @@ pub(crate) struct Config<C, Bk> {
     pub(crate) streams: Option<StreamPolicy>,
     pub(crate) resume: Option<Resume>,
     pub(crate) name: Option<Arc<str>>,
+    /// Each attempt's own clocks, learned from this backend's answers.
+    pub(crate) clocks: Option<AttemptClocks>,
+    /// A fired clock ends the request here instead of retrying on this backend: set by a
+    /// failover, which takes the request to the next backend.
+    pub(crate) hand_off: bool,
 }
 
 /// The whole client pipeline for `http::Request<B>` services, as one [`Layer`] (see the
@@ -161,6 +167,8 @@ impl Default for ClientLayer {
             streams: Some(StreamPolicy::default()),
             resume: None,
             name: None,
+            clocks: Some(AttemptClocks::default()),
+            hand_off: false,
         })
     }
 }
@@ -309,6 +317,34 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.change(|config| config.resume = Some(resume))
     }
 
+    /// Time each attempt with `clocks` (the default: [`AttemptClocks::default`], this layer's
+    /// own): an attempt whose response head, first content event or next content event is
+    /// later than the backend's learned clock allows is abandoned (a timeout for the breaker and
+    /// the throttle) and the request goes on, a retry within the one deadline and budget. See
+    /// `stormguard_deadline::clocks` for the clocks and their defaults. Hand the same clocks
+    /// only to layers that call the same backend: they learn what it is like.
+    pub fn with_clocks(self, clocks: AttemptClocks) -> Self {
+        self.change(|config| config.clocks = Some(clocks))
+    }
+
+    /// No per-attempt clocks: only the deadline and the stream guard's own limits bound an
+    /// attempt.
+    pub fn without_clocks(self) -> Self {
+        self.change(|config| config.clocks = None)
+    }
+
+    /// The per-attempt clocks, if on.
+    pub fn clocks(&self) -> Option<&AttemptClocks> {
+        self.config.clocks.as_ref()
+    }
+
+    /// Whether an attempt whose clock fired ends the request with
+    /// [`GiveUpCause::HandedOn`](crate::GiveUpCause::HandedOn) (`true`: a failover above takes
+    /// it to its next backend) instead of being retried here (`false`, the default).
+    pub fn with_hand_off(self, hand_off: bool) -> Self {
+        self.change(|config| config.hand_off = hand_off)
+    }
+
     /// Hand event streams back as they come, unguarded.
     pub fn without_stream_guard(self) -> Self {
         self.change(|config| config.streams = None)
@@ -433,6 +469,8 @@ impl<C, Bk> Config<C, Bk> {
             streams: self.streams,
             resume: self.resume,
             name: self.name,
+            clocks: self.clocks,
+            hand_off: self.hand_off,
         }
     }
 }
@@ -476,6 +514,8 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Config<C, Bk> {
             .field("timeout", &self.timeout.is_some())
             .field("margin", &self.margin)
             .field("propagation", &self.propagation)
+            .field("clocks", &self.clocks)
+            .field("hand_off", &self.hand_off)
             .finish()
     }
 }

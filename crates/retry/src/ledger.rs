@@ -12,7 +12,7 @@ use http_body::Body;
 use stormguard_breaker::Rejected;
 use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::headers::mark_do_not_retry;
-use stormguard_classify::{BoxError, Classify, Outcome, Permit, is_grpc};
+use stormguard_classify::{BoxError, Classify, Outcome, Permit, Reason, is_grpc};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::Usage;
@@ -21,7 +21,7 @@ use tower_service::Service;
 
 use crate::attempt::Attempt;
 use crate::body::ReplayBody;
-use crate::error::{Error, deadline_failure};
+use crate::error::{Error, GiveUpCause, deadline_failure};
 use crate::future::{Output, Step};
 use crate::headers::{ensure_idempotency_key, is_idempotent};
 use crate::layer::Config;
@@ -241,6 +241,13 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// Asks the policy whether the retryable failure with `outcome` is retried: each retry is
     /// logged at WARN with the attempt number and the reason, a give-up as `log` says.
     pub(crate) fn decide(&mut self, outcome: &Outcome) -> Decision {
+        // Under a failover, an attempt that timed out is not tried again here: the next backend
+        // takes the request, at once.
+        if self.config.hand_off && outcome.reason() == Reason::Timeout && !outcome.is_accepted() {
+            let cause = GiveUpCause::HandedOn;
+            self.watch.giving_up(self.sent, outcome.reason(), cause);
+            return Decision::GiveUp(cause);
+        }
         let failed = Failed {
             outcome,
             sent: self.sent,
@@ -316,10 +323,18 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     {
         let breaker = self.attempt.permits.take_breaker();
         let end = self.watch.stream_end();
-        if breaker.is_some() || end.counts() {
-            *stream = (*stream).with_at_end(move |outcome| {
+        let clocks = self.clocks().cloned();
+        if breaker.is_some() || end.counts() || clocks.is_some() {
+            *stream = (*stream).with_at_end(move |ending| {
+                let outcome = ending.outcome();
                 if let Some(breaker) = breaker {
                     breaker.record(outcome, &HeaderMap::new());
+                }
+                // The gap clock learns from streams that ended well.
+                if let (Some(clocks), Some(gap), true) =
+                    (clocks, ending.longest_gap(), outcome.is_success())
+                {
+                    clocks.record_gap(gap);
                 }
                 end.ended(outcome);
             });

@@ -150,6 +150,7 @@
 mod admission;
 mod attempt;
 mod body;
+mod clock;
 mod error;
 mod future;
 mod headers;
@@ -164,6 +165,7 @@ mod service;
 mod template;
 
 pub use body::ReplayBody;
+pub use clock::AttemptTimedOut;
 pub use error::{Error, FailedAnswer, GiveUpCause};
 pub use future::ResponseFuture;
 pub use headers::{ensure_idempotency_key, is_idempotent, stamp_attempt};

@@ -5,7 +5,8 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Request};
 use stormguard_classify::body::{PartialBody, Tail};
-use stormguard_deadline::{Deadline, TokenEstimate, propagate};
+use stormguard_deadline::clocks::Shape;
+use stormguard_deadline::{Deadline, LlmDeadline, TokenEstimate, propagate};
 use tokio::time::Instant;
 
 use crate::body::ReplayBody;
@@ -31,6 +32,8 @@ pub(crate) struct Template {
     pub(crate) trailers: Option<HeaderMap>,
     /// The request's weight in tokens for a rate limit, estimated once from the body.
     tokens: Option<u64>,
+    /// What the request is for its clocks, read once from the body.
+    shape: Option<Shape>,
 }
 
 impl Origin {
@@ -44,6 +47,17 @@ impl Origin {
         match self {
             Self::Replay(template) => Some(&template.head),
             Self::Once(head) => head.as_deref(),
+        }
+    }
+
+    /// What the request is for its clocks (streamed or not, its size), read once from its
+    /// buffered body; a request sent once is sized at the estimate's maximum.
+    pub(crate) fn shape(&mut self, estimate: &LlmDeadline) -> Shape {
+        match self {
+            Self::Replay(template) => *template
+                .shape
+                .get_or_insert_with(|| Shape::of(Some(&template.body), estimate)),
+            Self::Once(_) => Shape::of(None, estimate),
         }
     }
 
@@ -65,6 +79,7 @@ impl Template {
             body: Bytes::new(),
             trailers: None,
             tokens: None,
+            shape: None,
         }
     }
 

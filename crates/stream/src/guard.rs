@@ -21,6 +21,7 @@ use crate::sse::{self, EventKind, FrameKind, Parser};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamPolicy {
     first_event: Option<Duration>,
+    first_content: Option<Duration>,
     idle: Option<Duration>,
     progress: Option<Duration>,
     max_opening: usize,
@@ -41,6 +42,15 @@ impl StreamPolicy {
     #[must_use]
     pub fn with_first_event(mut self, timeout: Option<Duration>) -> Self {
         self.first_event = timeout;
+        self
+    }
+
+    /// Fail a stream whose first content event has not come `timeout` after it was opened
+    /// (`None`: only the first-event timeout and the deadline bound the wait). Off by default;
+    /// the retry engine sets it per attempt from the backend's learned clock.
+    #[must_use]
+    pub fn with_first_content(mut self, timeout: Option<Duration>) -> Self {
+        self.first_content = timeout;
         self
     }
 
@@ -70,6 +80,11 @@ impl StreamPolicy {
         self.first_event
     }
 
+    /// The first-content timeout.
+    pub fn first_content(&self) -> Option<Duration> {
+        self.first_content
+    }
+
     /// The idle timeout.
     pub fn idle(&self) -> Option<Duration> {
         self.idle
@@ -90,6 +105,7 @@ impl Default for StreamPolicy {
     fn default() -> Self {
         Self {
             first_event: Some(Self::DEFAULT_FIRST_EVENT),
+            first_content: None,
             idle: Some(Self::DEFAULT_IDLE),
             progress: Some(Self::DEFAULT_PROGRESS),
             max_opening: Self::DEFAULT_MAX_OPENING,
@@ -122,7 +138,8 @@ pub enum InterruptCause {
     Reset(BoxError),
     /// Nothing came for the idle timeout.
     Idle(Duration),
-    /// No content came for the progress timeout, whatever else did.
+    /// No content came for the progress timeout (after content) or the first-content timeout
+    /// (before it), whatever else did.
     NoProgress(Duration),
     /// The stream broke the event-stream format's limits (a line or an event too large).
     Malformed(sse::SseError),
@@ -317,8 +334,34 @@ enum Spliced {
     Reading(std::sync::Mutex<ResumedBody>),
 }
 
-/// Called once with how a guarded stream ended: success, or the interruption's outcome.
-type AtEnd = Box<dyn FnOnce(&Outcome) + Send + Sync>;
+/// Called once with how a guarded stream ended.
+type AtEnd = Box<dyn FnOnce(&StreamEnd) + Send + Sync>;
+
+/// How a guarded stream ended, for [`GuardedStream::with_at_end`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamEnd {
+    outcome: Outcome,
+    events: u64,
+    longest_gap: Option<Duration>,
+}
+
+impl StreamEnd {
+    /// Success when it ended cleanly, else the interruption's outcome.
+    pub fn outcome(&self) -> &Outcome {
+        &self.outcome
+    }
+
+    /// Content events it delivered.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// The longest wait between two of its content events (`None`: fewer than two), what a
+    /// backend's gap clock learns from.
+    pub fn longest_gap(&self) -> Option<Duration> {
+        self.longest_gap
+    }
+}
 
 /// Reads `body`, an event stream, up to its first content event: see the [crate docs](crate).
 pub fn open<RB: Body<Data = Bytes>>(body: RB, policy: StreamPolicy) -> OpenStream<RB> {
@@ -471,9 +514,13 @@ struct Guard<RB: Body> {
     /// Content events seen.
     events: u64,
     /// When the alive timer and the progress timer run out (the first-event timeout counts as
-    /// the alive timer until the first frame).
+    /// the alive timer until the first frame, the first-content timeout as the progress timer
+    /// until the first content event).
     alive: Option<Instant>,
     progress: Option<Instant>,
+    /// When the last content event came, and the longest wait between two.
+    last_content: Option<Instant>,
+    longest_gap: Option<Duration>,
     sleep: Option<Pin<Box<Sleep>>>,
     /// An interruption found ahead of what was delivered, handed out after it.
     interrupted: Option<InterruptCause>,
@@ -503,7 +550,9 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             parser: Parser::new(),
             frames: Vec::new(),
             alive: policy.first_event.map(|timeout| now + timeout),
-            progress: policy.progress.map(|timeout| now + timeout),
+            progress: policy.first_content.map(|timeout| now + timeout),
+            last_content: None,
+            longest_gap: None,
             policy,
             events: 0,
             sleep: None,
@@ -555,6 +604,10 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                 EventKind::Content => {
                     self.events += 1;
                     self.progress = self.policy.progress.map(|timeout| now + timeout);
+                    if let Some(last) = self.last_content.replace(now) {
+                        let gap = now.saturating_duration_since(last);
+                        self.longest_gap = Some(self.longest_gap.map_or(gap, |at| at.max(gap)));
+                    }
                     scan = Scan::Content;
                     if let (true, FrameKind::Event(event)) = (self.keep, &frame.kind) {
                         let kept = &mut self.kept;
@@ -593,12 +646,14 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             };
             return Some(InterruptCause::Idle(after.unwrap_or_default()));
         }
-        if self.events > 0 && self.progress.is_some_and(|at| now >= at) {
-            return Some(InterruptCause::NoProgress(
-                self.policy.progress.unwrap_or_default(),
-            ));
+        if self.progress.is_some_and(|at| now >= at) {
+            let after = match self.events {
+                0 => self.policy.first_content,
+                _ => self.policy.progress,
+            };
+            return Some(InterruptCause::NoProgress(after.unwrap_or_default()));
         }
-        let next = match (self.alive, self.progress.filter(|_| self.events > 0)) {
+        let next = match (self.alive, self.progress) {
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) | (None, Some(a)) => a,
             (None, None) => return None,
@@ -668,7 +723,7 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
     #[must_use]
     pub fn with_at_end<F>(mut self, at_end: F) -> Self
     where
-        F: FnOnce(&Outcome) + Send + Sync + 'static,
+        F: FnOnce(&StreamEnd) + Send + Sync + 'static,
     {
         self.at_end = Some(Box::new(at_end));
         self
@@ -686,8 +741,17 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
 
     fn end(&mut self, outcome: &Outcome) {
         self.guard.done = true;
+        self.report(outcome);
+    }
+
+    /// Tells `at_end`, once, how this stream ended.
+    fn report(&mut self, outcome: &Outcome) {
         if let Some(at_end) = self.at_end.take() {
-            at_end(outcome);
+            at_end(&StreamEnd {
+                outcome: *outcome,
+                events: self.guard.events,
+                longest_gap: self.guard.longest_gap,
+            });
         }
     }
 
@@ -714,9 +778,7 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
             return Some(self.interrupted(cause));
         };
         // This attempt ended as it did, whatever the continuation does.
-        if let Some(at_end) = self.at_end.take() {
-            at_end(&cause.outcome());
-        }
+        self.report(&cause.outcome());
         self.held.clear();
         self.spliced = Some(Spliced::Waiting {
             resumed: std::sync::Mutex::new(resumed),

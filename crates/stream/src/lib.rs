@@ -95,5 +95,5 @@ pub mod sse;
 
 pub use self::guard::{
     GuardedStream, InterruptCause, OpenStream, Opening, Received, Resume, Resumed, ResumedBody,
-    StreamInterrupted, StreamPolicy, is_event_stream, open,
+    StreamEnd, StreamInterrupted, StreamPolicy, is_event_stream, open,
 };

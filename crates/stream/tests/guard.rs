@@ -178,7 +178,7 @@ async fn an_error_event_after_content_ends_the_stream_where_it_starts() {
     };
     let reported = std::sync::Arc::new(std::sync::Mutex::new(None));
     let seen = reported.clone();
-    let stream = stream.with_at_end(move |outcome| *seen.lock().unwrap() = Some(*outcome));
+    let stream = stream.with_at_end(move |end| *seen.lock().unwrap() = Some(*end.outcome()));
     let (text, error) = drain(stream).await;
     assert_eq!(text, format!("{ROLE}{}{}", content("a"), content("b")));
     let error = error.unwrap();

@@ -1,0 +1,464 @@
+//! Per-attempt clocks, each backend's own, learned from its answers.
+//!
+//! The request's [`Deadline`](crate::Deadline) bounds everything; inside it, an attempt that a
+//! healthy backend would long have answered is abandoned early, so the request can go on (a retry,
+//! the next backend) while there is time left. Three things are timed, each from the backend's
+//! healthy answers:
+//!
+//! - **head**: from sending an attempt to its response head;
+//! - **first content**: for an event stream, from its head to its first content event;
+//! - **gap**: for an event stream, the longest wait between two content events of a stream that
+//!   ended well.
+//!
+//! A clock fires at a high percentile of what the backend showed recently (the 99th of its last
+//! [`WINDOW`] answers) times a margin (3), kept between a floor and a ceiling ([`Bounds`]), and
+//! sized by the request. With fewer than [`ClockSettings::min_samples`] answers learned, each
+//! clock has a default that stays safe:
+//!
+//! | clock | floor | ceiling | nothing learned |
+//! |---|---|---|---|
+//! | head of a stream | 3 s | 60 s | 60 s |
+//! | head of a whole answer | the request's [`LlmDeadline`] estimate | none (the deadline) | the estimate |
+//! | first content | 5 s | 300 s | none (the stream guard's own limits) |
+//! | gap | 5 s | 60 s | none (the stream guard's own limits) |
+//!
+//! Why these:
+//!
+//! - A stream's head comes when the provider admits the request, before it generates anything
+//!   (OpenAI and Anthropic send it within a second when healthy), so its clock does not grow with
+//!   the answer; a minute without a head is a stuck request whatever the model.
+//! - A whole (non-streaming) answer's head comes only when the generation ends: a request for
+//!   4,000 tokens takes minutes on a healthy large model. Its clock is never below what the
+//!   request's own size needs at a slow but healthy pace ([`LlmDeadline`]: 10 s, plus 1 ms per
+//!   prompt token and 28 ms per output token of `max_tokens`), and what the backend showed can
+//!   only lengthen it. A request without `max_tokens` is sized for 4,096 tokens.
+//! - A reasoning model thinks before its first token, for minutes at worst: with nothing learned,
+//!   the first-content and gap clocks leave the stream to the stream guard's limits (60 s of
+//!   silence, 300 s without content), and once learned they never fire before 5 s, the
+//!   longest pause a healthy token stream makes between two tokens under load.
+//! - The margin of 3 over the 99th percentile follows the usual practice for per-try timeouts
+//!   from observed latency (Envoy's and Finagle's advice is a high percentile with headroom):
+//!   one answer in a hundred is already that slow when healthy, and the margin keeps a busy
+//!   moment from cutting a healthy attempt.
+//!
+//! What a fired clock means is the caller's to enforce: the retry engine abandons the attempt
+//! (a timeout for its breaker and throttle) and goes on within the one deadline and budget.
+//!
+//! ```
+//! use std::time::Duration;
+//! use stormguard_deadline::clocks::{AttemptClocks, Shape};
+//!
+//! let clocks = AttemptClocks::default();
+//! let stream = Shape { streaming: true, size: Duration::from_secs(20) };
+//! // Nothing learned: a stream's head waits at most a minute.
+//! assert_eq!(clocks.head(stream), Some(Duration::from_secs(60)));
+//! for _ in 0..100 {
+//!     clocks.record_head(true, Duration::from_millis(400));
+//! }
+//! // Learned: 3 x 400 ms = 1.2 s, raised to the 3 s floor.
+//! assert_eq!(clocks.head(stream), Some(Duration::from_secs(3)));
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::LlmDeadline;
+
+/// Answers each clock remembers: the last 128.
+pub const WINDOW: usize = 128;
+
+/// Where a clock stays, and what it is before anything is learned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Never fires earlier.
+    pub floor: Duration,
+    /// Never fires later.
+    pub ceiling: Duration,
+    /// With too little learned: the clock (`None`: no clock).
+    pub unlearned: Option<Duration>,
+}
+
+impl Bounds {
+    /// `learned` (a percentile times the margin) kept within the floor and the ceiling, or the
+    /// default when nothing is learned.
+    fn of(&self, learned: Option<Duration>) -> Option<Duration> {
+        match learned {
+            Some(learned) => Some(learned.clamp(self.floor, self.ceiling.max(self.floor))),
+            None => self.unlearned,
+        }
+    }
+}
+
+/// How the clocks are set: see the [module docs](self) for the defaults and their reasons.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClockSettings {
+    /// The percentile of the recent answers a clock is set from: 0.99.
+    pub percentile: f64,
+    /// What the percentile is multiplied by: 3.
+    pub margin: f64,
+    /// Answers a clock needs before it is learned: 20.
+    pub min_samples: usize,
+    /// A stream's head: floor 3 s, ceiling 60 s, 60 s unlearned.
+    pub stream_head: Bounds,
+    /// A stream's first content event after its head: floor 5 s, ceiling 300 s, none unlearned.
+    pub first_content: Bounds,
+    /// The longest wait between two content events: floor 5 s, ceiling 60 s, none unlearned.
+    pub gap: Bounds,
+    /// What sizes a whole answer's head clock from its request: [`LlmDeadline::default`].
+    pub whole: LlmDeadline,
+}
+
+impl Default for ClockSettings {
+    fn default() -> Self {
+        Self {
+            percentile: 0.99,
+            margin: 3.0,
+            min_samples: 20,
+            stream_head: Bounds {
+                floor: Duration::from_secs(3),
+                ceiling: Duration::from_secs(60),
+                unlearned: Some(Duration::from_secs(60)),
+            },
+            first_content: Bounds {
+                floor: Duration::from_secs(5),
+                ceiling: Duration::from_secs(300),
+                unlearned: None,
+            },
+            gap: Bounds {
+                floor: Duration::from_secs(5),
+                ceiling: Duration::from_secs(60),
+                unlearned: None,
+            },
+            whole: LlmDeadline::default(),
+        }
+    }
+}
+
+/// What a request is, for its clocks: streamed or not, and the time its size needs
+/// ([`Shape::of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// It asked for an event stream (`"stream": true`).
+    pub streaming: bool,
+    /// What a whole answer to it may take when healthy: its [`LlmDeadline`] estimate.
+    pub size: Duration,
+}
+
+impl Shape {
+    /// The shape of a request with this JSON body (`None`: a body that was not read, sized at
+    /// the estimate's maximum; not JSON: a whole answer of the assumed size).
+    pub fn of(body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
+        let Some(body) = body else {
+            return Self {
+                streaming: false,
+                size: estimate.max,
+            };
+        };
+        let streaming = match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(fields)) => fields.get("stream") == Some(&Value::Bool(true)),
+            _ => false,
+        };
+        Self {
+            streaming,
+            size: estimate.estimate(body),
+        }
+    }
+}
+
+/// The three clocks of one backend, learned from its healthy answers; cheap to clone (the
+/// clones share what is learned). Give each backend its own.
+#[derive(Clone, Default)]
+pub struct AttemptClocks {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    settings: ClockSettings,
+    stream_head: Window,
+    whole_head: Window,
+    first_content: Window,
+    gap: Window,
+}
+
+impl AttemptClocks {
+    /// Clocks set by `settings`, with nothing learned.
+    pub fn new(settings: ClockSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Clocks with the same settings and nothing learned: for another backend.
+    #[must_use]
+    pub fn fresh(&self) -> Self {
+        Self::new(self.inner.settings)
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ClockSettings {
+        &self.inner.settings
+    }
+
+    /// How long an attempt of a request shaped `shape` may wait for its response head.
+    pub fn head(&self, shape: Shape) -> Option<Duration> {
+        let settings = &self.inner.settings;
+        if shape.streaming {
+            return settings.stream_head.of(self.learned(&self.inner.stream_head));
+        }
+        // Never shorter than the request's size needs; what the backend showed only lengthens it.
+        let learned = self.learned(&self.inner.whole_head).unwrap_or_default();
+        Some(shape.size.max(learned))
+    }
+
+    /// How long a stream may wait after its head for its first content event.
+    pub fn first_content(&self) -> Option<Duration> {
+        let learned = self.learned(&self.inner.first_content);
+        self.inner.settings.first_content.of(learned)
+    }
+
+    /// How long a stream may wait between two content events.
+    pub fn gap(&self) -> Option<Duration> {
+        self.inner.settings.gap.of(self.learned(&self.inner.gap))
+    }
+
+    /// A healthy answer's head came `took` after its attempt was sent.
+    pub fn record_head(&self, streaming: bool, took: Duration) {
+        let window = match streaming {
+            true => &self.inner.stream_head,
+            false => &self.inner.whole_head,
+        };
+        window.record(took);
+    }
+
+    /// A stream's first content event came `took` after its head.
+    pub fn record_first_content(&self, took: Duration) {
+        self.inner.first_content.record(took);
+    }
+
+    /// A stream that ended well waited at most `longest` between two content events.
+    pub fn record_gap(&self, longest: Duration) {
+        self.inner.gap.record(longest);
+    }
+
+    /// What each clock has learned, for dashboards and tests.
+    pub fn snapshot(&self) -> ClocksSnapshot {
+        let inner = &*self.inner;
+        let percentile = |window: &Window| self.learned(window).map(|at| self.unmargined(at));
+        ClocksSnapshot {
+            stream_head: percentile(&inner.stream_head),
+            whole_head: percentile(&inner.whole_head),
+            first_content: percentile(&inner.first_content),
+            gap: percentile(&inner.gap),
+            answers: inner.stream_head.len() + inner.whole_head.len(),
+        }
+    }
+
+    /// The percentile of `window` times the margin, once enough is learned.
+    fn learned(&self, window: &Window) -> Option<Duration> {
+        let settings = &self.inner.settings;
+        if window.len() < settings.min_samples.max(1) {
+            return None;
+        }
+        let at = window.percentile(settings.percentile);
+        // A margin that is no number gives no early clock: the ceiling.
+        Some(Duration::try_from_secs_f64(at.as_secs_f64() * settings.margin).unwrap_or(Duration::MAX))
+    }
+
+    fn unmargined(&self, learned: Duration) -> Duration {
+        let margin = self.inner.settings.margin;
+        Duration::try_from_secs_f64(learned.as_secs_f64() / margin).unwrap_or(learned)
+    }
+}
+
+impl fmt::Debug for AttemptClocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttemptClocks")
+            .field("settings", &self.inner.settings)
+            .field("learned", &self.snapshot())
+            .finish()
+    }
+}
+
+/// What the clocks learned: each clock's percentile (before the margin), `None` until enough
+/// answers came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClocksSnapshot {
+    /// A stream's head.
+    pub stream_head: Option<Duration>,
+    /// A whole answer's head.
+    pub whole_head: Option<Duration>,
+    /// A stream's first content event after its head.
+    pub first_content: Option<Duration>,
+    /// The longest wait between two content events.
+    pub gap: Option<Duration>,
+    /// Heads recorded, up to the window of each.
+    pub answers: usize,
+}
+
+/// The last [`WINDOW`] figures of one clock, in milliseconds, written without a lock: a figure
+/// torn by a concurrent writer is another recent figure, which is all a percentile needs.
+struct Window {
+    figures: [AtomicU32; WINDOW],
+    written: AtomicU64,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Self {
+            figures: std::array::from_fn(|_| AtomicU32::new(0)),
+            written: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Window {
+    fn record(&self, took: Duration) {
+        let millis = u32::try_from(took.as_millis()).unwrap_or(u32::MAX);
+        let at = self.written.fetch_add(1, Ordering::Relaxed);
+        // The remainder of a division by WINDOW fits an index.
+        let slot = (at % WINDOW as u64) as usize;
+        self.figures[slot].store(millis, Ordering::Relaxed);
+    }
+
+    fn len(&self) -> usize {
+        let written = self.written.load(Ordering::Relaxed);
+        usize::try_from(written).map_or(WINDOW, |written| written.min(WINDOW))
+    }
+
+    /// The nearest-rank `percentile` (0 to 1) of the figures held.
+    fn percentile(&self, percentile: f64) -> Duration {
+        let len = self.len();
+        let mut figures: Vec<u32> = self.figures[..len]
+            .iter()
+            .map(|figure| figure.load(Ordering::Relaxed))
+            .collect();
+        figures.sort_unstable();
+        let rank = (percentile.clamp(0.0, 1.0) * len as f64).ceil() as usize;
+        let figure = figures
+            .get(rank.clamp(1, len.max(1)) - 1)
+            .copied()
+            .unwrap_or(0);
+        Duration::from_millis(u64::from(figure))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WHOLE: Shape = Shape {
+        streaming: false,
+        size: Duration::from_secs(17),
+    };
+    const STREAM: Shape = Shape {
+        streaming: true,
+        size: Duration::from_secs(17),
+    };
+
+    #[test]
+    fn nothing_learned_leaves_the_safe_defaults() {
+        let clocks = AttemptClocks::default();
+        assert_eq!(clocks.head(STREAM), Some(Duration::from_secs(60)));
+        assert_eq!(clocks.head(WHOLE), Some(Duration::from_secs(17)));
+        assert_eq!(clocks.first_content(), None);
+        assert_eq!(clocks.gap(), None);
+        // 19 answers are not enough.
+        for _ in 0..19 {
+            clocks.record_head(true, Duration::from_millis(100));
+            clocks.record_first_content(Duration::from_millis(100));
+        }
+        assert_eq!(clocks.head(STREAM), Some(Duration::from_secs(60)));
+        assert_eq!(clocks.first_content(), None);
+    }
+
+    #[test]
+    fn a_clock_fires_at_the_99th_percentile_times_three_within_its_bounds() {
+        let clocks = AttemptClocks::default();
+        // 98 first tokens at 1 s, two at 4 s: the 99th percentile of 100 is the 99th figure.
+        for _ in 0..98 {
+            clocks.record_first_content(Duration::from_secs(1));
+        }
+        clocks.record_first_content(Duration::from_secs(4));
+        clocks.record_first_content(Duration::from_secs(4));
+        assert_eq!(clocks.first_content(), Some(Duration::from_secs(12)));
+        // A slow backend's gap is capped at the ceiling, a fast one's raised to the floor.
+        for _ in 0..50 {
+            clocks.record_gap(Duration::from_secs(40));
+        }
+        assert_eq!(clocks.gap(), Some(Duration::from_secs(60)));
+        let fast = clocks.fresh();
+        for _ in 0..50 {
+            fast.record_gap(Duration::from_millis(30));
+        }
+        assert_eq!(fast.gap(), Some(Duration::from_secs(5)));
+        assert_eq!(fast.first_content(), None, "fresh clocks share nothing");
+    }
+
+    #[test]
+    fn the_window_forgets_what_is_older_than_its_last_128_answers() {
+        let clocks = AttemptClocks::default();
+        for _ in 0..WINDOW {
+            clocks.record_head(true, Duration::from_secs(15));
+        }
+        assert_eq!(clocks.head(STREAM), Some(Duration::from_secs(45)));
+        for _ in 0..WINDOW {
+            clocks.record_head(true, Duration::from_millis(500));
+        }
+        assert_eq!(clocks.head(STREAM), Some(Duration::from_secs(3)));
+        assert_eq!(
+            clocks.snapshot().stream_head,
+            Some(Duration::from_millis(500))
+        );
+    }
+
+    #[test]
+    fn a_whole_answer_is_never_cut_before_its_size_needs() {
+        let clocks = AttemptClocks::default();
+        for _ in 0..100 {
+            clocks.record_head(false, Duration::from_secs(2));
+        }
+        // 3 x 2 s = 6 s learned, but this request's size needs 17 s.
+        assert_eq!(clocks.head(WHOLE), Some(Duration::from_secs(17)));
+        for _ in 0..100 {
+            clocks.record_head(false, Duration::from_secs(10));
+        }
+        // A slow backend lengthens it: 3 x 10 s.
+        assert_eq!(clocks.head(WHOLE), Some(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn a_shape_is_read_from_the_body() {
+        let estimate = LlmDeadline::default();
+        let body = br#"{"stream": true, "max_tokens": 250, "messages": []}"#;
+        let shape = Shape::of(Some(body), &estimate);
+        assert!(shape.streaming);
+        assert_eq!(shape.size, Duration::from_secs(17));
+        let whole = Shape::of(Some(br#"{"stream": "yes"}"#), &estimate);
+        assert!(!whole.streaming);
+        assert_eq!(Shape::of(None, &estimate).size, Duration::from_secs(600));
+        assert!(!Shape::of(Some(b"\xff not json"), &estimate).streaming);
+    }
+
+    #[test]
+    fn hostile_settings_and_figures_never_panic() {
+        let settings = ClockSettings {
+            percentile: f64::NAN,
+            margin: f64::INFINITY,
+            min_samples: 0,
+            ..ClockSettings::default()
+        };
+        let clocks = AttemptClocks::new(settings);
+        clocks.record_gap(Duration::MAX);
+        clocks.record_gap(Duration::ZERO);
+        assert!(clocks.gap().is_some());
+        let _ = clocks.snapshot();
+    }
+}

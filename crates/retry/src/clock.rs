@@ -1,0 +1,112 @@
+//! The attempt's clocks (`stormguard_deadline::clocks`): when an attempt in flight is abandoned,
+//! what a stream of it may wait for, and what each healthy answer teaches the backend's clocks.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use stormguard_classify::{Classify, Failure, Outcome, Reason};
+use stormguard_deadline::clocks::AttemptClocks;
+use stormguard_jitter::Backoff;
+use stormguard_stream::StreamPolicy;
+use tokio::time::Instant;
+
+use crate::attempt::HeadBy;
+use crate::ledger::Ledger;
+
+/// An attempt abandoned by its clock: no response head came within what the backend's healthy
+/// answers showed (see `stormguard_deadline::clocks`). A retryable timeout the backend did not
+/// accept; the request goes on (a retry, or the next backend under a failover).
+pub struct AttemptTimedOut {
+    after: Duration,
+    failure: Failure,
+}
+
+impl AttemptTimedOut {
+    pub(crate) fn new(after: Duration) -> Self {
+        Self {
+            after,
+            failure: Failure::new(attempt_timeout()),
+        }
+    }
+
+    /// How long the attempt waited.
+    pub fn after(&self) -> Duration {
+        self.after
+    }
+}
+
+impl fmt::Debug for AttemptTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttemptTimedOut")
+            .field("after", &self.after)
+            .finish()
+    }
+}
+
+impl fmt::Display for AttemptTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no response head after {:?}", self.after)
+    }
+}
+
+impl StdError for AttemptTimedOut {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.failure)
+    }
+}
+
+/// What a fired clock is: a retryable timeout, not accepted.
+pub(crate) fn attempt_timeout() -> Outcome {
+    Outcome::retryable(Reason::Timeout).with_accepted(false)
+}
+
+impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
+    /// When the attempt in flight is abandoned for want of its head, worked out once per
+    /// attempt, the first time it waits (an answer that comes at once never reads the body).
+    pub(crate) fn head_clock(&mut self) -> Option<Instant> {
+        match self.attempt.head_by {
+            HeadBy::At(at) => return Some(at),
+            HeadBy::Never => return None,
+            HeadBy::Unset => {}
+        }
+        let at = match (&self.config.clocks, self.attempt.started) {
+            (Some(clocks), Some(started)) => {
+                let shape = self.origin.shape(&clocks.settings().whole);
+                clocks.head(shape).and_then(|wait| started.checked_add(wait))
+            }
+            _ => None,
+        };
+        self.attempt.head_by = at.map_or(HeadBy::Never, HeadBy::At);
+        at
+    }
+
+    /// The head of a healthy answer came: its backend's head clock learns how long it took.
+    pub(crate) fn learn_head(&self, streaming: bool) {
+        if let (Some(clocks), Some(took)) = (&self.config.clocks, self.attempt.in_flight()) {
+            clocks.record_head(streaming, took);
+        }
+    }
+
+    /// The stream guard's policy for this attempt's stream: the layer's, with the backend's
+    /// learned first-content clock, and its gap clock where it is tighter than the progress
+    /// limit.
+    pub(crate) fn stream_policy(&self, policy: StreamPolicy) -> StreamPolicy {
+        let Some(clocks) = &self.config.clocks else {
+            return policy;
+        };
+        let first_content = clocks.first_content().or(policy.first_content());
+        let progress = match (clocks.gap(), policy.progress()) {
+            (Some(gap), Some(limit)) => Some(gap.min(limit)),
+            (gap, limit) => gap.or(limit),
+        };
+        policy
+            .with_first_content(first_content)
+            .with_progress(progress)
+    }
+
+    /// The backend's clocks, for what a stream teaches them.
+    pub(crate) fn clocks(&self) -> Option<&AttemptClocks> {
+        self.config.clocks.as_ref()
+    }
+}
