@@ -21,8 +21,8 @@ pub(crate) struct Attempt {
     pub(crate) grant: Option<Grant>,
     pub(crate) slot: Option<Reservation>,
     pub(crate) permits: Permits,
-    /// When it was sent (tracked under a deadline or clocks only: the retry decision and the
-    /// clocks need it then).
+    /// When it was sent (tracked under a deadline, which the retry decision needs, and once it
+    /// waits for its answer, which its clocks need).
     pub(crate) started: Option<Instant>,
     /// When its head clock fires, worked out the first time it waits for its answer.
     pub(crate) head_by: HeadBy,
@@ -31,7 +31,9 @@ pub(crate) struct Attempt {
 /// When an attempt in flight is abandoned for want of its response head.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum HeadBy {
-    /// Not worked out yet: an answer that comes at once never needs it.
+    /// Not worked out yet: the attempt has not waited. An answer that comes at the first poll
+    /// never needs it, and teaches the clocks nothing: it did not wait on the backend (a cache,
+    /// a service that answers locally).
     #[default]
     Unset,
     /// At this instant.

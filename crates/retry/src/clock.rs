@@ -70,19 +70,25 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             HeadBy::Never => return None,
             HeadBy::Unset => {}
         }
-        let at = match (&self.config.clocks, self.attempt.started) {
-            (Some(clocks), Some(started)) => {
+        let at = match &self.config.clocks {
+            Some(clocks) => {
+                // Sent in this same poll, if no deadline timed it already.
+                let started = *self.attempt.started.get_or_insert_with(Instant::now);
                 let shape = self.origin.shape(&clocks.settings().whole);
                 clocks.head(shape).and_then(|wait| started.checked_add(wait))
             }
-            _ => None,
+            None => None,
         };
         self.attempt.head_by = at.map_or(HeadBy::Never, HeadBy::At);
         at
     }
 
-    /// The head of a healthy answer came: its backend's head clock learns how long it took.
+    /// The head of a healthy answer came: its backend's head clock learns how long it took, if
+    /// the attempt waited for it.
     pub(crate) fn learn_head(&self, streaming: bool) {
+        if self.attempt.head_by == HeadBy::Unset {
+            return;
+        }
         if let (Some(clocks), Some(took)) = (&self.config.clocks, self.attempt.in_flight()) {
             clocks.record_head(streaming, took);
         }

@@ -403,8 +403,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         if let Some(grant) = &mut self.attempt.grant {
             grant.send();
         }
-        let timed = self.deadline.is_some() || self.config.clocks.is_some();
-        self.attempt.started = timed.then(|| clock.now());
+        self.attempt.started = self.deadline.is_some().then(|| clock.now());
         self.attempt.head_by = HeadBy::Unset;
         self.sent = self.sent.saturating_add(1);
         self.watch.sending(self.sent, self.config.name.as_deref());
