@@ -44,6 +44,21 @@
 //! 1 MiB is held back before the first content event: a stream that sends more is handed on as
 //! it is (it is not an LLM's).
 //!
+//! # Continuing a cut stream
+//!
+//! The [`continuation`] module holds the pieces that continue an OpenAI Chat Completions or
+//! Anthropic Messages stream cut after content, instead of ending it: a [`Transcript`] of what
+//! the caller was shown, the [`continuation_body`] that asks for the rest (the text received as
+//! an assistant prefill, `max_tokens` reduced), and a [`Splice`] that rewrites the second
+//! stream into the first one's framing, so that every token arrives once, in order, with one
+//! terminal event. A stream that cannot be completed ends with the provider's own
+//! [`error_event`], so that SDKs raise instead of returning a truncated answer as complete.
+//!
+//! [`Transcript`]: continuation::Transcript
+//! [`continuation_body`]: continuation::continuation_body
+//! [`Splice`]: continuation::Splice
+//! [`error_event`]: continuation::error_event
+//!
 //! # The format
 //!
 //! The [`sse`] module parses event streams after the WHATWG HTML Living Standard,
@@ -90,6 +105,7 @@
 //! # }
 //! ```
 
+pub mod continuation;
 mod guard;
 pub mod sse;
 

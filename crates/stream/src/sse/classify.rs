@@ -190,7 +190,7 @@ fn is_text(value: Option<&Value>) -> bool {
 }
 
 /// Present and neither `null` nor empty.
-fn is_given(value: Option<&Value>) -> bool {
+pub(crate) fn is_given(value: Option<&Value>) -> bool {
     match value {
         None | Some(Value::Null) => false,
         Some(Value::Array(items)) => !items.is_empty(),

@@ -80,8 +80,10 @@ mod classify;
 mod error;
 mod parser;
 
+pub(crate) use self::classify::is_given;
 pub use self::classify::{EventKind, UNRECOGNIZED_ERROR, classify_event};
 pub use self::error::SseError;
+pub(crate) use self::parser::MESSAGE;
 pub use self::parser::{DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, Event, Frame, FrameKind, Parser};
 
 /// An event of type `event_type` with `data`, for the parser's and the classifier's tests.

@@ -29,7 +29,7 @@ pub const DEFAULT_MAX_EVENT: usize = 8 * 1024 * 1024;
 const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
 
 /// The event type of an event that had no `event` field.
-const MESSAGE: &str = "message";
+pub(crate) const MESSAGE: &str = "message";
 
 /// A line buffer grown past this many bytes (by one long line) is released after its line, so a
 /// single large event does not pin its memory for the rest of the stream.
