@@ -8,16 +8,19 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
+use stormguard::budget::RetryBudget;
 use stormguard::classify::Reason;
+use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::classify::headers::{X_STORMGUARD_BACKEND, X_STORMGUARD_DEGRADED};
 use stormguard::failover::{
     Adapter, Answered, Backend, Cure, Degraded, DegradedAnswer, Failover, FailoverService,
     NoBackend,
 };
 use stormguard_tests::{
-    HyperClient, PROVIDER_ANSWER, Reply, ScriptedBackend, chat_post, fast_client_layer,
-    hyper_client, outage_budget,
+    HyperClient, PROVIDER_ANSWER, RATE_LIMITED, Reply, ScriptedBackend, chat_post,
+    fast_client_layer, hyper_client, outage_budget,
 };
+use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
 const PATH: &str = "/v1/chat/completions";
@@ -321,4 +324,202 @@ async fn a_reqwest_client_fails_over_through_the_same_engine() {
     // Three attempts on the primary for the first request (then its breaker opened), none after.
     assert_eq!((primary.hits(), secondary.hits()), (3, 3));
     assert_eq!(models(&secondary), ["backup-1"; 3]);
+}
+
+/// OpenAI's 429 for a request-rate limit, without Retry-After.
+fn rate_limited() -> Reply {
+    Reply::status(429).json(RATE_LIMITED)
+}
+
+/// `Failover::new(ClientLayer::default())` over the primary (the request's own URI) and
+/// `secondary`, with every default (3 attempts, a 60 s hint maximum, the default backoff and
+/// breakers): the retry budget is the test's, to count what the request drew from it.
+fn default_failover(
+    budget: &RetryBudget,
+    secondary: &ScriptedBackend,
+) -> FailoverService<HyperClient> {
+    Failover::new(stormguard::ClientLayer::default().with_budget(budget.clone()))
+        .with_backend(Backend::new("primary"))
+        .with_backend(backup("secondary", secondary, "backup-1"))
+        .layer(hyper_client())
+}
+
+/// A 429 without Retry-After on every attempt: the primary is left once its engine gave up, at
+/// one request, though it stays healthy (a 429 is no health failure: its breaker stays closed).
+#[tokio::test(start_paused = true)]
+async fn a_primary_answering_429_to_every_attempt_is_left_for_the_backup() {
+    let primary = ScriptedBackend::spawn([rate_limited()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let budget = RetryBudget::default();
+    let mut client = default_failover(&budget, &secondary);
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(answered_by(&response), "secondary");
+    assert_eq!(text(&response), PROVIDER_ANSWER);
+    assert_eq!((primary.hits(), secondary.hits()), (3, 1));
+    // Two retries on the primary and the move: three withdrawals from the one budget.
+    assert_eq!(budget.snapshot().withdrawals, 3);
+    assert!(client.backends().all(Backend::is_healthy));
+    // Healthy, the primary is tried first again, and left again.
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(answered_by(&response), "secondary");
+    assert_eq!((primary.hits(), secondary.hits()), (6, 2));
+}
+
+/// `Retry-After: 120`, above the hint policy's 60 s maximum: no retry on the primary, the
+/// backup at once.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_beyond_the_hint_maximum_leaves_the_primary_at_once() {
+    let primary = ScriptedBackend::spawn([rate_limited().header("retry-after", "120")]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let mut client = default_failover(&RetryBudget::default(), &secondary);
+    let started = Instant::now();
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(answered_by(&response), "secondary");
+    assert_eq!((primary.hits(), secondary.hits()), (1, 1));
+    // Not a moment waited for the 120 s (on the paused clock).
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// `Retry-After: 30`, within the hint maximum, but the request has 10 s left: the primary's
+/// engine gives up on it (its deadline), and the backup answers in time.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_beyond_the_deadline_leaves_the_primary_at_once() {
+    let primary = ScriptedBackend::spawn([rate_limited().header("retry-after", "30")]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let layer = stormguard::ClientLayer::default().with_timeout(Duration::from_secs(10));
+    let mut client = Failover::new(layer)
+        .with_backend(Backend::new("primary"))
+        .with_backend(backup("secondary", &secondary, "backup-1"))
+        .layer(hyper_client());
+    let started = Instant::now();
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(answered_by(&response), "secondary");
+    assert_eq!((primary.hits(), secondary.hits()), (1, 1));
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A 429 the retry cured is no reason to leave the primary.
+#[tokio::test(start_paused = true)]
+async fn a_429_cured_by_the_retry_stays_on_the_primary() {
+    let primary = ScriptedBackend::spawn([rate_limited(), ok()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let mut client = default_failover(&RetryBudget::default(), &secondary);
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(answered_by(&response), "primary");
+    assert_eq!((primary.hits(), secondary.hits()), (2, 0));
+}
+
+/// Both providers answer 429 with `Retry-After: 1`: each gets its three attempts, waiting the
+/// second asked before each retry, and the caller gets the backup's 429 with its Retry-After,
+/// marked final.
+#[tokio::test(start_paused = true)]
+async fn when_every_provider_answers_429_the_caller_gets_the_last_one() {
+    let limited = || rate_limited().header("retry-after", "1");
+    let primary = ScriptedBackend::spawn([limited()]).await;
+    let secondary = ScriptedBackend::spawn([limited()]).await;
+    let budget = RetryBudget::default();
+    let mut client = default_failover(&budget, &secondary);
+    let started = Instant::now();
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(answered_by(&response), "secondary");
+    assert_eq!(response.headers()[http::header::RETRY_AFTER], "1");
+    assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
+    assert_eq!(text(&response), RATE_LIMITED);
+    assert_eq!((primary.hits(), secondary.hits()), (3, 3));
+    // Two retries on each and the move between them.
+    assert_eq!(budget.snapshot().withdrawals, 5);
+    // Four waits of 1 s, each with at most 10% of jitter.
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(4), "{waited:?}");
+    assert!(waited < Duration::from_millis(4_500), "{waited:?}");
+}
+
+/// The move off a provider in 429 is a retry like any other: with nothing in the budget there
+/// is neither a retry nor a move, and the caller gets the 429.
+#[tokio::test(start_paused = true)]
+async fn an_empty_budget_keeps_the_429_of_the_primary() {
+    let primary = ScriptedBackend::spawn([rate_limited()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let empty = RetryBudget::new(Duration::from_secs(10), 0, 0.0);
+    let mut client = default_failover(&empty, &secondary);
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(answered_by(&response), "primary");
+    assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
+    assert_eq!((primary.hits(), secondary.hits()), (1, 0));
+}
+
+/// A body above the replay cap is sent once, as a stream: its 429 is the answer, as no other
+/// backend could be sent the body again.
+#[tokio::test(start_paused = true)]
+async fn a_body_sent_once_stays_with_its_429() {
+    let primary = ScriptedBackend::spawn([rate_limited()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let layer = stormguard::ClientLayer::default().with_max_replay_body(16);
+    let mut client = Failover::new(layer)
+        .with_backend(Backend::new("primary"))
+        .with_backend(backup("secondary", &secondary, "backup-1"))
+        .layer(hyper_client());
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(answered_by(&response), "primary");
+    assert_eq!((primary.hits(), secondary.hits()), (1, 0));
+    assert_eq!(
+        primary.seen()[0].body,
+        stormguard_tests::CHAT_REQUEST.as_bytes()
+    );
+}
+
+/// 503, 503, then 429: not a 429 on every attempt, and the primary is still healthy (two health
+/// failures in a row, one under the three that open its breaker; a 429 is none). As before the
+/// 429 rule, its failure is the answer: the 429, marked final, after three attempts, and
+/// nothing sent to the backup.
+#[tokio::test(start_paused = true)]
+async fn a_429_after_503s_on_a_healthy_primary_is_the_answer() {
+    let primary = ScriptedBackend::spawn([unavailable(), unavailable(), rate_limited()]).await;
+    let secondary = ScriptedBackend::spawn([ok()]).await;
+    let mut client = default_failover(&RetryBudget::default(), &secondary);
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(answered_by(&response), "primary");
+    assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
+    assert_eq!((primary.hits(), secondary.hits()), (3, 0));
+    assert!(client.backends().all(Backend::is_healthy));
+}
+
+/// Without a failover, the engine alone hands back the 429 with its Retry-After after its three
+/// attempts, marked final, as it always has.
+#[tokio::test(start_paused = true)]
+async fn without_a_failover_the_429_is_handed_back_after_three_attempts() {
+    let provider = ScriptedBackend::spawn([rate_limited().header("retry-after", "1")]).await;
+    let client = stormguard::ClientLayer::default().layer(hyper_client());
+    let started = Instant::now();
+    let response = client
+        .oneshot(chat_post(&provider.url(PATH)))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()[http::header::RETRY_AFTER], "1");
+    assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
+    assert_eq!(
+        response.extensions().get::<stormguard::GiveUpCause>(),
+        Some(&stormguard::GiveUpCause::AttemptsExhausted)
+    );
+    assert_eq!(provider.hits(), 3);
+    // Two waits of 1 s, each with at most 10% of jitter.
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(2), "{waited:?}");
+    assert!(waited < Duration::from_millis(2_300), "{waited:?}");
 }

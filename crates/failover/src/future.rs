@@ -300,14 +300,7 @@ where
         let took = self.started.elapsed();
         let route = &self.shared.routes[self.current];
         let healthy = route.backend.is_healthy();
-        let (outcome, attempts) = match &result {
-            // A success carries no verdict: the engine marks only what it hands back failed.
-            Ok(response) => match response.extensions().get::<FailedAnswer>() {
-                Some(failed) => (failed.outcome(), failed.attempts()),
-                None => (Outcome::success(), 1),
-            },
-            Err(error) => (error.outcome(), error.attempts()),
-        };
+        let (outcome, attempts) = judged(&result);
         if attempts == 0 {
             if let Some(withdrawal) = self.withdrawal.take() {
                 self.budget.refund(withdrawal);
@@ -336,13 +329,22 @@ where
         // attempt was sent: the backend did not take the request's last attempt.
         let refused = is_local_refusal(outcome.reason());
         let failed = !refused && failed_on_backend(&result, &outcome);
-        // The engine handed the request on: an attempt's clock fired.
+        // A body sent once as a stream is gone: no other backend can be sent it.
+        if self.body.is_none() {
+            return self.end(Some(result));
+        }
+        // The engine handed the request on (an attempt's clock fired), or the backend keeps
+        // answering 429.
         let handed_on = gave_up(&result) == Some(GiveUpCause::HandedOn);
+        let rate_limited = keeps_answering_429(&result);
         let next = match Cure::of(&outcome) {
             Some(cure) => self.cure(cure),
-            // A backend that refused, or that failed and is now left for the next (its breaker
-            // opened: failures in a row), not one that failed once.
-            None if refused || failed && !healthy || handed_on => self.next_healthy(),
+            // A backend that refused, that keeps answering 429, that handed the request on, or
+            // that failed and is now left for the next (its breaker opened: failures in a row),
+            // not one that failed once.
+            None if refused || rate_limited || handed_on || failed && !healthy => {
+                self.next_healthy()
+            }
             None => return Step::Finish(result),
         };
         let Some(next) = next else {
@@ -523,6 +525,41 @@ fn is_local_refusal(reason: Reason) -> bool {
         reason,
         Reason::BreakerOpen | Reason::BulkheadFull | Reason::Throttled | Reason::RateLimitedLocally
     )
+}
+
+/// How the engine judged a hop, and the attempts it sent.
+fn judged<RB: Body>(result: &Output<RB>) -> (Outcome, u32) {
+    match result {
+        // A success carries no verdict: the engine marks only what it hands back failed.
+        Ok(response) => match response.extensions().get::<FailedAnswer>() {
+            Some(failed) => (failed.outcome(), failed.attempts()),
+            None => (Outcome::success(), 1),
+        },
+        Err(error) => (error.outcome(), error.attempts()),
+    }
+}
+
+/// Whether the backend keeps answering 429 to this request: 429 on every attempt, or a 429
+/// whose wait is beyond what the request can wait (a Retry-After above the hint policy's
+/// maximum, or a wait the deadline cannot fit), so that the engine gave up on it. Such a backend
+/// is left for the next at once: its breaker never opens on 429s (no health failure) and its
+/// throttle drops nothing at a few requests a second, so nothing else would ever leave it. A
+/// wait of its own rate limit beyond its maximum is a local refusal, left as every refusal is.
+fn keeps_answering_429<RB: Body>(result: &Output<RB>) -> bool {
+    let (outcome, throughout) = match result {
+        Ok(response) => {
+            let Some(failed) = response.extensions().get::<FailedAnswer>() else {
+                return false;
+            };
+            (failed.outcome(), failed.rate_limited_throughout())
+        }
+        Err(error) => (error.outcome(), error.rate_limited_throughout()),
+    };
+    let waits_too_long = matches!(
+        gave_up(result),
+        Some(GiveUpCause::HintTooLong | GiveUpCause::Deadline)
+    );
+    outcome.reason() == Reason::RateLimited && (throughout || waits_too_long)
 }
 
 /// Whether a hop's failure was the backend's: a retryable answer the engine gave up on, or an

@@ -32,6 +32,14 @@
 //!      long, content filtered, quota exhausted): the request goes to the cure's backend;
 //!    - the backend refused the request without sending it (its breaker, throttle, bulkhead or
 //!      rate limit): the next healthy backend takes it, for free;
+//!    - the backend keeps answering 429: every attempt of the request was answered 429
+//!      ([`FailedAnswer::rate_limited_throughout`](stormguard_retry::FailedAnswer::rate_limited_throughout)), or the
+//!      engine gave up on a 429 whose wait is beyond what the request can wait (a Retry-After
+//!      above the hint policy's maximum, 60 s by default, or a wait the deadline cannot fit; a
+//!      wait of the backend's rate limit beyond its maximum is a refusal, above): the next
+//!      healthy backend takes it at once, at any traffic level. A 429 is no health failure, so
+//!      the breaker never leaves such a backend, and its throttle drops nothing at a few
+//!      requests a second;
 //!    - the backend failed and is now unhealthy (its breaker opened: by default after 3 health
 //!      failures in a row, [`Backend::DEFAULT_CONSECUTIVE_FAILURES`]): the next healthy backend
 //!      takes it. A backend that failed once and is still healthy is not left: its failure is
@@ -42,7 +50,8 @@
 //!    budget, and is not made when the budget is empty or when the time left is shorter than an
 //!    attempt of the last backend took.
 //! 5. When no backend is left: the [`Degraded`] answer if there is one (marked with
-//!    [`DegradedAnswer`] and `x-stormguard-degraded: true`), else the last backend's failure,
+//!    [`DegradedAnswer`] and `x-stormguard-degraded: true`), else the last backend's failure
+//!    (a 429 with its Retry-After and, when its engine gave up on it, `x-should-retry: false`),
 //!    or, when no backend could take the request at all, [`NoBackend`]: an error whose outcome
 //!    (`Reason::NoBackend`) `error_response` answers with 503 and `Retry-After`.
 //! 6. When the deadline passes, the request ends there, wherever it is (an attempt in flight or

@@ -71,6 +71,7 @@ pub struct Error {
     failure: Failure,
     attempts: u32,
     gave_up: Option<GiveUpCause>,
+    rate_limited_throughout: bool,
 }
 
 impl Error {
@@ -123,6 +124,7 @@ impl Error {
             failure,
             attempts,
             gave_up: None,
+            rate_limited_throughout: false,
         }
     }
 
@@ -148,6 +150,12 @@ impl Error {
         self.gave_up
     }
 
+    /// Whether the server answered 429 to every attempt sent (at least one): see
+    /// [`FailedAnswer::rate_limited_throughout`]. An error built outside the engine says `false`.
+    pub fn rate_limited_throughout(&self) -> bool {
+        self.rate_limited_throughout
+    }
+
     /// The error that caused it: the last attempt's error, or the local refusal
     /// ([`Throttled`], [`DeadlineExceeded`], [`BreakerOpen`](stormguard_breaker::BreakerOpen),
     /// [`BulkheadFull`](stormguard_breaker::BulkheadFull)).
@@ -161,6 +169,7 @@ impl Error {
             failure,
             attempts,
             gave_up,
+            rate_limited_throughout,
         } = self;
         let outcome = failure.outcome();
         let failure = match failure.into_source().map(|source| source.downcast::<T>()) {
@@ -172,6 +181,7 @@ impl Error {
             failure,
             attempts,
             gave_up,
+            rate_limited_throughout,
         })
     }
 
@@ -286,20 +296,69 @@ mod tests {
             "gave up after 3 attempts (retry budget exhausted); last failure: connection failed"
         );
     }
+
+    /// The run of 429s is told to the failed answer or the error; a success, which carries no
+    /// failed answer, is left as it is.
+    #[test]
+    fn the_run_of_429s_is_told_to_what_is_handed_back() {
+        let limited = Outcome::retryable(Reason::RateLimited);
+        let mut answer = Response::new(());
+        answer
+            .extensions_mut()
+            .insert(FailedAnswer::new(limited, 3));
+        let mut answered: Result<Response<()>, Error> = Ok(answer);
+        mark_rate_limited(&mut answered, true);
+        let failed = answered
+            .ok()
+            .and_then(|r| r.extensions().get::<FailedAnswer>().copied());
+        assert_eq!(
+            failed.map(|f| (f.attempts(), f.rate_limited_throughout())),
+            Some((3, true))
+        );
+
+        let refused = Error::refused(limited, "no slot".into(), 2);
+        let mut errored: Result<Response<()>, Error> = Err(refused);
+        assert!(
+            errored
+                .as_ref()
+                .is_err_and(|e| !e.rate_limited_throughout())
+        );
+        mark_rate_limited(&mut errored, true);
+        assert!(errored.as_ref().is_err_and(Error::rate_limited_throughout));
+        // Kept through a failed downcast.
+        let kept = errored.err().map(|e| e.downcast_source::<Throttled>());
+        assert!(matches!(kept, Some(Err(e)) if e.rate_limited_throughout()));
+
+        let mut success: Result<Response<()>, Error> = Ok(Response::new(()));
+        mark_rate_limited(&mut success, true);
+        assert!(success.is_ok_and(|r| r.extensions().get::<FailedAnswer>().is_none()));
+    }
 }
 
 /// In the extensions of a failed response the engine hands back (fatal, or a retryable failure
-/// it gave up on or could not retry): how it judged it and how many attempts it sent, for a
-/// layer above (a failover) to decide what comes next.
+/// it gave up on or could not retry): how it judged it, how many attempts it sent and whether
+/// the server answered every one of them 429, for a layer above (a failover) to decide what
+/// comes next.
+///
+/// A 429 on every attempt says the backend is rate-limiting this request whatever the retries
+/// do: a failover sends it to the next backend at once, where a backend that failed once and is
+/// still healthy keeps its failure as the answer. Its breaker cannot say so (a 429 is no health
+/// failure), nor can its throttle at a few requests a second.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FailedAnswer {
     outcome: Outcome,
     attempts: u32,
+    rate_limited_throughout: bool,
 }
 
 impl FailedAnswer {
+    /// The 429 run is set as the request ends ([`mark_rate_limited`]).
     pub(crate) fn new(outcome: Outcome, attempts: u32) -> Self {
-        Self { outcome, attempts }
+        Self {
+            outcome,
+            attempts,
+            rate_limited_throughout: false,
+        }
     }
 
     /// The outcome of the last attempt.
@@ -310,5 +369,26 @@ impl FailedAnswer {
     /// Attempts sent for the request.
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// Whether the server answered 429 (`Reason::RateLimited`) to every attempt sent, the last
+    /// one included: a refusal of this side's rate limit (`RateLimitedLocally`) is not a 429
+    /// from the server, and a run broken by any other answer does not count.
+    pub fn rate_limited_throughout(&self) -> bool {
+        self.rate_limited_throughout
+    }
+}
+
+/// Tells what the engine hands back (`output`: its [`FailedAnswer`], or its [`Error`]) whether
+/// the server answered 429 to every attempt: known only once the request ends, as it is
+/// counted across attempts.
+pub(crate) fn mark_rate_limited<B>(output: &mut Result<Response<B>, Error>, throughout: bool) {
+    match output {
+        Ok(response) => {
+            if let Some(failed) = response.extensions_mut().get_mut::<FailedAnswer>() {
+                failed.rate_limited_throughout = throughout;
+            }
+        }
+        Err(error) => error.rate_limited_throughout = throughout,
     }
 }

@@ -21,7 +21,7 @@ use tower_service::Service;
 
 use crate::attempt::Attempt;
 use crate::body::ReplayBody;
-use crate::error::{Error, GiveUpCause, deadline_failure};
+use crate::error::{Error, GiveUpCause, deadline_failure, mark_rate_limited};
 use crate::future::{Output, Step};
 use crate::headers::{ensure_idempotency_key, is_idempotent};
 use crate::layer::Config;
@@ -303,6 +303,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     pub(crate) fn finish<RB: Body>(&mut self, output: &mut Output<RB>) {
         // A retry granted and never sent goes back now, not when the future is dropped.
         self.attempt.grant = None;
+        mark_rate_limited(output, self.retries.rate_limited_throughout(self.sent));
         self.watch.finished(output, self.sent);
         if let (Ok(response), Some(deadline)) = (output, self.deadline) {
             response

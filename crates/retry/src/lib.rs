@@ -73,6 +73,13 @@
 //! more. Only a request this layer could not have retried (a body too large to replay,
 //! `with_max_attempts(1)`) comes back unmarked: the decision stays with the caller.
 //!
+//! A layer above that can send the request elsewhere (a failover) needs more than "do not
+//! retry": every failed response carries a [`FailedAnswer`] in its extensions (the last
+//! outcome, the attempts sent, and whether the server answered 429 to every one of them), and
+//! an [`Error`] says the same. A backend that answered 429 throughout is rate-limiting the
+//! request whatever this layer's retries do; its breaker cannot tell (a 429 is no health
+//! failure), so that is what lets a failover leave it at once.
+//!
 //! # Errors and responses
 //!
 //! The response body type is [`ResponseBody`](stormguard_classify::body::ResponseBody): the

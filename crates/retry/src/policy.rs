@@ -16,6 +16,11 @@
 //! 5. the deadline: the retry must start after its delay and still have as long as the last
 //!    attempt took;
 //! 6. the budget grants a withdrawal ([`Grant`]).
+//!
+//! Whatever it decides, the policy counts the failures the server answered 429: a request
+//! answered 429 on every attempt comes back saying so
+//! ([`FailedAnswer::rate_limited_throughout`](crate::FailedAnswer::rate_limited_throughout)),
+//! for a failover above to move it to another backend at once.
 
 use std::time::Duration;
 
@@ -42,6 +47,11 @@ pub(crate) struct Retries<S> {
     schedule: Option<S>,
     /// How long the last finished attempt took: a retry must have as long before the deadline.
     last_attempt: Duration,
+    /// Attempts the server answered 429 (`Reason::RateLimited`; a refusal of this side's own
+    /// rate limit, `RateLimitedLocally`, is no answer): when it is every attempt sent, the
+    /// backend is rate-limiting this request whatever the retries do, and a failover above
+    /// moves it to another backend at once instead of handing the 429 back.
+    rate_limited: u32,
 }
 
 /// A failed attempt, as the policy is asked about it.
@@ -87,6 +97,7 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         retries: &mut Retries<Bk::Schedule>,
         failed: &Failed<'_>,
     ) -> Decision {
+        retries.tally(failed.outcome);
         if !failed.replayable || !self.may_retry() {
             return Decision::NotReplayable;
         }
@@ -122,7 +133,22 @@ impl<S> Retries<S> {
         Self {
             schedule: None,
             last_attempt: Duration::ZERO,
+            rate_limited: 0,
         }
+    }
+
+    /// A retryable failure came back with `outcome`: a 429 from the server is counted.
+    fn tally(&mut self, outcome: &Outcome) {
+        if outcome.reason() == Reason::RateLimited {
+            self.rate_limited = self.rate_limited.saturating_add(1);
+        }
+    }
+
+    /// Whether the server answered 429 to each of the `sent` attempts (at least one). Counted
+    /// from the retryable failures the policy is asked about: an attempt that ended otherwise
+    /// (a fatal failure, cut in flight, an error without an answer) breaks the run.
+    pub(crate) fn rate_limited_throughout(&self, sent: u32) -> bool {
+        sent > 0 && self.rate_limited == sent
     }
 
     /// An attempt finished after `took`.
@@ -374,6 +400,75 @@ mod tests {
         answered.send();
         answered.settle(&UNAVAILABLE);
         assert_eq!(policy.budget.snapshot().withdrawals, 2);
+    }
+
+    const RATE_LIMITED: Outcome = Outcome::retryable(Reason::RateLimited).with_accepted(false);
+
+    /// Three 429s: rate-limited throughout after each of them, the third one given up on.
+    #[tokio::test(start_paused = true)]
+    async fn a_429_on_every_attempt_is_remembered() {
+        let policy = policy(3);
+        let mut retries = Retries::new();
+        assert!(!retries.rate_limited_throughout(0));
+        for sent in 1..=2 {
+            let decision = policy.decide(&mut retries, &failed(&RATE_LIMITED, sent));
+            assert_eq!(delay(&decision), Some(SECOND));
+            assert!(retries.rate_limited_throughout(sent), "after {sent}");
+        }
+        let third = policy.decide(&mut retries, &failed(&RATE_LIMITED, 3));
+        assert_eq!(cause(&third), Some(GiveUpCause::AttemptsExhausted));
+        assert!(retries.rate_limited_throughout(3));
+    }
+
+    /// One attempt answered otherwise, before the 429s or after them, breaks the run.
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_answered_otherwise_breaks_the_run() {
+        let policy = policy(3);
+        let mut first_unavailable = Retries::new();
+        let _ = policy.decide(&mut first_unavailable, &failed(&UNAVAILABLE, 1));
+        let _ = policy.decide(&mut first_unavailable, &failed(&RATE_LIMITED, 2));
+        assert!(!first_unavailable.rate_limited_throughout(2));
+
+        let mut last_unavailable = Retries::new();
+        let _ = policy.decide(&mut last_unavailable, &failed(&RATE_LIMITED, 1));
+        let _ = policy.decide(&mut last_unavailable, &failed(&UNAVAILABLE, 2));
+        assert!(!last_unavailable.rate_limited_throughout(2));
+
+        // A 429, then a fatal failure the policy is never asked about: 1 of 2 attempts.
+        let mut then_fatal = Retries::new();
+        let _ = policy.decide(&mut then_fatal, &failed(&RATE_LIMITED, 1));
+        assert!(!then_fatal.rate_limited_throughout(2));
+    }
+
+    /// The rate limit's own refusal on this side is no answer from the server.
+    #[tokio::test(start_paused = true)]
+    async fn a_local_rate_limit_refusal_is_no_429() {
+        let policy = policy(3);
+        let mut retries = Retries::new();
+        let local = Outcome::retryable(Reason::RateLimitedLocally).with_accepted(false);
+        let _ = policy.decide(&mut retries, &failed(&local, 1));
+        assert!(!retries.rate_limited_throughout(1));
+    }
+
+    /// A 429 asking for longer than the hint policy's maximum (60 s) ends the request at once,
+    /// rate-limited throughout; so does one that cannot be retried here (a body sent once).
+    #[tokio::test(start_paused = true)]
+    async fn a_429_given_up_on_or_not_replayable_is_counted() {
+        let policy = policy(3);
+        let mut retries = Retries::new();
+        let too_long = RATE_LIMITED.with_retry_after(Some(Duration::from_secs(120)));
+        let decision = policy.decide(&mut retries, &failed(&too_long, 1));
+        assert_eq!(cause(&decision), Some(GiveUpCause::HintTooLong));
+        assert!(retries.rate_limited_throughout(1));
+
+        let mut once = Retries::new();
+        let not_replayable = Failed {
+            replayable: false,
+            ..failed(&RATE_LIMITED, 1)
+        };
+        let decision = policy.decide(&mut once, &not_replayable);
+        assert!(matches!(decision, Decision::NotReplayable));
+        assert!(once.rate_limited_throughout(1));
     }
 
     /// One schedule per request: the n-th retry's delay is drawn under `base * 2^n`, so delays

@@ -24,7 +24,7 @@ use stormguard_classify::random::RandomSource;
 use stormguard_classify::{BoxError, Reason, chain};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::{Constant, FullJitter, HintPolicy};
-use stormguard_retry::{ClientLayer, GiveUpCause};
+use stormguard_retry::{ClientLayer, FailedAnswer, GiveUpCause};
 use support::{Log, Reply, body_bytes, instant, post, reply, retries_only, scripted, status};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
@@ -580,6 +580,46 @@ async fn transport_errors_are_retried_then_given_up() {
     assert_eq!(error.reason(), Reason::Transport);
     let io = error.downcast_source::<std::io::Error>().unwrap();
     assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+}
+
+/// The failed answer says whether the server answered 429 to every attempt: what a failover
+/// reads to leave a backend that rate-limits the request whatever the retries do.
+#[tokio::test(start_paused = true)]
+async fn the_failed_answer_says_whether_every_attempt_was_answered_429() {
+    let throughout = |respond: fn(usize) -> Reply| async move {
+        let (log, backend) = instant(move |n, _| Ok(respond(n)));
+        let response = retries_only().layer(backend).oneshot(post(CHAT)).await;
+        let failed = *response
+            .unwrap()
+            .extensions()
+            .get::<FailedAnswer>()
+            .unwrap();
+        (
+            log.len(),
+            failed.attempts(),
+            failed.rate_limited_throughout(),
+        )
+    };
+    assert_eq!(throughout(|_| status(429)).await, (3, 3, true));
+    let hinted = |_| reply(429, &[("retry-after", "120")], "");
+    assert_eq!(throughout(hinted).await, (1, 1, true));
+    let after_503 = |n| status(if n == 0 { 503 } else { 429 });
+    assert_eq!(throughout(after_503).await, (3, 3, false));
+    let then_400 = |n| status(if n == 0 { 429 } else { 400 });
+    assert_eq!(throughout(then_400).await, (2, 2, false));
+
+    // An error says the same: a 429, then refused connections, is no run of 429s.
+    let (log, backend) = instant(|n, _| match n {
+        0 => Ok(status(429)),
+        _ => Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into()),
+    });
+    let error = retries_only()
+        .layer(backend)
+        .oneshot(post(CHAT))
+        .await
+        .unwrap_err();
+    assert_eq!((log.len(), error.attempts()), (3, 3));
+    assert!(!error.rate_limited_throughout());
 }
 
 #[tokio::test(start_paused = true)]
