@@ -53,7 +53,7 @@ pin_project! {
     {
         #[pin]
         state: State<S, B, RB, C, Bk>,
-        hops: Hops<S, C, Bk>,
+        hops: Hops<S, B, RB, C, Bk>,
     }
 }
 
@@ -94,9 +94,21 @@ where
     Finish(Output<RB>),
 }
 
+/// How a hop hands the request to a backend's engine: continuing its streams or not (see
+/// [`FailoverService::call_without_continuation`](crate::FailoverService::call_without_continuation)).
+pub(crate) type Call<S, B, RB, C, Bk> =
+    fn(&mut ClientService<S, C, Bk>, Request<B>) -> stormguard_retry::ResponseFuture<S, B, RB, C, Bk>;
+
 /// The bookkeeping of one request across its backends.
-pub(crate) struct Hops<S, C, Bk> {
+pub(crate) struct Hops<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
     shared: Arc<Shared<S, C, Bk>>,
+    /// How each hop is handed to its backend's engine.
+    call: Call<S, B, RB, C, Bk>,
     /// The retry budget every backend shares (the layer's).
     budget: RetryBudget,
     /// The request as it came (with its deadline), rebuilt for each backend.
@@ -125,7 +137,7 @@ where
     RB: Body,
     Bk: Backoff,
 {
-    pub(crate) fn new(hops: Hops<S, C, Bk>, read: Prefix<B>) -> Self {
+    pub(crate) fn new(hops: Hops<S, B, RB, C, Bk>, read: Prefix<B>) -> Self {
         Self {
             state: State::Buffering { read },
             hops,
@@ -159,7 +171,7 @@ where
                     request,
                     expiry,
                 } => {
-                    let ready = match client.poll_ready(cx) {
+                    let ready = match client.poll_engine_ready(cx) {
                         Poll::Ready(ready) => ready,
                         Poll::Pending => {
                             ready!(this.hops.poll_expiry(expiry, cx));
@@ -170,7 +182,7 @@ where
                         (Ok(()), Some(request)) => {
                             this.hops.calling = true;
                             Step::Next(State::Calling {
-                                future: client.call(request),
+                                future: (this.hops.call)(client, request),
                             })
                         }
                         (Err(error), _) => this.hops.after(Err(error)),
@@ -198,13 +210,20 @@ where
     }
 }
 
-impl<S, C, Bk> Hops<S, C, Bk>
+impl<S, B, RB, C, Bk> Hops<S, B, RB, C, Bk>
 where
+    S: Service<Request<B>>,
+    RB: Body,
     C: Classify + Clone,
     Bk: Backoff + Clone,
 {
-    pub(crate) fn new(shared: Arc<Shared<S, C, Bk>>, head: Parts) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared<S, C, Bk>>,
+        head: Parts,
+        call: Call<S, B, RB, C, Bk>,
+    ) -> Self {
         Self {
+            call,
             budget: shared.layer.budget().clone(),
             shared,
             head,
@@ -220,7 +239,7 @@ where
     }
 
     /// The body was read: one deadline for every backend, then the first hop.
-    fn buffered<B, RB>(
+    fn buffered(
         &mut self,
         bytes: Bytes,
         tail: Tail<B::Error>,
@@ -268,7 +287,7 @@ where
     }
 
     /// Sends the request to backend `index`, rewritten for it.
-    fn hop<B, RB>(&mut self, index: usize) -> Step<S, B, RB, C, Bk>
+    fn hop(&mut self, index: usize) -> Step<S, B, RB, C, Bk>
     where
         S: Service<Request<B>> + Clone,
         B: ReplayBody,
@@ -291,7 +310,7 @@ where
     }
 
     /// A hop ended: hand its answer back, or go on to another backend.
-    fn after<B, RB>(&mut self, result: Output<RB>) -> Step<S, B, RB, C, Bk>
+    fn after(&mut self, result: Output<RB>) -> Step<S, B, RB, C, Bk>
     where
         S: Service<Request<B>> + Clone,
         B: ReplayBody,
@@ -408,7 +427,7 @@ where
 
     /// No other backend: the last one's answer (`None`: no backend could be tried), or the
     /// degraded answer instead of a failure no backend could avoid.
-    fn end<B, RB>(&mut self, last: Option<Output<RB>>) -> Step<S, B, RB, C, Bk>
+    fn end(&mut self, last: Option<Output<RB>>) -> Step<S, B, RB, C, Bk>
     where
         S: Service<Request<B>>,
         RB: Body,
@@ -458,7 +477,12 @@ where
     }
 }
 
-impl<S, C, Bk> Drop for Hops<S, C, Bk> {
+impl<S, B, RB, C, Bk> Drop for Hops<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
     fn drop(&mut self) {
         // A failover granted and never handed to its backend's engine goes back; one handed
         // over may have been sent, and stays spent.
@@ -470,7 +494,12 @@ impl<S, C, Bk> Drop for Hops<S, C, Bk> {
     }
 }
 
-impl<S, C, Bk> fmt::Debug for Hops<S, C, Bk> {
+impl<S, B, RB, C, Bk> fmt::Debug for Hops<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hops")
             .field("tried", &self.tried.count_ones())

@@ -14,7 +14,7 @@ use stormguard_retry::{ClientLayer, ClientService, Error, ReplayBody};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::future::{Hops, ResponseFuture};
+use crate::future::{Call, Hops, ResponseFuture};
 use crate::{Backend, Cure, Degraded};
 
 /// Failover over an ordered list of backends, each request under one deadline and one retry
@@ -124,7 +124,9 @@ where
                 let mut layer = (self.layer.clone())
                     .with_name(backend.name())
                     .with_breaker(backend.breaker().clone())
-                    .with_hand_off(true);
+                    .with_hand_off(true)
+                    // Its own memory of whether it takes an assistant prefill.
+                    .with_continuation(self.layer.continues());
                 if let Some(clocks) = backend.clocks() {
                     layer = layer.with_clocks(clocks.clone());
                 }
@@ -213,16 +215,61 @@ impl<S, C, Bk> fmt::Debug for FailoverService<S, C, Bk> {
     }
 }
 
+impl<S, C, Bk> FailoverService<S, C, Bk> {
+    /// Routes `request` as [`Service::call`] does, except that an event stream cut after
+    /// content is never continued (it ends with its in-band error event and
+    /// `StreamInterrupted`): for a service below that lives only as long as the call (the
+    /// reqwest adapter's middleware chain). Always ready, like the service.
+    pub fn call_without_continuation<B, RB>(
+        &mut self,
+        request: Request<B>,
+    ) -> ResponseFuture<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>, Response = Response<RB>> + Clone,
+        B: ReplayBody,
+        RB: Body,
+        C: Classify + Clone,
+        Bk: Backoff + Clone,
+    {
+        self.route(request, ClientService::call_without_continuation)
+    }
+
+    fn route<B, RB>(
+        &mut self,
+        request: Request<B>,
+        call: Call<S, B, RB, C, Bk>,
+    ) -> ResponseFuture<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>, Response = Response<RB>> + Clone,
+        B: ReplayBody,
+        RB: Body,
+        C: Classify + Clone,
+        Bk: Backoff + Clone,
+    {
+        let (head, body) = request.into_parts();
+        let cap = self.shared.layer.max_replay_body();
+        ResponseFuture::new(
+            Hops::new(Arc::clone(&self.shared), head, call),
+            Prefix::new(body, cap),
+        )
+    }
+}
+
+/// Each backend's engine continues the event streams it hands back through a clone of the
+/// service below, which a continuation, sent later, must be able to own: hence `'static` and
+/// `Send` (see [`call_without_continuation`](FailoverService::call_without_continuation)).
 impl<S, B, RB, C, Bk> Service<Request<B>> for FailoverService<S, C, Bk>
 where
-    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
     S::Error: Into<BoxError>,
-    B: ReplayBody,
+    B: ReplayBody + Send + 'static,
     B::Error: Into<BoxError>,
     RB: Body<Data = bytes::Bytes> + Send + 'static,
-    RB::Error: Into<BoxError>,
-    C: Classify + Clone,
-    Bk: Backoff + Clone,
+    RB::Error: Into<BoxError> + Send,
+    C: Classify + Clone + Send + Sync + 'static,
+    Bk: Backoff + Clone + Send + Sync + 'static,
+    Bk::Schedule: Send + 'static,
 {
     type Response = Response<ResponseBody<RB>>;
     type Error = Error;
@@ -234,11 +281,6 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let (head, body) = request.into_parts();
-        let cap = self.shared.layer.max_replay_body();
-        ResponseFuture::new(
-            Hops::new(Arc::clone(&self.shared), head),
-            Prefix::new(body, cap),
-        )
+        self.route(request, |client, request| client.call(request))
     }
 }

@@ -64,7 +64,6 @@ use stormguard_failover::Failover;
 use stormguard_jitter::{Backoff, FullJitter};
 use stormguard_retry::ClientLayer;
 use tower_layer::Layer;
-use tower_service::Service;
 
 use crate::next::{NextService, RequestBody};
 
@@ -133,9 +132,22 @@ impl<C: Classify + Clone, Bk: Backoff + Clone> StormguardMiddleware<C, Bk> {
         }
         let shared = Arc::new(Mutex::new(std::mem::take(extensions)));
         let next = NextService::new(next, Arc::clone(&shared), timeout);
+        // The chain below lives only as long as this call: a stream is never continued through
+        // it later (it ends with its in-band error event when it cannot be completed).
         let result = match &self.engine {
-            Engine::One(layer) => drive(layer.layer(next), request).await,
-            Engine::Failover(failover) => drive(failover.layer(next), request).await,
+            Engine::One(layer) => {
+                let mut client = layer.layer(next);
+                match poll_fn(|cx| client.poll_engine_ready(cx)).await {
+                    Ok(()) => client.call_without_continuation(request).await,
+                    Err(error) => Err(error),
+                }
+            }
+            Engine::Failover(failover) => {
+                failover
+                    .layer(next)
+                    .call_without_continuation(request)
+                    .await
+            }
         };
         *extensions = std::mem::take(&mut *shared.lock().unwrap_or_else(PoisonError::into_inner));
         match result {
@@ -143,15 +155,6 @@ impl<C: Classify + Clone, Bk: Backoff + Clone> StormguardMiddleware<C, Bk> {
             Err(error) => Err(into_middleware_error(error)),
         }
     }
-}
-
-/// Readies `service` and calls it with `request`.
-async fn drive<S, R>(mut service: S, request: R) -> std::result::Result<S::Response, S::Error>
-where
-    S: Service<R>,
-{
-    poll_fn(|cx| service.poll_ready(cx)).await?;
-    service.call(request).await
 }
 
 /// An error the engine passed on untouched goes back as the chain returned it; stormguard's own

@@ -34,11 +34,12 @@ use stormguard_classify::body::{ClassifyResponse, Prefix, ResponseBody, classify
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::{Acquire, RateLimited, Reservation};
-use stormguard_stream::{OpenStream, Opening, is_event_stream};
+use stormguard_stream::{Continuer, OpenStream, Opening, is_event_stream};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::admission::Refusal;
+use crate::continuing::MakeContinuer;
 use crate::attempt::HeadBy;
 use crate::clock::AttemptTimedOut;
 use crate::body::ReplayBody;
@@ -76,6 +77,8 @@ pin_project! {
         timer: Option<Sleep>,
         service: S,
         ledger: Ledger<C, Bk>,
+        // How a stream handed back is continued, if it may be.
+        continuer: Option<MakeContinuer<S, C, Bk>>,
     }
 }
 
@@ -133,7 +136,12 @@ where
     Bk: Backoff,
 {
     /// `service` must be ready: it serves the first attempt (now, or once the body is read).
-    pub(crate) fn new(mut service: S, config: Arc<Config<C, Bk>>, request: Request<B>) -> Self {
+    pub(crate) fn new(
+        mut service: S,
+        config: Arc<Config<C, Bk>>,
+        request: Request<B>,
+        continuer: Option<MakeContinuer<S, C, Bk>>,
+    ) -> Self {
         let (head, body) = request.into_parts();
         let mut ledger = Ledger::new(config, head);
         let mut clock = Clock::default();
@@ -147,6 +155,7 @@ where
             timer: None,
             service,
             ledger,
+            continuer,
         }
     }
 }
@@ -168,7 +177,9 @@ where
         let mut this = self.project();
         loop {
             let _in = this.ledger.watch.enter();
-            let step = match poll_state(this.state.as_mut(), this.service, this.ledger, cx) {
+            let continuer = *this.continuer;
+            let state = this.state.as_mut();
+            let step = match poll_state(state, this.service, this.ledger, continuer, cx) {
                 Poll::Ready(step) => step,
                 Poll::Pending => {
                     // Waiting: the deadline bounds the wait, whatever the request waits for,
@@ -228,6 +239,7 @@ fn poll_state<S, B, RB, C, Bk>(
     state: Pin<&mut State<S::Future, B, RB, C>>,
     service: &mut S,
     ledger: &mut Ledger<C, Bk>,
+    continuer: Option<MakeContinuer<S, C, Bk>>,
     cx: &mut Context<'_>,
 ) -> Poll<Step<S::Future, B, RB, C>>
 where
@@ -274,7 +286,9 @@ where
         StateProj::Opening { open, head, since } => match Pin::new(&mut **open).poll(cx) {
             Poll::Ready(opening) => {
                 let head = head.take().unwrap_or_else(polled_again);
-                ledger.opened(head, opening, *since)
+                let config = Arc::clone(&ledger.config);
+                let continuer = move || continuer.map(|make| make(service, &config));
+                ledger.opened(head, opening, *since, continuer)
             }
             Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
@@ -512,6 +526,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         head: response::Parts,
         opening: Opening<RB>,
         since: Instant,
+        continuer: impl FnOnce() -> Option<Continuer>,
     ) -> Step<F, B, RB, C>
     where
         RB: Body<Data = Bytes> + Send + 'static,
@@ -534,7 +549,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         {
             clocks.record_first_content(since.elapsed());
         }
-        let body = self.guard_stream(stream);
+        let body = self.guard_stream(stream, continuer);
         let response = Response::from_parts(head, body);
         self.judged(response, Outcome::success())
     }

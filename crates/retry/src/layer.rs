@@ -20,6 +20,7 @@ use tower_layer::Layer;
 
 use crate::ClientService;
 use crate::admission::Guards;
+use crate::continuing::Prefill;
 use crate::policy::RetryPolicy;
 
 /// Default number of attempts per request, the first one included: 3, the per-request limit of
@@ -58,6 +59,10 @@ pub(crate) struct Config<C, Bk> {
     /// A fired clock ends the request here instead of retrying on this backend: set by a
     /// failover, which takes the request to the next backend.
     pub(crate) hand_off: bool,
+    /// Event streams cut after content are continued (formats the engine knows).
+    pub(crate) continuation: bool,
+    /// Whether this layer's backend was found to reject an assistant prefill.
+    pub(crate) prefill: Arc<Prefill>,
 }
 
 /// The whole client pipeline for `http::Request<B>` services, as one [`Layer`] (see the
@@ -169,6 +174,8 @@ impl Default for ClientLayer {
             name: None,
             clocks: Some(AttemptClocks::default()),
             hand_off: false,
+            continuation: true,
+            prefill: Arc::default(),
         })
     }
 }
@@ -345,6 +352,32 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.change(|config| config.hand_off = hand_off)
     }
 
+    /// Continue event streams cut after content (`true`, the default) for the formats the engine
+    /// knows, OpenAI Chat Completions and Anthropic Messages: when a stream is cut, stalls past
+    /// its gap clock, sends an error event after content, or ends before its answer is complete,
+    /// the same backend is asked for the rest (the text received as an assistant prefill,
+    /// `max_tokens` reduced by what was received; a retry's withdrawal from the budget), and its
+    /// answer is spliced into the caller's stream: every token once, in order, one terminal
+    /// event, usage summed (see `stormguard_stream::continuation`). At most `max_attempts - 1`
+    /// continuations per stream. A backend that answers a continuation 400 rejects prefills: it
+    /// is not asked again (each layer, each failover backend, learns it for itself). A stream
+    /// that cannot be completed ends with its provider's in-band error event, then
+    /// `StreamInterrupted`, so that SDKs raise. `false`: no continuation, the in-band error
+    /// only. Requests whose body was not buffered are not continued; a resume hook
+    /// ([`with_stream_resume`](Self::with_stream_resume)) takes the place of the built-in
+    /// continuation.
+    pub fn with_continuation(self, on: bool) -> Self {
+        self.change(|config| {
+            config.continuation = on;
+            config.prefill = Arc::default();
+        })
+    }
+
+    /// Whether event streams are continued.
+    pub fn continues(&self) -> bool {
+        self.config.continuation
+    }
+
     /// Hand event streams back as they come, unguarded.
     pub fn without_stream_guard(self) -> Self {
         self.change(|config| config.streams = None)
@@ -471,6 +504,8 @@ impl<C, Bk> Config<C, Bk> {
             name: self.name,
             clocks: self.clocks,
             hand_off: self.hand_off,
+            continuation: self.continuation,
+            prefill: self.prefill,
         }
     }
 }

@@ -16,7 +16,8 @@ use stormguard_classify::{BoxError, Classify, Outcome, Permit, Reason, is_grpc};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::Usage;
-use stormguard_stream::GuardedStream;
+use stormguard_stream::continuation::Format;
+use stormguard_stream::{Continuation, ContinuationRequest, Continuer, GuardedStream};
 use tower_service::Service;
 
 use crate::attempt::Attempt;
@@ -317,6 +318,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     pub(crate) fn guard_stream<RB>(
         &mut self,
         mut stream: Box<GuardedStream<RB>>,
+        continuer: impl FnOnce() -> Option<Continuer>,
     ) -> ResponseBody<RB>
     where
         RB: Body<Data = Bytes> + Send + 'static,
@@ -343,8 +345,31 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {
             let (head, body) = (template.head.clone(), template.body.clone());
             *stream = (*stream).with_resume(resume.clone(), head, body);
+        } else if let Some(continuation) = self.continuation(continuer) {
+            *stream = (*stream).with_continuation(continuation);
         }
         ResponseBody::boxed(*stream)
+    }
+
+    /// How the stream of a request in a format the engine knows is continued, or at least
+    /// ended with its in-band error; none for a continuation request itself (the stream it
+    /// continues goes on from its whole transcript) or a request sent once.
+    fn continuation(&self, continuer: impl FnOnce() -> Option<Continuer>) -> Option<Continuation> {
+        let Origin::Replay(template) = &self.origin else {
+            return None;
+        };
+        let format = Format::of_request(&template.head)?;
+        if template.head.extensions.get::<ContinuationRequest>().is_some() {
+            return None;
+        }
+        let config = &self.config;
+        let left = match config.continuation && !config.prefill.rejected() {
+            true => config.policy.max_attempts.saturating_sub(1),
+            false => 0,
+        };
+        let continuer = if left > 0 { continuer() } else { None };
+        let (head, body) = (template.head.clone(), template.body.clone());
+        Some(Continuation::new(format, head, body, continuer, left))
     }
 }
 

@@ -158,6 +158,7 @@ mod admission;
 mod attempt;
 mod body;
 mod clock;
+mod continuing;
 mod error;
 mod future;
 mod headers;

@@ -14,6 +14,7 @@ use tower_service::Service;
 
 use crate::body::ReplayBody;
 use crate::error::Error;
+use crate::continuing::{MakeContinuer, make_continuer};
 use crate::future::ResponseFuture;
 use crate::layer::Config;
 
@@ -45,22 +46,14 @@ impl<S, C, Bk> ClientService<S, C, Bk> {
     }
 }
 
-impl<S, C, Bk, B, RB> Service<Request<B>> for ClientService<S, C, Bk>
-where
-    S: Service<Request<B>, Response = Response<RB>> + Clone,
-    S::Error: Into<BoxError>,
-    B: ReplayBody,
-    B::Error: Into<BoxError>,
-    RB: Body<Data = Bytes> + Send + 'static,
-    RB::Error: Into<BoxError>,
-    C: Classify,
-    Bk: Backoff,
-{
-    type Response = Response<ResponseBody<RB>>;
-    type Error = Error;
-    type Future = ResponseFuture<S, B, RB, C, Bk>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+impl<S, C, Bk> ClientService<S, C, Bk> {
+    /// Readies the inner service (what [`Service::poll_ready`] does).
+    pub fn poll_engine_ready<B>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>
+    where
+        S: Service<Request<B>>,
+        S::Error: Into<BoxError>,
+        C: Classify,
+    {
         self.inner.poll_ready(cx).map_err(|error| {
             let error: BoxError = error.into();
             let outcome = self.config.classifier.classify_error(&*error);
@@ -68,11 +61,69 @@ where
         })
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    /// Sends `request` through the engine, as [`Service::call`] does, except that an event
+    /// stream cut after content is never continued (it ends with its in-band error event and
+    /// `StreamInterrupted`): for an inner service that lives only as long as the call (the
+    /// reqwest adapter's middleware chain), which a continuation, sent later, could not use.
+    pub fn call_without_continuation<B, RB>(
+        &mut self,
+        request: Request<B>,
+    ) -> ResponseFuture<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>, Response = Response<RB>> + Clone,
+        RB: Body,
+        B: ReplayBody,
+        C: Classify,
+        Bk: Backoff,
+    {
+        self.ready_call(request, None)
+    }
+
+    fn ready_call<B, RB>(
+        &mut self,
+        request: Request<B>,
+        continuer: Option<MakeContinuer<S, C, Bk>>,
+    ) -> ResponseFuture<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>, Response = Response<RB>> + Clone,
+        RB: Body,
+        B: ReplayBody,
+        C: Classify,
+        Bk: Backoff,
+    {
         // The readied service serves the request; its clone stays for the next call.
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
-        ResponseFuture::new(ready, Arc::clone(&self.config), request)
+        ResponseFuture::new(ready, Arc::clone(&self.config), request, continuer)
+    }
+}
+
+/// Event streams cut after content are continued through a clone of the inner service (see
+/// [`ClientLayer::with_continuation`](crate::ClientLayer::with_continuation)), which a
+/// continuation sent later must be able to own: hence `'static` and `Send`.
+impl<S, C, Bk, B, RB> Service<Request<B>> for ClientService<S, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: ReplayBody + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError> + Send,
+    C: Classify + Send + Sync + 'static,
+    Bk: Backoff + Send + Sync + 'static,
+    Bk::Schedule: Send + 'static,
+{
+    type Response = Response<ResponseBody<RB>>;
+    type Error = Error;
+    type Future = ResponseFuture<S, B, RB, C, Bk>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.poll_engine_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        self.ready_call(request, Some(make_continuer::<S, B, RB, C, Bk>))
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 use stormguard_classify::{BoxError, Failure, Outcome, Reason};
 
+use crate::continued::Continued;
 use crate::sse::{self, EventKind, FrameKind, Parser};
 
 /// The stream guard's settings: see the [crate docs](crate).
@@ -143,6 +144,9 @@ pub enum InterruptCause {
     NoProgress(Duration),
     /// The stream broke the event-stream format's limits (a line or an event too large).
     Malformed(sse::SseError),
+    /// The stream ended without its terminal event, before its answer said it was complete
+    /// (read for the formats a stream can be continued in, `continuation::Format`).
+    Unfinished,
 }
 
 impl InterruptCause {
@@ -154,6 +158,7 @@ impl InterruptCause {
             Self::Idle(_) => "idle",
             Self::NoProgress(_) => "no_progress",
             Self::Malformed(_) => "malformed",
+            Self::Unfinished => "unfinished",
         }
     }
 
@@ -162,7 +167,7 @@ impl InterruptCause {
     pub fn outcome(&self) -> Outcome {
         match self {
             Self::ErrorEvent(outcome) => *outcome,
-            Self::Reset(_) | Self::Malformed(_) => {
+            Self::Reset(_) | Self::Malformed(_) | Self::Unfinished => {
                 Outcome::retryable(Reason::Transport).with_accepted(false)
             }
             Self::Idle(_) | Self::NoProgress(_) => {
@@ -185,7 +190,7 @@ pub struct StreamInterrupted {
 }
 
 impl StreamInterrupted {
-    fn new(events: u64, bytes: u64, cause: InterruptCause) -> Self {
+    pub(crate) fn new(events: u64, bytes: u64, cause: InterruptCause) -> Self {
         let failure = Failure::new(cause.outcome());
         Self {
             events,
@@ -234,6 +239,7 @@ impl fmt::Display for StreamInterrupted {
             InterruptCause::Idle(after) => write!(f, "nothing for {after:?}"),
             InterruptCause::NoProgress(after) => write!(f, "no content for {after:?}"),
             InterruptCause::Malformed(error) => write!(f, "malformed stream ({error})"),
+            InterruptCause::Unfinished => f.write_str("ended before its answer was complete"),
         }
     }
 }
@@ -685,6 +691,10 @@ pub struct GuardedStream<RB: Body> {
     resumable: Option<Box<Resumable>>,
     held: BytesMut,
     spliced: Option<Spliced>,
+    /// Handed on in whole events only (a resume hook or a continuation is set).
+    whole: bool,
+    /// With a continuation: its state.
+    pub(crate) continued: Option<Box<Continued>>,
 }
 
 impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
@@ -697,15 +707,14 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
             resumable: None,
             held: BytesMut::new(),
             spliced: None,
+            whole: false,
+            continued: None,
         }
     }
 
-    /// Continues the stream with `resume` if it is interrupted, as a continuation of the request
-    /// with head `head` and body `body` (see [`Resume`]). Meant for a stream opened
-    /// [`keeping_content`](OpenStream::keeping_content).
-    #[must_use]
-    pub fn with_resume(mut self, resume: Resume, head: http::request::Parts, body: Bytes) -> Self {
-        // From now on, whole events only: what follows the last one waits for its end.
+    /// From now on, whole events only: what follows the last one waits for its end.
+    pub(crate) fn whole_events(&mut self) {
+        self.whole = true;
         if let Some(mut opening) = self.opening.take() {
             let whole = usize::try_from(self.guard.last_end)
                 .unwrap_or(usize::MAX)
@@ -713,6 +722,20 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
             self.held.extend_from_slice(&opening.split_off(whole));
             self.opening = Some(opening).filter(|bytes| !bytes.is_empty());
         }
+    }
+
+    /// What was read to open the stream and is handed on first (whole events, once
+    /// [`whole_events`](Self::whole_events) was called).
+    pub(crate) fn opening_bytes(&self) -> Bytes {
+        self.opening.clone().unwrap_or_default()
+    }
+
+    /// Continues the stream with `resume` if it is interrupted, as a continuation of the request
+    /// with head `head` and body `body` (see [`Resume`]). Meant for a stream opened
+    /// [`keeping_content`](OpenStream::keeping_content).
+    #[must_use]
+    pub fn with_resume(mut self, resume: Resume, head: http::request::Parts, body: Bytes) -> Self {
+        self.whole_events();
         self.resumable = Some(Box::new(Resumable { resume, head, body }));
         self
     }
@@ -763,6 +786,15 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
     /// The stream broke: continued by the resume hook if there is one and it takes it (then
     /// `None`, the continuation is being waited for), else ended with [`StreamInterrupted`].
     fn stop(&mut self, cause: InterruptCause) -> Option<BoxError> {
+        if self.continued.is_some() {
+            // This attempt ended as it did, whatever the continuation does.
+            self.report(&cause.outcome());
+            self.held.clear();
+            if let Some(continued) = self.continued.as_mut() {
+                continued.interrupted(cause, self.bytes);
+            }
+            return None;
+        }
         let resumed = self.resumable.take().and_then(|resumable| {
             if self.guard.kept.overflowed {
                 return None;
@@ -785,6 +817,43 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
             cause: Some(cause),
         });
         None
+    }
+
+    /// A continuation's transcript reads the events the last chunk completed, up to an error
+    /// event (what follows one is never handed on).
+    fn transcribe(&mut self) {
+        let Some(continued) = self.continued.as_mut() else {
+            return;
+        };
+        for frame in &self.guard.frames {
+            let FrameKind::Event(event) = &frame.kind else {
+                continue;
+            };
+            if matches!(sse::classify_event(event), EventKind::Error(_)) {
+                break;
+            }
+            continued.transcript().read(event);
+        }
+    }
+
+    /// The original stream ended: whether a continuation takes it from here, because it ended
+    /// without its terminal event (its answer incomplete, or complete and the terminal event
+    /// lost).
+    fn unfinished(&mut self) -> bool {
+        let Some(continued) = self.continued.as_mut() else {
+            return false;
+        };
+        if !continued.original() || continued.transcript().terminal_seen() {
+            return false;
+        }
+        let outcome = match continued.transcript().finished() {
+            true => Outcome::success(),
+            false => InterruptCause::Unfinished.outcome(),
+        };
+        continued.interrupted(InterruptCause::Unfinished, self.bytes);
+        self.report(&outcome);
+        self.held.clear();
+        true
     }
 
     /// Hands on the continuation of a resumed stream.
@@ -837,12 +906,12 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
     /// Hands on `data` (the chunk that began at byte `start` of the stream), up to `upto`: all of
     /// it, or, with a resume hook, up to the last whole event (the rest is held back).
     fn deliver(&mut self, data: Bytes, start: u64, upto: Option<u64>) -> Option<Bytes> {
-        let upto = match (&self.resumable, upto) {
+        let upto = match (self.whole, upto) {
             (_, Some(at)) => at,
-            (Some(_), None) => self.guard.last_end,
-            (None, None) => start + data.len() as u64,
+            (true, None) => self.guard.last_end,
+            (false, None) => start + data.len() as u64,
         };
-        let data = if self.resumable.is_some() || !self.held.is_empty() {
+        let data = if self.whole || !self.held.is_empty() {
             self.held.extend_from_slice(&data);
             let ready = usize::try_from(upto.saturating_sub(self.bytes))
                 .unwrap_or(usize::MAX)
@@ -874,6 +943,15 @@ where
             if this.spliced.is_some() {
                 return this.poll_spliced(cx);
             }
+            if let Some(continued) = this.continued.as_mut()
+                && !continued.original()
+            {
+                let polled = continued.poll(cx, &mut this.bytes);
+                if let Poll::Ready(None) = polled {
+                    this.guard.done = true;
+                }
+                return polled;
+            }
             if this.guard.done {
                 return Poll::Ready(None);
             }
@@ -890,6 +968,7 @@ where
                     },
                     Poll::Ready(Chunk::Data(data)) => {
                         let start = this.guard.parser.consumed() - data.len() as u64;
+                        this.transcribe();
                         let upto = match this.guard.scan(start) {
                             Scan::Error { outcome, at } => {
                                 this.guard.interrupt(InterruptCause::ErrorEvent(outcome));
@@ -905,6 +984,7 @@ where
                     Poll::Ready(Chunk::Trailers(trailers)) => {
                         return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
                     }
+                    Poll::Ready(Chunk::End) if this.unfinished() => continue,
                     Poll::Ready(Chunk::End) => {
                         this.end(&Outcome::success());
                         // A last event without its blank line, held back: it ends the stream.
@@ -926,7 +1006,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.guard.done
+        self.guard.done && self.continued.as_ref().is_none_or(|continued| continued.original())
     }
 
     fn size_hint(&self) -> SizeHint {

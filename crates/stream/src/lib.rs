@@ -106,9 +106,11 @@
 //! ```
 
 pub mod continuation;
+mod continued;
 mod guard;
 pub mod sse;
 
+pub use self::continued::{Continuation, ContinuationRequest, Continuer};
 pub use self::guard::{
     GuardedStream, InterruptCause, OpenStream, Opening, Received, Resume, Resumed, ResumedBody,
     StreamEnd, StreamInterrupted, StreamPolicy, is_event_stream, open,
