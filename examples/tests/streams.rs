@@ -65,6 +65,7 @@ async fn plain_stream(url: &str) -> (u16, String, bool) {
 /// the text read and the body's error.
 async fn guarded_stream(
     url: &str,
+    continuation: bool,
 ) -> (
     u16,
     String,
@@ -76,6 +77,7 @@ async fn guarded_stream(
             Duration::from_millis(1),
             Duration::from_millis(10),
         ))
+        .with_continuation(continuation)
         .layer(hyper);
     let request = http::Request::post(url)
         .header(http::header::CONTENT_TYPE, "application/json")
@@ -249,7 +251,7 @@ async fn an_error_before_content_is_retried_and_the_caller_gets_a_clean_stream()
     })
     .await
     .unwrap();
-    let (status, text, error) = guarded_stream(&server.url()).await;
+    let (status, text, error) = guarded_stream(&server.url(), true).await;
     let stats = server.stats.snapshot();
     server.shutdown().await;
 
@@ -278,13 +280,17 @@ async fn a_stream_cut_after_content_ends_the_callers_body_with_stream_interrupte
     })
     .await
     .unwrap();
-    let (status, text, error) = guarded_stream(&server.url()).await;
+    // The mock answers a prefill from the start again: continuation off, the in-band error.
+    let (status, text, error) = guarded_stream(&server.url(), false).await;
     let stats = server.stats.snapshot();
     server.shutdown().await;
 
     assert_eq!(status, 200);
-    // What came before the cut reached the caller; the stream was not restarted.
-    let read = Transcript::parse(&text);
+    // What came before the cut reached the caller; the stream was not restarted, and it ends
+    // with the error event an SDK raises on.
+    let (text, event) = text.split_at(text.find("data: {\"error\"").unwrap());
+    assert!(event.contains("stream_interrupted"), "{event}");
+    let read = Transcript::parse(text);
     assert_eq!(read.text(), "This is the");
     assert!(!read.done);
     let error = error.expect("the body ends with an error");

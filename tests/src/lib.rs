@@ -744,6 +744,11 @@ impl StreamingProvider {
     }
 }
 
+/// A response body that plays `steps`, as a [`StreamingProvider`]'s answers do.
+pub fn scripted_body(steps: Vec<Sse>) -> axum::body::Body {
+    axum::body::Body::new(ScriptedStream::new(steps))
+}
+
 /// The body of a [`StreamingProvider`]'s answer: its script, step by step.
 struct ScriptedStream {
     steps: std::collections::VecDeque<Sse>,

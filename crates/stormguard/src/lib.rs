@@ -172,7 +172,7 @@ pub mod budget {
 pub mod deadline {
     pub use stormguard_deadline::{
         DEFAULT_TIMEOUT, Deadline, DeadlineExceeded, DeadlineLayer, LlmDeadline,
-        ServerDeadlineLayer, propagate,
+        ServerDeadlineLayer, clocks, propagate,
     };
 }
 

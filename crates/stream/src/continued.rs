@@ -197,7 +197,11 @@ impl Continued {
                             splice: Splice::new(&self.transcript),
                         }));
                     }
-                    None => self.failed(*bytes),
+                    None => {
+                        // The engine retried it already: no other is asked for.
+                        self.continuation.left = 0;
+                        self.failed(*bytes);
+                    }
                 },
                 Stage::Reading(reading) => {
                     let frame = ready!(lock(&mut reading.body).as_mut().poll_frame(cx));

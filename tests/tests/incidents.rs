@@ -1,0 +1,479 @@
+//! The incidents that fall between the guards, each against real axum providers on loopback, on
+//! the paused clock: a provider that never answers, a slow first token, a stream cut or stalled
+//! half way, a continuation the fallback rejects, a stream that loses its terminal event. Each
+//! test asserts what the caller gets, when, and how many attempts each provider saw; the 429
+//! incidents are in `failover.rs`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use stormguard::ClientLayer;
+use stormguard::failover::{Adapter, Backend, Failover};
+use stormguard::stream::{InterruptCause, StreamInterrupted};
+use stormguard::deadline::clocks::AttemptClocks;
+use stormguard_tests::{Server, Sse, hyper_client, scripted_body, send};
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt};
+
+const PATH: &str = "/v1/chat/completions";
+const WORDS: usize = 60;
+const REQUEST: &str = r#"{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"count"}]}"#;
+
+/// What a provider does with one request: when its head goes, its status, its body.
+struct Plan {
+    head_after: Duration,
+    status: u16,
+    steps: Vec<Sse>,
+}
+
+impl Plan {
+    /// A healthy answer: words `from..=WORDS`, 10 ms apart, then the finish and `[DONE]`.
+    fn answer(from: usize) -> Self {
+        Self::stream(words(from, WORDS, true))
+    }
+
+    fn stream(steps: Vec<Sse>) -> Self {
+        Self {
+            head_after: Duration::ZERO,
+            status: 200,
+            steps,
+        }
+    }
+}
+
+/// The role chunk, words `from..=to` 10 ms apart, and (`end`) the finish chunk and `[DONE]`.
+fn words(from: usize, to: usize, end: bool) -> Vec<Sse> {
+    let mut steps = vec![send(chunk(r#"{"role":"assistant","content":""}"#, "null"))];
+    for word in from..=to {
+        steps.push(Sse::Wait(Duration::from_millis(10)));
+        steps.push(send(chunk(&format!(r#"{{"content":"w{word} "}}"#), "null")));
+    }
+    if end {
+        steps.push(send(chunk("{}", "\"stop\"")));
+        steps.push(send("data: [DONE]\n\n"));
+    }
+    steps
+}
+
+fn chunk(delta: &str, finish: &str) -> String {
+    format!(
+        "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+    )
+}
+
+/// Where a continuation request asks the answer to go on from: the word after the last one of
+/// its assistant prefill (1 for a first request).
+fn resumes_at(body: &str) -> usize {
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    if last["role"] != "assistant" {
+        return 1;
+    }
+    last["content"].as_str().unwrap().split_whitespace().count() + 1
+}
+
+/// A loopback provider whose n-th request (from 0) is answered by `plan(n, body)`.
+struct Provider {
+    server: Server,
+    hits: Arc<AtomicUsize>,
+    bodies: Arc<Mutex<Vec<String>>>,
+}
+
+impl Provider {
+    async fn spawn(plan: impl Fn(usize, &str) -> Plan + Send + Sync + 'static) -> Self {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let (counted, seen, plan) = (Arc::clone(&hits), Arc::clone(&bodies), Arc::new(plan));
+        let router = axum::Router::new().fallback(move |body: Bytes| {
+            let body = String::from_utf8_lossy(&body).into_owned();
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let plan = plan(n, &body);
+            seen.lock().unwrap().push(body);
+            async move {
+                tokio::time::sleep(plan.head_after).await;
+                http::Response::builder()
+                    .status(plan.status)
+                    .header(http::header::CONTENT_TYPE, "text/event-stream")
+                    .body(scripted_body(plan.steps))
+                    .unwrap()
+            }
+        });
+        Self {
+            server: Server::spawn(router).await,
+            hits,
+            bodies,
+        }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    fn origin(&self) -> http::Uri {
+        self.server.url("").parse().unwrap()
+    }
+}
+
+fn post(origin: &http::Uri) -> http::Request<Full<Bytes>> {
+    http::Request::post(format!("{origin}{}", PATH.trim_start_matches('/')))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from_static(REQUEST.as_bytes())))
+        .unwrap()
+}
+
+/// What the caller read: the text of the content chunks, how many `[DONE]`, the error event if
+/// one came, and the body's error.
+struct Read {
+    text: String,
+    done: usize,
+    error_event: bool,
+    error: Option<stormguard::classify::BoxError>,
+    ids: Vec<String>,
+}
+
+async fn read<B>(body: B) -> Read
+where
+    B: http_body::Body<Data = Bytes, Error = stormguard::classify::BoxError> + Unpin,
+{
+    let mut body = body;
+    let mut raw = Vec::new();
+    let mut error = None;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => raw.extend_from_slice(&frame.into_data().unwrap_or_default()),
+            Err(failed) => {
+                error = Some(failed);
+                break;
+            }
+        }
+    }
+    let raw = String::from_utf8(raw).unwrap();
+    let mut read = Read {
+        text: String::new(),
+        done: 0,
+        error_event: false,
+        error,
+        ids: Vec::new(),
+    };
+    for data in raw.split("\n\n").filter_map(|event| event.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            read.done += 1;
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_str(data).unwrap();
+        if value.get("error").is_some() {
+            read.error_event = true;
+            continue;
+        }
+        if let Some(id) = value["id"].as_str() {
+            read.ids.push(id.to_owned());
+        }
+        if let Some(text) = value["choices"][0]["delta"]["content"].as_str() {
+            read.text.push_str(text);
+        }
+    }
+    read
+}
+
+fn whole_answer() -> String {
+    (1..=WORDS).map(|word| format!("w{word} ")).collect()
+}
+
+/// A gateway's client: a failover from `primary` (its clocks `learned`) to `backup` over one
+/// hyper client, the README's shape, with `layer`'s policy and a 30 s deadline.
+fn gateway(
+    layer: ClientLayer,
+    primary: &Provider,
+    backup: &Provider,
+    learned: AttemptClocks,
+) -> stormguard::failover::FailoverService<stormguard_tests::HyperClient> {
+    let backend = |name: &str, provider: &Provider| {
+        Backend::new(name).with_adapter(Adapter::new().with_origin(provider.origin()))
+    };
+    Failover::new(layer.with_timeout(Duration::from_secs(30)))
+        .with_backend(backend("primary", primary).with_clocks(learned))
+        .with_backend(backend("backup", backup))
+        .layer(hyper_client())
+}
+
+/// Twenty healthy answers through `client` first: what the primary's clocks learn.
+async fn warm_up<S, B>(client: &S, origin: &http::Uri)
+where
+    S: tower::Service<http::Request<Full<Bytes>>, Response = http::Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body<Data = Bytes, Error = stormguard::classify::BoxError> + Unpin,
+{
+    for _ in 0..20 {
+        let response = client.clone().oneshot(post(origin)).await.unwrap();
+        assert_eq!(read(response.into_body()).await.text, whole_answer());
+    }
+}
+
+fn backend_of<B>(response: &http::Response<B>) -> &str {
+    response.headers()["x-stormguard-backend"].to_str().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_that_never_answers_is_left_for_the_backup_at_its_head_clock() {
+    let primary = Provider::spawn(|n, _| Plan {
+        head_after: if n < 1 {
+            Duration::from_secs(1000)
+        } else {
+            Duration::ZERO
+        },
+        ..Plan::answer(1)
+    })
+    .await;
+    let backup = Provider::spawn(|_, body| Plan::answer(resumes_at(body))).await;
+    // What twenty healthy answers taught the primary's clocks: heads at 100 ms.
+    let learned = AttemptClocks::default();
+    for _ in 0..20 {
+        learned.record_head(true, Duration::from_millis(100));
+    }
+    let client = gateway(ClientLayer::default(), &primary, &backup, learned);
+
+    let started = Instant::now();
+    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(backend_of(&response), "backup");
+    assert_eq!(read(response.into_body()).await.text, whole_answer());
+    // The head of a stream: 20 heads at once learned, the 3 s floor; not the 30 s deadline.
+    assert!(
+        (Duration::from_secs(3)..Duration::from_millis(3100)).contains(&took),
+        "{took:?}"
+    );
+    assert_eq!((primary.hits(), backup.hits()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_clocks_a_silent_provider_takes_the_whole_deadline() {
+    let primary = Provider::spawn(|_, _| Plan {
+        head_after: Duration::from_secs(1000),
+        ..Plan::answer(1)
+    })
+    .await;
+    let backup = Provider::spawn(|_, _| Plan::answer(1)).await;
+    let layer = ClientLayer::default().without_clocks();
+    let client = gateway(layer, &primary, &backup, AttemptClocks::default());
+    let started = Instant::now();
+    let error = client.oneshot(post(&primary.origin())).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    assert_eq!(error.reason(), stormguard::classify::Reason::DeadlineExceeded);
+    assert_eq!((primary.hits(), backup.hits()), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_token_later_than_the_clock_sends_the_request_to_the_backup() {
+    let primary = Provider::spawn(|n, _| {
+        let mut plan = Plan::answer(1);
+        if n == 0 {
+            // The head and the role chunk at once, the first word after 20 s.
+            plan.steps.insert(1, Sse::Wait(Duration::from_secs(20)));
+        }
+        plan
+    })
+    .await;
+    let backup = Provider::spawn(|_, _| Plan::answer(1)).await;
+    // What twenty healthy answers taught the primary's clocks: first words at 10 ms.
+    let learned = AttemptClocks::default();
+    for _ in 0..20 {
+        learned.record_first_content(Duration::from_millis(10));
+    }
+    let client = gateway(ClientLayer::default(), &primary, &backup, learned);
+
+    let started = Instant::now();
+    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(backend_of(&response), "backup");
+    assert_eq!(read(response.into_body()).await.text, whole_answer());
+    // First content learned at 10 ms: the 5 s floor, then the backup's first word.
+    assert!(
+        (Duration::from_secs(5)..Duration::from_millis(5100)).contains(&took),
+        "{took:?}"
+    );
+    assert_eq!((primary.hits(), backup.hits()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_after_40_of_60_tokens_is_continued_each_token_once() {
+    let provider = Provider::spawn(|n, body| match n {
+        0 => {
+            let mut steps = words(1, 40, false);
+            steps.push(Sse::Wait(Duration::from_millis(10)));
+            steps.push(Sse::Cut);
+            Plan::stream(steps)
+        }
+        _ => Plan::answer(resumes_at(body)),
+    })
+    .await;
+    let client = ClientLayer::default().layer(hyper_client());
+    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let read = read(response.into_body()).await;
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!(read.text, whole_answer());
+    assert_eq!((read.done, read.error_event), (1, false));
+    assert!(read.ids.iter().all(|id| id == "c1") && read.ids.len() > WORDS);
+    assert_eq!(provider.hits(), 2);
+    // The continuation: the 40 words as the assistant's prefill, 100 - 40 tokens left.
+    let continuation: serde_json::Value =
+        serde_json::from_str(&provider.bodies.lock().unwrap()[1]).unwrap();
+    let prefill: String = (1..=40).map(|word| format!("w{word} ")).collect();
+    assert_eq!(continuation["messages"][1]["content"], prefill.as_str());
+    assert_eq!(continuation["max_tokens"], 60);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_stalled_half_way_is_continued_at_its_gap_clock() {
+    let provider = Provider::spawn(|n, body| match n {
+        20 => {
+            let mut steps = words(1, 40, false);
+            steps.push(Sse::Stall);
+            Plan::stream(steps)
+        }
+        _ => Plan::answer(resumes_at(body)),
+    })
+    .await;
+    let client = ClientLayer::default().layer(hyper_client());
+    warm_up(&client, &provider.origin()).await;
+    let started = Instant::now();
+    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let read = read(response.into_body()).await;
+    let took = started.elapsed();
+    assert_eq!(read.text, whole_answer());
+    assert_eq!(read.done, 1);
+    // 40 words at 10 ms, the 5 s gap floor (gaps learned at 10 ms), the other 20 words: not
+    // the 60 s idle limit.
+    assert!(
+        (Duration::from_millis(5400)..Duration::from_millis(6100)).contains(&took),
+        "{took:?}"
+    );
+    assert_eq!(provider.hits(), 22);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prefill_rejected_ends_with_the_original_cause_and_is_not_asked_again() {
+    let provider = Provider::spawn(|n, _| match n {
+        1 => Plan {
+            status: 400,
+            ..Plan::stream(vec![send(
+                r#"{"error":{"message":"assistant prefill not supported","type":"invalid_request_error"}}"#,
+            )])
+        },
+        _ => {
+            let mut steps = words(1, 40, false);
+            steps.push(Sse::Wait(Duration::from_millis(10)));
+            steps.push(Sse::Cut);
+            Plan::stream(steps)
+        }
+    })
+    .await;
+    let client = ClientLayer::default().layer(hyper_client());
+    for (request, hits) in [(1, 2), (2, 3)] {
+        let response = client
+            .clone()
+            .oneshot(post(&provider.origin()))
+            .await
+            .unwrap();
+        let read = read(response.into_body()).await;
+        let prefill: String = (1..=40).map(|word| format!("w{word} ")).collect();
+        assert_eq!(read.text, prefill, "request {request}");
+        // The in-band error event, then the typed error with the cut as its cause, not the 400.
+        assert!(read.error_event, "request {request}");
+        let error = read.error.unwrap();
+        let interrupted = error.downcast_ref::<StreamInterrupted>().unwrap();
+        assert!(matches!(interrupted.cause(), InterruptCause::Reset(_)));
+        assert_eq!(interrupted.events(), 40);
+        // The second request is not continued: the backend rejects prefills.
+        assert_eq!(provider.hits(), hits, "request {request}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_loses_its_terminal_event_is_finished_or_continued() {
+    let provider = Provider::spawn(|n, body| match n {
+        // Finished (its finish chunk) and no `[DONE]`: ended at once with one.
+        0 => {
+            let mut steps = words(1, WORDS, true);
+            steps.pop();
+            Plan::stream(steps)
+        }
+        // Neither finished nor ended: continued.
+        1 => Plan::stream(words(1, 40, false)),
+        _ => Plan::answer(resumes_at(body)),
+    })
+    .await;
+    let client = ClientLayer::default().layer(hyper_client());
+    for hits in [1, 3] {
+        let response = client
+            .clone()
+            .oneshot(post(&provider.origin()))
+            .await
+            .unwrap();
+        let read = read(response.into_body()).await;
+        assert!(read.error.is_none(), "{:?}", read.error);
+        assert_eq!((read.text, read.done), (whole_answer(), 1));
+        assert_eq!(provider.hits(), hits);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reqwest_client_reads_a_cut_stream_whole_through_an_axum_gateway() {
+    let provider = Provider::spawn(|n, body| match n {
+        0 => {
+            let mut steps = words(1, 40, false);
+            steps.push(Sse::Wait(Duration::from_millis(10)));
+            steps.push(Sse::Cut);
+            Plan::stream(steps)
+        }
+        _ => Plan::answer(resumes_at(body)),
+    })
+    .await;
+    let client = ClientLayer::default().layer(hyper_client());
+    let origin = provider.origin();
+    let router = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let client = client.clone();
+        let origin = origin.clone();
+        async move {
+            let (head, body) = request.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            let mut upstream = post(&origin);
+            *upstream.body_mut() = Full::new(body);
+            upstream.headers_mut().extend(head.headers);
+            match client.oneshot(upstream).await {
+                Ok(response) => response.map(axum::body::Body::new),
+                Err(error) => stormguard::error_response::<String>(&error, false).map(axum::body::Body::from),
+            }
+        }
+    });
+    let gateway = Server::spawn(router).await;
+    let answer = reqwest::Client::new()
+        .post(gateway.url(PATH))
+        .header("content-type", "application/json")
+        .body(REQUEST)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let text: String = answer
+        .split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .filter_map(|data| {
+            let value: serde_json::Value = serde_json::from_str(data).ok()?;
+            value["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(text, whole_answer());
+    assert_eq!(answer.matches("[DONE]").count(), 1);
+    assert_eq!(provider.hits(), 2);
+}
