@@ -211,7 +211,9 @@ impl AttemptClocks {
     pub fn head(&self, shape: Shape) -> Option<Duration> {
         let settings = &self.inner.settings;
         if shape.streaming {
-            return settings.stream_head.of(self.learned(&self.inner.stream_head));
+            return settings
+                .stream_head
+                .of(self.learned(&self.inner.stream_head));
         }
         // Never shorter than the request's size needs; what the backend showed only lengthens it.
         let learned = self.learned(&self.inner.whole_head).unwrap_or_default();
@@ -269,7 +271,10 @@ impl AttemptClocks {
         }
         let at = window.percentile(settings.percentile);
         // A margin that is no number gives no early clock: the ceiling.
-        Some(Duration::try_from_secs_f64(at.as_secs_f64() * settings.margin).unwrap_or(Duration::MAX))
+        Some(
+            Duration::try_from_secs_f64(at.as_secs_f64() * settings.margin)
+                .unwrap_or(Duration::MAX),
+        )
     }
 
     fn unmargined(&self, learned: Duration) -> Duration {

@@ -96,8 +96,10 @@ where
 
 /// How a hop hands the request to a backend's engine: continuing its streams or not (see
 /// [`FailoverService::call_without_continuation`](crate::FailoverService::call_without_continuation)).
-pub(crate) type Call<S, B, RB, C, Bk> =
-    fn(&mut ClientService<S, C, Bk>, Request<B>) -> stormguard_retry::ResponseFuture<S, B, RB, C, Bk>;
+pub(crate) type Call<S, B, RB, C, Bk> = fn(
+    &mut ClientService<S, C, Bk>,
+    Request<B>,
+) -> stormguard_retry::ResponseFuture<S, B, RB, C, Bk>;
 
 /// The bookkeeping of one request across its backends.
 pub(crate) struct Hops<S, B, RB, C, Bk>
@@ -239,12 +241,7 @@ where
     }
 
     /// The body was read: one deadline for every backend, then the first hop.
-    fn buffered(
-        &mut self,
-        bytes: Bytes,
-        tail: Tail<B::Error>,
-        rest: B,
-    ) -> Step<S, B, RB, C, Bk>
+    fn buffered(&mut self, bytes: Bytes, tail: Tail<B::Error>, rest: B) -> Step<S, B, RB, C, Bk>
     where
         S: Service<Request<B>> + Clone,
         B: ReplayBody,

@@ -75,7 +75,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 // Sent in this same poll, if no deadline timed it already.
                 let started = *self.attempt.started.get_or_insert_with(Instant::now);
                 let shape = self.origin.shape(&clocks.settings().whole);
-                clocks.head(shape).and_then(|wait| started.checked_add(wait))
+                clocks
+                    .head(shape)
+                    .and_then(|wait| started.checked_add(wait))
             }
             None => None,
         };

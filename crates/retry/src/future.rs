@@ -39,10 +39,10 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::admission::Refusal;
-use crate::continuing::MakeContinuer;
 use crate::attempt::HeadBy;
-use crate::clock::AttemptTimedOut;
 use crate::body::ReplayBody;
+use crate::clock::AttemptTimedOut;
+use crate::continuing::MakeContinuer;
 use crate::error::{Error, FailedAnswer};
 use crate::layer::Config;
 use crate::ledger::{Begin, Ledger, settle_on_usage};
@@ -504,7 +504,11 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     }
 
     /// The attempt failed without a response, with `outcome`.
-    fn failed_as<F, B, RB: Body>(&mut self, outcome: Outcome, error: BoxError) -> Step<F, B, RB, C> {
+    fn failed_as<F, B, RB: Body>(
+        &mut self,
+        outcome: Outcome,
+        error: BoxError,
+    ) -> Step<F, B, RB, C> {
         self.timed();
         self.record(&outcome, &HeaderMap::new(), None);
         if !outcome.is_retryable() {

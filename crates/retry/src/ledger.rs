@@ -359,7 +359,12 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return None;
         };
         let format = Format::of_request(&template.head)?;
-        if template.head.extensions.get::<ContinuationRequest>().is_some() {
+        if template
+            .head
+            .extensions
+            .get::<ContinuationRequest>()
+            .is_some()
+        {
             return None;
         }
         let config = &self.config;

@@ -13,8 +13,8 @@ use stormguard_jitter::{Backoff, FullJitter};
 use tower_service::Service;
 
 use crate::body::ReplayBody;
-use crate::error::Error;
 use crate::continuing::{MakeContinuer, make_continuer};
+use crate::error::Error;
 use crate::future::ResponseFuture;
 use crate::layer::Config;
 

@@ -66,7 +66,8 @@ impl Continuation {
         self.left -= 1;
         let mut head = self.head.clone();
         // Another request: its own key (the engine gives it one), its own length.
-        head.headers.remove(HeaderName::from_static("idempotency-key"));
+        head.headers
+            .remove(HeaderName::from_static("idempotency-key"));
         head.headers.remove(CONTENT_LENGTH);
         head.extensions.insert(ContinuationRequest);
         let request = http::Request::from_parts(head, body);
@@ -225,19 +226,12 @@ impl Continued {
 
     /// A continuation could not be had: another, or the end.
     fn failed(&mut self, bytes: u64) {
-        let cause = self
-            .cause
-            .take()
-            .unwrap_or(InterruptCause::Unfinished);
+        let cause = self.cause.take().unwrap_or(InterruptCause::Unfinished);
         self.interrupted(cause, bytes)
     }
 
     /// One frame of the continuation: the spliced bytes to hand on, if any.
-    fn read(
-        &mut self,
-        frame: Option<Result<Frame<Bytes>, BoxError>>,
-        bytes: u64,
-    ) -> Option<Bytes> {
+    fn read(&mut self, frame: Option<Result<Frame<Bytes>, BoxError>>, bytes: u64) -> Option<Bytes> {
         let Stage::Reading(reading) = &mut self.stage else {
             return None;
         };

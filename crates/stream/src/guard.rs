@@ -1006,7 +1006,11 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.guard.done && self.continued.as_ref().is_none_or(|continued| continued.original())
+        self.guard.done
+            && self
+                .continued
+                .as_ref()
+                .is_none_or(|continued| continued.original())
     }
 
     fn size_hint(&self) -> SizeHint {
