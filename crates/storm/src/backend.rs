@@ -59,6 +59,12 @@
 //!   first content was due (the slot is free then), and a share is cut after some content (a
 //!   connection reset, the slot free then); the provider counts both, and, for a stream that
 //!   failed before content, whether another attempt of the request followed.
+//! - **Silence and slow first tokens** (the `silent` scenario's primary): its streams start
+//!   after a drawn wait ([`StreamStart`]: the head 200 ms after the provider starts on the
+//!   request, the first content event 300 ms after the head, at the median). In the fault window a share of the attempts gets no head for the fault's silence
+//!   (20 s), holding its slot all along (a stuck replica), and is then answered as usual; a
+//!   share of the streams waits 10 s to 20 s after its head for its first content event. The
+//!   provider counts both.
 //! - **Open attempts.** Apart from the provider's own load, the model counts the attempts the
 //!   clients hold open: sent, and not yet answered, dropped (timed out) or cut. A black hole
 //!   frees nothing when a client drops an attempt, but the client's connection is gone.
@@ -88,7 +94,7 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use crate::event_stream::{ErrorForm, EventStream, StreamFate, StreamPlan};
-use crate::scenario::{FaultKind, Scenario, StreamShape};
+use crate::scenario::{FaultKind, Scenario, StreamShape, StreamStart};
 
 /// Request header carrying the logical request's id (the same on every attempt).
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id");
@@ -173,6 +179,11 @@ pub struct BackendStats {
     pub streams_failed_retried: u64,
     /// Streams cut after some content.
     pub streams_cut: u64,
+    /// Attempts kept silent, without a head for the fault's silence (see [`FaultKind::Silent`]).
+    pub silent: u64,
+    /// Streams whose first content event came as late as the slow tail of a
+    /// [`FaultKind::Silent`] fault's shortest wait (10 s) after their head, or later.
+    pub slow_first_tokens: u64,
 }
 
 impl BackendStats {
@@ -201,6 +212,12 @@ pub struct Decision {
     /// A success streamed as `text/event-stream` (where the scenario streams): the stream, which
     /// starts at `respond_at_us`.
     pub stream: Option<StreamPlan>,
+    /// Whether the provider kept the attempt silent: no head for the fault's silence
+    /// ([`FaultKind::Silent`]).
+    pub silent: bool,
+    /// Whether its stream is slow to its first content event: as late as the slow tail of a
+    /// [`FaultKind::Silent`] fault's shortest wait, or later.
+    pub slow_first_token: bool,
 }
 
 impl Decision {
@@ -213,6 +230,8 @@ impl Decision {
             queued: false,
             rate_limit: None,
             stream: None,
+            silent: false,
+            slow_first_token: false,
         }
     }
 }
@@ -484,6 +503,8 @@ impl Model {
             self.count_stream(stream.fate, id);
         }
         if counted {
+            self.stats.silent += u64::from(decision.silent);
+            self.stats.slow_first_tokens += u64::from(decision.slow_first_token);
             let limited = decision.status == StatusCode::TOO_MANY_REQUESTS;
             self.stats.rate_limited += u64::from(limited);
             let bucket = self.stats.bucket(second);
@@ -515,7 +536,10 @@ impl Model {
             };
         }
 
-        let (mut status, mut end, stream) = self.serve(now_us, start, load);
+        // A silent attempt holds its slot from `start`, and is served after the silence.
+        let silence = self.silence(Duration::from_micros(now_us));
+        let served = start.saturating_add(silence);
+        let (mut status, mut end, stream) = self.serve(now_us, served, load);
         let mut slot_free = end;
         let mut respond_at_us = Some(end);
         let fault = self.scenario.fault;
@@ -534,10 +558,10 @@ impl Model {
         self.slots.take_earliest();
         self.slots.add(ms_ceil(slot_free));
         self.ends.add(ms_ceil(end));
-        // A stream's head goes out when the provider starts on it.
+        // A stream's head goes out when the provider starts on it, or its drawn wait later.
         let stream = stream.filter(|_| status == StatusCode::OK);
-        if stream.is_some() {
-            respond_at_us = Some(start);
+        if let Some(plan) = stream {
+            respond_at_us = Some(served.saturating_add(micros(plan.head)));
         }
         Decision {
             status,
@@ -546,6 +570,34 @@ impl Model {
             queued,
             rate_limit: None,
             stream,
+            silent: silence > 0,
+            slow_first_token: stream.is_some_and(|plan| self.is_slow(&plan)),
+        }
+    }
+
+    /// How long the provider keeps an attempt arriving at `at` silent, in microseconds: the
+    /// fault's silence for a share of the attempts in a [`FaultKind::Silent`] window, else 0
+    /// (and nothing drawn).
+    fn silence(&mut self, at: Duration) -> u64 {
+        let fault = self.scenario.fault;
+        match fault.kind {
+            FaultKind::Silent {
+                silent, silence, ..
+            } if fault.contains(at) && self.rng.random::<f64>() < silent => micros(silence),
+            _ => 0,
+        }
+    }
+
+    /// Whether `plan`'s first content event comes as late as the slow tail of a
+    /// [`FaultKind::Silent`] fault's shortest wait after its head, or later (a healthy one, at
+    /// 300 ms at the median, never does).
+    fn is_slow(&self, plan: &StreamPlan) -> bool {
+        match self.scenario.fault.kind {
+            FaultKind::Silent {
+                slow_first_token: (shortest, _),
+                ..
+            } => plan.first_content >= shortest,
+            _ => false,
         }
     }
 
@@ -629,17 +681,15 @@ impl Model {
             && status == StatusCode::OK
         {
             let plan = self.stream_plan(at, shape, Duration::from_micros(service));
-            return (
-                status,
-                start.saturating_add(micros(plan.length())),
-                Some(plan),
-            );
+            let length = plan.head.saturating_add(plan.length());
+            return (status, start.saturating_add(micros(length)), Some(plan));
         }
         (status, end, None)
     }
 
     /// The stream of a success arriving at `at` that takes `service`: whole, unless it arrives in
-    /// a [`FaultKind::StreamErrors`] window (see [`Model::stream_fate`]).
+    /// a [`FaultKind::StreamErrors`] window (see [`Model::stream_fate`]); starting as the shape
+    /// says (see [`Model::stream_start`]).
     fn stream_plan(&mut self, at: Duration, shape: StreamShape, service: Duration) -> StreamPlan {
         let mut plan = StreamPlan::new(shape, service, StreamFate::Complete);
         let fault = self.scenario.fault;
@@ -651,7 +701,34 @@ impl Model {
         {
             plan.fate = self.stream_fate(before_content, cut, plan.events);
         }
+        if let Some(start) = shape.start {
+            self.stream_start(at, start, &mut plan);
+        }
         plan
+    }
+
+    /// Draw how long `plan`, of a stream arriving at `at`, takes to start: its head and first
+    /// content event log-normal around `start`'s medians, and in a [`FaultKind::Silent`] window,
+    /// for a share of the streams, the first content event after the fault's slow wait instead.
+    fn stream_start(&mut self, at: Duration, start: StreamStart, plan: &mut StreamPlan) {
+        let sigma = self.scenario.sigma;
+        plan.head = Duration::from_micros(service_time_us(&mut self.rng, start.head, sigma));
+        let first = service_time_us(&mut self.rng, start.first_token, sigma);
+        plan.first_content = Duration::from_micros(first);
+        let fault = self.scenario.fault;
+        if let FaultKind::Silent {
+            slow,
+            slow_first_token: (shortest, longest),
+            ..
+        } = fault.kind
+            && fault.contains(at)
+            && self.rng.random::<f64>() < slow
+        {
+            let wait = self
+                .rng
+                .random_range(micros(shortest)..=micros(longest).max(micros(shortest)));
+            plan.first_content = Duration::from_micros(wait);
+        }
     }
 
     /// How a stream of `events` content events that starts in a [`FaultKind::StreamErrors`]
@@ -1300,6 +1377,8 @@ mod tests {
             queued: false,
             rate_limit: None,
             stream: None,
+            silent: false,
+            slow_first_token: false,
         });
         assert_eq!(response.headers()[RETRY_AFTER], "2");
         assert!(
@@ -1528,6 +1607,81 @@ mod tests {
         model.admit(42 * SECOND, Some(failed_id));
         assert_eq!(model.stats().streams_failed_retried, 1);
         assert_eq!(model.stats().retries, 3);
+    }
+
+    /// The silent scenario's attempts, 300 a second for `secs` seconds from `from_s`: how long
+    /// each success waited for its head, and its stream (the 0.01% of 500s left out).
+    fn silent_attempts(model: &mut Model, from_s: u64, secs: u64) -> Vec<(u64, StreamPlan)> {
+        (0..secs * 300)
+            .filter_map(|i| {
+                let now = from_s * SECOND + i * 3_333;
+                let decision = model.admit(now, Some((from_s * 300 + i) as usize));
+                let stream = decision.stream?;
+                Some((decision.respond_at_us.unwrap() - now, stream))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn silent_streams_start_late_and_in_the_fault_some_are_silent_or_slow() {
+        let scenario = Scenario::builtin(ScenarioKind::Silent);
+        let mut model = Model::new(&scenario);
+        // Healthy: the head after 200 ms and the first token 300 ms after it, at the median.
+        let before = silent_attempts(&mut model, 5, 10);
+        let median = |values: Vec<u64>| median_us(values) as f64 / 1e3;
+        let heads = median(before.iter().map(|(head, _)| *head).collect());
+        let firsts = median(
+            before
+                .iter()
+                .map(|(_, p)| micros(p.first_content))
+                .collect(),
+        );
+        assert!((190.0..210.0).contains(&heads), "{heads}");
+        assert!((285.0..315.0).contains(&firsts), "{firsts}");
+        assert!(before.iter().all(|(head, p)| *head == micros(p.head)));
+        assert_eq!(
+            (model.stats().silent, model.stats().slow_first_tokens),
+            (0, 0)
+        );
+        // In the fault: 30% wait 20 s more for their head, 2% 10 s to 20 s for their first token.
+        let during = silent_attempts(&mut model, 20, 20);
+        let silent: Vec<_> = during
+            .iter()
+            .filter(|(head, _)| *head > 20 * SECOND)
+            .collect();
+        let share = silent.len() as f64 / during.len() as f64;
+        assert!((0.28..0.32).contains(&share), "{share}");
+        assert!(
+            silent
+                .iter()
+                .all(|(head, p)| *head == 20 * SECOND + micros(p.head))
+        );
+        let slow: Vec<_> = during
+            .iter()
+            .filter(|(_, p)| p.first_content >= Duration::from_secs(10))
+            .collect();
+        let share = slow.len() as f64 / during.len() as f64;
+        assert!((0.015..0.025).contains(&share), "{share}");
+        assert!(
+            slow.iter()
+                .all(|(_, p)| p.first_content <= Duration::from_secs(20))
+        );
+        let stats = model.stats();
+        // Counted over every attempt: a silent one may also be one of the rare 500s.
+        let silent = silent.len() as u64;
+        assert!((silent..=silent + 2).contains(&stats.silent), "{stats:?}");
+        assert_eq!(stats.slow_first_tokens, slow.len() as u64);
+        // A silent attempt holds its slot through its silence, then through its stream.
+        let in_flight = model.in_flight(40 * SECOND);
+        assert!(in_flight > 1_500, "{in_flight}");
+        // After the fault, healthy again.
+        let after = silent_attempts(&mut model, 45, 2);
+        let slow = Duration::from_secs(10);
+        assert!(
+            after
+                .iter()
+                .all(|(head, p)| *head < 5 * SECOND && p.first_content < slow)
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! fallback answers, dashed) per second, one line per pipeline, with the fault window (or the
 //! bursts) shaded and the provider's throughput drawn in the attempts panel. A scenario with two
 //! providers gets a panel for the attempts reaching the secondary, with its throughput, under
-//! the primary's; one whose provider streams, a last panel for the content tokens shown twice to
+//! the primary's; one whose streams fail, a last panel for the content tokens shown twice to
 //! callers.
 
 use std::fmt::Write as _;
@@ -161,7 +161,7 @@ fn panels<'a>(
             },
         );
     }
-    if scenario.stream.is_some() {
+    if scenario.streams_fail() {
         panels.push(Panel::solid(
             "content tokens shown twice to callers (tokens/s, by completion of the request)",
             |s| &s.duplicated_tokens,

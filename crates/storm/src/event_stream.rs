@@ -1,15 +1,17 @@
-//! The `streams` scenario's answers: the provider's `text/event-stream` body ([`EventStream`]),
-//! and what a caller reads from it ([`Transcript`]).
+//! The streamed answers of the `streams` and `silent` scenarios: the provider's
+//! `text/event-stream` body ([`EventStream`]), and what a caller reads from it ([`Transcript`]).
 //!
 //! # The stream
-//! OpenAI's Chat Completions stream, on the provider's (paused) clock, from the moment the
-//! provider starts on the request:
+//! OpenAI's Chat Completions stream, on the provider's (paused) clock, from its response head
+//! (sent when the provider starts on the request, or, where the scenario draws it,
+//! [`StreamPlan::head`] later):
 //!
 //! - at once, with the response head, the opening chunk that names the role (no content);
-//! - then one content event every [`StreamShape::event_interval`], as many as the answer's
-//!   service time holds (at least one), each with [`StreamShape::tokens_per_event`] tokens. The
-//!   tokens are numbered from 0 in the answer (` t0 t1 t2 t3 t4`), so a caller can tell a token
-//!   it is shown again from a new one;
+//! - then one content event every [`StreamShape::event_interval`] (the first
+//!   [`StreamPlan::first_content`] after the head: one interval, or the scenario's draw), as
+//!   many as the answer's service time holds (at least one), each with
+//!   [`StreamShape::tokens_per_event`] tokens. The tokens are numbered from 0 in the answer
+//!   (` t0 t1 t2 t3 t4`), so a caller can tell a token it is shown again from a new one;
 //! - with the last content event, the chunk with the `finish_reason`, then `data: [DONE]`, and
 //!   the end of the body.
 //!
@@ -94,7 +96,8 @@ pub enum StreamFate {
     CutAfter(u32),
 }
 
-/// One streamed answer: its shape, its length in content events, and how it ends.
+/// One streamed answer: its shape, its length in content events, how it ends, and how long it
+/// takes to start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamPlan {
     /// Pace and tokens per event.
@@ -103,6 +106,12 @@ pub struct StreamPlan {
     pub events: u32,
     /// How it ends.
     pub fate: StreamFate,
+    /// Time from the provider starting on the request to the stream's head (the provider's
+    /// business: the body starts with the head).
+    pub head: Duration,
+    /// Time from the head to the first content event; one `event_interval` unless the
+    /// scenario draws it ([`StreamShape::start`]).
+    pub first_content: Duration,
 }
 
 /// What the stream sends next.
@@ -128,17 +137,30 @@ impl StreamPlan {
             shape,
             events,
             fate,
+            head: Duration::ZERO,
+            first_content: shape.event_interval,
         }
     }
 
-    /// Time from the start of the stream to its end (or its failure): the provider's work on it.
+    /// Time from the start of the stream (its head) to its end (or its failure).
     pub fn length(&self) -> Duration {
         let events = match self.fate {
             StreamFate::Complete => self.events,
             StreamFate::ErrorBeforeContent(_) => 1,
             StreamFate::CutAfter(k) => k.saturating_add(1),
         };
-        self.shape.event_interval.saturating_mul(events)
+        self.due(events)
+    }
+
+    /// When content event number `n` (from 1) is due from the head: the first after
+    /// `first_content`, each next one `event_interval` later (0 for `n` = 0).
+    fn due(&self, n: u32) -> Duration {
+        match n.checked_sub(1) {
+            Some(later) => self
+                .first_content
+                .saturating_add(self.shape.event_interval.saturating_mul(later)),
+            None => Duration::ZERO,
+        }
     }
 
     /// Content events the stream delivers.
@@ -152,7 +174,7 @@ impl StreamPlan {
 
     /// What frame number `index` (from 0) of the body is, and when it is due from the start.
     fn frame(&self, index: u32) -> (Next, Duration) {
-        let at = |n: u32| self.shape.event_interval.saturating_mul(n);
+        let at = |n: u32| self.due(n);
         if index == 0 {
             return (Next::Role, Duration::ZERO);
         }
@@ -421,9 +443,9 @@ mod tests {
 
     fn plan(events: u32, fate: StreamFate) -> StreamPlan {
         StreamPlan {
-            shape: StreamShape::LLM,
             events,
             fate,
+            ..StreamPlan::new(StreamShape::LLM, Duration::ZERO, fate)
         }
     }
 

@@ -1,18 +1,19 @@
 //! `stormguard-storm`: the retry-storm simulator.
 //!
 //! # The problem it shows
-//! A provider's error rate goes 0.01% -> 5% and its latency 800 ms -> 2500 ms at 12,000
-//! requests/s. Clients that time out each attempt and retry every failure 3 times, 1 s apart,
-//! turn that into four times the load; the provider falls over and stays down while the load
-//! stays above its capacity (a metastable failure). This crate replays that incident, a total
-//! outage, a quota-limited provider, a black hole (a provider that accepts connections and
-//! answers nothing for 10 s, while clients that retry on timeouts pile up connections), bursts
-//! above a quota of requests and tokens a minute (LLM-sized requests, 429s beyond the quota), a
-//! failover between two providers (the primary down for 15 s, first with 503s, then as a black
-//! hole; a smaller secondary healthy throughout) and streamed answers (`text/event-stream`) that
-//! fail with an error event before their first token or are cut mid-stream, against the *real*
-//! layers, side by side with what people use today, on virtual time: a 60 s scenario at the
-//! field's 12,000 requests/s runs in seconds.
+//! A provider's error rate goes 0.01% -> 5% and its latency 800 ms -> 2500 ms at 12,000 requests/s.
+//! Clients that time out each attempt and retry every failure 3 times, 1 s apart, turn that into
+//! four times the load; the provider falls over and stays down while the load stays above its
+//! capacity (a metastable failure). This crate replays that incident, a total outage, a
+//! quota-limited provider, a black hole (a provider that accepts connections and answers nothing
+//! for 10 s, while clients that retry on timeouts pile up connections), bursts above a quota of
+//! requests and tokens a minute (LLM-sized requests, 429s beyond the quota), a failover between two
+//! providers (the primary down for 15 s, first with 503s, then as a black hole; a smaller secondary
+//! healthy throughout), streamed answers (`text/event-stream`) that fail with an error event before
+//! their first token or are cut mid-stream, and a provider that keeps some attempts without a
+//! response head for 20 s behind a failover (streams under a 30 s deadline, against stormguard's
+//! per-attempt clocks), against the *real* layers, side by side with what people use today, on
+//! virtual time: a 60 s scenario at the field's 12,000 requests/s runs in seconds.
 //!
 //! # How
 //! - [`backend`]: the provider, a tower `Service<http::Request<_>>` answering
@@ -20,15 +21,16 @@
 //!   a fixed number of GPU slots with a queue, log-normal service times and work that cannot be
 //!   cancelled, and, in the burst scenario, a quota of requests and tokens a minute enforced per
 //!   second and stated in OpenAI's `x-ratelimit-*` headers (the model and its calibration are
-//!   documented there and in [`scenario`]); in the streams scenario it streams its successes
-//!   ([`event_stream`]: OpenAI's chunks, paced on the virtual clock), which callers read to the
-//!   end.
+//!   documented there and in [`scenario`]); in the streams and silent scenarios it streams its
+//!   successes ([`event_stream`]: OpenAI's chunks, paced on the virtual clock), which callers read
+//!   to the end.
 //! - [`pipeline`]: the clients: no retries; naive fixed-interval retries; a naive failover that
-//!   switches provider on every failure; tower's `retry` with `ExponentialBackoff` and
-//!   `TpsBudget`; `stormguard::ClientLayer::default()`, and the same with a circuit breaker and a
-//!   local fallback, or with a rate limit (configured with the provider's quota, or learning it);
-//!   stormguard's `Failover` over two providers. Where the provider streams, the `naive` row's
-//!   callers also restart a stream that failed, as applications do.
+//!   switches provider on every failure; tower's `retry` with `ExponentialBackoff` and `TpsBudget`;
+//!   `stormguard::ClientLayer::default()`, and the same with a circuit breaker and a local
+//!   fallback, or with a rate limit (configured with the provider's quota, or learning it);
+//!   stormguard's `Failover` over two providers, with and without its per-attempt clocks. Where the
+//!   provider streams, the `naive` row's callers also restart a stream that failed, as applications
+//!   do.
 //! - [`router`]: the network to two providers: each request goes to the one its URI names.
 //! - [`sim`]: Poisson arrivals (steady, or in bursts) through one pipeline on a paused-clock,
 //!   current-thread tokio runtime; seeded, so a seed always gives the same numbers.
@@ -41,12 +43,14 @@
 //! # What is compared, and how fairly
 //! Every pipeline meets the same arrivals (same seed) and the same provider. Today's pipelines
 //! (`none`, `naive`, `tower`) time out each attempt after 4 s, about the healthy provider's p99.9,
-//! as clients commonly are tuned; stormguard's `ClientLayer::default()` has no per-attempt timeout:
-//! one deadline (600 s by default) spans all attempts. In the `seed` scenario that difference is
-//! the trigger: at a 2500 ms median, 17% of attempts outlive a 4 s timeout, are retried, and their
-//! abandoned work still holds the provider's slots. `--attempt-timeout` changes the 4 s; with a
-//! generous one (30 s) naive retries do not storm on this scenario, because 5% errors alone stay
-//! inside the provider's headroom.
+//! as clients commonly are tuned; stormguard's `ClientLayer::default()` has no fixed per-attempt
+//! timeout: one deadline (600 s by default) spans all attempts, and its per-attempt clocks, learned
+//! from the backend's answers, never cut a whole answer before what its request's size needs (17 s
+//! for the small chat completion). In the `seed` scenario that difference is the trigger: at a
+//! 2500 ms median, 17% of attempts outlive a 4 s timeout, are retried, and their abandoned work
+//! still holds the provider's slots. `--attempt-timeout` changes the 4 s; with a generous one
+//! (30 s) naive retries do not storm on this scenario, because 5% errors alone stay inside the
+//! provider's headroom.
 //!
 //! # Example
 //! ```

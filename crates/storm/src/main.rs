@@ -1,21 +1,22 @@
 //! `storm`: replay retry storms against the real layers and print what each pipeline did.
 //!
 //! ```text
-//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|all] [--qps N]
+//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|all] [--qps N]
 //!       [--duration SECS] [--capacity SLOTS] [--seed N]
 //!       [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,
-//!                    stormguard+rate-limit,stormguard+adaptive,stormguard+failover]
+//!                    stormguard+rate-limit,stormguard+adaptive,stormguard+failover-no-clocks,
+//!                    stormguard+failover]
 //!       [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] [--help]
 //! ```
 //!
 //! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]). The failover
-//! rows (`naive+failover`, `stormguard+failover`) need the scenario with two providers
-//! (`failover`). In `streams`, every caller reads its streamed answer to the end, and `naive`'s
-//! restarts a stream that failed ([`Pipeline::stream_restarts`]). `--scenario all` runs every
-//! scenario with its default rows and ends with [`report::overview`]. `--metrics` adds, after
-//! each scenario's table, the metrics stormguard's engine emitted in each of its rows made of
-//! stormguard's layers ([`report::dashboards`]; in the JSON, each such run's `metrics`). `--help`
-//! says what each option, scenario and pipeline is.
+//! rows (`naive+failover`, `stormguard+failover-no-clocks`, `stormguard+failover`) need a scenario
+//! with two providers (`failover`, `silent`). In `streams`, every caller reads its streamed answer
+//! to the end, and `naive`'s restarts a stream that failed ([`Pipeline::stream_restarts`]).
+//! `--scenario all` runs every scenario with its default rows and ends with [`report::overview`].
+//! `--metrics` adds, after each scenario's table, the metrics stormguard's engine emitted in each
+//! of its rows made of stormguard's layers ([`report::dashboards`]; in the JSON, each such run's
+//! `metrics`). `--help` says what each option, scenario and pipeline is.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -29,11 +30,12 @@ use stormguard_storm::pipeline::Pipeline;
 use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::{chart, report};
 
-const USAGE: &str = "usage: storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|all] \
+const USAGE: &str = "usage: storm \
+[--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|all] \
 [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
 [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,stormguard+rate-limit,\
-stormguard+adaptive,stormguard+failover] [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] \
-[--help]";
+stormguard+adaptive,stormguard+failover-no-clocks,stormguard+failover] [--attempt-timeout SECS] \
+[--out DIR] [--json] [--metrics] [--help]";
 
 /// The value of `--scenario` that runs every built-in scenario.
 const ALL: &str = "all";
@@ -63,7 +65,8 @@ Options:
       Not with --scenario all.
   --attempt-timeout SECS
       Per-attempt timeout of today's clients (none, naive, naive+failover, tower; default 4 s,
-      about the healthy provider's p99.9). stormguard has none: one deadline spans all attempts.
+      about the healthy provider's p99.9). stormguard has no fixed one: one deadline spans all
+      attempts, and each attempt has clocks learned from its backend's answers.
   --out DIR
       Where the SVG charts go, one per scenario, named after it (default storm-out).
   --json
@@ -112,6 +115,11 @@ fn scenario_help(kind: ScenarioKind) -> &'static str {
             "Streamed answers (text/event-stream) at 500 requests/s: from 20 s to 40 s, 5% of the\n\
              streams fail with an error event before any content and 1% are cut mid-stream."
         }
+        ScenarioKind::Silent => {
+            "Two providers, streamed answers and a 30 s deadline at 300 requests/s: from 20 s to\n\
+             40 s, 30% of the primary's attempts get no response head for 20 s and 2% of its\n\
+             streams wait 10 s to 20 s for their first token."
+        }
     }
 }
 
@@ -124,7 +132,8 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
              restarts a stream that failed, from the start."
         }
         Pipeline::NaiveFailover => {
-            "Sends every failure to the other provider at once, 3 retries on each (failover only)."
+            "Sends every failure to the other provider at once, 3 retries on each (two providers\n\
+             only)."
         }
         Pipeline::Tower => "tower's retry with ExponentialBackoff and TpsBudget (10 s, 10/s, 20%).",
         Pipeline::Stormguard => {
@@ -141,9 +150,13 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
         Pipeline::StormguardAdaptive => {
             "The same with RateLimit::default(), which learns the quota from the provider."
         }
+        Pipeline::StormguardFailoverNoClocks => {
+            "stormguard+failover made from ClientLayer::default().without_clocks(): no\n\
+             per-attempt clocks, only the deadline bounds an attempt (two providers only)."
+        }
         Pipeline::StormguardFailover => {
             "stormguard's Failover over the primary and the secondary, each with its default\n\
-             breaker (failover only)."
+             breaker and per-attempt clocks of its own (two providers only)."
         }
     }
 }
@@ -352,7 +365,7 @@ fn one_scenario(
         && scenario.secondary().is_none()
     {
         return Err(format!(
-            "--pipelines {row} needs two providers: --scenario failover, not {kind}"
+            "--pipelines {row} needs two providers: --scenario failover or silent, not {kind}"
         )
         .into());
     }

@@ -98,6 +98,10 @@ pub struct Recorder {
     pub fallbacks_by_completion: Vec<u64>,
     /// Latency of every answered request (success, fallback or failure), in milliseconds.
     pub latencies_ms: Vec<u32>,
+    /// Requests that arrive before this are the healthy ones (see [`Recorder::healthy_until`]).
+    pub healthy_until: Duration,
+    /// Latency of every answered request that arrived before `healthy_until`, in milliseconds.
+    pub healthy_latencies_ms: Vec<u32>,
     /// Latency of the fallback's answers, in milliseconds.
     pub fallback_latencies_ms: Vec<u32>,
     /// What the callers of streamed requests saw, summed.
@@ -119,6 +123,15 @@ fn fine_index(at: Duration) -> usize {
 }
 
 impl Recorder {
+    /// A recorder that also keeps apart the latencies of the requests that arrive before `at`
+    /// (from the start of the run): the healthy latencies, where `at` is a fault's start.
+    pub fn healthy_until(at: Duration) -> Recorder {
+        Recorder {
+            healthy_until: at,
+            ..Recorder::default()
+        }
+    }
+
     /// A request arrived at `at` (from the start of the run).
     pub fn arrive(&mut self, at: Duration) {
         bump(&mut self.offered, at.as_secs() as usize);
@@ -130,6 +143,9 @@ impl Recorder {
         let latency = completion.saturating_sub(arrival).as_millis();
         let latency = u32::try_from(latency).unwrap_or(u32::MAX);
         self.latencies_ms.push(latency);
+        if arrival < self.healthy_until {
+            self.healthy_latencies_ms.push(latency);
+        }
         match answer {
             Answer::Success => {
                 bump(&mut self.succeeded_by_arrival, arrival.as_secs() as usize);
@@ -408,6 +424,32 @@ pub struct Summary {
     /// The figures of a scenario whose provider streams; absent where it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub streams: Option<StreamFigures>,
+    /// The figures of a scenario whose provider goes silent; absent where it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub silent: Option<SilentFigures>,
+}
+
+impl Summary {
+    /// The p99 latency over the same run's healthy p99 (where the provider goes silent, see
+    /// [`SilentFigures::healthy_p99_ms`]); `None` without one.
+    pub fn p99_over_healthy(&self) -> Option<f64> {
+        let healthy = self.silent?.healthy_p99_ms.filter(|ms| *ms > 0)?;
+        Some(f64::from(self.p99_ms) / f64::from(healthy))
+    }
+}
+
+/// What a scenario whose provider goes silent
+/// ([`FaultKind::Silent`](crate::scenario::FaultKind::Silent)) adds to a [`Summary`]:
+/// the latency its target is set against, and what the provider did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SilentFigures {
+    /// 99th percentile latency of the requests that arrived before the fault (the same run's
+    /// healthy latency), in milliseconds; `null` without any.
+    pub healthy_p99_ms: Option<u32>,
+    /// Attempts the primary kept silent (the provider's count).
+    pub silent_attempts: u64,
+    /// Streams of the primary slow to their first token (the provider's count).
+    pub slow_first_tokens: u64,
 }
 
 /// What a scenario whose provider streams adds to a [`Summary`]: how its streams failed, what
@@ -466,6 +508,7 @@ pub fn summarize(
 ) -> (Summary, Series) {
     recorder.latencies_ms.sort_unstable();
     recorder.fallback_latencies_ms.sort_unstable();
+    recorder.healthy_latencies_ms.sort_unstable();
     let counts = Counts {
         scenario,
         recorder,
@@ -552,6 +595,7 @@ impl Counts<'_> {
             successes,
             failover: self.failover(),
             streams: self.streams(),
+            silent: self.silent(),
         }
     }
 
@@ -605,6 +649,15 @@ impl Counts<'_> {
             interrupted: callers.interrupted,
             stream_interrupted: callers.stream_interrupted,
             duplicated_tokens: callers.duplicated_tokens,
+        })
+    }
+
+    /// The figures of a silent provider, where the scenario's fault is one.
+    fn silent(&self) -> Option<SilentFigures> {
+        self.scenario.goes_silent().then(|| SilentFigures {
+            healthy_p99_ms: percentile(&self.recorder.healthy_latencies_ms, 99.0),
+            silent_attempts: self.backend.silent,
+            slow_first_tokens: self.backend.slow_first_tokens,
         })
     }
 

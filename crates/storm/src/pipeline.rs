@@ -10,12 +10,14 @@
 //! | `stormguard+breaker` | the same, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
 //! | `stormguard+rate-limit` | the same, with a [`RateLimit`] configured with the provider's quota ([`Scenario::quota_per_minute`]) |
 //! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
-//! | `stormguard+failover` | [`Failover`] over the primary and the secondary, made from the same `ClientLayer` (each provider with the default backend breaker, [`failover::Backend::default_breaker`]) |
+//! | `stormguard+failover-no-clocks` | the same failover made from `ClientLayer::default().without_clocks()`: no per-attempt clocks, only the deadline bounds an attempt |
+//! | `stormguard+failover` | [`Failover`] over the primary and the secondary, made from the same `ClientLayer` (each provider with the default backend breaker, [`failover::Backend::default_breaker`], and clocks of its own) |
 //!
 //! Today's pipelines (`none`, `naive`, `naive+failover`, `tower`) time out each attempt after the
 //! scenario's `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt
-//! is retried. The failover rows need a scenario with two providers (`failover`); every other row
-//! sends to the primary alone.
+//! is retried. The failover rows need a scenario with two providers (`failover`, `silent`); every
+//! other row sends to the primary alone. Where the scenario gives its callers a deadline
+//! (`silent`), stormguard's layer is given it too (`ClientLayer::with_timeout`).
 //!
 //! Where the provider streams (the `streams` scenario), a retry policy sees only the response
 //! head, a `200` for a stream that fails later. The `naive` row then also restarts, from its
@@ -76,13 +78,16 @@ pub enum Pipeline {
     StormguardRateLimit,
     /// stormguard's `ClientLayer::default()` with a rate limit that learns the provider's.
     StormguardAdaptive,
+    /// stormguard's failover over two providers, made from `ClientLayer::default()` without its
+    /// per-attempt clocks.
+    StormguardFailoverNoClocks,
     /// stormguard's failover over two providers, made from `ClientLayer::default()`.
     StormguardFailover,
 }
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 9] = [
+    pub const ALL: [Pipeline; 10] = [
         Pipeline::None,
         Pipeline::Naive,
         Pipeline::NaiveFailover,
@@ -91,6 +96,7 @@ impl Pipeline {
         Pipeline::StormguardBreaker,
         Pipeline::StormguardRateLimit,
         Pipeline::StormguardAdaptive,
+        Pipeline::StormguardFailoverNoClocks,
         Pipeline::StormguardFailover,
     ];
 
@@ -99,7 +105,9 @@ impl Pipeline {
     /// The black hole, the breaker's own incident, compares the retrying clients only; so do the
     /// bursts, the rate limit's incident, with stormguard's rate limit configured and learning.
     /// The failover compares stormguard on the primary alone with stormguard's failover and a
-    /// naive one; the streams, naive retries (and restarts) with stormguard's default.
+    /// naive one; the streams, naive retries (and restarts) with stormguard's default; the
+    /// silent provider, a naive failover, tower's retry and stormguard on the primary alone with
+    /// stormguard's failover without and with its per-attempt clocks.
     ///
     /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
     /// to), so its row would repeat stormguard's at the cost of one more run.
@@ -137,6 +145,13 @@ impl Pipeline {
                 Pipeline::StormguardFailover,
             ],
             ScenarioKind::Streams => &[Pipeline::Naive, Pipeline::Stormguard],
+            ScenarioKind::Silent => &[
+                Pipeline::NaiveFailover,
+                Pipeline::Tower,
+                Pipeline::Stormguard,
+                Pipeline::StormguardFailoverNoClocks,
+                Pipeline::StormguardFailover,
+            ],
         }
     }
 
@@ -159,13 +174,19 @@ impl Pipeline {
                 | Pipeline::StormguardBreaker
                 | Pipeline::StormguardRateLimit
                 | Pipeline::StormguardAdaptive
+                | Pipeline::StormguardFailoverNoClocks
                 | Pipeline::StormguardFailover
         )
     }
 
     /// Whether the pipeline sends to two providers (and needs a scenario that has them).
     pub fn fails_over(self) -> bool {
-        matches!(self, Pipeline::NaiveFailover | Pipeline::StormguardFailover)
+        matches!(
+            self,
+            Pipeline::NaiveFailover
+                | Pipeline::StormguardFailoverNoClocks
+                | Pipeline::StormguardFailover
+        )
     }
 
     /// The name used on the command line and in the report.
@@ -179,6 +200,7 @@ impl Pipeline {
             Pipeline::StormguardBreaker => "stormguard+breaker",
             Pipeline::StormguardRateLimit => "stormguard+rate-limit",
             Pipeline::StormguardAdaptive => "stormguard+adaptive",
+            Pipeline::StormguardFailoverNoClocks => "stormguard+failover-no-clocks",
             Pipeline::StormguardFailover => "stormguard+failover",
         }
     }
@@ -212,7 +234,8 @@ impl fmt::Display for UnknownPipeline {
         write!(
             f,
             "unknown pipeline `{}` (expected none, naive, naive+failover, tower, stormguard, \
-             stormguard+breaker, stormguard+rate-limit, stormguard+adaptive or stormguard+failover)",
+             stormguard+breaker, stormguard+rate-limit, stormguard+adaptive, \
+             stormguard+failover-no-clocks or stormguard+failover)",
             self.0
         )
     }
@@ -440,16 +463,21 @@ pub const SECONDARY: &str = "secondary";
 
 /// `ClientLayer::default()`, named [`PRIMARY`] (a failover names each backend's), with the
 /// scenario's seed handed to every part that draws random numbers (throttle, backoff, hint
-/// jitter) so that runs repeat exactly. Nothing else differs from the default: the name is only
-/// the label of the metrics and the field of the spans.
+/// jitter) so that runs repeat exactly, and the callers' deadline where the scenario gives one
+/// ([`Scenario::deadline`]). Nothing else differs from the default: the name is only the label
+/// of the metrics and the field of the spans.
 fn client_layer(scenario: &Scenario) -> ClientLayer {
-    ClientLayer::default()
+    let layer = ClientLayer::default()
         .with_name(PRIMARY)
         .with_throttle(AdaptiveThrottle::new(
             ThrottleConfig::default().with_seed(scenario.seed ^ 0x7407_7e00),
         ))
         .with_backoff(FullJitter::default().with_seed(scenario.seed ^ 0xbac0_ff00))
-        .with_hint_policy(HintPolicy::default().with_seed(scenario.seed ^ 0x4147_0000))
+        .with_hint_policy(HintPolicy::default().with_seed(scenario.seed ^ 0x4147_0000));
+    match scenario.deadline {
+        Some(deadline) => layer.with_timeout(deadline),
+        None => layer,
+    }
 }
 
 /// stormguard's client pipeline around the provider: `ClientLayer::default()`, seeded.
@@ -521,11 +549,30 @@ const SECONDARY_QUOTA_SHARE: f64 = 0.9;
 /// stormguard's failover over the scenario's two providers: `Failover::new(ClientLayer::default())`
 /// (seeded) with a backend [`PRIMARY`] (requests as they are) and a backend [`SECONDARY`] (rewritten
 /// for the secondary's origin, [`SECONDARY_ORIGIN`]), each with the default backend breaker
-/// ([`failover::Backend::default_breaker`], seeded). The primary's breaker is returned too, to
-/// watch it.
+/// ([`failover::Backend::default_breaker`], seeded) and per-attempt clocks of its own (the
+/// failover gives each backend fresh ones). The primary's breaker is returned too, to watch it.
 pub fn stormguard_failover(
     router: Router,
     scenario: &Scenario,
+) -> (FailoverService<Router>, CircuitBreaker) {
+    failover_over(router, scenario, client_layer(scenario))
+}
+
+/// [`stormguard_failover`] made from `ClientLayer::default().without_clocks()`: no backend has
+/// per-attempt clocks, and only the deadline (and the stream guard's own limits) bound an
+/// attempt.
+pub fn stormguard_failover_without_clocks(
+    router: Router,
+    scenario: &Scenario,
+) -> (FailoverService<Router>, CircuitBreaker) {
+    failover_over(router, scenario, client_layer(scenario).without_clocks())
+}
+
+/// The failover of [`stormguard_failover`], made from `layer`.
+fn failover_over(
+    router: Router,
+    scenario: &Scenario,
+    layer: ClientLayer,
 ) -> (FailoverService<Router>, CircuitBreaker) {
     let breaker = |salt: u64| {
         CircuitBreaker::new(
@@ -542,7 +589,7 @@ pub fn stormguard_failover(
     if let Some(quota) = secondary_quota(scenario) {
         backup = backup.with_rate_limit(quota);
     }
-    let failover = Failover::new(client_layer(scenario))
+    let failover = Failover::new(layer)
         .with_backend(failover::Backend::new(PRIMARY).with_breaker(primary.clone()))
         .with_backend(backup);
     (failover.layer(router), primary)
@@ -696,6 +743,48 @@ mod tests {
                 Pipeline::StormguardFailover
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silent_compares_the_failover_without_and_with_clocks_under_the_callers_deadline() {
+        assert_eq!(
+            Pipeline::defaults(ScenarioKind::Silent)
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "naive+failover",
+                "tower",
+                "stormguard",
+                "stormguard+failover-no-clocks",
+                "stormguard+failover"
+            ]
+        );
+        let scenario = Scenario::builtin(ScenarioKind::Silent);
+        let head = Request::new(()).into_parts().0;
+        let layer = client_layer(&scenario);
+        assert_eq!(
+            layer.timeout_for(&head, None),
+            Some(Duration::from_secs(30))
+        );
+        let other = client_layer(&Scenario::builtin(ScenarioKind::Failover));
+        assert_eq!(
+            other.timeout_for(&head, None),
+            Some(stormguard::deadline::DEFAULT_TIMEOUT)
+        );
+        // Each backend of the failover has clocks of its own, or none at all.
+        let epoch = tokio::time::Instant::now();
+        let router = || {
+            let primary = Backend::new(&scenario, epoch);
+            let secondary = Backend::new(&scenario.secondary().unwrap(), epoch);
+            Router::new(primary, secondary)
+        };
+        let (clocked, _) = stormguard_failover(router(), &scenario);
+        let clocks: Vec<_> = clocked.backends().map(|b| b.clocks().cloned()).collect();
+        assert!(clocks.iter().all(Option::is_some), "{clocks:?}");
+        let (unclocked, _) = stormguard_failover_without_clocks(router(), &scenario);
+        assert!(unclocked.backends().all(|b| b.clocks().is_none()));
+        assert!(Pipeline::StormguardFailoverNoClocks.fails_over());
     }
 
     #[test]

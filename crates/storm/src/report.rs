@@ -28,6 +28,15 @@ const STREAMS_HEADER: [&str; 7] = [
     "duplicated tokens",
 ];
 
+/// The columns a scenario whose provider goes silent adds, after the others: the same run's
+/// healthy latency, the p99 against it, and what the provider did.
+const SILENT_HEADER: [&str; 4] = [
+    "healthy p99",
+    "p99 / healthy",
+    "silent attempts",
+    "slow first tokens",
+];
+
 /// The columns every table has, in order.
 const HEADER: [&str; 20] = [
     "pipeline",
@@ -54,16 +63,21 @@ const HEADER: [&str; 20] = [
 
 /// One row per pipeline of a run of `scenario`, aligned columns, with a header line (and, in a
 /// scenario with two providers, the columns of [`FailoverFigures`](crate::metrics::FailoverFigures);
-/// in one whose provider streams, those of [`StreamFigures`](crate::metrics::StreamFigures)).
+/// in one whose streams fail, those of [`StreamFigures`](crate::metrics::StreamFigures); in one
+/// whose provider goes silent, those of [`SilentFigures`](crate::metrics::SilentFigures)).
 pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     let two_providers = scenario.secondary().is_some();
-    let streams = scenario.stream.is_some();
+    let streams = scenario.streams_fail();
+    let silent = scenario.goes_silent();
     let mut header = HEADER.to_vec();
     if two_providers {
         header.extend(FAILOVER_HEADER);
     }
     if streams {
         header.extend(STREAMS_HEADER);
+    }
+    if silent {
+        header.extend(SILENT_HEADER);
     }
     let rows: Vec<Vec<String>> = summaries
         .iter()
@@ -74,6 +88,9 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
             }
             if streams {
                 row.extend(streams_cells(s));
+            }
+            if silent {
+                row.extend(silent_cells(s));
             }
             row
         })
@@ -162,7 +179,7 @@ pub fn overview(runs: &[(&Scenario, &[Summary])]) -> String {
 /// The figure each scenario is about, named: how long the provider takes to recover (seed,
 /// outage), retries sent before their `Retry-After` (quota), how fast traffic to the dead provider
 /// is cut (blackhole), 429s (burst), the secondary's peak load (failover), content tokens shown
-/// twice (streams).
+/// twice (streams), the p99 latency against the healthy p99 (silent).
 pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
     match scenario.kind {
         ScenarioKind::Seed | ScenarioKind::Outage => match summary.recovery_s {
@@ -182,6 +199,10 @@ pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
         ScenarioKind::Streams => summary.streams.as_ref().map_or_else(
             || "duplicated tokens -".to_owned(),
             |f| format!("duplicated tokens {}", f.duplicated_tokens),
+        ),
+        ScenarioKind::Silent => summary.p99_over_healthy().map_or_else(
+            || "p99 / healthy -".to_owned(),
+            |ratio| format!("p99 / healthy {ratio:.2}x"),
         ),
     }
 }
@@ -341,6 +362,23 @@ fn failover_cells(summary: &Summary) -> [String; 5] {
     ]
 }
 
+/// The cells of [`SILENT_HEADER`] for one row (`-` for a row without the figures).
+fn silent_cells(summary: &Summary) -> [String; 4] {
+    let Some(f) = &summary.silent else {
+        return std::array::from_fn(|_| "-".to_owned());
+    };
+    let ratio = summary
+        .p99_over_healthy()
+        .map_or_else(|| "-".to_owned(), |ratio| format!("{ratio:.2}x"));
+    [
+        f.healthy_p99_ms
+            .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
+        ratio,
+        f.silent_attempts.to_string(),
+        f.slow_first_tokens.to_string(),
+    ]
+}
+
 /// The cells of [`STREAMS_HEADER`] for one row (`-` for a row without the figures).
 fn streams_cells(summary: &Summary) -> [String; 7] {
     let Some(f) = &summary.streams else {
@@ -358,17 +396,31 @@ fn streams_cells(summary: &Summary) -> [String; 7] {
 }
 
 /// What the columns of `scenario`'s table mean: [`LEGEND`], and in a scenario with two providers
-/// [`FAILOVER_LEGEND`] after it, in one whose provider streams [`STREAMS_LEGEND`].
+/// [`FAILOVER_LEGEND`] after it, in one whose streams fail [`STREAMS_LEGEND`], in one whose
+/// provider goes silent [`SILENT_LEGEND`].
 pub fn legend(scenario: &Scenario) -> String {
     let mut legend = LEGEND.to_owned();
     if scenario.secondary().is_some() {
         legend = format!("{legend}\n{FAILOVER_LEGEND}");
     }
-    if scenario.stream.is_some() {
+    if scenario.streams_fail() {
         legend = format!("{legend}\n{STREAMS_LEGEND}");
+    }
+    if scenario.goes_silent() {
+        legend = format!("{legend}\n{SILENT_LEGEND}");
     }
     legend
 }
+
+/// What the columns of a scenario whose provider goes silent mean, printed under [`LEGEND`].
+pub const SILENT_LEGEND: &str = "\
+with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
+error) within the callers' deadline, and latency = until the stream's end (a request given up at
+the deadline counts its deadline);
+healthy p99 = p99 latency of the requests that arrived before the fault, in the same run;
+p99 / healthy = the p99 above over it;
+silent attempts = attempts the primary kept without a response head for the fault's silence;
+slow first tokens = the primary's streams slow to their first token (its count).";
 
 /// What the columns of a scenario whose provider streams mean, printed under [`LEGEND`].
 pub const STREAMS_LEGEND: &str = "\
@@ -418,7 +470,7 @@ were given.";
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::metrics::{FailoverFigures, StreamFigures};
+    use crate::metrics::{FailoverFigures, SilentFigures, StreamFigures};
     use crate::scenario::ScenarioKind;
 
     #[test]
@@ -447,6 +499,7 @@ mod tests {
             successes: 295_200,
             failover: None,
             streams: None,
+            silent: None,
         };
         let outage = Scenario::builtin(ScenarioKind::Outage);
         let text = table(&outage, std::slice::from_ref(&summary));
@@ -531,6 +584,7 @@ mod tests {
                 back_s: Some(1.8),
             }),
             streams: None,
+            silent: None,
         };
         let failing_over = Summary {
             name: "stormguard+failover",
@@ -626,6 +680,7 @@ mod tests {
             successes: 29_859,
             failover: None,
             streams: Some(figures),
+            silent: None,
         };
         let text = table(&streams, &[summary]);
         let lines: Vec<&str> = text.lines().collect();
@@ -645,5 +700,65 @@ mod tests {
         );
         assert!(legend(&streams).starts_with(LEGEND));
         assert!(legend(&streams).ends_with(STREAMS_LEGEND));
+    }
+
+    #[test]
+    fn a_silent_provider_adds_the_healthy_p99_and_the_ratio_to_it_and_no_stream_columns() {
+        let silent = Scenario::builtin(ScenarioKind::Silent);
+        let figures = SilentFigures {
+            healthy_p99_ms: Some(13_479),
+            silent_attempts: 807,
+            slow_first_tokens: 58,
+        };
+        let summary = Summary {
+            name: "stormguard+failover",
+            offered: 17_921,
+            backend_attempts: 13_315,
+            amplification: 0.74,
+            peak_amplification: 1.0,
+            peak_load: 0.39,
+            peak_in_flight: 1_559,
+            success_rate: 0.9874,
+            success_outside: Some(1.0),
+            fallbacks: 0,
+            fallback_p99_ms: None,
+            p50_ms: 4_519,
+            p99_ms: 13_580,
+            overloaded_s: 0,
+            recovery_s: Some(0.0),
+            cut_s: None,
+            fault_load: 0.35,
+            too_many_requests: 0,
+            retries: 1,
+            early_retries: 0,
+            successes: 17_695,
+            failover: None,
+            streams: None,
+            silent: Some(figures),
+        };
+        let text = table(&silent, std::slice::from_ref(&summary));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0]
+                .ends_with("back  healthy p99  p99 / healthy  silent attempts  slow first tokens"),
+            "{}",
+            lines[0]
+        );
+        assert!(!lines[0].contains("duplicated tokens"), "{}", lines[0]);
+        assert_eq!(lines[0].len(), lines[1].len());
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            cells[cells.len() - 5..],
+            ["13479", "ms", "1.01x", "807", "58"]
+        );
+        assert_eq!(headline(&silent, &summary), "p99 / healthy 1.01x");
+        let legend = legend(&silent);
+        assert!(legend.starts_with(LEGEND) && legend.ends_with(SILENT_LEGEND));
+        assert!(!legend.contains(STREAMS_LEGEND));
+        let unknown = Summary {
+            silent: None,
+            ..summary
+        };
+        assert_eq!(headline(&silent, &unknown), "p99 / healthy -");
     }
 }

@@ -175,6 +175,56 @@ pub const STREAM_ERRORS_BEFORE_CONTENT: f64 = 0.05;
 /// streams scenario's fault: 1%.
 pub const STREAM_CUTS: f64 = 0.01;
 
+/// Offered load of the silent scenario: 300 requests per second, a few hundred a second, as a
+/// busy LLM feature of one product sends.
+pub const SILENT_QPS: f64 = 300.0;
+
+/// Concurrent slots of the silent scenario's primary at [`SILENT_QPS`]: ample.
+///
+/// Little's law: healthy, 300 req/s x 5 s (0.5 s to the first token on average, see
+/// [`StreamStart::LLM`], then 4.53 s of content, the log-normal mean of a 4 s median) keep about
+/// 1,500 slots busy; in the fault the silent attempts hold theirs [`SILENCE`] longer (90 a
+/// second for 20 s: 1,800 more). 5,000 slots leave the silence, not the slots, as what goes
+/// wrong. The secondary has [`FAILOVER_SECONDARY_SHARE`] of them (3,000): the whole load alone
+/// at half its slots.
+pub const SILENT_CAPACITY: u32 = 5_000;
+
+/// Share of the primary's attempts that the silent scenario's fault keeps silent: 30%, nearly a
+/// third of a provider's replicas stuck (accepting connections, answering nothing) behind a load
+/// balancer that still sends them their share.
+pub const SILENT_SHARE: f64 = 0.3;
+
+/// How long a silent attempt waits for its response head: 20 s, then it is answered as usual.
+/// Two thirds of the callers' [`SILENT_DEADLINE`]: a caller that waits gets its answer late,
+/// or, for an answer longer than the 10 s left, not at all.
+pub const SILENCE: Duration = Duration::from_secs(20);
+
+/// Share of the primary's streams slow to their first token during the silent scenario's
+/// fault: 2% (prefills queued behind the stuck replicas' work).
+pub const SLOW_FIRST_TOKEN_SHARE: f64 = 0.02;
+
+/// How long a slow stream of the silent scenario waits for its first token after its head:
+/// uniformly 10 s to 20 s. All of it beyond the 5 s floor of stormguard's first-content clock
+/// (`stormguard_deadline::clocks`), so none of the tail is learned as healthy.
+pub const SLOW_FIRST_TOKEN: (Duration, Duration) =
+    (Duration::from_secs(10), Duration::from_secs(20));
+
+/// The callers' deadline in the silent scenario: 30 s for a streamed chat answer, what an
+/// interactive product gives a request (the SDKs' default of 600 s is no user's patience).
+pub const SILENT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Median time from the provider starting on a streamed request to its response head, where
+/// the scenario draws it ([`StreamStart::LLM`]): 200 ms, a round trip and the provider's
+/// admission (OpenAI and Anthropic send a stream's head within a second when healthy; see
+/// `stormguard_deadline::clocks`).
+pub const STREAM_HEAD_MEDIAN: Duration = Duration::from_millis(200);
+
+/// Median time from a stream's head to its first content event, where the scenario draws it
+/// ([`StreamStart::LLM`]): 300 ms, the prefill of a chat prompt. With the head, half a second
+/// to the first token at the median, the order that public measurements of hosted models' time
+/// to first token show for a short prompt.
+pub const STREAM_FIRST_TOKEN_MEDIAN: Duration = Duration::from_millis(300);
+
 /// How the provider streams its answers (`text/event-stream`, OpenAI's chat completion chunks):
 /// an opening chunk with the role, one content event every `event_interval` for the length of
 /// the answer's service time, each with `tokens_per_event` tokens, then a chunk with the
@@ -185,13 +235,39 @@ pub struct StreamShape {
     pub event_interval: Duration,
     /// Tokens per content event.
     pub tokens_per_event: u32,
+    /// How long a stream takes to start; `None`: its head goes out when the provider starts on
+    /// the request, and its first content event one `event_interval` later.
+    pub start: Option<StreamStart>,
 }
 
 impl StreamShape {
-    /// The streams scenario's: 5 tokens every 100 ms.
+    /// The streams scenario's: 5 tokens every 100 ms, the head at once.
     pub const LLM: StreamShape = StreamShape {
         event_interval: STREAM_EVENT_INTERVAL,
         tokens_per_event: STREAM_TOKENS_PER_EVENT,
+        start: None,
+    };
+}
+
+/// How long a streamed answer takes to start, drawn per stream: its response head a log-normal
+/// wait around `head` after the provider starts on the request, its first content event a
+/// log-normal wait around `first_token` after the head (both of the scenario's sigma), then
+/// one content event every `event_interval`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamStart {
+    /// Median time to the response head.
+    pub head: Duration,
+    /// Median time from the head to the first content event.
+    pub first_token: Duration,
+}
+
+impl StreamStart {
+    /// The silent scenario's: the head after [`STREAM_HEAD_MEDIAN`] (200 ms), the first token
+    /// [`STREAM_FIRST_TOKEN_MEDIAN`] (300 ms) after it, at the median. At sigma 0.5 each one's
+    /// p99 is 3.2 times its median (640 ms and 960 ms).
+    pub const LLM: StreamStart = StreamStart {
+        head: STREAM_HEAD_MEDIAN,
+        first_token: STREAM_FIRST_TOKEN_MEDIAN,
     };
 }
 
@@ -218,11 +294,15 @@ pub enum ScenarioKind {
     /// Streamed answers (`text/event-stream`) at 500 requests/s: from 20 s to 40 s, 5% of the
     /// streams fail with an error event before any content and 1% are cut mid-stream.
     Streams,
+    /// Two providers and streamed answers under a 30 s deadline, at 300 requests/s: from 20 s
+    /// to 40 s, 30% of the primary's attempts get no response head for 20 s, and 2% of its
+    /// streams wait 10 s to 20 s for their first token.
+    Silent,
 }
 
 impl ScenarioKind {
     /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 7] = [
+    pub const ALL: [ScenarioKind; 8] = [
         ScenarioKind::Seed,
         ScenarioKind::Outage,
         ScenarioKind::Quota,
@@ -230,6 +310,7 @@ impl ScenarioKind {
         ScenarioKind::Burst,
         ScenarioKind::Failover,
         ScenarioKind::Streams,
+        ScenarioKind::Silent,
     ];
 
     /// The name used on the command line and in file names.
@@ -242,6 +323,7 @@ impl ScenarioKind {
             ScenarioKind::Burst => "burst",
             ScenarioKind::Failover => "failover",
             ScenarioKind::Streams => "streams",
+            ScenarioKind::Silent => "silent",
         }
     }
 
@@ -256,6 +338,7 @@ impl ScenarioKind {
             ),
             ScenarioKind::Failover => (FAILOVER_QPS, FAILOVER_CAPACITY),
             ScenarioKind::Streams => (STREAMS_QPS, STREAMS_CAPACITY),
+            ScenarioKind::Silent => (SILENT_QPS, SILENT_CAPACITY),
             ScenarioKind::Seed | ScenarioKind::Outage | ScenarioKind::Quota => {
                 (FIELD_QPS, FIELD_CAPACITY)
             }
@@ -298,6 +381,37 @@ impl ScenarioKind {
                     cut: STREAM_CUTS,
                 },
             ),
+            ScenarioKind::Silent => window(
+                20,
+                40,
+                FaultKind::Silent {
+                    silent: SILENT_SHARE,
+                    silence: SILENCE,
+                    slow: SLOW_FIRST_TOKEN_SHARE,
+                    slow_first_token: SLOW_FIRST_TOKEN,
+                },
+            ),
+        }
+    }
+
+    /// The built-in scenario's healthy provider, and how it streams its answers, if it does: the
+    /// streams' and the silent's stream for [`STREAM_MEDIAN`], the silent's starting after
+    /// [`StreamStart::LLM`].
+    fn streaming(self) -> (Health, Option<StreamShape>) {
+        let streaming = Health {
+            median: STREAM_MEDIAN,
+            ..Health::HEALTHY
+        };
+        match self {
+            ScenarioKind::Streams => (streaming, Some(StreamShape::LLM)),
+            ScenarioKind::Silent => (
+                streaming,
+                Some(StreamShape {
+                    start: Some(StreamStart::LLM),
+                    ..StreamShape::LLM
+                }),
+            ),
+            _ => (Health::HEALTHY, None),
         }
     }
 }
@@ -316,8 +430,8 @@ impl fmt::Display for UnknownScenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst, failover or \
-             streams)",
+            "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst, failover, \
+             streams or silent)",
             self.0
         )
     }
@@ -402,6 +516,22 @@ pub enum FaultKind {
         before_content: f64,
         /// Share of the streams cut after some content.
         cut: f64,
+    },
+    /// The provider goes silent on some attempts and is slow to start some streams (it needs a
+    /// scenario whose provider streams): of the attempts that arrive in the window, a share
+    /// `silent` gets no response head for `silence`, then its answer as usual (the attempt
+    /// holds its slot throughout: a stuck replica); of the streams of the attempts that arrive
+    /// in the window, a share `slow` waits for its first content event a time drawn uniformly
+    /// from `slow_first_token` after its head.
+    Silent {
+        /// Share of the attempts kept silent.
+        silent: f64,
+        /// How long a silent attempt waits for its head.
+        silence: Duration,
+        /// Share of the streams slow to their first token.
+        slow: f64,
+        /// The shortest and longest wait of a slow stream for its first token.
+        slow_first_token: (Duration, Duration),
     },
 }
 
@@ -636,6 +766,16 @@ pub struct Scenario {
     /// A second provider's slots, as a share of `capacity`; it has the same health as the
     /// primary's baseline and no fault (see [`Scenario::secondary`]). `None`: one provider.
     pub secondary_share: Option<f64>,
+    /// The callers' deadline for each request, the same for every pipeline: the caller gives
+    /// up then, and stormguard's layer is given it (`ClientLayer::with_timeout`). `None`: no
+    /// caller's deadline (stormguard's default of 600 s).
+    pub deadline: Option<Duration>,
+    /// Whether each request asks for a stream (`"stream": true` in its body), which
+    /// stormguard's per-attempt clocks read: a stream's head clock is learned from the
+    /// backend's heads, a whole answer's is sized by the request. The silent scenario's do; the
+    /// streams scenario's send the small chat completion as it is, and its provider streams
+    /// them all the same.
+    pub asks_for_stream: bool,
 }
 
 impl Scenario {
@@ -644,19 +784,12 @@ impl Scenario {
     /// 10,000 requests and 30,000,000 tokens a minute (113.8 req/s on average, 1,500 slots, 60 s);
     /// the failover at 1,000 req/s with 1,813 slots on the primary and 60% of them (1,088) on the
     /// secondary, 60 s; the streams at 500 req/s with 5,000 slots, answers streamed for 4 s
-    /// (median), 60 s.
+    /// (median), 60 s; the silent at 300 req/s with 5,000 slots on the primary and 60% of them
+    /// (3,000) on the secondary, the streams' answers starting after half a second (median), a
+    /// 30 s deadline, 60 s.
     pub fn builtin(kind: ScenarioKind) -> Scenario {
         let (qps, capacity) = kind.load();
-        let (baseline, stream) = match kind {
-            ScenarioKind::Streams => (
-                Health {
-                    median: STREAM_MEDIAN,
-                    ..Health::HEALTHY
-                },
-                Some(StreamShape::LLM),
-            ),
-            _ => (Health::HEALTHY, None),
-        };
+        let (baseline, stream) = kind.streaming();
         let (arrivals, sizes) = match kind {
             ScenarioKind::Burst => (Arrivals::Bursts(Bursts::builtin()), Some(TokenSizes::LLM)),
             _ => (Arrivals::Poisson, None),
@@ -676,7 +809,10 @@ impl Scenario {
             arrivals,
             sizes,
             stream,
-            secondary_share: (kind == ScenarioKind::Failover).then_some(FAILOVER_SECONDARY_SHARE),
+            secondary_share: matches!(kind, ScenarioKind::Failover | ScenarioKind::Silent)
+                .then_some(FAILOVER_SECONDARY_SHARE),
+            deadline: (kind == ScenarioKind::Silent).then_some(SILENT_DEADLINE),
+            asks_for_stream: kind == ScenarioKind::Silent,
         }
     }
 
@@ -828,6 +964,18 @@ impl Scenario {
         }
     }
 
+    /// Whether the scenario's streams fail ([`FaultKind::StreamErrors`]): what the report's
+    /// stream columns and the chart's panel of tokens shown twice count. A streaming provider
+    /// whose streams do not fail (the silent one) would leave them at 0.
+    pub fn streams_fail(&self) -> bool {
+        self.stream.is_some() && matches!(self.fault.kind, FaultKind::StreamErrors { .. })
+    }
+
+    /// Whether the scenario's provider goes silent ([`FaultKind::Silent`]).
+    pub fn goes_silent(&self) -> bool {
+        matches!(self.fault.kind, FaultKind::Silent { .. })
+    }
+
     /// The stretches of the run the chart shades: the bursts, or the fault window.
     pub fn highlights(&self, until: Duration) -> Vec<(Duration, Duration)> {
         match &self.arrivals {
@@ -842,12 +990,23 @@ impl Scenario {
     /// One line describing the scenario, for the report's header.
     pub fn describe(&self) -> String {
         let stream = self.stream.map_or_else(String::new, |shape| {
+            let start = shape.start.map_or_else(String::new, |start| {
+                format!(
+                    ", the head {} ms and the first token {} ms after it (medians)",
+                    start.head.as_millis(),
+                    start.first_token.as_millis()
+                )
+            });
             format!(
-                "; answers streamed (text/event-stream): {} tokens every {} ms for {} ms (median)",
+                "; answers streamed (text/event-stream): {} tokens every {} ms for {} ms \
+                 (median){start}",
                 shape.tokens_per_event,
                 shape.event_interval.as_millis(),
                 self.baseline.median.as_millis()
             )
+        });
+        let deadline = self.deadline.map_or_else(String::new, |deadline| {
+            format!("; callers' deadline {} s", secs(deadline))
         });
         let secondary = self.secondary().map_or_else(String::new, |secondary| {
             format!(
@@ -857,7 +1016,7 @@ impl Scenario {
             )
         });
         format!(
-            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}{}; \
+            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}{}{}; \
              attempt timeout (none/naive/tower) {} s",
             self.kind,
             self.qps,
@@ -870,6 +1029,7 @@ impl Scenario {
             self.describe_arrivals(),
             stream,
             secondary,
+            deadline,
             secs(self.attempt_timeout),
         )
     }
@@ -915,6 +1075,20 @@ impl Scenario {
                  mid-stream",
                 before_content * 100.0,
                 cut * 100.0
+            ),
+            FaultKind::Silent {
+                silent,
+                silence,
+                slow,
+                slow_first_token: (shortest, longest),
+            } => format!(
+                "{}% of the attempts get no response head for {} s, then their answer; {}% of the \
+                 streams wait {} s to {} s for their first token",
+                silent * 100.0,
+                secs(silence),
+                slow * 100.0,
+                secs(shortest),
+                secs(longest)
             ),
         }
     }
@@ -1141,7 +1315,7 @@ mod tests {
         let s = s.with_capacity(1_000);
         assert_eq!(s.secondary().unwrap().capacity, 600);
         for kind in ScenarioKind::ALL {
-            let two = kind == ScenarioKind::Failover;
+            let two = matches!(kind, ScenarioKind::Failover | ScenarioKind::Silent);
             assert_eq!(Scenario::builtin(kind).secondary().is_some(), two, "{kind}");
         }
         assert!(s.describe().contains(
@@ -1184,9 +1358,58 @@ mod tests {
              4000 ms (median)"
         ));
         for kind in ScenarioKind::ALL {
-            let streams = kind == ScenarioKind::Streams;
+            let streams = matches!(kind, ScenarioKind::Streams | ScenarioKind::Silent);
             assert_eq!(Scenario::builtin(kind).stream.is_some(), streams, "{kind}");
         }
+    }
+
+    #[test]
+    fn silent_streams_start_after_half_a_second_with_two_providers_and_a_30_s_deadline() {
+        let s = Scenario::builtin(ScenarioKind::Silent);
+        assert_eq!((s.qps, s.capacity), (300.0, 5_000));
+        assert_eq!(s.secondary().unwrap().capacity, 3_000);
+        assert_eq!(s.deadline, Some(Duration::from_secs(30)));
+        assert!(s.asks_for_stream && s.goes_silent() && !s.streams_fail());
+        let shape = s.stream.unwrap();
+        assert_eq!(shape.start, Some(StreamStart::LLM));
+        assert_eq!(s.baseline.median, STREAM_MEDIAN);
+        // Little's law: 300 req/s x (0.5 s to the first token + 4.53 s of content) keep about
+        // 1,500 slots busy; 90 silent attempts a second hold theirs 20 s more: 1,800.
+        let start = StreamStart::LLM.head + StreamStart::LLM.first_token;
+        let held = s.mean_service_time(start) + s.mean_service_time(STREAM_MEDIAN);
+        let busy = s.qps * held.as_secs_f64();
+        assert!((1_450.0..1_550.0).contains(&busy), "{busy}");
+        let held = s.qps * SILENT_SHARE * SILENCE.as_secs_f64();
+        assert!(busy + held < 0.7 * f64::from(s.capacity), "{}", busy + held);
+        assert_eq!(
+            (s.fault.start, s.fault.end),
+            (Duration::from_secs(20), Duration::from_secs(40))
+        );
+        assert!(!s.fault.kind.is_dead());
+        // The slow tail lies beyond the first-content clock's 5 s floor.
+        assert!(SLOW_FIRST_TOKEN.0 > Duration::from_secs(5));
+        // A silent attempt answered after its silence leaves 10 s of the deadline to its stream.
+        assert_eq!(SILENT_DEADLINE - SILENCE, Duration::from_secs(10));
+        let secondary = s.secondary().unwrap();
+        assert!(!secondary.fault.contains(Duration::from_secs(30)) && secondary.stream == s.stream);
+        assert!(s.describe().contains(
+            "fault 20 s..40 s: 30% of the attempts get no response head for 20 s, then their \
+             answer; 2% of the streams wait 10 s to 20 s for their first token; answers streamed \
+             (text/event-stream): 5 tokens every 100 ms for 4000 ms (median), the head 200 ms \
+             and the first token 300 ms after it (medians)"
+        ));
+        assert!(s.describe().contains("callers' deadline 30 s"));
+        // Scaled, the fault keeps its place and the silence its length.
+        let small = s.with_qps(100.0).with_duration(Duration::from_secs(30));
+        assert_eq!(small.capacity, 1_667);
+        assert_eq!(
+            (small.fault.start, small.fault.end),
+            (Duration::from_secs(10), Duration::from_secs(20))
+        );
+        assert_eq!(
+            small.fault.kind,
+            Scenario::builtin(ScenarioKind::Silent).fault.kind
+        );
     }
 
     #[test]

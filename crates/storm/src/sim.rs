@@ -213,7 +213,7 @@ fn drive(
     let second = scenario.secondary();
     if pipeline.fails_over() && second.is_none() {
         return Err(format!(
-            "pipeline {pipeline} needs a scenario with two providers (failover), not {}",
+            "pipeline {pipeline} needs a scenario with two providers (failover, silent), not {}",
             scenario.kind
         )
         .into());
@@ -223,7 +223,7 @@ fn drive(
         .start_paused(true)
         .build()?;
     let local = LocalSet::new();
-    let recorder = Rc::new(RefCell::new(Recorder::default()));
+    let recorder = Rc::new(RefCell::new(Recorder::healthy_until(scenario.fault.start)));
     let on_second: Rc<dyn Fn()> = Rc::new(on_second);
     let states = Rc::new(RefCell::new(Vec::new()));
     let (backend, secondary) = local.block_on(&runtime, async {
@@ -319,6 +319,12 @@ fn start(
             driver.spawn(client);
             return Ok(Some(breaker));
         }
+        Pipeline::StormguardFailoverNoClocks => {
+            let (client, breaker) =
+                pipeline::stormguard_failover_without_clocks(router()?, scenario);
+            driver.spawn(client);
+            return Ok(Some(breaker));
+        }
         Pipeline::Tower => {
             let policy = TowerPolicy::new(scenario.seed ^ 0x7043_7e12)?;
             driver.spawn(tower::retry::Retry::new(policy, attempt(backend)));
@@ -406,13 +412,16 @@ impl Driver {
                     }
                 });
                 let size = sizes.as_mut().map(SizeDraws::draw);
-                let request = request(id, size);
+                let request = request(id, size, self.scenario.asks_for_stream);
                 let collector = self.collector.as_ref().filter(|_| measured);
+                let deadline = self.scenario.deadline;
                 if self.scenario.stream.is_some() {
-                    let caller = call_streaming(service.clone(), request, self.restarts, record);
+                    let restarts = self.restarts;
+                    let caller =
+                        call_streaming(service.clone(), request, restarts, deadline, record);
                     spawn_recorded(caller, collector);
                 } else {
-                    spawn_recorded(call(service.clone(), request, record), collector);
+                    spawn_recorded(call(service.clone(), request, deadline, record), collector);
                 }
                 id += 1;
             }
@@ -442,11 +451,17 @@ fn spawn_recorded<F: Future<Output = ()> + 'static>(caller: F, collector: Option
 }
 
 /// Request `id`: the small chat completion, or one of `(prompt, max_tokens)` tokens, which also
-/// tells the provider its weight in [`TOKENS`].
-fn request(id: u64, size: Option<(u32, u32)>) -> SimRequest {
+/// tells the provider its weight in [`TOKENS`]; asking for a stream (`"stream": true`) if
+/// `stream`.
+fn request(id: u64, size: Option<(u32, u32)>, stream: bool) -> SimRequest {
     let body = match size {
         Some((prompt, max_tokens)) => llm_body(prompt, max_tokens),
         None => Bytes::from_static(REQUEST_BODY),
+    };
+    let body = if stream {
+        asking_for_stream(&body)
+    } else {
+        body
     };
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
@@ -466,6 +481,13 @@ fn request(id: u64, size: Option<(u32, u32)>) -> SimRequest {
     request
 }
 
+/// The JSON object `body` with `"stream":true` first among its fields, as a client that asks for
+/// an event stream sends it.
+fn asking_for_stream(body: &[u8]) -> Bytes {
+    let fields = body.strip_prefix(b"{").unwrap_or(body);
+    Bytes::from([&b"{\"stream\":true,"[..], fields].concat())
+}
+
 /// Where a measured request reports its outcome.
 struct Record {
     arrival: Duration,
@@ -474,17 +496,23 @@ struct Record {
     outstanding: Rc<Cell<u64>>,
 }
 
-async fn call<S, RB>(service: S, request: SimRequest, record: Option<Record>)
-where
+/// Call `service` and wait for its answer (within the caller's `deadline`, if any).
+async fn call<S, RB>(
+    service: S,
+    request: SimRequest,
+    deadline: Option<Duration>,
+    record: Option<Record>,
+) where
     S: Service<SimRequest, Response = Response<RB>>,
 {
-    let result = service.oneshot(request).await;
-    let answer = match &result {
-        Ok(response) if is_local_answer(response) => Answer::Fallback,
-        Ok(response) if response.status().is_success() => Answer::Success,
-        _ => Answer::Failure,
-    };
-    drop(result);
+    let answer = within(deadline, async {
+        match &service.oneshot(request).await {
+            Ok(response) if is_local_answer(response) => Answer::Fallback,
+            Ok(response) if response.status().is_success() => Answer::Success,
+            _ => Answer::Failure,
+        }
+    });
+    let answer = answer.await.unwrap_or(Answer::Failure);
     if let Some(record) = record {
         let completion = Instant::now().saturating_duration_since(record.epoch);
         record
@@ -497,13 +525,23 @@ where
     }
 }
 
-/// Call `service` for a streamed answer and read it to the end, restarting a stream that
-/// failed up to `restarts` times (after [`NaivePolicy::INTERVAL`] each time); see the
-/// [module docs](self).
+/// `future`'s output, or `None` if the caller's `deadline` (from now) passes first; `None` for
+/// no deadline: wait for it.
+async fn within<F: Future>(deadline: Option<Duration>, future: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
+/// Call `service` for a streamed answer and read it to the end (within the caller's
+/// `deadline`, if any), restarting a stream that failed up to `restarts` times (see
+/// [`read_streams`]).
 async fn call_streaming<S, RB>(
     service: S,
     request: SimRequest,
     restarts: u32,
+    deadline: Option<Duration>,
     record: Option<Record>,
 ) where
     S: Service<SimRequest, Response = Response<RB>> + Clone,
@@ -512,33 +550,57 @@ async fn call_streaming<S, RB>(
 {
     let mut transcript = Transcript::default();
     let mut tally = StreamTally::default();
-    let mut answer = Answer::Failure;
+    let reading = read_streams(service, &request, restarts, &mut transcript, &mut tally);
+    let answer = within(deadline, reading).await.unwrap_or(Answer::Failure);
+    tally.duplicated_tokens = transcript.duplicated_tokens();
+    if let Some(record) = record {
+        let completion = Instant::now().saturating_duration_since(record.epoch);
+        let mut recorder = record.recorder.borrow_mut();
+        recorder.complete(record.arrival, completion, answer);
+        recorder.stream(completion, &tally);
+        record
+            .outstanding
+            .set(record.outstanding.get().saturating_sub(1));
+    }
+}
+
+/// Call `service` for a streamed answer and read it to the end into `transcript`, restarting a
+/// stream that failed up to `restarts` times (after [`NaivePolicy::INTERVAL`] each time); see
+/// the [module docs](self). What became of the streams goes into `tally`.
+async fn read_streams<S, RB>(
+    service: S,
+    request: &SimRequest,
+    restarts: u32,
+    transcript: &mut Transcript,
+    tally: &mut StreamTally,
+) -> Answer
+where
+    S: Service<SimRequest, Response = Response<RB>> + Clone,
+    RB: Body<Data = Bytes>,
+    RB::Error: Into<BoxError>,
+{
     for restart in 0..=restarts {
         if restart > 0 {
             tokio::time::sleep(NaivePolicy::INTERVAL).await;
             transcript.restart();
         }
-        let sent = pipeline::clone_request(&request);
+        let sent = pipeline::clone_request(request);
         let Ok(response) = service.clone().oneshot(sent).await else {
             break;
         };
         if is_local_answer(&response) {
-            answer = Answer::Fallback;
-            break;
+            return Answer::Fallback;
         }
         if !response.status().is_success() {
             break;
         }
         let cause = response.extensions().get::<GiveUpCause>().copied();
-        let error = read_to_end(response.into_body(), &mut transcript).await;
+        let error = read_to_end(response.into_body(), transcript).await;
         let typed = error
             .as_ref()
             .is_some_and(|error| error.downcast_ref::<StreamInterrupted>().is_some());
         match transcript.ending(error.is_some()) {
-            Ending::Complete => {
-                answer = Answer::Success;
-                break;
-            }
+            Ending::Complete => return Answer::Success,
             Ending::Interrupted => {
                 tally.interrupted += 1;
                 tally.stream_interrupted += u64::from(typed);
@@ -553,16 +615,7 @@ async fn call_streaming<S, RB>(
             Ending::BeforeContent => {}
         }
     }
-    tally.duplicated_tokens = transcript.duplicated_tokens();
-    if let Some(record) = record {
-        let completion = Instant::now().saturating_duration_since(record.epoch);
-        let mut recorder = record.recorder.borrow_mut();
-        recorder.complete(record.arrival, completion, answer);
-        recorder.stream(completion, &tally);
-        record
-            .outstanding
-            .set(record.outstanding.get().saturating_sub(1));
-    }
+    Answer::Failure
 }
 
 /// Read `body` to its end into `transcript`; the error it ended with, if any.
@@ -719,13 +772,29 @@ mod tests {
                 + message["content"].as_str().unwrap().len();
             assert_eq!(bytes, prompt as usize * BYTES_PER_TOKEN, "{prompt}");
         }
-        let request = request(7, Some((2_345, 1_000)));
+        let request = request(7, Some((2_345, 1_000)), false);
         assert_eq!(request.headers()[TOKENS], "3345");
         assert_eq!(request.headers()[REQUEST_ID], "7");
         assert!(
-            super::request(7, None).headers().get(TOKENS).is_none(),
+            super::request(7, None, false)
+                .headers()
+                .get(TOKENS)
+                .is_none(),
             "a small request is not weighed"
         );
+    }
+
+    #[test]
+    fn a_request_that_asks_for_a_stream_says_so_in_its_body() {
+        let body = |stream: bool| -> serde_json::Value {
+            let request = request(3, None, stream);
+            serde_json::from_slice(&request.body().clone().into_inner().unwrap()).unwrap()
+        };
+        let (whole, streamed) = (body(false), body(true));
+        assert_eq!(whole.get("stream"), None);
+        assert_eq!(streamed["stream"], true);
+        assert_eq!(streamed["max_tokens"], whole["max_tokens"]);
+        assert_eq!(streamed["messages"], whole["messages"]);
     }
 
     #[test]

@@ -209,6 +209,7 @@ fn failover_compares_the_failover_rows_with_the_secondarys_figures() {
     );
     assert!(!one.contains("failover"), "{one}");
     assert!(!one.contains("streams"), "{one}");
+    assert!(!one.contains("silent"), "{one}");
     let refused = Command::new(env!("CARGO_BIN_EXE_storm"))
         .args(["--scenario", "outage", "--pipelines", "stormguard+failover"])
         .output()
@@ -247,6 +248,36 @@ fn streams_compare_naive_with_stormguard_with_the_stream_figures() {
     }
     assert_eq!(rows[1]["streams"]["duplicated_tokens"], 0, "{}", rows[1]);
     assert!(out.join("streams.svg").exists(), "the chart is written");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn silent_compares_the_failover_without_and_with_clocks_against_the_healthy_p99() {
+    let out = out_dir("silent");
+    let json = run_json(
+        &["--scenario", "silent", "--qps", "20", "--duration", "10"],
+        &out,
+    );
+    let value: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let rows = value.as_array().expect("an array");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "naive+failover",
+            "tower",
+            "stormguard",
+            "stormguard+failover-no-clocks",
+            "stormguard+failover"
+        ]
+    );
+    for row in rows {
+        for key in ["healthy_p99_ms", "silent_attempts", "slow_first_tokens"] {
+            assert!(row["silent"].get(key).is_some(), "{key} missing in {row}");
+        }
+        assert!(row["failover"].is_object(), "two providers: {row}");
+    }
+    assert!(out.join("silent.svg").exists(), "the chart is written");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -3,8 +3,10 @@
 //! window kept in proportion. stormguard (with a breaker, in the black hole; with a rate limit,
 //! in the bursts) against naive retries; in the failover, stormguard's failover against a naive
 //! one and against stormguard on the primary alone; in the streams, stormguard against naive
-//! retries that restart a failed stream.
+//! retries that restart a failed stream; in the silent provider's, stormguard's failover with
+//! its per-attempt clocks against the same failover without them.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use stormguard::breaker::State;
@@ -315,4 +317,79 @@ fn streams_stormguard_shows_no_token_twice_and_retries_every_pre_content_error()
         g.interrupted + g.given_up,
         "{stormguard:?}"
     );
+}
+
+/// The silent scenario at 100 req/s for 30 s (1,667 slots on the primary, 1,000 on the
+/// secondary), stormguard's failover without and with its per-attempt clocks: 10 s of healthy
+/// answers (about 1,000, where the clocks need 20 to learn), then from 10 s to 20 s 30% of the
+/// primary's attempts get no response head for 20 s and 2% of its streams wait 10 s to 20 s for
+/// their first token. Callers and stormguard give each request 30 s. Run once for both tests.
+fn silent_runs() -> &'static [Run] {
+    static RUNS: OnceLock<Vec<Run>> = OnceLock::new();
+    RUNS.get_or_init(|| {
+        let scenario = Scenario::builtin(ScenarioKind::Silent)
+            .with_qps(100.0)
+            .with_duration(Duration::from_secs(30));
+        stormguard_storm::run(
+            &scenario,
+            &[
+                Pipeline::StormguardFailoverNoClocks,
+                Pipeline::StormguardFailover,
+            ],
+            || {},
+        )
+        .expect("the simulation runs")
+    })
+}
+
+/// The healthy p99 of a run of the silent scenario, and its p99 over it.
+fn against_healthy(summary: &Summary) -> (u32, f64) {
+    let figures = summary.silent.expect("a silent provider, its figures");
+    let healthy = figures.healthy_p99_ms.expect("requests before the fault");
+    let ratio = summary.p99_over_healthy().expect("a healthy p99");
+    (healthy, ratio)
+}
+
+#[test]
+fn silent_the_clocks_hand_a_silent_attempt_on_within_twice_the_healthy_p99() {
+    let runs = silent_runs();
+    let (without, with) = (&runs[0].summary, &runs[1].summary);
+    let (healthy, ratio) = against_healthy(with);
+    // About 13 to 14 s: 0.5 s to the first token, then the answer's tail (4 s at the median).
+    assert!((12_000..16_000).contains(&healthy), "{with:?}");
+
+    // With the clocks: a silent attempt is handed to the secondary after the head clock (3 s,
+    // its floor), a slow first token after the first-content clock (5 s): the p99 stays within
+    // twice the healthy one (the contract), here about the healthy one itself.
+    assert!(ratio <= 2.0, "{ratio}: {with:?}");
+    let f = with.failover.expect("two providers, their figures");
+    assert!(f.secondary_attempts > 0, "{with:?}");
+
+    // Without them, a silent attempt waits out its 20 s and then its answer: p99 about 27 s
+    // (twice the healthy one), and the answers that do not fit in the 10 s left are lost.
+    let (_, unclocked) = against_healthy(without);
+    assert!(without.p99_ms >= 20_000, "{without:?}");
+    assert!(
+        f64::from(without.p99_ms) >= 1.5 * f64::from(with.p99_ms),
+        "{unclocked} against {ratio}: {without:?}"
+    );
+    assert!(without.success_rate < 0.999, "{without:?}");
+    assert_eq!(
+        without.failover.expect("two providers").secondary_attempts,
+        0,
+        "nothing tells the failover to leave a silent attempt: {without:?}"
+    );
+}
+
+/// The contract's other half, not met with the shipped defaults: each fired clock's hand-off
+/// to the secondary is a retry drawn from the request's retry budget (10% of successes, plus 1
+/// a second), and 30% of the primary's attempts going silent need about three times that. The
+/// hand-offs the budget refuses end their request with the clock's timeout, 27 s before its
+/// deadline: 97.5% succeed here (98.7% at the scenario's full 300 req/s), where waiting would
+/// have answered most of them (99.8% without the clocks). See the README's silent scenario.
+#[test]
+#[ignore = "not met with the shipped defaults: the retry budget refuses the hand-offs"]
+fn silent_the_clocks_answer_999_in_1000() {
+    let with = &silent_runs()[1].summary;
+    assert!(with.success_rate >= 0.999, "{with:?}");
 }
