@@ -16,7 +16,9 @@ use stormguard::ClientLayer;
 use stormguard::deadline::clocks::AttemptClocks;
 use stormguard::failover::{Adapter, Backend, Failover};
 use stormguard::stream::{InterruptCause, StreamInterrupted};
-use stormguard_tests::{Server, Sse, hyper_client, scripted_body, send};
+use hyper_util::client::legacy::Client as LegacyClient;
+use hyper_util::rt::TokioExecutor;
+use stormguard_tests::{HyperClient, Server, Sse, hyper_client, scripted_body, send};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
@@ -205,6 +207,29 @@ fn gateway(
         .layer(hyper_client())
 }
 
+/// A hyper client that opens a connection for each request. On the paused clock, tokio moves
+/// time on whenever no task is ready, and bytes crossing the loopback on a reused connection are
+/// not a ready task: a test that sends many requests in a row would see its idle timeouts fire
+/// while a response is in flight.
+fn fresh_client() -> HyperClient {
+    LegacyClient::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build_http()
+}
+
+/// Twenty healthy answers through `client` first: what its clocks learn.
+async fn warm_up<S, B>(client: &S, origin: &http::Uri)
+where
+    S: tower::Service<http::Request<Full<Bytes>>, Response = http::Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body<Data = Bytes, Error = stormguard::classify::BoxError> + Unpin,
+{
+    for _ in 0..20 {
+        let response = client.clone().oneshot(post(origin)).await.unwrap();
+        assert_eq!(read(response.into_body()).await.text, whole_answer());
+    }
+}
+
 fn backend_of<B>(response: &http::Response<B>) -> &str {
     response.headers()["x-stormguard-backend"].to_str().unwrap()
 }
@@ -319,6 +344,58 @@ async fn a_stream_cut_after_40_of_60_tokens_is_continued_each_token_once() {
     let prefill: String = (1..=40).map(|word| format!("w{word} ")).collect();
     assert_eq!(continuation["messages"][1]["content"], prefill.as_str());
     assert_eq!(continuation["max_tokens"], 60);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_stalled_half_way_is_continued_at_its_gap_clock() {
+    let provider = Provider::spawn(|n, body| match n {
+        20 => {
+            let mut steps = words(1, 40, false);
+            steps.push(Sse::Stall);
+            Plan::stream(steps)
+        }
+        _ => Plan::answer(resumes_at(body)),
+    })
+    .await;
+    let client = ClientLayer::default().layer(fresh_client());
+    warm_up(&client, &provider.origin()).await;
+    let started = Instant::now();
+    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let read = read(response.into_body()).await;
+    let took = started.elapsed();
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!((read.text, read.done), (whole_answer(), 1));
+    // 40 words at 10 ms, then the 5 s gap floor (gaps learned at 10 ms), then the other 20
+    // words: not the 60 s idle limit.
+    assert!(
+        (Duration::from_millis(5400)..Duration::from_millis(5700)).contains(&took),
+        "{took:?}"
+    );
+    assert_eq!(provider.hits(), 22);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_clocks_a_stalled_stream_waits_out_the_idle_limit() {
+    let provider = Provider::spawn(|_, _| {
+        let mut steps = words(1, 40, false);
+        steps.push(Sse::Stall);
+        Plan::stream(steps)
+    })
+    .await;
+    let layer = ClientLayer::default()
+        .without_clocks()
+        .with_continuation(false);
+    let client = layer.layer(fresh_client());
+    let started = Instant::now();
+    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let read = read(response.into_body()).await;
+    // 40 words at 10 ms, then the stream guard's 60 s of silence.
+    assert_eq!(started.elapsed(), Duration::from_millis(60_400));
+    assert!(read.error_event);
+    let error = read.error.unwrap();
+    let interrupted = error.downcast_ref::<StreamInterrupted>().unwrap();
+    assert!(matches!(interrupted.cause(), InterruptCause::Idle(_)));
+    assert_eq!(provider.hits(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -444,3 +521,4 @@ async fn a_reqwest_client_reads_a_cut_stream_whole_through_an_axum_gateway() {
     assert_eq!(answer.matches("[DONE]").count(), 1);
     assert_eq!(provider.hits(), 2);
 }
+
