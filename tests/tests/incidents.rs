@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as LegacyClient;
+use hyper_util::rt::TokioExecutor;
 use stormguard::ClientLayer;
 use stormguard::deadline::clocks::AttemptClocks;
 use stormguard::failover::{Adapter, Backend, Failover};
 use stormguard::stream::{InterruptCause, StreamInterrupted};
-use hyper_util::client::legacy::Client as LegacyClient;
-use hyper_util::rt::TokioExecutor;
 use stormguard_tests::{HyperClient, Server, Sse, hyper_client, scripted_body, send};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
@@ -522,3 +522,68 @@ async fn a_reqwest_client_reads_a_cut_stream_whole_through_an_axum_gateway() {
     assert_eq!(provider.hits(), 2);
 }
 
+/// A primary that cuts its first answer after 40 words, and answers continuations.
+async fn cutting_primary() -> Provider {
+    Provider::spawn(|n, body| match n {
+        0 => {
+            let mut steps = words(1, 40, false);
+            steps.push(Sse::Wait(Duration::from_millis(10)));
+            steps.push(Sse::Cut);
+            Plan::stream(steps)
+        }
+        _ => Plan::answer(resumes_at(body)),
+    })
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_a_failover_a_cut_stream_is_continued_by_the_next_backend() {
+    let primary = cutting_primary().await;
+    let backup = Provider::spawn(|_, body| Plan::answer(resumes_at(body))).await;
+    let client = gateway(
+        ClientLayer::default(),
+        &primary,
+        &backup,
+        AttemptClocks::default(),
+    );
+    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    assert_eq!(backend_of(&response), "primary");
+    let read = read(response.into_body()).await;
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!((read.text, read.done), (whole_answer(), 1));
+    // The primary's own ids throughout, though the backup wrote the second half.
+    assert!(read.ids.iter().all(|id| id == "c1"));
+    assert_eq!((primary.hits(), backup.hits()), (1, 1));
+    let continuation: serde_json::Value =
+        serde_json::from_str(&backup.bodies.lock().unwrap()[0]).unwrap();
+    let prefill: String = (1..=40).map(|word| format!("w{word} ")).collect();
+    assert_eq!(continuation["messages"][1]["content"], prefill.as_str());
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_a_failover_a_backend_that_rejects_the_prefill_is_passed_over() {
+    let primary = cutting_primary().await;
+    let backup = Provider::spawn(|_, _| Plan {
+        status: 400,
+        ..Plan::stream(vec![send(
+            r#"{"error":{"message":"final assistant content not supported","type":"invalid_request_error"}}"#,
+        )])
+    })
+    .await;
+    let client = gateway(
+        ClientLayer::default(),
+        &primary,
+        &backup,
+        AttemptClocks::default(),
+    );
+    let response = client
+        .clone()
+        .oneshot(post(&primary.origin()))
+        .await
+        .unwrap();
+    let read = read(response.into_body()).await;
+    // The backup's 400 sent the continuation back to the primary, which took it.
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!((read.text, read.done), (whole_answer(), 1));
+    assert_eq!((primary.hits(), backup.hits()), (2, 1));
+}

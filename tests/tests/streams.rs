@@ -69,7 +69,11 @@ async fn a_stream_cut_after_three_content_events_is_never_restarted() {
     // Delivered, then the connection fails.
     cut.extend([Sse::Wait(Duration::from_millis(50)), Sse::Cut]);
     let provider = StreamingProvider::spawn(vec![cut, answer(&["again"])]).await;
-    let client = fast_client_layer(outage_budget()).layer(hyper_client());
+    // This provider answers a prefill from the start again: no continuation (see
+    // `incidents.rs` for a stream continued), the in-band error event and the typed error.
+    let client = fast_client_layer(outage_budget())
+        .with_continuation(false)
+        .layer(hyper_client());
     let response = client
         .oneshot(chat_post(&provider.url(PATH)))
         .await
@@ -80,7 +84,9 @@ async fn a_stream_cut_after_three_content_events_is_never_restarted() {
     let error = error.unwrap();
     let interrupted = error.downcast_ref::<StreamInterrupted>().unwrap();
     assert_eq!(interrupted.events(), 3);
-    assert_eq!(interrupted.bytes(), text.len() as u64);
+    let (delivered, event) = text.split_at(text.find("data: {\"error\"").unwrap());
+    assert!(event.contains("stream_interrupted"), "{event}");
+    assert_eq!(interrupted.bytes(), delivered.len() as u64);
     assert!(
         matches!(interrupted.cause(), InterruptCause::Reset(_)),
         "{interrupted:?}"
@@ -97,6 +103,7 @@ async fn a_stream_that_stalls_after_two_events_ends_at_the_idle_timeout() {
         stormguard::stream::StreamPolicy::default().with_idle(Some(Duration::from_secs(30)));
     let client = fast_client_layer(outage_budget())
         .with_stream_policy(policy)
+        .with_continuation(false)
         .layer(hyper_client());
     let response = client
         .oneshot(chat_post(&provider.url(PATH)))

@@ -99,7 +99,14 @@ where
 pub(crate) type Call<S, B, RB, C, Bk> = fn(
     &mut ClientService<S, C, Bk>,
     Request<B>,
+    &Arc<Shared<S, C, Bk>>,
+    usize,
 ) -> stormguard_retry::ResponseFuture<S, B, RB, C, Bk>;
+
+/// In the extensions of a continuation the failover sends: the backend whose stream it
+/// continues, which takes it only when no other healthy backend that takes a prefill can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ContinuesFrom(pub(crate) usize);
 
 /// The bookkeeping of one request across its backends.
 pub(crate) struct Hops<S, B, RB, C, Bk>
@@ -122,6 +129,8 @@ where
     tried: u64,
     /// The backend of the hop in flight.
     current: usize,
+    /// For a continuation: the backend whose stream it continues.
+    continues_from: Option<usize>,
     /// When the hop in flight started.
     started: Instant,
     /// Whether any backend was sent an attempt: a failover after that is a retry, drawn from
@@ -184,7 +193,12 @@ where
                         (Ok(()), Some(request)) => {
                             this.hops.calling = true;
                             Step::Next(State::Calling {
-                                future: (this.hops.call)(client, request),
+                                future: (this.hops.call)(
+                                    client,
+                                    request,
+                                    &this.hops.shared,
+                                    this.hops.current,
+                                ),
                             })
                         }
                         (Err(error), _) => this.hops.after(Err(error)),
@@ -224,6 +238,7 @@ where
         head: Parts,
         call: Call<S, B, RB, C, Bk>,
     ) -> Self {
+        let continues_from = head.extensions.get::<ContinuesFrom>().map(|from| from.0);
         Self {
             call,
             budget: shared.layer.budget().clone(),
@@ -233,6 +248,7 @@ where
             deadline: None,
             tried: 0,
             current: 0,
+            continues_from,
             started: Instant::now(),
             sent: false,
             withdrawal: None,
@@ -350,15 +366,25 @@ where
             return self.end(Some(result));
         }
         // The engine handed the request on (an attempt's clock fired), or the backend keeps
-        // answering 429.
+        // answering 429, or it rejects the prefill of a continuation (learned: not asked again).
         let handed_on = gave_up(&result) == Some(GiveUpCause::HandedOn);
+        let rejects_prefill =
+            self.continues_from.is_some() && outcome.reason() == Reason::BadRequest;
+        if rejects_prefill {
+            route.client.reject_prefill();
+        }
         let rate_limited = keeps_answering_429(&result);
         let next = match Cure::of(&outcome) {
             Some(cure) => self.cure(cure),
             // A backend that refused, that keeps answering 429, that handed the request on, or
             // that failed and is now left for the next (its breaker opened: failures in a row),
             // not one that failed once.
-            None if refused || rate_limited || handed_on || failed && !healthy => {
+            None if refused
+                || rate_limited
+                || handed_on
+                || rejects_prefill
+                || failed && !healthy =>
+            {
                 self.next_healthy()
             }
             None => return Step::Finish(result),
@@ -386,15 +412,20 @@ where
         (self.tried & (1 << index) == 0).then_some(*index)
     }
 
-    /// The first healthy backend not tried yet.
+    /// The first healthy backend not tried yet. For a continuation, one that takes an
+    /// assistant prefill, and the backend whose stream it continues only when no other can.
     fn next_healthy(&self) -> Option<usize> {
-        self.shared
-            .routes
-            .iter()
-            .enumerate()
-            .take(MAX_BACKENDS)
-            .find(|(index, route)| self.tried & (1 << index) == 0 && route.backend.is_healthy())
-            .map(|(index, _)| index)
+        let continuation = self.continues_from.is_some();
+        let takes = |index: usize| {
+            let route = &self.shared.routes[index];
+            self.tried & (1 << index) == 0
+                && route.backend.is_healthy()
+                && !(continuation && route.client.rejects_prefill())
+        };
+        let count = self.shared.routes.len().min(MAX_BACKENDS);
+        (0..count)
+            .find(|index| Some(*index) != self.continues_from && takes(*index))
+            .or_else(|| self.continues_from.filter(|from| takes(*from)))
     }
 
     /// Ready once the request's deadline has passed; never without one.

@@ -14,8 +14,10 @@ use stormguard_retry::{ClientLayer, ClientService, Error, ReplayBody};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::future::{Call, Hops, ResponseFuture};
+use crate::future::{Call, ContinuesFrom, Hops, ResponseFuture};
 use crate::{Backend, Cure, Degraded};
+use stormguard_stream::continuation::Format;
+use stormguard_stream::{ContinuationRequest, Continuer, Resumed, ResumedBody, is_event_stream};
 
 /// Failover over an ordered list of backends, each request under one deadline and one retry
 /// budget: see the [crate docs](crate).
@@ -231,7 +233,9 @@ impl<S, C, Bk> FailoverService<S, C, Bk> {
         C: Classify + Clone,
         Bk: Backoff + Clone,
     {
-        self.route(request, ClientService::call_without_continuation)
+        self.route(request, |client, request, _, _| {
+            client.call_without_continuation(request)
+        })
     }
 
     fn route<B, RB>(
@@ -255,12 +259,13 @@ impl<S, C, Bk> FailoverService<S, C, Bk> {
     }
 }
 
-/// Each backend's engine continues the event streams it hands back through a clone of the
-/// service below, which a continuation, sent later, must be able to own: hence `'static` and
-/// `Send` (see [`call_without_continuation`](FailoverService::call_without_continuation)).
+/// An event stream a backend hands back is continued through the failover itself (its next
+/// healthy backend that takes a prefill first, the backend that served it last), which a
+/// continuation, sent later, must be able to own: hence `'static`, `Send` and `Sync` (see
+/// [`call_without_continuation`](FailoverService::call_without_continuation)).
 impl<S, B, RB, C, Bk> Service<Request<B>> for FailoverService<S, C, Bk>
 where
-    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: ReplayBody + Send + 'static,
@@ -281,6 +286,73 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        self.route(request, |client, request| client.call(request))
+        self.route(request, hop_continuing::<S, B, RB, C, Bk>)
     }
+}
+
+/// A hop whose streams, if its request is in a format the engine continues, are continued
+/// through the failover (see [`FailoverService`]'s `Service` impl).
+fn hop_continuing<S, B, RB, C, Bk>(
+    client: &mut ClientService<S, C, Bk>,
+    request: Request<B>,
+    shared: &Arc<Shared<S, C, Bk>>,
+    from: usize,
+) -> stormguard_retry::ResponseFuture<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: ReplayBody + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = bytes::Bytes> + Send + 'static,
+    RB::Error: Into<BoxError> + Send,
+    C: Classify + Clone + Send + Sync + 'static,
+    Bk: Backoff + Clone + Send + Sync + 'static,
+    Bk::Schedule: Send + 'static,
+{
+    let (head, body) = request.into_parts();
+    let continues = Format::of_request(&head).is_some()
+        && head.extensions.get::<ContinuationRequest>().is_none();
+    let request = Request::from_parts(head, body);
+    if !continues {
+        return client.call_without_continuation(request);
+    }
+    let continuer = continuer::<S, B, RB, C, Bk>(Arc::clone(shared), from);
+    client.call_continuing_with(request, continuer)
+}
+
+/// Sends each continuation of a stream backend `from` served through the failover, under the
+/// shared retry budget: the answer's body if it is an event stream.
+fn continuer<S, B, RB, C, Bk>(shared: Arc<Shared<S, C, Bk>>, from: usize) -> Continuer
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: ReplayBody + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = bytes::Bytes> + Send + 'static,
+    RB::Error: Into<BoxError> + Send,
+    C: Classify + Clone + Send + Sync + 'static,
+    Bk: Backoff + Clone + Send + Sync + 'static,
+    Bk::Schedule: Send + 'static,
+{
+    Box::new(move |mut request: Request<bytes::Bytes>| -> Resumed {
+        let Some(withdrawal) = shared.layer.budget().try_withdraw() else {
+            return Box::pin(std::future::ready(None));
+        };
+        request.extensions_mut().insert(ContinuesFrom(from));
+        let mut failover = FailoverService {
+            shared: Arc::clone(&shared),
+        };
+        Box::pin(async move {
+            // Spent once sent, like a retry's.
+            let _withdrawal = withdrawal;
+            let response = failover.call(request.map(B::from_bytes)).await.ok()?;
+            if !response.status().is_success() || !is_event_stream(response.headers()) {
+                return None;
+            }
+            let body: ResumedBody = Box::pin(response.into_body());
+            Some(body)
+        })
+    })
 }

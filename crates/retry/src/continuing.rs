@@ -23,6 +23,29 @@ use crate::service::ClientService;
 /// A plain function, so that a request that never streams costs a pointer and nothing more.
 pub(crate) type MakeContinuer<S, C, Bk> = fn(&S, &Arc<Config<C, Bk>>) -> Continuer;
 
+/// How the streams of one request are continued: through this engine (made when a stream is
+/// handed back), or by what a layer above gave (a failover, which sends a continuation to its
+/// next backend).
+pub(crate) enum ContinueBy<S, C, Bk> {
+    Engine(MakeContinuer<S, C, Bk>),
+    Given(Continuer),
+}
+
+impl<S, C, Bk> ContinueBy<S, C, Bk> {
+    /// The continuer, for a stream `service` answered under `config`.
+    pub(crate) fn continuer(self, service: &S, config: &Arc<Config<C, Bk>>) -> Continuer {
+        match self {
+            Self::Engine(make) => make(service, config),
+            Self::Given(continuer) => continuer,
+        }
+    }
+
+    /// Whether a layer above continues the streams (and so chooses where to send them).
+    pub(crate) fn is_given(&self) -> bool {
+        matches!(self, Self::Given(_))
+    }
+}
+
 /// Whether a backend was found to reject an assistant prefill (it answered a continuation
 /// with 400): then it is not asked to continue again. One per layer; a failover gives each
 /// backend its own.
@@ -36,7 +59,7 @@ impl Prefill {
         self.rejected.load(Ordering::Relaxed)
     }
 
-    fn reject(&self) {
+    pub(crate) fn reject(&self) {
         self.rejected.store(true, Ordering::Relaxed);
     }
 }

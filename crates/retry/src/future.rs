@@ -42,7 +42,7 @@ use crate::admission::Refusal;
 use crate::attempt::HeadBy;
 use crate::body::ReplayBody;
 use crate::clock::AttemptTimedOut;
-use crate::continuing::MakeContinuer;
+use crate::continuing::ContinueBy;
 use crate::error::{Error, FailedAnswer};
 use crate::layer::Config;
 use crate::ledger::{Begin, Ledger, settle_on_usage};
@@ -78,7 +78,7 @@ pin_project! {
         service: S,
         ledger: Ledger<C, Bk>,
         // How a stream handed back is continued, if it may be.
-        continuer: Option<MakeContinuer<S, C, Bk>>,
+        continuer: Option<ContinueBy<S, C, Bk>>,
     }
 }
 
@@ -140,7 +140,7 @@ where
         mut service: S,
         config: Arc<Config<C, Bk>>,
         request: Request<B>,
-        continuer: Option<MakeContinuer<S, C, Bk>>,
+        continuer: Option<ContinueBy<S, C, Bk>>,
     ) -> Self {
         let (head, body) = request.into_parts();
         let mut ledger = Ledger::new(config, head);
@@ -177,8 +177,8 @@ where
         let mut this = self.project();
         loop {
             let _in = this.ledger.watch.enter();
-            let continuer = *this.continuer;
             let state = this.state.as_mut();
+            let continuer = &mut *this.continuer;
             let step = match poll_state(state, this.service, this.ledger, continuer, cx) {
                 Poll::Ready(step) => step,
                 Poll::Pending => {
@@ -239,7 +239,7 @@ fn poll_state<S, B, RB, C, Bk>(
     state: Pin<&mut State<S::Future, B, RB, C>>,
     service: &mut S,
     ledger: &mut Ledger<C, Bk>,
-    continuer: Option<MakeContinuer<S, C, Bk>>,
+    continuer: &mut Option<ContinueBy<S, C, Bk>>,
     cx: &mut Context<'_>,
 ) -> Poll<Step<S::Future, B, RB, C>>
 where
@@ -287,8 +287,9 @@ where
             Poll::Ready(opening) => {
                 let head = head.take().unwrap_or_else(polled_again);
                 let config = Arc::clone(&ledger.config);
-                let continuer = move || continuer.map(|make| make(service, &config));
-                ledger.opened(head, opening, *since, continuer)
+                let given = continuer.as_ref().is_some_and(ContinueBy::is_given);
+                let continuer = move || Some(continuer.take()?.continuer(service, &config));
+                ledger.opened(head, opening, *since, (given, continuer))
             }
             Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
@@ -530,7 +531,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         head: response::Parts,
         opening: Opening<RB>,
         since: Instant,
-        continuer: impl FnOnce() -> Option<Continuer>,
+        continuer: (bool, impl FnOnce() -> Option<Continuer>),
     ) -> Step<F, B, RB, C>
     where
         RB: Body<Data = Bytes> + Send + 'static,

@@ -355,7 +355,8 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// Continue event streams cut after content (`true`, the default) for the formats the engine
     /// knows, OpenAI Chat Completions and Anthropic Messages: when a stream is cut, stalls past
     /// its gap clock, sends an error event after content, or ends before its answer is complete,
-    /// the same backend is asked for the rest (the text received as an assistant prefill,
+    /// the same backend (under a failover: its next healthy backend that takes a prefill, the
+    /// one that served the stream only when none other can) is asked for the rest (the text received as an assistant prefill,
     /// `max_tokens` reduced by what was received; a retry's withdrawal from the budget), and its
     /// answer is spliced into the caller's stream: every token once, in order, one terminal
     /// event, usage summed (see `stormguard_stream::continuation`). At most `max_attempts - 1`

@@ -318,7 +318,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     pub(crate) fn guard_stream<RB>(
         &mut self,
         mut stream: Box<GuardedStream<RB>>,
-        continuer: impl FnOnce() -> Option<Continuer>,
+        continuer: (bool, impl FnOnce() -> Option<Continuer>),
     ) -> ResponseBody<RB>
     where
         RB: Body<Data = Bytes> + Send + 'static,
@@ -354,7 +354,12 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// How the stream of a request in a format the engine knows is continued, or at least
     /// ended with its in-band error; none for a continuation request itself (the stream it
     /// continues goes on from its whole transcript) or a request sent once.
-    fn continuation(&self, continuer: impl FnOnce() -> Option<Continuer>) -> Option<Continuation> {
+    /// `continuer`: whether a layer above continues the request's streams (it knows where a
+    /// prefill is taken), and the continuer.
+    fn continuation(
+        &self,
+        (given, continuer): (bool, impl FnOnce() -> Option<Continuer>),
+    ) -> Option<Continuation> {
         let Origin::Replay(template) = &self.origin else {
             return None;
         };
@@ -368,7 +373,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return None;
         }
         let config = &self.config;
-        let left = match config.continuation && !config.prefill.rejected() {
+        let left = match config.continuation && (given || !config.prefill.rejected()) {
             true => config.policy.max_attempts.saturating_sub(1),
             false => 0,
         };

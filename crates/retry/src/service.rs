@@ -13,10 +13,11 @@ use stormguard_jitter::{Backoff, FullJitter};
 use tower_service::Service;
 
 use crate::body::ReplayBody;
-use crate::continuing::{MakeContinuer, make_continuer};
+use crate::continuing::{ContinueBy, make_continuer};
 use crate::error::Error;
 use crate::future::ResponseFuture;
 use crate::layer::Config;
+use stormguard_stream::Continuer;
 
 /// The client pipeline around `S`: made by [`ClientLayer`](crate::ClientLayer), which says what
 /// it does to each request.
@@ -79,10 +80,40 @@ impl<S, C, Bk> ClientService<S, C, Bk> {
         self.ready_call(request, None)
     }
 
+    /// Sends `request` through the engine, its event streams continued by `continuer` instead
+    /// of through this engine: for a layer above that chooses where a continuation goes (a
+    /// failover sends it to its next backend). Needs no `'static` service, like
+    /// [`call_without_continuation`](Self::call_without_continuation).
+    pub fn call_continuing_with<B, RB>(
+        &mut self,
+        request: Request<B>,
+        continuer: Continuer,
+    ) -> ResponseFuture<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>, Response = Response<RB>> + Clone,
+        RB: Body,
+        B: ReplayBody,
+        C: Classify,
+        Bk: Backoff,
+    {
+        self.ready_call(request, Some(ContinueBy::Given(continuer)))
+    }
+
+    /// Whether this engine's backend was found to reject an assistant prefill (it answered a
+    /// continuation 400): a layer that sends continuations itself asks before sending one here.
+    pub fn rejects_prefill(&self) -> bool {
+        self.config.prefill.rejected()
+    }
+
+    /// Tells this engine that its backend rejected an assistant prefill.
+    pub fn reject_prefill(&self) {
+        self.config.prefill.reject();
+    }
+
     fn ready_call<B, RB>(
         &mut self,
         request: Request<B>,
-        continuer: Option<MakeContinuer<S, C, Bk>>,
+        continuer: Option<ContinueBy<S, C, Bk>>,
     ) -> ResponseFuture<S, B, RB, C, Bk>
     where
         S: Service<Request<B>, Response = Response<RB>> + Clone,
@@ -123,7 +154,8 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        self.ready_call(request, Some(make_continuer::<S, B, RB, C, Bk>))
+        let continuer = ContinueBy::Engine(make_continuer::<S, B, RB, C, Bk>);
+        self.ready_call(request, Some(continuer))
     }
 }
 
