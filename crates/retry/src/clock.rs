@@ -85,12 +85,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         at
     }
 
-    /// The head of a healthy answer came: its backend's head clock learns how long it took, if
-    /// the attempt waited for it.
+    /// The head of a healthy answer the attempt waited for came: its backend's head clock
+    /// learns how long it took.
     pub(crate) fn learn_head(&self, streaming: bool) {
-        if self.attempt.head_by == HeadBy::Unset {
-            return;
-        }
         if let (Some(clocks), Some(took)) = (&self.config.clocks, self.attempt.in_flight()) {
             clocks.record_head(streaming, took);
         }

@@ -105,7 +105,8 @@ pin_project! {
         // Classifying the answer, reading the start of a failed response's body if need be.
         Classifying { answer: ClassifyResponse<RB, C> },
         // Reading an event stream up to its first content event.
-        Opening { open: Box<OpenStream<RB>>, head: Option<response::Parts>, since: Instant },
+        // (With when it began: the first-content clock learns how long it took.)
+        Opening { open: Box<(OpenStream<RB>, Instant)>, head: Option<response::Parts> },
         // Ended before an attempt was sent: the output (an error, or the breaker's fallback)
         // waits for the first poll.
         Refused { output: Option<Output<RB>> },
@@ -179,24 +180,31 @@ where
             let _in = this.ledger.watch.enter();
             let state = this.state.as_mut();
             let continuer = &mut *this.continuer;
-            let step = match poll_state(state, this.service, this.ledger, continuer, cx) {
-                Poll::Ready(step) => step,
-                Poll::Pending => {
-                    // Waiting: the deadline bounds the wait, whatever the request waits for,
-                    // and an attempt in flight has its head clock as well.
-                    let calling = matches!(this.state.as_ref().get_ref(), State::Calling { .. });
-                    let head_by = calling.then(|| this.ledger.head_clock()).flatten();
-                    let deadline = this.ledger.deadline.map(|deadline| deadline.instant());
-                    ready!(poll_timer(this.timer.as_mut(), deadline, head_by, cx));
-                    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                        // Dropping the state cancels what is in flight.
-                        this.state.set(State::Done);
-                        return Poll::Ready(this.ledger.expired());
-                    }
-                    this.ledger.clock_fired()
+            // Each arm takes its step in place: a step bound first and matched after would move
+            // the state once more, at every step of every request.
+            match poll_state(state, this.service, this.ledger, continuer, cx) {
+                Poll::Ready(Step::Next(state)) => {
+                    this.state.set(state);
+                    continue;
                 }
-            };
-            match step {
+                Poll::Ready(Step::Finish(output)) => {
+                    this.state.set(State::Done);
+                    return Poll::Ready(output);
+                }
+                Poll::Pending => {}
+            }
+            // Waiting: the deadline bounds the wait, whatever the request waits for, and an
+            // attempt in flight has its head clock as well.
+            let calling = matches!(this.state.as_ref().get_ref(), State::Calling { .. });
+            let head_by = calling.then(|| this.ledger.head_clock()).flatten();
+            let deadline = this.ledger.deadline.map(|deadline| deadline.instant());
+            ready!(poll_timer(this.timer.as_mut(), deadline, head_by, cx));
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                // Dropping the state cancels what is in flight.
+                this.state.set(State::Done);
+                return Poll::Ready(this.ledger.expired());
+            }
+            match this.ledger.clock_fired() {
                 Step::Next(state) => this.state.set(state),
                 Step::Finish(output) => {
                     this.state.set(State::Done);
@@ -283,13 +291,13 @@ where
             Poll::Ready((response, outcome)) => ledger.judged(response, outcome),
             Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
-        StateProj::Opening { open, head, since } => match Pin::new(&mut **open).poll(cx) {
+        StateProj::Opening { open, head } => match Pin::new(&mut open.0).poll(cx) {
             Poll::Ready(opening) => {
                 let head = head.take().unwrap_or_else(polled_again);
                 let config = Arc::clone(&ledger.config);
                 let given = continuer.as_ref().is_some_and(ContinueBy::is_given);
                 let continuer = move || Some(continuer.take()?.continuer(service, &config));
-                ledger.opened(head, opening, *since, (given, continuer))
+                ledger.opened(head, opening, open.1, (given, continuer))
             }
             Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
@@ -477,22 +485,19 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         // Judged on its head alone (every success): at once; an event stream once its first
         // content event came.
         let outcome = self.config.classifier.classify_http(&head, &[]);
-        let streaming = is_event_stream(&head.headers);
-        if outcome.is_success() {
+        let streaming = outcome.is_success() && is_event_stream(&head.headers);
+        if outcome.is_success() && self.attempt.head_by != HeadBy::Unset {
             self.learn_head(streaming);
         }
-        if let Some(policy) = self.config.streams
-            && outcome.is_success()
-            && streaming
-        {
+        // `streaming` first: the policy is copied out only for a stream.
+        if streaming && let Some(policy) = self.config.streams {
             let mut open = stormguard_stream::open(body, self.stream_policy(policy));
             if self.config.resume.is_some() && self.origin.is_replay() {
                 open = open.keeping_content();
             }
             return Step::Next(State::Opening {
-                open: Box::new(open),
+                open: Box::new((open, Instant::now())),
                 head: Some(head),
-                since: Instant::now(),
             });
         }
         self.judged(Response::from_parts(head, ResponseBody::new(body)), outcome)

@@ -304,7 +304,10 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     pub(crate) fn finish<RB: Body>(&mut self, output: &mut Output<RB>) {
         // A retry granted and never sent goes back now, not when the future is dropped.
         self.attempt.grant = None;
-        mark_rate_limited(output, self.retries.rate_limited_throughout(self.sent));
+        // Told only when so: what is handed back says `false` unless marked.
+        if self.retries.rate_limited_throughout(self.sent) {
+            mark_rate_limited(output, true);
+        }
         self.watch.finished(output, self.sent);
         if let (Ok(response), Some(deadline)) = (output, self.deadline) {
             response

@@ -110,6 +110,7 @@ impl<S, C, Bk> ClientService<S, C, Bk> {
         self.config.prefill.reject();
     }
 
+    #[inline]
     fn ready_call<B, RB>(
         &mut self,
         request: Request<B>,
@@ -153,6 +154,9 @@ where
         self.poll_engine_ready(cx)
     }
 
+    // Inlined where it is called, so that the future is built in its caller's place rather
+    // than returned and moved.
+    #[inline]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let continuer = ContinueBy::Engine(make_continuer::<S, B, RB, C, Bk>);
         self.ready_call(request, Some(continuer))
