@@ -58,7 +58,10 @@
 //!   until it ends. In the fault window a share of the streams fails with an error event when the
 //!   first content was due (the slot is free then), and a share is cut after some content (a
 //!   connection reset, the slot free then); the provider counts both, and, for a stream that
-//!   failed before content, whether another attempt of the request followed.
+//!   failed before content, whether another attempt of the request followed. A request whose
+//!   last message is the assistant's (a continuation's prefill) is answered from where the
+//!   prefill ends, as a real model goes on from it ([`crate::event_stream`]'s continuation); it
+//!   is otherwise an attempt like any other (its own service time, the same faults).
 //! - **Silence and slow first tokens** (the `silent` scenario's primary): its streams start
 //!   after a drawn wait ([`StreamStart`]: the head 200 ms after the provider starts on the
 //!   request, the first content event 300 ms after the head, at the median). In the fault window a share of the attempts gets no head for the fault's silence
@@ -78,12 +81,13 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body::Body;
 use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
 use stormguard::classify::headers::{
@@ -93,7 +97,7 @@ use stormguard::classify::headers::{
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
-use crate::event_stream::{ErrorForm, EventStream, StreamFate, StreamPlan};
+use crate::event_stream::{ErrorForm, EventStream, StreamFate, StreamPlan, first_token};
 use crate::scenario::{FaultKind, Scenario, StreamShape, StreamStart};
 
 /// Request header carrying the logical request's id (the same on every attempt).
@@ -944,7 +948,13 @@ impl Backend {
     }
 }
 
-impl<B> Service<Request<B>> for Backend {
+/// Requests carry a body the provider can read at once, without a task to wait in: every client
+/// here sends a `Full` one. The provider reads it for a stream, to know where the answer starts
+/// ([`first_token`]).
+impl<B> Service<Request<B>> for Backend
+where
+    B: Body<Data = Bytes> + Unpin,
+{
     type Response = Response<ProviderBody>;
     type Error = Infallible;
     type Future = ResponseFuture;
@@ -953,7 +963,7 @@ impl<B> Service<Request<B>> for Backend {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let now_us = self.now_us();
         let id = req
             .headers()
@@ -966,7 +976,10 @@ impl<B> Service<Request<B>> for Backend {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
-        let decision = self.model().admit_weighing(now_us, id, tokens);
+        let mut decision = self.model().admit_weighing(now_us, id, tokens);
+        if let Some(plan) = decision.stream.as_mut() {
+            plan.first_token = first_token_of(req.body_mut());
+        }
         let delay = decision
             .respond_at_us
             .filter(|at| *at > now_us)
@@ -979,6 +992,22 @@ impl<B> Service<Request<B>> for Backend {
             }),
         }
     }
+}
+
+/// Where the answer to a request with `body` starts ([`first_token`]): after the prefill of a
+/// continuation. Read only for a stream, which numbers its tokens, and only what the body holds
+/// at once: it is polled with a waker that wakes nothing, as a `Full` needs none, and a body
+/// that would make the provider wait is read as far as it is ready (the model has no task to
+/// wait in).
+fn first_token_of<B: Body<Data = Bytes> + Unpin>(body: &mut B) -> u64 {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut bytes = Vec::new();
+    while let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut *body).poll_frame(&mut cx) {
+        if let Ok(data) = frame.into_data() {
+            bytes.extend_from_slice(&data);
+        }
+    }
+    first_token(&bytes)
 }
 
 /// An attempt the client holds open; closed in the model when the answer is handed over (a
@@ -1326,7 +1355,7 @@ mod tests {
     async fn an_attempt_stays_open_until_answered_or_dropped() {
         let scenario = Scenario::builtin(ScenarioKind::Blackhole).with_qps(100.0);
         let backend = Backend::new(&scenario, Instant::now());
-        let request = || Request::new(());
+        let request = || Request::new(Full::new(Bytes::new()));
         // Healthy: open until the answer is handed over.
         let answered = backend.clone().call(request());
         assert_eq!(backend.model().open(), 1);
@@ -1712,7 +1741,11 @@ mod tests {
         use http_body_util::BodyExt;
         let scenario = Scenario::builtin(ScenarioKind::Streams).with_qps(10.0);
         let backend = Backend::new(&scenario, Instant::now());
-        let response = backend.clone().call(Request::new(())).await.unwrap();
+        let response = backend
+            .clone()
+            .call(Request::new(Full::new(Bytes::new())))
+            .await
+            .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()[CONTENT_TYPE], "text/event-stream");
         assert_eq!(backend.model().open(), 1, "open while it streams");
@@ -1726,14 +1759,59 @@ mod tests {
         assert!(body.ends_with(b"data: [DONE]\n\n"));
         assert_eq!(backend.model().open(), 0);
         // Dropped half way, it is closed as well.
-        let response = backend.clone().call(Request::new(())).await.unwrap();
+        let response = backend
+            .clone()
+            .call(Request::new(Full::new(Bytes::new())))
+            .await
+            .unwrap();
         assert_eq!(backend.model().open(), 1);
         drop(response);
         assert_eq!(backend.model().open(), 0);
         // Where the scenario does not stream, a success is one JSON body, as before.
         let seed = Backend::new(&Scenario::builtin(ScenarioKind::Seed), Instant::now());
-        let response = seed.clone().call(Request::new(())).await.unwrap();
+        let response = seed
+            .clone()
+            .call(Request::new(Full::new(Bytes::new())))
+            .await
+            .unwrap();
         assert!(matches!(response.body(), Either::Left(_)));
         assert!(response.headers().get(CONTENT_TYPE).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_continuation_is_answered_from_where_its_prefill_ends() {
+        use http_body_util::BodyExt;
+        let scenario = Scenario::builtin(ScenarioKind::Streams).with_qps(10.0);
+        let backend = Backend::new(&scenario, Instant::now());
+        let send = |body: &'static str| {
+            let mut request = Request::new(Full::new(Bytes::from_static(body.as_bytes())));
+            request
+                .headers_mut()
+                .insert(REQUEST_ID, HeaderValue::from(7));
+            backend.clone().call(request)
+        };
+        let first_chunk = |response: Response<ProviderBody>| async move {
+            let Either::Right(stream) = response.into_body() else {
+                panic!("a stream");
+            };
+            let first_token = stream.plan().first_token;
+            let mut stream = std::pin::pin!(stream);
+            stream.frame().await.unwrap().unwrap(); // the role
+            let chunk = stream.frame().await.unwrap().unwrap().into_data().unwrap();
+            (first_token, String::from_utf8(chunk.to_vec()).unwrap())
+        };
+        let original = r#"{"messages":[{"role":"user","content":"Summarise the incident."}]}"#;
+        let (from, chunk) = first_chunk(send(original).await.unwrap()).await;
+        assert_eq!(from, 0);
+        assert!(chunk.contains(r#""content":" t0 t1 t2 t3 t4""#), "{chunk}");
+        let continuation = r#"{"messages":[{"role":"user","content":"Summarise the incident."},{"role":"assistant","content":" t0 t1 t2 t3 t4 t5 t6"}]}"#;
+        let (from, chunk) = first_chunk(send(continuation).await.unwrap()).await;
+        assert_eq!(from, 7);
+        assert!(
+            chunk.contains(r#""content":" t7 t8 t9 t10 t11""#),
+            "{chunk}"
+        );
+        // Another attempt of the same request, in the provider's count.
+        assert_eq!(backend.model().stats().retries, 1);
     }
 }

@@ -26,6 +26,7 @@ fn colour(name: &str) -> &'static str {
         "naive" => "#d62728",
         "tower" => "#ff7f0e",
         "stormguard" => "#2ca02c",
+        "stormguard+continuation" => "#bcbd22",
         "stormguard+breaker" => "#1f77b4",
         "stormguard+rate-limit" => "#9467bd",
         "stormguard+adaptive" => "#8c564b",

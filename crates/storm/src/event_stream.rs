@@ -10,8 +10,9 @@
 //! - then one content event every [`StreamShape::event_interval`] (the first
 //!   [`StreamPlan::first_content`] after the head: one interval, or the scenario's draw), as
 //!   many as the answer's service time holds (at least one), each with
-//!   [`StreamShape::tokens_per_event`] tokens. The tokens are numbered from 0 in the answer
-//!   (` t0 t1 t2 t3 t4`), so a caller can tell a token it is shown again from a new one;
+//!   [`StreamShape::tokens_per_event`] tokens. The tokens are numbered in the answer, from 0
+//!   (` t0 t1 t2 t3 t4`), so a caller can tell a token it is shown again, or one it never got,
+//!   from the next one;
 //! - with the last content event, the chunk with the `finish_reason`, then `data: [DONE]`, and
 //!   the end of the body.
 //!
@@ -26,14 +27,25 @@
 //! The body holds the client's attempt open in the provider's count (its connection) until it
 //! ends, fails or is dropped.
 //!
+//! # A continuation
+//! A request whose last message is the assistant's carries the start of the answer (a prefill,
+//! as stormguard's continuation of a cut stream sends it), and a real model goes on from the
+//! end of it rather than from the start. So does this one: the prefill's tokens `t0 ... tN` make
+//! the stream's first content event start at `t{N+1}` ([`first_token`],
+//! [`StreamPlan::first_token`]). Nothing else about the request changes: its service time, its
+//! length and its fate are drawn as for any other.
+//!
 //! # The caller's reading
 //! A [`Transcript`] is what the caller of one request was shown, across the streams it read (a
 //! naive caller restarts a failed stream; stormguard never does). It reads the bytes with
 //! stormguard's SSE parser ([`stormguard::sse::Parser`]) and classifies each event with
 //! [`stormguard::sse::classify_event`], as stormguard's stream guard does, and counts the
 //! content tokens by their numbers: a token whose number the caller was already shown is
-//! delivered twice ([`Transcript::duplicated_tokens`]).
+//! delivered twice ([`Transcript::duplicated_tokens`]), and a number past the next one means the
+//! tokens between were never delivered ([`Transcript::lost_tokens`]: a continuation that went on
+//! from the wrong place would show as either).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -112,6 +124,9 @@ pub struct StreamPlan {
     /// Time from the head to the first content event; one `event_interval` unless the
     /// scenario draws it ([`StreamShape::start`]).
     pub first_content: Duration,
+    /// The number of the first token of the first content event: 0, or where the request's
+    /// prefill ends (see [`first_token`]).
+    pub first_token: u64,
 }
 
 /// What the stream sends next.
@@ -139,6 +154,7 @@ impl StreamPlan {
             fate,
             head: Duration::ZERO,
             first_content: shape.event_interval,
+            first_token: 0,
         }
     }
 
@@ -200,7 +216,7 @@ impl StreamPlan {
     /// Content event number `n` (from 1): its tokens, numbered in the answer.
     fn content(&self, n: u32) -> Bytes {
         let per_event = u64::from(self.shape.tokens_per_event);
-        let first = u64::from(n.saturating_sub(1)) * per_event;
+        let first = self.first_token + u64::from(n.saturating_sub(1)) * per_event;
         let mut text = String::with_capacity(8 * per_event as usize);
         for token in first..first + per_event {
             let _ = write!(text, " t{token}");
@@ -320,10 +336,12 @@ pub struct Transcript {
     frames: Vec<SseFrame>,
     /// Whether the current stream broke the event-stream format.
     malformed: bool,
-    /// Tokens shown so far: the number of the next new token.
+    /// The number of the next new token: one past the highest shown so far.
     shown: u64,
     /// Tokens shown a second time.
     duplicated: u64,
+    /// Tokens skipped: numbers below a token shown that were never shown before it.
+    lost: u64,
     /// Content tokens of the current stream.
     tokens: u64,
     /// Whether the current stream sent `[DONE]`.
@@ -363,6 +381,7 @@ impl Transcript {
                     if number < self.shown {
                         self.duplicated += 1;
                     } else {
+                        self.lost += number - self.shown;
                         self.shown = number + 1;
                     }
                 }
@@ -389,7 +408,8 @@ impl Transcript {
         self.tokens
     }
 
-    /// Different tokens shown across all streams.
+    /// The number of the next new token: the tokens shown across all streams, and the ones
+    /// [lost](Transcript::lost_tokens) between them.
     pub fn shown(&self) -> u64 {
         self.shown
     }
@@ -398,6 +418,12 @@ impl Transcript {
     /// one had shown).
     pub fn duplicated_tokens(&self) -> u64 {
         self.duplicated
+    }
+
+    /// Tokens the caller was never shown though a later one was: the gaps in the numbers (a
+    /// continuation that skipped part of the answer).
+    pub fn lost_tokens(&self) -> u64 {
+        self.lost
     }
 }
 
@@ -425,14 +451,49 @@ fn token_numbers(data: &str) -> Vec<u64> {
     let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
         return Vec::new();
     };
-    chunk
+    let text = chunk
         .choices
         .first()
-        .and_then(|choice| choice.delta.content)
-        .unwrap_or_default()
-        .split_whitespace()
+        .and_then(|choice| choice.delta.content);
+    numbers(text.unwrap_or_default()).collect()
+}
+
+/// The numbers of the tokens of a text (`" t12 t13"`); words that are no token are skipped.
+fn numbers(text: &str) -> impl Iterator<Item = u64> + '_ {
+    text.split_whitespace()
         .filter_map(|token| token.strip_prefix('t')?.parse().ok())
-        .collect()
+}
+
+/// The part of a chat completion request that says where its answer starts: its messages.
+#[derive(Deserialize)]
+struct ChatRequest<'a> {
+    #[serde(borrow, default)]
+    messages: Vec<Message<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    role: Cow<'a, str>,
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+}
+
+/// The number of the first token of the answer to a chat completion request whose JSON body is
+/// `body`: one past the highest token of its prefill (a last message of the assistant's, whose
+/// text is `" t0 t1 ... tN"`), as a model goes on from the end of a prefill; 0 for any other
+/// request (a body that is not such JSON included: the provider answers it from the start).
+pub fn first_token(body: &[u8]) -> u64 {
+    let Ok(request) = serde_json::from_slice::<ChatRequest<'_>>(body) else {
+        return 0;
+    };
+    match request.messages.last() {
+        Some(Message {
+            role,
+            content: Some(text),
+        }) if role == "assistant" => numbers(text).max().map_or(0, |last| last + 1),
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
@@ -561,6 +622,70 @@ mod tests {
     }
 
     #[test]
+    fn a_prefill_of_the_assistants_moves_the_answer_on_past_its_last_token() {
+        let request = |messages: &str| {
+            format!(r#"{{"model":"storm-1","stream":true,"max_tokens":246,"messages":{messages}}}"#)
+        };
+        let user = r#"{"role":"user","content":"Summarise the incident. t9"}"#;
+        let prefill = r#"{"role":"assistant","content":" t0 t1 t2 t3 t4 t5 t6 t7 t8 t9"}"#;
+        let continued = request(&format!("[{user},{prefill}]"));
+        assert_eq!(first_token(continued.as_bytes()), 10);
+        // Only a last message of the assistant's is a prefill; anything else starts at 0.
+        assert_eq!(
+            first_token(request(&format!("[{prefill},{user}]")).as_bytes()),
+            0
+        );
+        assert_eq!(first_token(request(&format!("[{user}]")).as_bytes()), 0);
+        let empty = r#"{"role":"assistant","content":""}"#;
+        assert_eq!(
+            first_token(request(&format!("[{user},{empty}]")).as_bytes()),
+            0
+        );
+        assert_eq!(first_token(b"not json"), 0);
+        assert_eq!(first_token(b""), 0);
+
+        // The stream of a continuation numbers its tokens from there.
+        let plan = StreamPlan {
+            first_token: 10,
+            ..plan(2, StreamFate::Complete)
+        };
+        let first = String::from_utf8(plan.content(1).to_vec()).unwrap();
+        assert!(
+            first.contains(r#""content":" t10 t11 t12 t13 t14""#),
+            "{first}"
+        );
+    }
+
+    #[test]
+    fn a_continuation_read_after_its_cut_shows_every_token_once_and_a_gap_is_lost() {
+        let cut = plan(40, StreamFate::CutAfter(2));
+        let mut transcript = Transcript::default();
+        transcript.read(ROLE_CHUNK);
+        transcript.read(&cut.content(1));
+        transcript.read(&cut.content(2));
+        // Spliced in the same stream: the continuation goes on from t10.
+        let rest = StreamPlan {
+            first_token: 10,
+            ..plan(2, StreamFate::Complete)
+        };
+        transcript.read(&rest.content(1));
+        transcript.read(&rest.content(2));
+        transcript.read(FINISH_AND_DONE);
+        assert_eq!(transcript.ending(false), Ending::Complete);
+        assert_eq!((transcript.tokens(), transcript.shown()), (20, 20));
+        assert_eq!(transcript.duplicated_tokens(), 0);
+        assert_eq!(transcript.lost_tokens(), 0);
+        // One that went on from t25 would have skipped t20 to t24.
+        let skipping = StreamPlan {
+            first_token: 25,
+            ..rest
+        };
+        transcript.read(&skipping.content(1));
+        assert_eq!(transcript.lost_tokens(), 5);
+        assert_eq!(transcript.shown(), 30);
+    }
+
+    #[test]
     fn a_restarted_stream_shows_its_first_tokens_twice() {
         let whole = plan(3, StreamFate::Complete);
         let mut transcript = Transcript::default();
@@ -581,6 +706,7 @@ mod tests {
         }
         assert_eq!(transcript.ending(false), Ending::Complete);
         assert_eq!(transcript.duplicated_tokens(), 10);
+        assert_eq!(transcript.lost_tokens(), 0);
         assert_eq!(transcript.shown(), 15);
     }
 }

@@ -22,12 +22,13 @@
 //!   cancelled, and, in the burst scenario, a quota of requests and tokens a minute enforced per
 //!   second and stated in OpenAI's `x-ratelimit-*` headers (the model and its calibration are
 //!   documented there and in [`scenario`]); in the streams and silent scenarios it streams its
-//!   successes ([`event_stream`]: OpenAI's chunks, paced on the virtual clock), which callers read
-//!   to the end.
+//!   successes ([`event_stream`]: OpenAI's chunks, paced on the virtual clock, a continuation
+//!   answered from where its prefill ends), which callers read to the end.
 //! - [`pipeline`]: the clients: no retries; naive fixed-interval retries; a naive failover that
 //!   switches provider on every failure; tower's `retry` with `ExponentialBackoff` and `TpsBudget`;
-//!   `stormguard::ClientLayer::default()`, and the same with a circuit breaker and a local
-//!   fallback, or with a rate limit (configured with the provider's quota, or learning it);
+//!   `stormguard::ClientLayer::default()` with its stream continuation off and on, and with a
+//!   circuit breaker and a local fallback, or with a rate limit (configured with the provider's
+//!   quota, or learning it);
 //!   stormguard's `Failover` over two providers, with and without its per-attempt clocks. Where the
 //!   provider streams, the `naive` row's callers also restart a stream that failed, as applications
 //!   do.

@@ -3,16 +3,18 @@
 //! ```text
 //! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|all] [--qps N]
 //!       [--duration SECS] [--capacity SLOTS] [--seed N]
-//!       [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,
-//!                    stormguard+rate-limit,stormguard+adaptive,stormguard+failover-no-clocks,
-//!                    stormguard+failover]
+//!       [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+continuation,
+//!                    stormguard+breaker,stormguard+rate-limit,stormguard+adaptive,
+//!                    stormguard+failover-no-clocks,stormguard+failover]
 //!       [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] [--help]
 //! ```
 //!
 //! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]). The failover
 //! rows (`naive+failover`, `stormguard+failover-no-clocks`, `stormguard+failover`) need a scenario
 //! with two providers (`failover`, `silent`). In `streams`, every caller reads its streamed answer
-//! to the end, and `naive`'s restarts a stream that failed ([`Pipeline::stream_restarts`]).
+//! to the end, and `naive`'s restarts a stream that failed ([`Pipeline::stream_restarts`]);
+//! `stormguard` is the stream guard alone (continuation off, in every scenario), and
+//! `stormguard+continuation` continues a stream cut after content.
 //! `--scenario all` runs every scenario with its default rows and ends with [`report::overview`].
 //! `--metrics` adds, after each scenario's table, the metrics stormguard's engine emitted in each
 //! of its rows made of stormguard's layers ([`report::dashboards`]; in the JSON, each such run's
@@ -33,8 +35,8 @@ use stormguard_storm::{chart, report};
 const USAGE: &str = "usage: storm \
 [--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|all] \
 [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
-[--pipelines none,naive,naive+failover,tower,stormguard,stormguard+breaker,stormguard+rate-limit,\
-stormguard+adaptive,stormguard+failover-no-clocks,stormguard+failover] [--attempt-timeout SECS] \
+[--pipelines none,naive,naive+failover,tower,stormguard,stormguard+continuation,stormguard+breaker,\
+stormguard+rate-limit,stormguard+adaptive,stormguard+failover-no-clocks,stormguard+failover] [--attempt-timeout SECS] \
 [--out DIR] [--json] [--metrics] [--help]";
 
 /// The value of `--scenario` that runs every built-in scenario.
@@ -137,18 +139,27 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
         }
         Pipeline::Tower => "tower's retry with ExponentialBackoff and TpsBudget (10 s, 10/s, 20%).",
         Pipeline::Stormguard => {
-            "stormguard::ClientLayer::default(): one deadline across all attempts, a retry budget,\n\
-             adaptive throttling, jitter and the provider's hints."
+            "stormguard::ClientLayer::default().with_continuation(false): one deadline across all\n\
+             attempts, a retry budget, adaptive throttling, jitter and the provider's hints, and\n\
+             event streams retried before their first content, never restarted after it: a stream\n\
+             cut after content ends with StreamInterrupted. Continuation is off in every scenario\n\
+             (it acts on cut streams alone: elsewhere the row is ClientLayer::default())."
+        }
+        Pipeline::StormguardContinuation => {
+            "stormguard::ClientLayer::default(), continuation on: a stream cut after content is\n\
+             continued (the text received as an assistant prefill, under the retry budget) and\n\
+             spliced into the caller's, every token once."
         }
         Pipeline::StormguardBreaker => {
-            "The same with a circuit breaker and a local fallback that answers a degraded 200\n\
-             (counted as a fallback, never as a success)."
+            "ClientLayer::default() with a circuit breaker and a local fallback that answers a\n\
+             degraded 200 (counted as a fallback, never as a success)."
         }
         Pipeline::StormguardRateLimit => {
-            "The same with a rate limit configured with the provider's quota."
+            "ClientLayer::default() with a rate limit configured with the provider's quota."
         }
         Pipeline::StormguardAdaptive => {
-            "The same with RateLimit::default(), which learns the quota from the provider."
+            "ClientLayer::default() with RateLimit::default(), which learns the quota from the\n\
+             provider."
         }
         Pipeline::StormguardFailoverNoClocks => {
             "stormguard+failover made from ClientLayer::default().without_clocks(): no\n\

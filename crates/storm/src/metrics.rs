@@ -67,6 +67,9 @@ pub struct StreamTally {
     pub stream_interrupted: u64,
     /// Content tokens the caller was shown a second time.
     pub duplicated_tokens: u64,
+    /// Content tokens the caller was never shown though a later one was (see
+    /// [`Transcript::lost_tokens`](crate::event_stream::Transcript::lost_tokens)).
+    pub lost_tokens: u64,
 }
 
 impl StreamTally {
@@ -78,6 +81,7 @@ impl StreamTally {
         self.interrupted += other.interrupted;
         self.stream_interrupted += other.stream_interrupted;
         self.duplicated_tokens += other.duplicated_tokens;
+        self.lost_tokens += other.lost_tokens;
     }
 }
 
@@ -476,6 +480,9 @@ pub struct StreamFigures {
     pub stream_interrupted: u64,
     /// Content tokens callers were shown twice, summed.
     pub duplicated_tokens: u64,
+    /// Content tokens callers never got though they got a later one, summed: what a
+    /// continuation that went on from the wrong place would skip.
+    pub lost_tokens: u64,
 }
 
 /// What a scenario with two providers adds to a [`Summary`]: the secondary's load, and how much
@@ -649,6 +656,7 @@ impl Counts<'_> {
             interrupted: callers.interrupted,
             stream_interrupted: callers.stream_interrupted,
             duplicated_tokens: callers.duplicated_tokens,
+            lost_tokens: callers.lost_tokens,
         })
     }
 
@@ -969,6 +977,7 @@ mod tests {
         let cut_and_restarted = StreamTally {
             interrupted: 1,
             duplicated_tokens: 40,
+            lost_tokens: 5,
             ..StreamTally::default()
         };
         recorder.complete(Duration::ZERO, Duration::from_secs(3), Answer::Success);
@@ -999,12 +1008,14 @@ mod tests {
                 interrupted: 1,
                 stream_interrupted: 0,
                 duplicated_tokens: 40,
+                lost_tokens: 5,
             })
         );
         assert_eq!(summary.success_rate, 0.5);
         assert_eq!(series.duplicated_tokens, vec![0, 0, 0, 40]);
         let json = serde_json::to_value(&summary).unwrap();
         assert_eq!(json["streams"]["duplicated_tokens"], 40);
+        assert_eq!(json["streams"]["lost_tokens"], 5);
         // A provider that does not stream: no figures, no key, no series.
         let seed = Scenario::builtin(ScenarioKind::Seed);
         let (plain, series) = summarize("naive", &seed, Recorder::default(), &stats, None);

@@ -6,12 +6,19 @@
 //! | `naive` | `tower::retry::Retry` with [`NaivePolicy`]: retry every failure 3 times, 1 s apart, no budget |
 //! | `naive+failover` | `tower::retry::Retry` with [`NaiveFailoverPolicy`]: every failure goes to the other provider at once, 3 retries on each |
 //! | `tower` | `tower::retry::Retry` with [`TowerPolicy`]: `ExponentialBackoff` and `TpsBudget` (10 s, 10/s, 20%) |
-//! | `stormguard` | `stormguard::ClientLayer::default()` |
-//! | `stormguard+breaker` | the same, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
+//! | `stormguard` | `stormguard::ClientLayer::default().with_continuation(false)`: the stream guard alone, a stream cut after content ends with `StreamInterrupted` |
+//! | `stormguard+continuation` | `stormguard::ClientLayer::default()`: a stream cut after content is continued |
+//! | `stormguard+breaker` | `ClientLayer::default()`, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
 //! | `stormguard+rate-limit` | the same, with a [`RateLimit`] configured with the provider's quota ([`Scenario::quota_per_minute`]) |
 //! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
 //! | `stormguard+failover-no-clocks` | the same failover made from `ClientLayer::default().without_clocks()`: no per-attempt clocks, only the deadline bounds an attempt |
 //! | `stormguard+failover` | [`Failover`] over the primary and the secondary, made from the same `ClientLayer` (each provider with the default backend breaker, [`failover::Backend::default_breaker`], and clocks of its own) |
+//!
+//! `stormguard` turns continuation off in every scenario, not only where streams are cut, so
+//! that a row's name means one configuration: continuation acts on event streams cut after
+//! content alone, so where nothing streams (and in `silent`, whose streams are slow to start
+//! but never cut) the row is `ClientLayer::default()` in all it does. Every other stormguard
+//! row keeps the default, continuation on.
 //!
 //! Today's pipelines (`none`, `naive`, `naive+failover`, `tower`) time out each attempt after the
 //! scenario's `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt
@@ -24,7 +31,9 @@
 //! caller, any stream that fails (an error event, a cut), as applications do today: after
 //! [`NaivePolicy::INTERVAL`], at most [`NaivePolicy::RETRIES`] times per request (see
 //! `sim`). No other row restarts a stream; stormguard's engine retries a stream that fails
-//! before its first content event itself, and never one after it.
+//! before its first content event itself, and never restarts one after it: `stormguard` ends it
+//! with `StreamInterrupted`, `stormguard+continuation` asks the provider for the rest of the
+//! answer (the text received as an assistant prefill) and splices it in.
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -69,8 +78,11 @@ pub enum Pipeline {
     NaiveFailover,
     /// tower's retry with exponential backoff and `TpsBudget`.
     Tower,
-    /// stormguard's `ClientLayer::default()`.
+    /// stormguard's `ClientLayer::default().with_continuation(false)`: streams guarded, never
+    /// continued.
     Stormguard,
+    /// stormguard's `ClientLayer::default()`, which continues a stream cut after content.
+    StormguardContinuation,
     /// stormguard's `ClientLayer::default()` with a circuit breaker and a local fallback.
     StormguardBreaker,
     /// stormguard's `ClientLayer::default()` with a rate limit configured with the provider's
@@ -87,12 +99,13 @@ pub enum Pipeline {
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 10] = [
+    pub const ALL: [Pipeline; 11] = [
         Pipeline::None,
         Pipeline::Naive,
         Pipeline::NaiveFailover,
         Pipeline::Tower,
         Pipeline::Stormguard,
+        Pipeline::StormguardContinuation,
         Pipeline::StormguardBreaker,
         Pipeline::StormguardRateLimit,
         Pipeline::StormguardAdaptive,
@@ -105,8 +118,8 @@ impl Pipeline {
     /// The black hole, the breaker's own incident, compares the retrying clients only; so do the
     /// bursts, the rate limit's incident, with stormguard's rate limit configured and learning.
     /// The failover compares stormguard on the primary alone with stormguard's failover and a
-    /// naive one; the streams, naive retries (and restarts) with stormguard's default; the
-    /// silent provider, a naive failover, tower's retry and stormguard on the primary alone with
+    /// naive one; the streams, naive retries (and restarts) with stormguard's stream guard
+    /// alone and with its continuation; the silent provider, a naive failover, tower's retry and stormguard on the primary alone with
     /// stormguard's failover without and with its per-attempt clocks.
     ///
     /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
@@ -144,7 +157,11 @@ impl Pipeline {
                 Pipeline::Stormguard,
                 Pipeline::StormguardFailover,
             ],
-            ScenarioKind::Streams => &[Pipeline::Naive, Pipeline::Stormguard],
+            ScenarioKind::Streams => &[
+                Pipeline::Naive,
+                Pipeline::Stormguard,
+                Pipeline::StormguardContinuation,
+            ],
             ScenarioKind::Silent => &[
                 Pipeline::NaiveFailover,
                 Pipeline::Tower,
@@ -171,6 +188,7 @@ impl Pipeline {
         matches!(
             self,
             Pipeline::Stormguard
+                | Pipeline::StormguardContinuation
                 | Pipeline::StormguardBreaker
                 | Pipeline::StormguardRateLimit
                 | Pipeline::StormguardAdaptive
@@ -197,6 +215,7 @@ impl Pipeline {
             Pipeline::NaiveFailover => "naive+failover",
             Pipeline::Tower => "tower",
             Pipeline::Stormguard => "stormguard",
+            Pipeline::StormguardContinuation => "stormguard+continuation",
             Pipeline::StormguardBreaker => "stormguard+breaker",
             Pipeline::StormguardRateLimit => "stormguard+rate-limit",
             Pipeline::StormguardAdaptive => "stormguard+adaptive",
@@ -234,7 +253,8 @@ impl fmt::Display for UnknownPipeline {
         write!(
             f,
             "unknown pipeline `{}` (expected none, naive, naive+failover, tower, stormguard, \
-             stormguard+breaker, stormguard+rate-limit, stormguard+adaptive, \
+             stormguard+continuation, stormguard+breaker, stormguard+rate-limit, \
+             stormguard+adaptive, \
              stormguard+failover-no-clocks or stormguard+failover)",
             self.0
         )
@@ -480,8 +500,23 @@ fn client_layer(scenario: &Scenario) -> ClientLayer {
     }
 }
 
-/// stormguard's client pipeline around the provider: `ClientLayer::default()`, seeded.
+/// stormguard's client pipeline around the provider, its stream guard alone:
+/// `ClientLayer::default().with_continuation(false)`, seeded. A stream cut after content ends
+/// with the in-band error event and `StreamInterrupted`; nothing else differs from the default
+/// (see the [module docs](self) for why in every scenario).
 pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::ClientService<Backend> {
+    client_layer(scenario)
+        .with_continuation(false)
+        .layer(backend)
+}
+
+/// stormguard's client pipeline around the provider as it ships: `ClientLayer::default()`,
+/// seeded, which continues a stream cut after content (its own withdrawal from the retry
+/// budget, the same `REQUEST_ID` header, the text received as the prefill).
+pub fn stormguard_continuation(
+    backend: Backend,
+    scenario: &Scenario,
+) -> stormguard::ClientService<Backend> {
     client_layer(scenario).layer(backend)
 }
 
@@ -791,8 +826,22 @@ mod tests {
     fn streams_compare_naive_with_stormguard_and_only_naive_restarts_streams() {
         assert_eq!(
             Pipeline::defaults(ScenarioKind::Streams),
-            [Pipeline::Naive, Pipeline::Stormguard]
+            [
+                Pipeline::Naive,
+                Pipeline::Stormguard,
+                Pipeline::StormguardContinuation
+            ]
         );
+        assert_eq!(
+            Pipeline::parse_list("stormguard+continuation,stormguard").unwrap(),
+            [Pipeline::Stormguard, Pipeline::StormguardContinuation]
+        );
+        assert!(Pipeline::StormguardContinuation.uses_stormguard());
+        assert!(!Pipeline::StormguardContinuation.fails_over());
+        // `stormguard+continuation` is the layer as the scenario builds it, which continues.
+        let scenario = Scenario::builtin(ScenarioKind::Streams);
+        assert!(client_layer(&scenario).continues());
+        assert!(!client_layer(&scenario).with_continuation(false).continues());
         for pipeline in Pipeline::ALL {
             let restarts = if pipeline == Pipeline::Naive { 3 } else { 0 };
             assert_eq!(pipeline.stream_restarts(), restarts, "{pipeline}");

@@ -18,7 +18,7 @@ const FAILOVER_HEADER: [&str; 5] = [
 
 /// The columns a scenario whose provider streams adds, after the others: what became of the
 /// streams that failed before content, and what the callers saw of those that failed after it.
-const STREAMS_HEADER: [&str; 7] = [
+const STREAMS_HEADER: [&str; 8] = [
     "pre-content errors",
     "retried",
     "given up",
@@ -26,6 +26,7 @@ const STREAMS_HEADER: [&str; 7] = [
     "out of attempts",
     "interrupted",
     "duplicated tokens",
+    "lost tokens",
 ];
 
 /// The columns a scenario whose provider goes silent adds, after the others: the same run's
@@ -179,7 +180,7 @@ pub fn overview(runs: &[(&Scenario, &[Summary])]) -> String {
 /// The figure each scenario is about, named: how long the provider takes to recover (seed,
 /// outage), retries sent before their `Retry-After` (quota), how fast traffic to the dead provider
 /// is cut (blackhole), 429s (burst), the secondary's peak load (failover), content tokens shown
-/// twice (streams), the p99 latency against the healthy p99 (silent).
+/// twice and lost (streams), the p99 latency against the healthy p99 (silent).
 pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
     match scenario.kind {
         ScenarioKind::Seed | ScenarioKind::Outage => match summary.recovery_s {
@@ -197,8 +198,13 @@ pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
             |f| format!("secondary peak load {:.2}x", f.secondary_peak_load),
         ),
         ScenarioKind::Streams => summary.streams.as_ref().map_or_else(
-            || "duplicated tokens -".to_owned(),
-            |f| format!("duplicated tokens {}", f.duplicated_tokens),
+            || "duplicated tokens -, lost -".to_owned(),
+            |f| {
+                format!(
+                    "duplicated tokens {}, lost {}",
+                    f.duplicated_tokens, f.lost_tokens
+                )
+            },
         ),
         ScenarioKind::Silent => summary.p99_over_healthy().map_or_else(
             || "p99 / healthy -".to_owned(),
@@ -380,7 +386,7 @@ fn silent_cells(summary: &Summary) -> [String; 4] {
 }
 
 /// The cells of [`STREAMS_HEADER`] for one row (`-` for a row without the figures).
-fn streams_cells(summary: &Summary) -> [String; 7] {
+fn streams_cells(summary: &Summary) -> [String; 8] {
     let Some(f) = &summary.streams else {
         return std::array::from_fn(|_| "-".to_owned());
     };
@@ -392,6 +398,7 @@ fn streams_cells(summary: &Summary) -> [String; 7] {
         f.out_of_attempts.to_string(),
         f.interrupted.to_string(),
         f.duplicated_tokens.to_string(),
+        f.lost_tokens.to_string(),
     ]
 }
 
@@ -431,9 +438,12 @@ retried = those another attempt of the same request followed (a retry, or naive'
 given up = those whose error reached the caller, with no retry or restart after it: budget refused
 = stormguard's retry budget refused the retry, out of attempts = the request had sent stormguard's
 3 attempts (or naive's 3 restarts were used up);
-interrupted = streams that failed after content had reached the caller (naive restarts them from
-the start, stormguard ends them with StreamInterrupted);
-duplicated tokens = content tokens callers were shown twice (a restarted stream repeating them).";
+interrupted = streams whose caller saw them fail after content (naive restarts them from the
+start, stormguard ends them with StreamInterrupted; stormguard+continuation continues a cut stream
+in place, and counts here only one it could not continue);
+duplicated tokens = content tokens callers were shown twice (a restarted stream repeating them);
+lost tokens = content tokens callers never got though they got a later one (a continuation going
+on from the wrong place).";
 
 /// What the columns of a scenario with two providers mean, printed under [`LEGEND`].
 pub const FAILOVER_LEGEND: &str = "\
@@ -655,6 +665,7 @@ mod tests {
             interrupted: 98,
             stream_interrupted: 98,
             duplicated_tokens: 0,
+            lost_tokens: 0,
         };
         let summary = Summary {
             name: "stormguard",
@@ -687,7 +698,7 @@ mod tests {
         assert!(
             lines[0].ends_with(
                 "early retries  pre-content errors  retried  given up  budget refused  \
-                 out of attempts  interrupted  duplicated tokens"
+                 out of attempts  interrupted  duplicated tokens  lost tokens"
             ),
             "{}",
             lines[0]
@@ -695,8 +706,8 @@ mod tests {
         assert_eq!(lines[0].len(), lines[1].len());
         let cells: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(
-            cells[cells.len() - 7..],
-            ["554", "552", "2", "0", "2", "98", "0"]
+            cells[cells.len() - 8..],
+            ["554", "552", "2", "0", "2", "98", "0", "0"]
         );
         assert!(legend(&streams).starts_with(LEGEND));
         assert!(legend(&streams).ends_with(STREAMS_LEGEND));

@@ -10,7 +10,9 @@
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http::{Request, Response};
+use http_body::Body;
 use tower::Service;
 
 use crate::backend::{Backend, ProviderBody, ResponseFuture};
@@ -57,7 +59,10 @@ impl Router {
     }
 }
 
-impl<B> Service<Request<B>> for Router {
+impl<B> Service<Request<B>> for Router
+where
+    B: Body<Data = Bytes> + Unpin,
+{
     type Response = Response<ProviderBody>;
     type Error = Infallible;
     type Future = ResponseFuture;
@@ -93,7 +98,7 @@ mod tests {
         let secondary = Backend::new(&scenario.secondary().unwrap(), epoch);
         let router = Router::new(primary.clone(), secondary.clone());
         let to = |uri: &'static str| {
-            let mut request = Request::new(());
+            let mut request = Request::new(http_body_util::Full::new(Bytes::new()));
             *request.uri_mut() = Uri::from_static(uri);
             request
         };

@@ -330,6 +330,9 @@ fn start(
             driver.spawn(tower::retry::Retry::new(policy, attempt(backend)));
         }
         Pipeline::Stormguard => driver.spawn(pipeline::stormguard(backend, scenario)),
+        Pipeline::StormguardContinuation => {
+            driver.spawn(pipeline::stormguard_continuation(backend, scenario));
+        }
         Pipeline::StormguardRateLimit => {
             driver.spawn(pipeline::stormguard_rate_limit(backend, scenario));
         }
@@ -553,6 +556,7 @@ async fn call_streaming<S, RB>(
     let reading = read_streams(service, &request, restarts, &mut transcript, &mut tally);
     let answer = within(deadline, reading).await.unwrap_or(Answer::Failure);
     tally.duplicated_tokens = transcript.duplicated_tokens();
+    tally.lost_tokens = transcript.lost_tokens();
     if let Some(record) = record {
         let completion = Instant::now().saturating_duration_since(record.epoch);
         let mut recorder = record.recorder.borrow_mut();

@@ -221,7 +221,7 @@ fn failover_compares_the_failover_rows_with_the_secondarys_figures() {
 }
 
 #[test]
-fn streams_compare_naive_with_stormguard_with_the_stream_figures() {
+fn streams_compare_naive_with_stormguard_without_and_with_continuation_with_the_stream_figures() {
     let out = out_dir("streams");
     let json = run_json(
         &["--scenario", "streams", "--qps", "20", "--duration", "10"],
@@ -230,7 +230,7 @@ fn streams_compare_naive_with_stormguard_with_the_stream_figures() {
     let value: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     let rows = value.as_array().expect("an array");
     let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
-    assert_eq!(names, ["naive", "stormguard"]);
+    assert_eq!(names, ["naive", "stormguard", "stormguard+continuation"]);
     for row in rows {
         for key in [
             "failed_before_content",
@@ -242,11 +242,15 @@ fn streams_compare_naive_with_stormguard_with_the_stream_figures() {
             "interrupted",
             "stream_interrupted",
             "duplicated_tokens",
+            "lost_tokens",
         ] {
             assert!(row["streams"].get(key).is_some(), "{key} missing in {row}");
         }
     }
-    assert_eq!(rows[1]["streams"]["duplicated_tokens"], 0, "{}", rows[1]);
+    for row in &rows[1..] {
+        assert_eq!(row["streams"]["duplicated_tokens"], 0, "{row}");
+        assert_eq!(row["streams"]["lost_tokens"], 0, "{row}");
+    }
     assert!(out.join("streams.svg").exists(), "the chart is written");
     let _ = std::fs::remove_dir_all(&out);
 }

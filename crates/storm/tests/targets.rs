@@ -2,9 +2,10 @@
 //! capacity divided together (utilisation stays the field's), the run shortened with the fault
 //! window kept in proportion. stormguard (with a breaker, in the black hole; with a rate limit,
 //! in the bursts) against naive retries; in the failover, stormguard's failover against a naive
-//! one and against stormguard on the primary alone; in the streams, stormguard against naive
-//! retries that restart a failed stream; in the silent provider's, stormguard's failover with
-//! its per-attempt clocks against the same failover without them.
+//! one and against stormguard on the primary alone; in the streams, stormguard's stream guard
+//! alone and with its continuation against naive retries that restart a failed stream; in the
+//! silent provider's, stormguard's failover with its per-attempt clocks against the same
+//! failover without them.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use stormguard::breaker::State;
 use stormguard::budget::{DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL};
 use stormguard_storm::backend::FINE_BUCKET;
-use stormguard_storm::metrics::Summary;
+use stormguard_storm::metrics::{StreamFigures, Summary};
 use stormguard_storm::pipeline::Pipeline;
 use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::sim::Run;
@@ -271,12 +272,59 @@ fn failover_answers_999_in_1000_without_overloading_the_secondary() {
 
 /// The streams scenario at 100 req/s for 30 s (1,000 slots): answers streamed for 4 s at the
 /// median, and from 10 s to 20 s 5% of the streams fail with an error event before any content
-/// and 1% are cut mid-stream. Every caller reads its stream to the end.
+/// and 1% are cut mid-stream. Every caller reads its stream to the end. Naive retries, the stream
+/// guard alone (`stormguard`) and the default that continues (`stormguard+continuation`); run
+/// once for both tests.
+fn streams_runs() -> &'static (Scenario, Vec<Run>) {
+    static RUNS: OnceLock<(Scenario, Vec<Run>)> = OnceLock::new();
+    RUNS.get_or_init(|| {
+        let scenario = Scenario::builtin(ScenarioKind::Streams)
+            .with_qps(100.0)
+            .with_duration(Duration::from_secs(30));
+        let runs = stormguard_storm::run(
+            &scenario,
+            &[
+                Pipeline::Naive,
+                Pipeline::Stormguard,
+                Pipeline::StormguardContinuation,
+            ],
+            || {},
+        )
+        .expect("the simulation runs");
+        (scenario, runs)
+    })
+}
+
+fn stream_figures(summary: &Summary) -> StreamFigures {
+    summary.streams.expect("a streaming provider, its figures")
+}
+
+/// stormguard's retries of the streams that failed before content: every one retried, unless
+/// the budget refused it (or the request had sent its 3 attempts), and all of them, with the
+/// continuations, under the budget: ratio x successes plus the floor.
+fn assert_pre_content_errors_retried_under_the_budget(summary: &Summary, scenario: &Scenario) {
+    let g = stream_figures(summary);
+    assert!(g.failed_before_content > 20, "{summary:?}");
+    assert_eq!(
+        g.retried + g.given_up,
+        g.failed_before_content,
+        "{summary:?}"
+    );
+    assert_eq!(
+        g.given_up,
+        g.budget_refused + g.out_of_attempts,
+        "{summary:?}"
+    );
+    let floor = f64::from(DEFAULT_MIN_PER_SEC) * (scenario.duration + DEFAULT_TTL).as_secs_f64();
+    let allowed = f64::from(DEFAULT_RATIO) * summary.successes as f64 + floor;
+    assert!((summary.retries as f64) <= allowed, "{summary:?}");
+}
+
 #[test]
 fn streams_stormguard_shows_no_token_twice_and_retries_every_pre_content_error() {
-    let (naive, stormguard, scenario) = run(ScenarioKind::Streams, 100.0, 30);
-    let figures = |s: &Summary| s.streams.expect("a streaming provider, its figures");
-    let (n, g) = (figures(&naive), figures(&stormguard));
+    let (scenario, runs) = streams_runs();
+    let (naive, stormguard) = (&runs[0].summary, &runs[1].summary);
+    let (n, g) = (stream_figures(naive), stream_figures(stormguard));
 
     // Naive restarts every failed stream from its start: what a cut stream had shown is shown
     // again.
@@ -284,39 +332,54 @@ fn streams_stormguard_shows_no_token_twice_and_retries_every_pre_content_error()
     assert!(n.duplicated_tokens > 0, "{naive:?}");
     assert_eq!(n.retried + n.given_up, n.failed_before_content, "{naive:?}");
 
-    // stormguard never shows a token twice: a stream cut after content is never restarted; it
-    // reaches its caller as StreamInterrupted, every one of the provider's cuts.
+    // The stream guard alone never shows a token twice: a stream cut after content is never
+    // restarted; it reaches its caller as StreamInterrupted, every one of the provider's cuts.
     assert_eq!(g.duplicated_tokens, 0, "{stormguard:?}");
     assert!(g.cut > 0, "{stormguard:?}");
     assert_eq!(g.interrupted, g.cut, "{stormguard:?}");
     assert_eq!(g.stream_interrupted, g.interrupted, "{stormguard:?}");
 
-    // Every stream that failed before content is retried, unless the budget refuses the retry
-    // (or the request has sent its 3 attempts): the caller sees none of the others.
-    assert!(g.failed_before_content > 20, "{stormguard:?}");
-    assert_eq!(
-        g.retried + g.given_up,
-        g.failed_before_content,
-        "{stormguard:?}"
-    );
-    assert_eq!(
-        g.given_up,
-        g.budget_refused + g.out_of_attempts,
-        "{stormguard:?}"
-    );
-    // ...under the budget: ratio x successes plus the floor.
-    let floor = f64::from(DEFAULT_MIN_PER_SEC) * (scenario.duration + DEFAULT_TTL).as_secs_f64();
-    let allowed = f64::from(DEFAULT_RATIO) * stormguard.successes as f64 + floor;
-    assert!((stormguard.retries as f64) <= allowed, "{stormguard:?}");
+    // Every stream that failed before content is retried, under the budget: the caller sees
+    // none of them but the ones given up.
+    assert_pre_content_errors_retried_under_the_budget(stormguard, scenario);
 
     // At least 99.5% of the requests get a whole stream; the others are the cuts, which no
-    // client can mend without showing tokens twice, and the retries given up.
+    // client can mend by sending the request again without showing tokens twice, and the
+    // retries given up.
     assert!(stormguard.success_rate >= 0.995, "{stormguard:?}");
     assert_eq!(
         stormguard.offered - stormguard.successes,
         g.interrupted + g.given_up,
         "{stormguard:?}"
     );
+}
+
+/// The contract for streams: a stream cut after content is continued, not restarted. The
+/// provider cuts as many streams as in the other rows' runs, and every one reaches its caller
+/// whole: the rest of the answer, asked for with the text received as the prefill, spliced in
+/// with no token shown twice and none lost.
+#[test]
+fn streams_stormguard_continues_every_cut_stream_with_every_token_once() {
+    let (scenario, runs) = streams_runs();
+    let continued = &runs[2].summary;
+    let c = stream_figures(continued);
+
+    // The provider cut some, and no caller saw a cut: each was continued.
+    assert!(c.cut > 0, "{continued:?}");
+    assert_eq!(c.interrupted, 0, "{continued:?}");
+    assert_eq!(c.stream_interrupted, 0, "{continued:?}");
+    // Every token once, in order: none twice, none skipped.
+    assert_eq!(c.duplicated_tokens, 0, "{continued:?}");
+    assert_eq!(c.lost_tokens, 0, "{continued:?}");
+    // At least 99.9% of the requests get a whole answer; the others are the errors before
+    // content given up.
+    assert!(continued.success_rate >= 0.999, "{continued:?}");
+    assert_eq!(
+        continued.offered - continued.successes,
+        c.given_up,
+        "{continued:?}"
+    );
+    assert_pre_content_errors_retried_under_the_budget(continued, scenario);
 }
 
 /// The silent scenario at 100 req/s for 30 s (1,667 slots on the primary, 1,000 on the
