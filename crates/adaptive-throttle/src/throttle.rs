@@ -181,13 +181,13 @@ impl AdaptiveThrottle {
 impl Shared {
     /// Requests and accepts over the window ending at `epoch`.
     fn totals(&self, epoch: u64) -> Totals {
-        // Requests first: `count` counts a request before its accept, so the accepts summed
-        // afterwards include the accept of every request already summed, but for records caught
-        // between their two counts (one per thread at most). In the other order, every request
-        // recorded between the two sums would look like a rejection, and a busy, healthy backend
-        // would see drops.
-        let requests = self.window.sum(epoch, REQUESTS);
-        let accepts = self.window.sum(epoch, ACCEPTS);
+        // Each slot's requests before its accepts: `count` counts a request before its accept,
+        // in the same slot, so the accepts summed include the accept of every request already
+        // summed, but for records caught between their two counts (one per thread at most). In
+        // the other order, every request recorded between the two reads would look like a
+        // rejection, and a busy, healthy backend would see drops.
+        let sums = self.window.sums(epoch);
+        let (requests, accepts) = (sums[REQUESTS], sums[ACCEPTS]);
         // Accepts recorded while the requests were summed may outnumber them; every accept is
         // also a request, so the window never reports more accepts than requests.
         Totals {

@@ -107,6 +107,23 @@ impl<const K: usize> SlidingWindow<K> {
         u64::from(current) + self.sum_before(epoch, which)
     }
 
+    /// Every counter summed over the window ending at `epoch`, in one pass over the slots (each
+    /// slot's counters read in their order): what [`sum`](Self::sum) gives for each, for half
+    /// the reads when a caller needs them all.
+    pub fn sums(&self, epoch: u64) -> [u64; K] {
+        let mut sums = [0; K];
+        for back in 0..self.slots.len() as u64 {
+            let Some(slice) = epoch.checked_sub(back) else {
+                break;
+            };
+            let slot = &self.slots[(slice % self.slots.len() as u64) as usize];
+            for (sum, counter) in sums.iter_mut().zip(&slot.0) {
+                *sum += u64::from(counter.load().count_at(slice));
+            }
+        }
+        sums
+    }
+
     /// Forgets every count: the window starts over, empty, at `epoch`.
     pub fn clear(&self, epoch: u64) {
         // A tag one whole window old reads as stale and is replaced by the next writer.
@@ -353,5 +370,27 @@ mod tests {
         let window = SlidingWindow::<2>::new(Duration::MAX, 0);
         assert!(window.span() > Duration::from_secs(1 << 40));
         assert!(std::mem::align_of::<Slot<3>>() >= 128);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_pass_sums_every_counter_as_each_own_sum_does() {
+        // 4 slices of 1 s: counts over 6 s, of which the last 4 are in the window.
+        let window = SlidingWindow::<2>::new(Duration::from_secs(4), 4);
+        for second in 0..6u64 {
+            for _ in 0..=second {
+                window.add(window.epoch_now(), 0);
+            }
+            window.add(window.epoch_now(), 1);
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let epoch = window.epoch_now() - 1;
+        // Seconds 2 to 5: 3 + 4 + 5 + 6 requests, one accept each.
+        assert_eq!(window.sums(epoch), [18, 4]);
+        assert_eq!(
+            window.sums(epoch),
+            [window.sum(epoch, 0), window.sum(epoch, 1)]
+        );
+        // At epoch 1 only two slices exist.
+        assert_eq!(window.sums(1), [window.sum(1, 0), window.sum(1, 1)]);
     }
 }

@@ -116,6 +116,8 @@ impl Default for StreamPolicy {
 
 /// Whether a response is an event stream: `content-type: text/event-stream`, with or without
 /// parameters (`; charset=utf-8`), in any case.
+// Asked of every response the engine judges: inlined there, its header lookup folds in.
+#[inline]
 pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
     const EVENT_STREAM: &[u8] = b"text/event-stream";
     let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
