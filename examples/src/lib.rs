@@ -1,12 +1,13 @@
 //! Runnable examples of stormguard, and the mock LLM server they run against.
 //!
 //! Binaries (each runs on loopback with ephemeral ports, prints a summary and exits):
-//! - `mock_llm`: the fault-injecting mock LLM server of [`mock`] (plain and streamed answers),
-//!   hit by a plain client;
+//! - `mock_llm`: the fault-injecting mock LLM server of [`mock`] (OpenAI's chat completions and
+//!   Anthropic's messages, plain and streamed answers), hit by a plain client;
 //! - `reqwest_client`: a reqwest-middleware client with `StormguardMiddleware` against the mock;
 //! - `axum_gateway`: the axum gateway of [`gateway`], with `ServerLayer` on its routes and
 //!   `ClientLayer` on its upstream client, serving `/metrics` and `/healthz` (`--stream`: relaying
-//!   streamed answers);
+//!   streamed answers, continued after a cut; `--stream --listen ADDR`: serving callers in other
+//!   processes, such as the Python SDK check of `examples/sdk/run.sh`);
 //! - `tonic_client`: a tonic health client with `ClientLayer` against a flaky tonic server;
 //! - `fleet_admit`: one replica of a fleet sharing a rate limit through Redis ([`fleet`]).
 //!

@@ -161,3 +161,55 @@ async fn malformed_request_gets_400_invalid_request_error() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_messages_api_answers_and_fails_in_anthropics_shapes() {
+    let body = r#"{"model":"claude-mock","max_tokens":12,"messages":[{"role":"user","content":"one two three"}]}"#;
+    let client = reqwest::Client::new();
+    let healthy = mock::spawn(MockConfig::healthy()).await.unwrap();
+    let response = client
+        .post(healthy.messages_url())
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let message: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(
+        (message["type"].as_str(), message["role"].as_str()),
+        (Some("message"), Some("assistant"))
+    );
+    assert_eq!(message["content"][0]["type"], "text");
+    assert_eq!(message["usage"]["input_tokens"], 3);
+    assert_eq!(message["usage"]["output_tokens"], 12);
+    let response = client
+        .post(healthy.messages_url())
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    healthy.shutdown().await;
+
+    // A fault's status is the same on either API; its body is the API's, its name in a header.
+    let limited = mock::spawn(MockConfig::outage(Fault::RateLimited {
+        retry_after: Duration::from_millis(1_500),
+    }))
+    .await
+    .unwrap();
+    let response = client
+        .post(limited.messages_url())
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after-ms"], "1500");
+    assert_eq!(response.headers()[mock::MOCK_FAULT], "rate_limited");
+    let error: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["type"], "rate_limit_error");
+    limited.shutdown().await;
+}

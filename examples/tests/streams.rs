@@ -1,7 +1,8 @@
-//! The mock streams like a provider (`"stream": true`), fails streams as configured, and
-//! `stormguard::ClientLayer` over a hyper client handles its two stream faults: an error before
-//! content is retried into a clean stream, a cut after content ends the body with
-//! `StreamInterrupted`.
+//! The mock streams like a provider (`"stream": true`), OpenAI's chunks and Anthropic's events,
+//! goes on after an assistant prefill, fails streams as configured, and `stormguard::ClientLayer`
+//! over a hyper client handles its two stream faults: an error before content is retried into a
+//! clean stream, a cut after content is continued into one whole answer (or, with continuation
+//! off, ends the body with the in-band error and `StreamInterrupted`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -20,6 +21,9 @@ use tower::{Layer, ServiceExt};
 
 /// A streaming request for 6 tokens.
 const STREAM: &str = r#"{"model":"mock-1","messages":[{"role":"user","content":"Say hello"}],"max_tokens":6,"stream":true}"#;
+
+/// The same request to Anthropic's messages API.
+const MESSAGES_STREAM: &str = r#"{"model":"claude-mock","max_tokens":6,"stream":true,"messages":[{"role":"user","content":"Say hello"}]}"#;
 
 /// The text of a 6-token answer.
 const ANSWER: &str = "This is the mock speaking. This";
@@ -43,28 +47,40 @@ where
 /// Posts a streaming request with a plain reqwest client (no stormguard): the status, the text
 /// read and whether the body failed.
 async fn plain_stream(url: &str) -> (u16, String, bool) {
+    let (status, _, text, failed) = plain_post(url, STREAM).await;
+    (status, text, failed)
+}
+
+/// Posts `body` with a plain reqwest client: the status, the `x-mock-fault` header, the text read
+/// and whether the body failed.
+async fn plain_post(url: &str, body: &str) -> (u16, Option<String>, String, bool) {
     let mut response = reqwest::Client::new()
         .post(url)
-        .body(STREAM)
+        .body(body.to_owned())
         .send()
         .await
         .unwrap();
+    let fault = response
+        .headers()
+        .get(mock::MOCK_FAULT)
+        .map(|value| value.to_str().unwrap().to_owned());
     let status = response.status().as_u16();
     let mut text = Vec::new();
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => text.extend_from_slice(&chunk),
-            Ok(None) => return (status, String::from_utf8(text).unwrap(), false),
-            Err(_) => return (status, String::from_utf8(text).unwrap(), true),
+            Ok(None) => return (status, fault, String::from_utf8(text).unwrap(), false),
+            Err(_) => return (status, fault, String::from_utf8(text).unwrap(), true),
         }
     }
 }
 
-/// Posts a streaming request through `ClientLayer::default()` (with retries a few milliseconds
-/// apart) over a hyper-util client, as the axum gateway example does: the response's status,
-/// the text read and the body's error.
+/// Posts the streaming request `body` through `ClientLayer::default()` (with retries a few
+/// milliseconds apart) over a hyper-util client, as the axum gateway example does: the
+/// response's status, the text read and the body's error.
 async fn guarded_stream(
     url: &str,
+    body: &'static str,
     continuation: bool,
 ) -> (
     u16,
@@ -81,7 +97,7 @@ async fn guarded_stream(
         .layer(hyper);
     let request = http::Request::post(url)
         .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Body::from(STREAM))
+        .body(Body::from(body))
         .unwrap();
     let response = client.oneshot(request).await.unwrap();
     let status = response.status().as_u16();
@@ -251,7 +267,7 @@ async fn an_error_before_content_is_retried_and_the_caller_gets_a_clean_stream()
     })
     .await
     .unwrap();
-    let (status, text, error) = guarded_stream(&server.url(), true).await;
+    let (status, text, error) = guarded_stream(&server.url(), STREAM, true).await;
     let stats = server.stats.snapshot();
     server.shutdown().await;
 
@@ -280,8 +296,8 @@ async fn a_stream_cut_after_content_ends_the_callers_body_with_stream_interrupte
     })
     .await
     .unwrap();
-    // The mock answers a prefill from the start again: continuation off, the in-band error.
-    let (status, text, error) = guarded_stream(&server.url(), false).await;
+    // Continuation off: the stream cannot be completed, and ends with the in-band error.
+    let (status, text, error) = guarded_stream(&server.url(), STREAM, false).await;
     let stats = server.stats.snapshot();
     server.shutdown().await;
 
@@ -305,4 +321,175 @@ async fn a_stream_cut_after_content_ends_the_callers_body_with_stream_interrupte
     assert_eq!(stats.attempts, 1);
     assert_eq!((stats.streams, stats.streams_cut), (1, 1));
     assert_eq!(stats.content_chunks, 3);
+}
+
+/// The events of an Anthropic stream: each one's `event:` name and its data, parsed.
+fn named_events(text: &str) -> Vec<(String, serde_json::Value)> {
+    text.split("\n\n")
+        .filter(|event| !event.is_empty())
+        .map(|event| {
+            let (name, data) = event.split_once('\n').unwrap();
+            let name = name.strip_prefix("event: ").unwrap().to_owned();
+            let data = data.strip_prefix("data: ").unwrap();
+            (name, serde_json::from_str(data).unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_messages_stream_sends_anthropics_events_in_order_one_delta_per_token() {
+    let server = mock::spawn(MockConfig::healthy()).await.unwrap();
+    let (status, fault, text, failed) = plain_post(&server.messages_url(), MESSAGES_STREAM).await;
+    let stats = server.stats.snapshot();
+    server.shutdown().await;
+
+    assert_eq!((status, fault, failed), (200, None, false));
+    let events = named_events(&text);
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    let mut expected = vec!["message_start", "content_block_start", "ping"];
+    expected.extend(["content_block_delta"; 6]);
+    expected.extend(["content_block_stop", "message_delta", "message_stop"]);
+    assert_eq!(names, expected, "{text}");
+    // Each event's data says its type too, as Anthropic's do.
+    assert!(
+        events
+            .iter()
+            .all(|(name, data)| data["type"] == name.as_str())
+    );
+    let start = &events[0].1["message"];
+    assert_eq!(
+        (start["role"].as_str(), start["model"].as_str()),
+        (Some("assistant"), Some("claude-mock"))
+    );
+    assert_eq!(start["usage"]["input_tokens"], 2);
+    assert_eq!(
+        events[1].1["content_block"],
+        serde_json::json!({"type": "text", "text": ""})
+    );
+    assert_eq!(
+        events[3].1["delta"],
+        serde_json::json!({"type": "text_delta", "text": "This"})
+    );
+    let (_, delta) = &events[10];
+    assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+    assert_eq!(delta["usage"]["output_tokens"], 6);
+
+    let read = Transcript::parse(&text);
+    assert_eq!(read.role.as_deref(), Some("assistant"));
+    assert_eq!(read.text(), ANSWER);
+    assert_eq!(read.finish_reason.as_deref(), Some("end_turn"));
+    assert!(read.done && read.errors == 0);
+    assert_eq!(
+        (stats.streams, stats.content_chunks, stats.prefilled),
+        (1, 6, 0)
+    );
+}
+
+#[tokio::test]
+async fn the_stream_faults_fail_a_messages_stream_with_anthropics_error_event_or_a_cut() {
+    let erring = mock::spawn(MockConfig::outage(Fault::ErrorBeforeContent))
+        .await
+        .unwrap();
+    let (status, fault, text, failed) = plain_post(&erring.messages_url(), MESSAGES_STREAM).await;
+    erring.shutdown().await;
+    assert_eq!((status, failed), (200, false));
+    assert_eq!(fault.as_deref(), Some("error_before_content"));
+    let events = named_events(&text);
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["message_start", "content_block_start", "ping", "error"]
+    );
+    assert_eq!(events[3].1["error"]["type"], "overloaded_error");
+    let read = Transcript::parse(&text);
+    assert!(
+        read.content.is_empty() && !read.done && read.errors == 1,
+        "{text}"
+    );
+
+    // Half the content (3 of 6 deltas), then the connection fails: no `message_stop`.
+    let cutting = mock::spawn(MockConfig::outage(Fault::CutMidStream))
+        .await
+        .unwrap();
+    let (status, fault, text, failed) = plain_post(&cutting.messages_url(), MESSAGES_STREAM).await;
+    let stats = cutting.stats.snapshot();
+    cutting.shutdown().await;
+    assert_eq!((status, failed), (200, true));
+    assert_eq!(fault.as_deref(), Some("cut_mid_stream"));
+    let read = Transcript::parse(&text);
+    assert_eq!(read.text(), "This is the");
+    assert!(!read.done && read.finish_reason.is_none(), "{text}");
+    assert_eq!((stats.streams_cut, stats.content_chunks), (1, 3));
+}
+
+#[tokio::test]
+async fn a_prefilled_stream_goes_on_after_the_prefills_words_in_both_apis() {
+    let server = mock::spawn(MockConfig::healthy()).await.unwrap();
+    let chat = r#"{"model":"mock-1","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"Say hello"},{"role":"assistant","content":"This is the"}]}"#;
+    let (_, _, text, _) = plain_post(&server.url(), chat).await;
+    let read = Transcript::parse(&text);
+    assert_eq!(read.content, [" mock", " speaking.", " This"]);
+    assert_eq!(format!("This is the{}", read.text()), ANSWER);
+    assert!(read.done);
+
+    // Seven words: the sentence once and two more; Anthropic's content parts count the same.
+    let messages = r#"{"model":"claude-mock","max_tokens":2,"stream":true,"messages":[{"role":"user","content":"Say hello"},{"role":"assistant","content":[{"type":"text","text":"This is the mock speaking. This is"}]}]}"#;
+    let (_, _, text, _) = plain_post(&server.messages_url(), messages).await;
+    let read = Transcript::parse(&text);
+    assert_eq!(read.content, [" the", " mock"]);
+    let events = named_events(&text);
+    let (_, delta) = events
+        .iter()
+        .find(|(name, _)| name == "message_delta")
+        .unwrap();
+    assert_eq!(delta["usage"]["output_tokens"], 2);
+
+    // An assistant turn the user answered is history: the answer starts from its first word.
+    let history = r#"{"model":"mock-1","max_tokens":2,"stream":true,"messages":[{"role":"assistant","content":"This is"},{"role":"user","content":"again"}]}"#;
+    let (_, _, text, _) = plain_post(&server.url(), history).await;
+    assert_eq!(Transcript::parse(&text).text(), "This is");
+    let stats = server.stats.snapshot();
+    server.shutdown().await;
+    assert_eq!(
+        (stats.streams, stats.prefilled, stats.content_chunks),
+        (3, 2, 7)
+    );
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_content_is_continued_and_the_caller_reads_every_word_once() {
+    for (api, body) in [("chat", STREAM), ("messages", MESSAGES_STREAM)] {
+        let server = mock::spawn(MockConfig {
+            first_faults: vec![Fault::CutMidStream],
+            ..MockConfig::healthy()
+        })
+        .await
+        .unwrap();
+        let url = match api {
+            "chat" => server.url(),
+            _ => server.messages_url(),
+        };
+        let (status, text, error) = guarded_stream(&url, body, true).await;
+        let stats = server.stats.snapshot();
+        server.shutdown().await;
+
+        assert_eq!(status, 200, "{api}");
+        assert!(error.is_none(), "{api}: {error:?}");
+        // Three words before the cut, three from the continuation, each once, in order, and one
+        // opening and one terminal event: one answer.
+        let read = Transcript::parse(&text);
+        assert_eq!(read.text(), ANSWER, "{api}: {text}");
+        assert_eq!(read.content.len(), 6, "{api}: {text}");
+        assert!(read.done && read.errors == 0, "{api}: {text}");
+        let (opening, terminal) = match api {
+            "chat" => ("\"role\"", "data: [DONE]"),
+            _ => ("event: message_start", "event: message_stop"),
+        };
+        assert_eq!(text.matches(opening).count(), 1, "{api}: {text}");
+        assert_eq!(text.matches(terminal).count(), 1, "{api}: {text}");
+        // The cut stream and its continuation, which went on after the prefill's three words.
+        assert_eq!(stats.attempts, 2, "{api}");
+        assert_eq!((stats.streams_cut, stats.prefilled), (1, 1), "{api}");
+        assert_eq!(stats.content_chunks, 6, "{api}");
+    }
 }

@@ -17,7 +17,7 @@
 //! cargo run -p stormguard-examples --bin axum_gateway
 //! ```
 //!
-//! Each phase prints the gateway's address first. Besides the chat route it serves
+//! Each phase prints the gateway's address first. Besides its LLM routes it serves
 //! `GET /metrics` (the engine's metrics in Prometheus' text format, labelled with the phase's
 //! provider name) and `GET /healthz` (the retry budget's, throttle's and breaker's snapshots as
 //! JSON, `"status": "degraded"` while the provider is refused locally). With `--serve SECS`, each
@@ -41,12 +41,21 @@
 //! With `--stream`, it runs one phase instead: the callers ask for streamed answers
 //! (`"stream": true`) and the gateway relays the provider's `text/event-stream` through its
 //! `ClientLayer`, chunk by chunk. A few percent of the provider's streams fail after their `200`:
-//! an error frame before any content, which the gateway retries (its callers only ever see clean
-//! streams), or a cut mid-stream, never restarted: the callers get the content sent before the
-//! cut, then their bodies end with `StreamInterrupted`:
+//! an error frame before any content, which the gateway retries, or a cut mid-stream, never
+//! restarted but continued: the gateway asks the provider for the rest (the text received as an
+//! assistant prefill) and splices it in. The callers read whole answers, every word once:
 //!
 //! ```text
 //! cargo run -p stormguard-examples --bin axum_gateway -- --stream
+//! ```
+//!
+//! With `--stream --listen ADDR` it fires nothing itself: it serves callers in other processes at
+//! ADDR, on OpenAI's `/v1/chat/completions` and Anthropic's `/v1/messages`, from the same kind of
+//! provider failing more of its streams (one in ten cut), until it is stopped.
+//! `examples/sdk/run.sh` points the official Python SDKs at it:
+//!
+//! ```text
+//! cargo run -p stormguard-examples --bin axum_gateway -- --stream --listen 127.0.0.1:8080
 //! ```
 //!
 //! With `--redis URL`, it runs one phase instead: a healthy provider whose quota, 1,200 requests
@@ -59,8 +68,9 @@
 //! cargo run -p stormguard-examples --bin axum_gateway -- --redis redis://127.0.0.1:6379/
 //! ```
 //!
-//! `--serve SECS` goes with any of them.
+//! `--serve SECS` goes with any of them but `--listen`.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
@@ -70,7 +80,9 @@ use stormguard::rate_limit::{Fleet, RateLimit, RateLimitConfig};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard::stream::StreamInterrupted;
 use stormguard_examples::gateway::{HEALTHZ, Health, METRICS, Refused, Route, Running};
-use stormguard_examples::mock::{Fault, MockConfig, StatsSnapshot, Transcript};
+use stormguard_examples::mock::{
+    self, CHAT_COMPLETIONS, Fault, MESSAGES, MockConfig, StatsSnapshot, Transcript,
+};
 use stormguard_examples::throttled;
 use tokio::time::Instant;
 
@@ -79,8 +91,20 @@ use tokio::time::Instant;
 const INTERVAL: Duration = Duration::from_millis(5);
 const BODY: &str =
     r#"{"model":"mock-1","messages":[{"role":"user","content":"Say hello"}],"max_tokens":16}"#;
-/// The same request, asking for a streamed answer.
+/// The same request, asking for a streamed answer of [`STREAM_TOKENS`].
 const STREAM_BODY: &str = r#"{"model":"mock-1","messages":[{"role":"user","content":"Say hello"}],"max_tokens":16,"stream":true}"#;
+/// The `max_tokens` of [`STREAM_BODY`]: the mock streams that many words.
+const STREAM_TOKENS: u32 = 16;
+
+/// The `--stream` provider of a burst: 3% of its streams fail with an error event before
+/// content, 3% are cut mid-stream.
+const BURST_STREAM_FAULTS: (u32, u32) = (3, 3);
+/// The `--stream` provider when the gateway serves callers in other processes (`--listen`): 5%
+/// and 10%, so that a few dozen requests sent one after the other see several cuts (at 3%, one
+/// run of 48 in four would see none), and yet the retries and continuations they need (about
+/// one request in six) stay within the default retry budget (10% of successes plus 10 in any
+/// 10 s).
+const SERVED_STREAM_FAULTS: (u32, u32) = (5, 10);
 
 /// The quota the gateways started with `--redis` share: 1,200 requests a minute.
 const SHARED_QUOTA: u32 = 1_200;
@@ -88,7 +112,8 @@ const SHARED_QUOTA: u32 = 1_200;
 /// The longest `--serve`: an hour.
 const MAX_SERVE: Duration = Duration::from_secs(3_600);
 
-const USAGE: &str = "usage: axum_gateway [--failover | --stream | --redis URL] [--serve SECS]";
+const USAGE: &str = "usage: axum_gateway [--failover | --stream [--listen ADDR] | --redis URL] \
+                     [--serve SECS]";
 
 /// What the command line asks for.
 enum Mode {
@@ -96,6 +121,8 @@ enum Mode {
     Phases,
     Failover,
     Stream,
+    /// `--stream --listen ADDR`: serve callers at `ADDR` until stopped.
+    ServeStreams(SocketAddr),
     Redis(String),
 }
 
@@ -111,6 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Mode::Redis(url) => shared_quota(&url, requests(1_000)).await,
         Mode::Failover => failover(requests(400)).await,
         Mode::Stream => streams(requests(400)).await,
+        Mode::ServeStreams(listen) => serve_streams(listen).await,
         Mode::Phases => {
             let flaky = MockConfig {
                 error_rate: 0.1,
@@ -135,11 +163,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-/// The mode and the `--serve` duration, if any.
+/// The mode and the `--serve` duration, if any. `--listen` goes with `--stream` only, and not
+/// with `--serve`: a gateway serving others sends no requests of its own.
 fn parse_args(
     mut args: impl Iterator<Item = String>,
 ) -> Result<(Mode, Option<Duration>), Box<dyn std::error::Error>> {
-    let (mut mode, mut serve) = (None, None);
+    let (mut mode, mut serve, mut listen) = (None, None, None);
     while let Some(arg) = args.next() {
         let chosen = match arg.as_str() {
             "--failover" => Mode::Failover,
@@ -150,13 +179,22 @@ fn parse_args(
                 serve = Some(Duration::from_secs(secs).min(MAX_SERVE));
                 continue;
             }
+            "--listen" => {
+                listen = Some(args.next().ok_or(USAGE)?.parse::<SocketAddr>()?);
+                continue;
+            }
             _ => return Err(USAGE.into()),
         };
         if mode.replace(chosen).is_some() {
             return Err(USAGE.into());
         }
     }
-    Ok((mode.unwrap_or(Mode::Phases), serve))
+    let mode = match (mode.unwrap_or(Mode::Phases), listen) {
+        (mode, None) => mode,
+        (Mode::Stream, Some(listen)) if serve.is_none() => Mode::ServeStreams(listen),
+        _ => return Err(USAGE.into()),
+    };
+    Ok((mode, serve))
 }
 
 /// The OpenAI-style provider is down; the backup takes its traffic, asked for its own model.
@@ -287,18 +325,36 @@ fn print_upstream(refused: &Refused, stats: &StatsSnapshot, health: &Health, sta
     );
 }
 
+/// The provider of `--stream`: of its streams, `percent.0` in a hundred fail with an error event
+/// before any content, `percent.1` are cut mid-stream.
+fn stream_provider(percent: (u32, u32)) -> MockConfig {
+    MockConfig {
+        error_rate: f64::from(percent.0 + percent.1) / 100.0,
+        faults: vec![
+            (Fault::ErrorBeforeContent, percent.0),
+            (Fault::CutMidStream, percent.1),
+        ],
+        ..MockConfig::default()
+    }
+}
+
+/// How `stream_provider(percent)` fails its streams, in words.
+fn stream_faults(percent: (u32, u32)) -> String {
+    format!(
+        "{}% errors before content, {}% cut mid-stream",
+        percent.0, percent.1
+    )
+}
+
 /// Callers stream their answers (`"stream": true`) through the gateway from a provider whose
 /// streams fail after their `200`: an error frame before any content (the gateway's upstream
-/// `ClientLayer` retries it, so its callers only see clean streams) or a cut mid-stream (never
-/// restarted: the gateway relays the content it got, then fails its own answer, and the
-/// callers' bodies end with `StreamInterrupted`).
+/// `ClientLayer` retries it) or a cut mid-stream (never restarted: the gateway's `ClientLayer`
+/// asks the provider for the rest, the text received as an assistant prefill, and splices the
+/// answer in). Either way the callers read whole answers, every word once; a stream the gateway
+/// cannot complete (its retry budget spent) ends with the in-band error event, and the
+/// callers' bodies with `StreamInterrupted`.
 async fn streams(requests: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let provider = MockConfig {
-        error_rate: 0.06,
-        faults: vec![(Fault::ErrorBeforeContent, 1), (Fault::CutMidStream, 1)],
-        ..MockConfig::default()
-    };
-    let error_rate = provider.error_rate;
+    let provider = stream_provider(BURST_STREAM_FAULTS);
     let name = "streams";
     let gateway = start(name, "mock-streams", provider, Route::Direct).await?;
     let callers = callers();
@@ -306,73 +362,121 @@ async fn streams(requests: usize) -> Result<(), Box<dyn std::error::Error>> {
     let (answers, elapsed) = burst(requests, move || stream(callers.clone(), url.clone())).await?;
     let budget = gateway.health.budget().snapshot();
     let (stats, _) = gateway.stop().await;
+    let mut tally = StreamTally::count(answers);
 
-    let (mut clean, mut interrupted, mut failed, mut dropped, mut errors) = (0, 0, 0, 0, 0);
-    let (mut delivered, mut delivered_cut) = (0, 0);
-    let (mut first_bytes, mut ends) = (Vec::new(), Vec::new());
-    for answer in answers {
-        match answer {
-            StreamAnswer::Read {
-                content,
-                first_bytes: first,
-                end,
-                ended,
-            } => {
-                delivered += content;
-                first_bytes.push(first);
-                ends.push(end);
-                match ended {
-                    Ended::Clean => clean += 1,
-                    Ended::Interrupted => {
-                        interrupted += 1;
-                        delivered_cut += content;
-                    }
-                    Ended::Otherwise => errors += 1,
-                }
-            }
-            StreamAnswer::Failed => failed += 1,
-            StreamAnswer::Dropped => dropped += 1,
-            StreamAnswer::Error => errors += 1,
-        }
-    }
-    // The two stream faults share the error rate equally.
-    let each = 100.0 * error_rate / 2.0;
-    println!("== streams: {each:.0}% errors before content, {each:.0}% cut mid-stream");
+    println!("== streams: {}", stream_faults(BURST_STREAM_FAULTS));
     println!(
         "{requests} streamed requests at {:.0}/s through the gateway, done in {elapsed:.2?}",
         1.0 / INTERVAL.as_secs_f64()
     );
     println!(
-        "callers got {clean} clean streams, {interrupted} interrupted after content \
-         (StreamInterrupted), {failed} failed responses, {dropped} dropped, {errors} other errors"
+        "callers got {} clean streams ({} of them the whole answer, every word once), {} \
+         interrupted after content (StreamInterrupted), {} failed responses, {} dropped, {} other \
+         errors",
+        tally.clean, tally.whole, tally.interrupted, tally.failed, tally.dropped, tally.errors
     );
     println!(
-        "the provider began {} streams in {} attempts: {} retried before content ({} error \
-         frames), {} cut mid-stream; gateway budget, its last 10 s: {} retries granted, {} refused",
+        "the provider began {} streams in {} attempts: {} error frames before content (retried), \
+         {} cut mid-stream, {} continuation attempts (with a prefill); gateway budget, its last \
+         10 s: {} retries granted, {} refused",
         stats.streams,
         stats.attempts,
-        stats.attempts.saturating_sub(requests as u64),
         stats.stream_errors,
         stats.streams_cut,
+        stats.prefilled,
         budget.withdrawals,
         budget.rejected
     );
     println!(
-        "content chunks: {} sent by the provider, {delivered} delivered to callers ({delivered_cut} \
-         in interrupted streams); medians: first bytes after {:.0?}, the end after {:.0?}",
+        "content chunks: {} sent by the provider, {} delivered to callers ({} in interrupted \
+         streams); medians: first bytes after {:.0?}, the end after {:.0?}",
         stats.content_chunks,
-        median(&mut first_bytes),
-        median(&mut ends)
+        tally.delivered,
+        tally.delivered_cut,
+        median(&mut tally.first_bytes),
+        median(&mut tally.ends)
     );
     Ok(())
 }
 
+/// Serves callers in other processes (the SDK check, `examples/sdk/run.sh`) at `listen` until
+/// the process is stopped, with no burst of its own: the `--stream` provider, its streams failed
+/// at [`SERVED_STREAM_FAULTS`].
+async fn serve_streams(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+    let provider = stream_provider(SERVED_STREAM_FAULTS);
+    let name = format!("streams ({})", stream_faults(SERVED_STREAM_FAULTS));
+    let gateway = Running::start_on(listen, "mock-streams", provider, Route::Direct).await?;
+    println!(
+        "-- {name}: the gateway listens on http://{} (POST {CHAT_COMPLETIONS}, POST {MESSAGES}; \
+         GET {METRICS}, {HEALTHZ}) until it is stopped",
+        gateway.addr
+    );
+    std::future::pending::<()>().await;
+    gateway.stop().await;
+    Ok(())
+}
+
+/// What the callers of a `--stream` burst got, counted.
+#[derive(Default)]
+struct StreamTally {
+    clean: usize,
+    /// Clean streams whose text is the provider's whole answer, every word once, in order.
+    whole: usize,
+    interrupted: usize,
+    failed: usize,
+    dropped: usize,
+    errors: usize,
+    /// Content events delivered, and those of them in interrupted streams.
+    delivered: usize,
+    delivered_cut: usize,
+    first_bytes: Vec<Duration>,
+    ends: Vec<Duration>,
+}
+
+impl StreamTally {
+    fn count(answers: Vec<StreamAnswer>) -> Self {
+        let mut tally = Self::default();
+        for answer in answers {
+            match answer {
+                StreamAnswer::Read {
+                    content,
+                    whole,
+                    first_bytes,
+                    end,
+                    ended,
+                } => {
+                    tally.delivered += content;
+                    tally.first_bytes.push(first_bytes);
+                    tally.ends.push(end);
+                    match ended {
+                        Ended::Clean => {
+                            tally.clean += 1;
+                            tally.whole += usize::from(whole);
+                        }
+                        Ended::Interrupted => {
+                            tally.interrupted += 1;
+                            tally.delivered_cut += content;
+                        }
+                        Ended::Otherwise => tally.errors += 1,
+                    }
+                }
+                StreamAnswer::Failed => tally.failed += 1,
+                StreamAnswer::Dropped => tally.dropped += 1,
+                StreamAnswer::Error => tally.errors += 1,
+            }
+        }
+        tally
+    }
+}
+
 /// What a caller got when it asked for a stream.
 enum StreamAnswer {
-    /// A `2xx` whose body it read: the content events in it, when its first bytes and its end
-    /// came (from the request's start), and how it ended.
+    /// A `2xx` whose body it read: the content events in it, whether its text is the whole
+    /// answer, when its first bytes and its end came (from the request's start), and how it
+    /// ended.
     Read {
         content: usize,
+        whole: bool,
         first_bytes: Duration,
         end: Duration,
         ended: Ended,
@@ -437,6 +541,7 @@ async fn stream(callers: ClientWithMiddleware, url: String) -> StreamAnswer {
     };
     StreamAnswer::Read {
         content: read.content.len(),
+        whole: read.text() == mock::streamed_text(STREAM_TOKENS),
         first_bytes: first_bytes.unwrap_or(end),
         end,
         ended,

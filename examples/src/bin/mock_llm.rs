@@ -7,7 +7,8 @@
 //! ```
 //!
 //! With `"stream": true` in the request's JSON the mock streams its answer (`text/event-stream`,
-//! one chunk per token); `curl -N` prints the chunks as they come.
+//! one chunk per token); `curl -N` prints the chunks as they come. The same server answers
+//! Anthropic's `POST /v1/messages` in Anthropic's format.
 
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! The axum gateway of the `axum_gateway` example, as a library so that tests can start it
-//! in-process: `stormguard::ServerLayer` on its chat route, `stormguard::ClientLayer` on its
-//! upstream hyper client to a [`mock`] provider, and two routes of its own that never reach the
-//! provider:
+//! in-process: `stormguard::ServerLayer` on its two LLM routes (OpenAI's
+//! `/v1/chat/completions`, Anthropic's `/v1/messages`, each relayed to the same path of the
+//! provider), `stormguard::ClientLayer` on its upstream hyper client to a [`mock`] provider, and
+//! two routes of its own that never reach the provider:
 //!
 //! - `GET /metrics`: the engine's metrics ([`stormguard::metrics`]) in Prometheus' text format,
 //!   from the process's recorder ([`prometheus`]);
@@ -55,7 +56,7 @@ use tower::{ServiceBuilder, ServiceExt};
 
 pub use health::{DEGRADED_DROP_PROBABILITY, Health, ProviderHealth};
 
-use crate::mock::{self, CHAT_COMPLETIONS, MockConfig, MockHandle, StatsSnapshot};
+use crate::mock::{self, CHAT_COMPLETIONS, MESSAGES, MockConfig, MockHandle, StatsSnapshot};
 
 /// The path of the metrics in Prometheus' text format.
 pub const METRICS: &str = "/metrics";
@@ -76,11 +77,11 @@ pub enum Route {
 /// A gateway serving on 127.0.0.1 (ephemeral port) in front of its mock provider (and, behind a
 /// failover, its backup).
 pub struct Running {
-    /// The gateway's chat completions URL.
+    /// The gateway's chat completions URL (its messages route is beside it, at [`MESSAGES`]).
     pub url: String,
     /// Where the gateway listens: `/metrics` and `/healthz` are there too.
     pub addr: SocketAddr,
-    /// Requests the gateway received on its chat route.
+    /// Requests the gateway received on its LLM routes.
     pub received: Arc<AtomicU64>,
     /// Upstream calls the gateway answered itself, and who answered the others.
     pub refused: Arc<Refused>,
@@ -103,19 +104,35 @@ impl Running {
         config: MockConfig,
         route: Route,
     ) -> Result<Self, Box<dyn std::error::Error>> {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self::start_on(loopback, provider, config, route).await
+    }
+
+    /// [`start`](Self::start), with the gateway listening on `listen` (the provider still on an
+    /// ephemeral loopback port): for callers in another process, such as the SDK check, which
+    /// must know where to connect before the gateway starts.
+    pub async fn start_on(
+        listen: SocketAddr,
+        provider: &str,
+        config: MockConfig,
+        route: Route,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
         let metrics = prometheus::install()?;
         let backend = mock::spawn(config).await?;
         let (upstream, health, backup) = upstream(provider, route).await?;
         let received = Arc::new(AtomicU64::new(0));
         let refused = Arc::new(Refused::default());
-        let (addr, stop, task) = serve(routes(Gateway {
-            upstream,
-            backend: backend.addr,
-            received: received.clone(),
-            refused: refused.clone(),
-            health: health.clone(),
-            metrics: metrics.clone(),
-        }))
+        let (addr, stop, task) = serve(
+            listen,
+            routes(Gateway {
+                upstream,
+                backend: backend.addr,
+                received: received.clone(),
+                refused: refused.clone(),
+                health: health.clone(),
+                metrics: metrics.clone(),
+            }),
+        )
         .await?;
         Ok(Self {
             url: format!("http://{addr}{CHAT_COMPLETIONS}"),
@@ -246,10 +263,12 @@ async fn failover(
     Ok((upstream, health, server))
 }
 
-/// The gateway's routes: the chat route behind the `ServerLayer`, `/metrics` and `/healthz`.
+/// The gateway's routes: the two LLM routes behind the `ServerLayer`, `/metrics` and
+/// `/healthz`.
 fn routes(gateway: Gateway) -> Router {
     Router::new()
         .route(CHAT_COMPLETIONS, post(forward))
+        .route(MESSAGES, post(forward))
         .layer(stormguard::ServerLayer::default())
         // Added after the ServerLayer, so outside it: never shed, never given a deadline.
         .route(METRICS, get(prometheus::render))
@@ -257,16 +276,17 @@ fn routes(gateway: Gateway) -> Router {
         .with_state(gateway)
 }
 
-/// Serves `app` on 127.0.0.1 (an ephemeral port) until told to stop: where it listens, what
-/// tells it to stop, and its task.
+/// Serves `app` on `listen` until told to stop: where it listens, what tells it to stop, and its
+/// task.
 async fn serve(
+    listen: SocketAddr,
     app: Router,
 ) -> std::io::Result<(
     SocketAddr,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 )> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     // Relayed streams are many small writes: sent at once, not held back by Nagle's
     // algorithm until the caller acknowledges the last one.
@@ -374,7 +394,9 @@ impl Refused {
 /// `ServerLayer` read from the caller travels in the request's extensions, so the upstream
 /// attempts share it. An upstream call that ends without a response returns its
 /// `stormguard::Error`, which answers the caller (throttled or breaker open: 503, deadline: 504,
-/// failed: 502, each with `x-should-retry: false`).
+/// failed: 502, each with `x-should-retry: false`). The body handed on is the engine's, not the
+/// provider's: a stream cut after content reaches the caller with its continuation spliced in,
+/// or with its in-band error event when it cannot be completed.
 async fn forward(
     State(gateway): State<Gateway>,
     request: Request,

@@ -17,15 +17,16 @@ pub enum Fault {
     /// 429 `insufficient_quota`: the account is out of credit. Never gets better by retrying.
     QuotaExhausted,
     /// A streamed answer that fails before its content (a stream fault): `200`,
-    /// `text/event-stream`, the role chunk, then OpenAI's error frame, `data: {"error":
-    /// {"message": ..., "type": "server_error", "code": null}}` (the body of a 503), and the end
-    /// of the stream. Nothing has reached the user yet: a client reads it as a retryable failure,
-    /// like the 503 itself. (Anthropic fails the same way with `event: error` and an
-    /// `overloaded_error`; the mock speaks OpenAI's format, so it sends OpenAI's frame.)
+    /// `text/event-stream`, the opening events, then an error event and the end of the stream.
+    /// OpenAI's error frame is `data: {"error": {"message": ..., "type": "server_error", "code":
+    /// null}}` (the body of a 503); Anthropic's `event: error` carries an `overloaded_error`.
+    /// Nothing has reached the user yet: a client reads it as a retryable failure, like a 503 or
+    /// a 529.
     ErrorBeforeContent,
-    /// A streamed answer cut mid-stream (a stream fault): `200`, `text/event-stream`, the role
-    /// chunk and the first half of the content chunks (at least one), then the connection fails:
-    /// the body ends with an error, without `data: [DONE]`.
+    /// A streamed answer cut mid-stream (a stream fault): `200`, `text/event-stream`, the opening
+    /// events and the first half of the content events (at least one), then the connection
+    /// fails: the body ends with an error, without its terminal event (`data: [DONE]`,
+    /// `message_stop`).
     CutMidStream,
 }
 
@@ -37,6 +38,19 @@ impl Fault {
             Fault::Unavailable => 503,
             Fault::Overloaded => 529,
             Fault::ErrorBeforeContent | Fault::CutMidStream => 200,
+        }
+    }
+
+    /// A short snake_case name, sent in [`MOCK_FAULT`](super::MOCK_FAULT): `rate_limited`,
+    /// `unavailable`, `overloaded`, `quota_exhausted`, `error_before_content`, `cut_mid_stream`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Fault::RateLimited { .. } => "rate_limited",
+            Fault::Unavailable => "unavailable",
+            Fault::Overloaded => "overloaded",
+            Fault::QuotaExhausted => "quota_exhausted",
+            Fault::ErrorBeforeContent => "error_before_content",
+            Fault::CutMidStream => "cut_mid_stream",
         }
     }
 

@@ -1,21 +1,32 @@
-//! A fault-injecting mock of an OpenAI-like chat completions API.
+//! A fault-injecting mock of an LLM provider: OpenAI's chat completions and Anthropic's
+//! messages.
 //!
-//! `POST /v1/chat/completions` takes the usual JSON (`model`, `messages`, `max_tokens`,
-//! `stream`) and answers a `chat.completion` object after a latency proportional to
-//! `max_tokens`, or one of the providers' failures ([`Fault`]) at the configured rate. Past its
+//! `POST /v1/chat/completions` and `POST /v1/messages` take the usual JSON (`model`,
+//! `messages`, `max_tokens`, `stream`) and answer a `chat.completion` object (an Anthropic
+//! `message`) after a latency proportional to `max_tokens`, or one of the providers' failures
+//! ([`Fault`]) at the configured rate, each in the shape of the API it came to. Past its
 //! capacity it degrades like a real overloaded backend: excess requests are shed with 503 or 529
 //! and everyone waits longer. Every request is counted in [`MockStats`], with its
-//! `x-retry-attempt` and `Idempotency-Key`.
+//! `x-retry-attempt` and `Idempotency-Key`; every failed answer names its fault in
+//! [`MOCK_FAULT`].
 //!
-//! With `"stream": true` the answer is streamed like OpenAI's (`text/event-stream`): a chunk
-//! with the role, one chunk per token paced by the per-token latency, a chunk with the
-//! `finish_reason`, then `data: [DONE]`. Two faults fail a stream after its `200`:
-//! [`Fault::ErrorBeforeContent`] and [`Fault::CutMidStream`]. [`Transcript`] reads such a stream
-//! back.
+//! With `"stream": true` the answer is streamed like each provider streams it
+//! (`text/event-stream`): OpenAI's chunks (the role, one per token paced by the per-token
+//! latency, the `finish_reason`, `data: [DONE]`), or Anthropic's events (`message_start`,
+//! `content_block_start`, `ping`, a `content_block_delta` per token, `content_block_stop`,
+//! `message_delta`, `message_stop`). Like a real provider it honours an assistant prefill: when
+//! the last message is the assistant's, the answer goes on after the words of that prefill,
+//! which is what a continuation of a cut stream asks for. Two faults fail a stream after its
+//! `200`: [`Fault::ErrorBeforeContent`] and [`Fault::CutMidStream`]. [`Transcript`] reads such a
+//! stream back.
 
+mod answers;
 mod config;
+mod events;
+mod request;
 mod stats;
 mod stream;
+mod transcript;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,23 +35,34 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use axum::http::{HeaderMap, Response, StatusCode};
 use axum::routing::post;
 use axum::serve::ListenerExt;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
-use serde::Deserialize;
-use stormguard::classify::headers::{IDEMPOTENCY_KEY, RETRY_AFTER_MS, X_RETRY_ATTEMPT};
+use stormguard::classify::headers::{IDEMPOTENCY_KEY, X_RETRY_ATTEMPT};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use config::{Fault, MockConfig};
-pub use stats::{MockStats, StatsSnapshot};
-pub use stream::Transcript;
+use answers::{completion, fault_response, invalid_request};
+use events::Events;
+use request::{Api, ChatRequest};
+use stats::InFlight;
 
-/// The path of the chat completions endpoint.
+pub use config::{Fault, MockConfig};
+pub use events::streamed_text;
+pub use stats::{MockStats, StatsSnapshot};
+pub use transcript::Transcript;
+
+/// The path of the chat completions endpoint (OpenAI's API).
 pub const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
+/// The path of the messages endpoint (Anthropic's API).
+pub const MESSAGES: &str = "/v1/messages";
+/// The response header that names the fault the mock failed an answer with
+/// ([`Fault::name`]): a test double's confession, so that a client behind a gateway can tell
+/// which of its answers went through a fault (a cut stream's head says so before the cut).
+pub const MOCK_FAULT: &str = "x-mock-fault";
 
 /// A running mock server on loopback.
 #[derive(Debug)]
@@ -57,6 +79,11 @@ impl MockHandle {
     /// The URL of the chat completions endpoint.
     pub fn url(&self) -> String {
         format!("http://{}{CHAT_COMPLETIONS}", self.addr)
+    }
+
+    /// The URL of the messages endpoint.
+    pub fn messages_url(&self) -> String {
+        format!("http://{}{MESSAGES}", self.addr)
     }
 
     /// Stops accepting requests, lets the ones in flight finish (for up to a second) and waits.
@@ -85,6 +112,7 @@ pub async fn spawn(config: MockConfig) -> std::io::Result<MockHandle> {
     });
     let app = Router::new()
         .route(CHAT_COMPLETIONS, post(chat_completions))
+        .route(MESSAGES, post(messages))
         .with_state(shared);
     // A streamed answer is many small writes: sent at once, not held back by Nagle's algorithm
     // until the client acknowledges the last one (up to 40 ms with delayed ACKs).
@@ -196,26 +224,26 @@ impl Shared {
     }
 }
 
-#[derive(Deserialize)]
-struct ChatRequest {
-    model: String,
-    #[serde(default)]
-    messages: Vec<ChatMessage>,
-    max_tokens: Option<u32>,
-    stream: Option<bool>,
-}
-
-#[derive(Deserialize)]
-struct ChatMessage {
-    #[serde(default)]
-    content: String,
-}
-
+/// `POST /v1/chat/completions`.
 async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
+    answer(Api::Chat, &shared, &headers, &body).await
+}
+
+/// `POST /v1/messages`.
+async fn messages(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    answer(Api::Messages, &shared, &headers, &body).await
+}
+
+/// The answer to a request to `api`: counted, read, then served by its verdict.
+async fn answer(api: Api, shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Response<Body> {
     let attempt = headers
         .get(&X_RETRY_ATTEMPT)
         .and_then(|value| value.to_str().ok())
@@ -225,123 +253,45 @@ async fn chat_completions(
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
     let request = shared.stats.arrive(attempt, key);
+    match serde_json::from_slice::<ChatRequest>(body) {
+        Err(error) => {
+            let response = invalid_request(api, &error.to_string());
+            request.answered(response.status().as_u16());
+            response
+        }
+        Ok(chat) => serve(api, shared, chat, request).await,
+    }
+}
 
-    let response = match serde_json::from_slice::<ChatRequest>(&body) {
-        Err(error) => invalid_request(&error.to_string()),
-        Ok(chat) => {
-            let config = &shared.config;
-            let max_tokens = chat.max_tokens.unwrap_or(config.default_max_tokens);
-            let streaming = chat.stream == Some(true);
-            match shared.verdict(request.load(), request.arrival(), streaming) {
-                Verdict::Shed(fault) => {
-                    // Shedding is cheap work, but an overloaded server is slow at everything.
-                    tokio::time::sleep(config.latency(0, request.load())).await;
-                    fault_response(fault)
-                }
-                Verdict::Fail(fault) => {
-                    tokio::time::sleep(config.latency(0, request.load())).await;
-                    fault_response(fault)
-                }
-                Verdict::Complete => {
-                    tokio::time::sleep(config.latency(max_tokens, request.load())).await;
-                    completion(&chat, max_tokens)
-                }
-                Verdict::Stream(fault) => {
-                    // The time to the first byte; the tokens follow, paced, in the stream.
-                    tokio::time::sleep(config.latency(0, request.load())).await;
-                    let pace = config.token_latency(request.load());
-                    request.answered(StatusCode::OK.as_u16());
-                    return stream::answer(chat.model, max_tokens, fault, pace, request);
-                }
-            }
+/// Serves `chat` by the verdict its arrival draws, after the latency of what it is answered.
+async fn serve(api: Api, shared: &Shared, chat: ChatRequest, request: InFlight) -> Response<Body> {
+    let config = &shared.config;
+    let max_tokens = chat.max_tokens.unwrap_or(config.default_max_tokens);
+    let streaming = chat.stream == Some(true);
+    let response = match shared.verdict(request.load(), request.arrival(), streaming) {
+        // Shedding is cheap work, but an overloaded server is slow at everything.
+        Verdict::Shed(fault) | Verdict::Fail(fault) => {
+            tokio::time::sleep(config.latency(0, request.load())).await;
+            fault_response(api, fault)
+        }
+        Verdict::Complete => {
+            tokio::time::sleep(config.latency(max_tokens, request.load())).await;
+            completion(api, &chat, max_tokens)
+        }
+        Verdict::Stream(fault) => {
+            // The time to the first byte; the tokens follow, paced, in the stream.
+            tokio::time::sleep(config.latency(0, request.load())).await;
+            request.answered(StatusCode::OK.as_u16());
+            let answer = stream::Answer {
+                first_word: u64::try_from(chat.prefill_words()).unwrap_or(u64::MAX),
+                events: Events::new(api, chat.prompt_tokens(), chat.model),
+                tokens: max_tokens,
+                fault,
+                pace: config.token_latency(request.load()),
+            };
+            return stream::respond(answer, request);
         }
     };
     request.answered(response.status().as_u16());
-    response
-}
-
-fn completion(chat: &ChatRequest, max_tokens: u32) -> Response<Body> {
-    let prompt_tokens: usize = chat
-        .messages
-        .iter()
-        .map(|message| message.content.split_whitespace().count())
-        .sum();
-    let body = serde_json::json!({
-        "id": "chatcmpl-mock",
-        "object": "chat.completion",
-        "created": 0,
-        "model": chat.model,
-        "choices": [{
-            "index": 0,
-            "message": { "role": "assistant", "content": "This is the mock speaking." },
-            "finish_reason": "stop",
-        }],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": max_tokens,
-            "total_tokens": prompt_tokens.saturating_add(max_tokens as usize),
-        },
-    });
-    json_response(StatusCode::OK, &body)
-}
-
-fn fault_response(fault: Fault) -> Response<Body> {
-    let status = StatusCode::from_u16(fault.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    let mut response = json_response(status, &error_body(fault));
-    if let Fault::RateLimited { retry_after } = fault {
-        let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
-        let secs = retry_after
-            .as_secs()
-            .saturating_add(u64::from(retry_after.subsec_nanos() > 0));
-        let headers = response.headers_mut();
-        headers.insert(RETRY_AFTER_MS, HeaderValue::from(millis));
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    response
-}
-
-/// The provider's error JSON for `fault`. A stream fault's error frame is a 503's body.
-fn error_body(fault: Fault) -> serde_json::Value {
-    match fault {
-        Fault::RateLimited { .. } => serde_json::json!({ "error": {
-            "message": "Rate limit reached for requests. Please try again shortly.",
-            "type": "requests",
-            "code": "rate_limit_exceeded",
-        }}),
-        Fault::QuotaExhausted => serde_json::json!({ "error": {
-            "message": "You exceeded your current quota, please check your plan and billing details.",
-            "type": "insufficient_quota",
-            "code": "insufficient_quota",
-        }}),
-        Fault::Unavailable | Fault::ErrorBeforeContent | Fault::CutMidStream => {
-            serde_json::json!({ "error": {
-                "message": "The server is overloaded or not ready yet.",
-                "type": "server_error",
-                "code": null,
-            }})
-        }
-        Fault::Overloaded => serde_json::json!({
-            "type": "error",
-            "error": { "type": "overloaded_error", "message": "Overloaded" },
-        }),
-    }
-}
-
-fn invalid_request(message: &str) -> Response<Body> {
-    let body = serde_json::json!({ "error": {
-        "message": message,
-        "type": "invalid_request_error",
-        "code": null,
-    }});
-    json_response(StatusCode::BAD_REQUEST, &body)
-}
-
-fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
-    let mut response = Response::new(Body::from(body.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
     response
 }

@@ -21,6 +21,7 @@ struct Inner {
     streams: AtomicU64,
     stream_errors: AtomicU64,
     streams_cut: AtomicU64,
+    prefilled: AtomicU64,
     content_chunks: AtomicU64,
     seen: Mutex<Seen>,
 }
@@ -52,6 +53,9 @@ pub struct StatsSnapshot {
     pub stream_errors: u64,
     /// Streams whose connection the mock failed mid-stream ([`Fault::CutMidStream`]).
     pub streams_cut: u64,
+    /// Streams that went on from an assistant prefill (the request's last message was the
+    /// assistant's, with words in it): the continuations of cut streams.
+    pub prefilled: u64,
     /// Content chunks handed to the connection, over all streams.
     pub content_chunks: u64,
 }
@@ -97,6 +101,7 @@ impl MockStats {
             streams: self.inner.streams.load(Ordering::Relaxed),
             stream_errors: self.inner.stream_errors.load(Ordering::Relaxed),
             streams_cut: self.inner.streams_cut.load(Ordering::Relaxed),
+            prefilled: self.inner.prefilled.load(Ordering::Relaxed),
             content_chunks: self.inner.content_chunks.load(Ordering::Relaxed),
         }
     }
@@ -140,6 +145,8 @@ pub(crate) struct InFlight {
 pub(crate) enum Streamed {
     /// The stream began.
     Begun,
+    /// It goes on from an assistant prefill.
+    Prefilled,
     /// A content chunk.
     Content,
     /// An error frame before any content.
@@ -159,6 +166,7 @@ impl InFlight {
         let inner = &self.stats.inner;
         let counter = match what {
             Streamed::Begun => &inner.streams,
+            Streamed::Prefilled => &inner.prefilled,
             Streamed::Content => &inner.content_chunks,
             Streamed::Error => &inner.stream_errors,
             Streamed::Cut => &inner.streams_cut,
