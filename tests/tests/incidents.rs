@@ -587,3 +587,42 @@ async fn under_a_failover_a_backend_that_rejects_the_prefill_is_passed_over() {
     assert_eq!((read.text, read.done), (whole_answer(), 1));
     assert_eq!((primary.hits(), backup.hits()), (2, 1));
 }
+
+/// Clocks taught that this backend's stream heads come within 100 ms.
+fn quick_heads() -> AttemptClocks {
+    let learned = AttemptClocks::default();
+    for _ in 0..20 {
+        learned.record_head(true, Duration::from_millis(100));
+    }
+    learned
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fired_clock_retries_when_it_can_and_keeps_the_attempt_when_it_cannot() {
+    // The first attempt's head comes after 20 s, any other's at once.
+    let slow_first = || {
+        Provider::spawn(|n, _| Plan {
+            head_after: Duration::from_secs(if n == 0 { 20 } else { 0 }),
+            ..Plan::answer(1)
+        })
+    };
+    for (attempts, answered_at, hits) in [(3, 3, 2), (1, 20, 1)] {
+        let provider = slow_first().await;
+        let client = ClientLayer::default()
+            .with_clocks(quick_heads())
+            .with_max_attempts(attempts)
+            .layer(fresh_client());
+        let started = Instant::now();
+        let response = client.oneshot(post(&provider.origin())).await.unwrap();
+        let took = started.elapsed();
+        // With attempts left: abandoned at the 3 s clock, retried. With none: kept, and its
+        // answer at 20 s is the caller's, not a timeout at 3 s.
+        let at = Duration::from_secs(answered_at);
+        assert!(
+            (at..at + Duration::from_millis(100)).contains(&took),
+            "{took:?}"
+        );
+        assert_eq!(read(response.into_body()).await.text, whole_answer());
+        assert_eq!(provider.hits(), hits, "{attempts} attempts");
+    }
+}

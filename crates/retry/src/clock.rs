@@ -85,6 +85,27 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         at
     }
 
+    /// Whether a request whose attempt's clock fired can go on without it: another attempt here
+    /// (the request can be sent again, has attempts left, and the budget a retry), or, under a
+    /// failover, another backend (the budget a move). Else abandoning the attempt would only
+    /// end the request early, when the attempt may still answer. The budget is asked, not drawn
+    /// on: the retry or the move draws on it itself.
+    pub(crate) fn may_go_on(&self) -> bool {
+        let config = &self.config;
+        let here = self.origin.is_replay() && self.sent < config.policy.max_attempts;
+        if !(config.hand_off || here) {
+            return false;
+        }
+        let budget = &config.policy.budget;
+        match budget.try_withdraw() {
+            Some(withdrawal) => {
+                budget.refund(withdrawal);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The head of a healthy answer the attempt waited for came: its backend's head clock
     /// learns how long it took.
     pub(crate) fn learn_head(&self, streaming: bool) {

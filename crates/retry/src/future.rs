@@ -205,11 +205,13 @@ where
                 return Poll::Ready(this.ledger.expired());
             }
             match this.ledger.clock_fired() {
-                Step::Next(state) => this.state.set(state),
-                Step::Finish(output) => {
+                Some(Step::Next(state)) => this.state.set(state),
+                Some(Step::Finish(output)) => {
                     this.state.set(State::Done);
                     return Poll::Ready(output);
                 }
+                // Kept: it may still answer.
+                None => {}
             }
         }
     }
@@ -624,13 +626,19 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         Poll::Ready(self.end(output))
     }
 
-    /// The attempt's head clock fired while it waited for its answer: the attempt is abandoned
-    /// (dropped with the state this step replaces), a timeout for its guards, and the request
-    /// goes on as after any failure of its attempt.
-    fn clock_fired<F, B, RB: Body>(&mut self) -> Step<F, B, RB, C> {
+    /// The attempt's head clock fired while it waited for its answer: if the request can go on
+    /// (see `Ledger::may_go_on`), the attempt is abandoned (dropped with the state this step
+    /// replaces), a timeout for its guards, and the request goes on as after any failure of its
+    /// attempt; if not, it keeps the attempt, which may still answer within the deadline
+    /// (`None`: wait on, with no clock).
+    fn clock_fired<F, B, RB: Body>(&mut self) -> Option<Step<F, B, RB, C>> {
+        if !self.may_go_on() {
+            self.attempt.head_by = HeadBy::Never;
+            return None;
+        }
         let after = self.attempt.in_flight().unwrap_or_default();
         let error = Box::new(AttemptTimedOut::new(after));
-        self.failed_as(crate::clock::attempt_timeout(), error)
+        Some(self.failed_as(crate::clock::attempt_timeout(), error))
     }
 
     /// The deadline passed while the request waited: an attempt in flight timed out, which the

@@ -391,8 +391,8 @@ fn silent_runs() -> &'static [Run] {
     static RUNS: OnceLock<Vec<Run>> = OnceLock::new();
     RUNS.get_or_init(|| {
         let scenario = Scenario::builtin(ScenarioKind::Silent)
-            .with_qps(100.0)
-            .with_duration(Duration::from_secs(30));
+            .with_qps(300.0)
+            .with_duration(Duration::from_secs(45));
         stormguard_storm::run(
             &scenario,
             &[
@@ -423,7 +423,7 @@ fn silent_the_clocks_hand_a_silent_attempt_on_within_twice_the_healthy_p99() {
 
     // With the clocks: a silent attempt is handed to the secondary after the head clock (3 s,
     // its floor), a slow first token after the first-content clock (5 s): the p99 stays within
-    // twice the healthy one (the contract), here about the healthy one itself.
+    // twice the healthy one (the contract), here about 1.2 times it.
     assert!(ratio <= 2.0, "{ratio}: {with:?}");
     let f = with.failover.expect("two providers, their figures");
     assert!(f.secondary_attempts > 0, "{with:?}");
@@ -444,14 +444,11 @@ fn silent_the_clocks_hand_a_silent_attempt_on_within_twice_the_healthy_p99() {
     );
 }
 
-/// The contract's other half, not met with the shipped defaults: each fired clock's hand-off
-/// to the secondary is a retry drawn from the request's retry budget (10% of successes, plus 1
-/// a second), and 30% of the primary's attempts going silent need about three times that. The
-/// hand-offs the budget refuses end their request with the clock's timeout, 27 s before its
-/// deadline: 97.5% succeed here (98.7% at the scenario's full 300 req/s), where waiting would
-/// have answered most of them (99.8% without the clocks). See the README's silent scenario.
+/// The contract's other half: 99.9% of the requests answered. A fired clock's hand-off to the
+/// secondary is a retry drawn from the request's budget (10% of successes, plus 1 a second),
+/// less than 30% of the primary's attempts going silent would take; a hand-off the budget cannot
+/// pay for keeps its attempt, which answers after its silence, within the deadline.
 #[test]
-#[ignore = "not met with the shipped defaults: the retry budget refuses the hand-offs"]
 fn silent_the_clocks_answer_999_in_1000() {
     let with = &silent_runs()[1].summary;
     assert!(with.success_rate >= 0.999, "{with:?}");
