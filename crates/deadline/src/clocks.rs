@@ -42,7 +42,8 @@
 //!   moment from cutting a healthy attempt.
 //!
 //! What a fired clock means is the caller's to enforce: the retry engine abandons the attempt
-//! (a timeout for its breaker and throttle) and goes on within the one deadline and budget.
+//! (a timeout for its breaker and throttle) and goes on within the one deadline and budget, or,
+//! when the request cannot go on (no attempt left, the budget spent), keeps waiting on it.
 //!
 //! ```
 //! use std::time::Duration;

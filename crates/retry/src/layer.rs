@@ -327,7 +327,9 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// Time each attempt with `clocks` (the default: [`AttemptClocks::default`], this layer's
     /// own): an attempt whose response head, first content event or next content event is
     /// later than the backend's learned clock allows is abandoned (a timeout for the breaker and
-    /// the throttle) and the request goes on, a retry within the one deadline and budget. See
+    /// the throttle) and the request goes on, a retry within the one deadline and budget; when
+    /// the request cannot go on (no attempt left, the budget spent), a late head keeps its
+    /// attempt, which may still answer within the deadline. See
     /// `stormguard_deadline::clocks` for the clocks and their defaults. Hand the same clocks
     /// only to layers that call the same backend: they learn what it is like.
     pub fn with_clocks(self, clocks: AttemptClocks) -> Self {
