@@ -464,23 +464,21 @@ async fn a_stream_that_loses_its_terminal_event_is_finished_or_continued() {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_reqwest_client_reads_a_cut_stream_whole_through_an_axum_gateway() {
-    let provider = Provider::spawn(|n, body| match n {
-        0 => {
-            let mut steps = words(1, 40, false);
-            steps.push(Sse::Wait(Duration::from_millis(10)));
-            steps.push(Sse::Cut);
-            Plan::stream(steps)
-        }
-        _ => Plan::answer(resumes_at(body)),
-    })
-    .await;
-    let client = ClientLayer::default().layer(hyper_client());
-    let origin = provider.origin();
+/// An axum gateway on loopback that relays every request to `origin` through `client` (the
+/// engine or a failover), answering stormguard's own errors as `error_response` does.
+async fn serve_gateway<S, B>(client: S, origin: http::Uri) -> Server
+where
+    S: tower::Service<http::Request<Full<Bytes>>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+    S::Error: stormguard::classify::AsError + Send,
+    B: http_body::Body<Data = Bytes, Error = stormguard::classify::BoxError> + Send + 'static,
+{
     let router = axum::Router::new().fallback(move |request: axum::extract::Request| {
-        let client = client.clone();
-        let origin = origin.clone();
+        let (client, origin) = (client.clone(), origin.clone());
         async move {
             let (head, body) = request.into_parts();
             let body = body.collect().await.unwrap().to_bytes();
@@ -495,31 +493,106 @@ async fn a_reqwest_client_reads_a_cut_stream_whole_through_an_axum_gateway() {
             }
         }
     });
-    let gateway = Server::spawn(router).await;
-    let answer = reqwest::Client::new()
+    Server::spawn(router).await
+}
+
+/// What a reqwest client reads of a streamed answer from the gateway: the bytes up to the end
+/// of the body or its failure (a body that fails after its in-band error event).
+async fn reqwest_read(gateway: &Server) -> String {
+    let mut response = reqwest::Client::new()
         .post(gateway.url(PATH))
         .header("content-type", "application/json")
         .body(REQUEST)
         .send()
         .await
-        .unwrap()
-        .text()
-        .await
         .unwrap();
-    let text: String = answer
-        .split("\n\n")
+    let mut read = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        read.extend_from_slice(&chunk);
+    }
+    String::from_utf8(read).unwrap()
+}
+
+/// The text of the content chunks of a stream read raw.
+fn text_of(raw: &str) -> String {
+    raw.split("\n\n")
         .filter_map(|event| event.strip_prefix("data: "))
-        .filter(|data| *data != "[DONE]")
         .filter_map(|data| {
             let value: serde_json::Value = serde_json::from_str(data).ok()?;
             value["choices"][0]["delta"]["content"]
                 .as_str()
                 .map(str::to_owned)
         })
-        .collect();
-    assert_eq!(text, whole_answer());
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reqwest_client_reads_a_cut_stream_whole_through_an_axum_gateway() {
+    let provider = cutting_primary().await;
+    let client = ClientLayer::default().layer(hyper_client());
+    let gateway = serve_gateway(client, provider.origin()).await;
+    let answer = reqwest_read(&gateway).await;
+    assert_eq!(text_of(&answer), whole_answer());
     assert_eq!(answer.matches("[DONE]").count(), 1);
     assert_eq!(provider.hits(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reqwest_client_gets_the_backups_answer_at_the_head_clock_through_an_axum_gateway() {
+    let primary = Provider::spawn(|_, _| Plan {
+        head_after: Duration::from_secs(1000),
+        ..Plan::answer(1)
+    })
+    .await;
+    let backup = Provider::spawn(|_, _| Plan::answer(1)).await;
+    let client = gateway(ClientLayer::default(), &primary, &backup, quick_heads());
+    let gateway = serve_gateway(client, primary.origin()).await;
+    let started = Instant::now();
+    let answer = reqwest_read(&gateway).await;
+    assert_eq!(text_of(&answer), whole_answer());
+    // 3 s to the head clock, then the backup's 60 words at 10 ms.
+    let took = started.elapsed();
+    assert!(
+        (Duration::from_millis(3600)..Duration::from_millis(3800)).contains(&took),
+        "{took:?}"
+    );
+    assert_eq!((primary.hits(), backup.hits()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reqwest_client_reads_the_in_band_error_of_a_stream_that_cannot_be_completed() {
+    let provider = Provider::spawn(|_, _| {
+        let mut steps = words(1, 40, false);
+        steps.push(Sse::Wait(Duration::from_millis(10)));
+        steps.push(Sse::Cut);
+        Plan::stream(steps)
+    })
+    .await;
+    let client = ClientLayer::default()
+        .with_continuation(false)
+        .layer(hyper_client());
+    let gateway = serve_gateway(client, provider.origin()).await;
+    let answer = reqwest_read(&gateway).await;
+    let prefill: String = (1..=40).map(|word| format!("w{word} ")).collect();
+    assert_eq!(text_of(&answer), prefill);
+    // What an SDK raises on: OpenAI's error frame, saying how much came.
+    let error = answer
+        .split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .find_map(|data| {
+            serde_json::from_str::<serde_json::Value>(data)
+                .ok()?
+                .get("error")
+                .cloned()
+        })
+        .unwrap();
+    assert_eq!(error["type"], "stream_interrupted");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("(reset) after 40 content events"),
+        "{message}"
+    );
+    assert_eq!(answer.matches("[DONE]").count(), 0);
 }
 
 /// A primary that cuts its first answer after 40 words, and answers continuations.
@@ -609,6 +682,7 @@ async fn a_fired_clock_retries_when_it_can_and_keeps_the_attempt_when_it_cannot(
     for (attempts, answered_at, hits) in [(3, 3, 2), (1, 20, 1)] {
         let provider = slow_first().await;
         let client = ClientLayer::default()
+            .with_backoff(stormguard::jitter::Constant::new(Duration::ZERO))
             .with_clocks(quick_heads())
             .with_max_attempts(attempts)
             .layer(fresh_client());

@@ -105,6 +105,9 @@ enum Stage {
     Reading(Box<Reading>),
     /// Ending: these bytes (an in-band error event, a terminal event), then the error, if any.
     Ending(Option<Bytes>, Option<BoxError>),
+    /// The in-band error event was handed on: one poll's pause for it to be written, then the
+    /// error.
+    Flushing(Option<BoxError>),
     Done,
 }
 
@@ -214,11 +217,22 @@ impl Continued {
                 Stage::Ending(event, error) => {
                     if let Some(event) = event.take() {
                         *bytes += event.len() as u64;
+                        // Once, before the error: a server relaying the stream (hyper's) drops
+                        // what it has not written when its body fails, and it writes what it
+                        // holds while the body is pending, so the event reaches the caller.
+                        if error.is_some() {
+                            self.stage = Stage::Flushing(error.take());
+                        }
                         return Poll::Ready(Some(Ok(Frame::data(event))));
                     }
                     let error = error.take();
                     self.stage = Stage::Done;
                     return Poll::Ready(error.map(Err));
+                }
+                Stage::Flushing(error) => {
+                    self.stage = Stage::Ending(None, error.take());
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
             }
         }
