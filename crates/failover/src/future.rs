@@ -330,17 +330,9 @@ where
         RB: Body,
     {
         let took = self.started.elapsed();
-        let route = &self.shared.routes[self.current];
-        let healthy = route.backend.is_healthy();
         let (outcome, attempts) = judged(&result);
-        if attempts == 0 {
-            if let Some(withdrawal) = self.withdrawal.take() {
-                self.budget.refund(withdrawal);
-            }
-        } else {
-            self.withdrawal = None;
-            self.sent = true;
-        }
+        self.settle_withdrawal(attempts);
+        let route = &self.shared.routes[self.current];
         let result = result.map(|mut response| {
             mark(
                 &mut response,
@@ -357,36 +349,13 @@ where
         if result.is_err() && outcome.reason() == Reason::DeadlineExceeded {
             return self.end(Some(result));
         }
-        // Refused here (its breaker, throttle, bulkhead or rate limit), before or after an
-        // attempt was sent: the backend did not take the request's last attempt.
-        let refused = is_local_refusal(outcome.reason());
-        let failed = !refused && failed_on_backend(&result, &outcome);
         // A body sent once as a stream is gone: no other backend can be sent it.
         if self.body.is_none() {
             return self.end(Some(result));
         }
-        // The engine handed the request on (an attempt's clock fired), or the backend keeps
-        // answering 429, or it rejects the prefill of a continuation (learned: not asked again).
-        let handed_on = gave_up(&result) == Some(GiveUpCause::HandedOn);
-        let rejects_prefill =
-            self.continues_from.is_some() && outcome.reason() == Reason::BadRequest;
-        if rejects_prefill {
-            route.client.reject_prefill();
-        }
-        let rate_limited = keeps_answering_429(&result);
         let next = match Cure::of(&outcome) {
             Some(cure) => self.cure(cure),
-            // A backend that refused, that keeps answering 429, that handed the request on, or
-            // that failed and is now left for the next (its breaker opened: failures in a row),
-            // not one that failed once.
-            None if refused
-                || rate_limited
-                || handed_on
-                || rejects_prefill
-                || failed && !healthy =>
-            {
-                self.next_healthy()
-            }
+            None if self.leaves(&result, &outcome) => self.next_healthy(),
             None => return Step::Finish(result),
         };
         let Some(next) = next else {
@@ -404,6 +373,40 @@ where
         let to = self.shared.routes[next].backend.name();
         moved(route.backend.shared_name(), to, outcome.reason());
         self.hop(next)
+    }
+
+    /// The budget's grant for the hop that ended: given back if its engine sent nothing, spent
+    /// if it sent an attempt (a move after that is a retry).
+    fn settle_withdrawal(&mut self, attempts: u32) {
+        if attempts == 0 {
+            if let Some(withdrawal) = self.withdrawal.take() {
+                self.budget.refund(withdrawal);
+            }
+        } else {
+            self.withdrawal = None;
+            self.sent = true;
+        }
+    }
+
+    /// Whether the request leaves the backend that failed it with `outcome`, for the next: the
+    /// backend refused it (its breaker, throttle, bulkhead or rate limit, before or after an
+    /// attempt was sent), keeps answering 429, handed it on (an attempt's clock fired), rejects
+    /// the prefill of a continuation (learned: not asked again), or failed and is now left
+    /// (its breaker opened: failures in a row); not one that failed once.
+    fn leaves(&self, result: &Output<RB>, outcome: &Outcome) -> bool {
+        let route = &self.shared.routes[self.current];
+        let refused = is_local_refusal(outcome.reason());
+        let failed = !refused && failed_on_backend(result, outcome);
+        let rejects_prefill =
+            self.continues_from.is_some() && outcome.reason() == Reason::BadRequest;
+        if rejects_prefill {
+            route.client.reject_prefill();
+        }
+        refused
+            || keeps_answering_429(result)
+            || gave_up(result) == Some(GiveUpCause::HandedOn)
+            || rejects_prefill
+            || failed && !route.backend.is_healthy()
     }
 
     /// The backend configured for `cure`, if it was not tried yet.
