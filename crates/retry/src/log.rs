@@ -30,7 +30,7 @@ pub(crate) enum Quiet {
     Refused(Reason),
 }
 
-const KINDS: usize = 8;
+const KINDS: usize = 9;
 
 impl Quiet {
     fn index(self) -> usize {
@@ -38,11 +38,12 @@ impl Quiet {
             Self::GaveUp(GiveUpCause::AttemptsExhausted) => 0,
             Self::GaveUp(GiveUpCause::BudgetExhausted) => 1,
             Self::GaveUp(GiveUpCause::Deadline) => 2,
+            Self::GaveUp(GiveUpCause::HandedOn) => 4,
             Self::GaveUp(_) => 3,
-            Self::Refused(Reason::Throttled) => 4,
-            Self::Refused(Reason::BreakerOpen | Reason::BulkheadFull) => 5,
-            Self::Refused(Reason::RateLimitedLocally) => 6,
-            Self::Refused(_) => 7,
+            Self::Refused(Reason::Throttled) => 5,
+            Self::Refused(Reason::BreakerOpen | Reason::BulkheadFull) => 6,
+            Self::Refused(Reason::RateLimitedLocally) => 7,
+            Self::Refused(_) => 8,
         }
     }
 }
@@ -52,6 +53,7 @@ const NAMES: [&str; KINDS] = [
     "gave_up_budget_exhausted",
     "gave_up_deadline",
     "gave_up_other",
+    "handed_on",
     "refused_throttled",
     "refused_breaker",
     "refused_rate_limit",
@@ -64,6 +66,7 @@ const CAUSES: [&str; KINDS] = [
     "budget",
     "deadline",
     "hint",
+    "handed_on",
     "throttle",
     "breaker",
     "rate_limit",
@@ -141,5 +144,31 @@ fn summarize(now: Instant) {
             "requests given up on or refused locally over the last {every_s} s: {}",
             parts.join(" ")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_give_up_and_refusal_has_a_kind_of_its_own_in_the_summary_and_the_metrics() {
+        let quiet = [
+            (Quiet::GaveUp(GiveUpCause::AttemptsExhausted), "attempts"),
+            (Quiet::GaveUp(GiveUpCause::BudgetExhausted), "budget"),
+            (Quiet::GaveUp(GiveUpCause::Deadline), "deadline"),
+            (Quiet::GaveUp(GiveUpCause::HintTooLong), "hint"),
+            (Quiet::GaveUp(GiveUpCause::HandedOn), "handed_on"),
+            (Quiet::Refused(Reason::Throttled), "throttle"),
+            (Quiet::Refused(Reason::BreakerOpen), "breaker"),
+            (Quiet::Refused(Reason::RateLimitedLocally), "rate_limit"),
+            (Quiet::Refused(Reason::Timeout), "other"),
+        ];
+        let mut seen = [false; KINDS];
+        for (event, cause) in quiet {
+            assert_eq!(event.cause(), cause, "{event:?}");
+            seen[event.index()] = true;
+        }
+        assert!(seen.iter().all(|kind| *kind), "every kind reached once");
     }
 }
