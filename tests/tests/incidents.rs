@@ -700,3 +700,21 @@ async fn a_fired_clock_retries_when_it_can_and_keeps_the_attempt_when_it_cannot(
         assert_eq!(provider.hits(), hits, "{attempts} attempts");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_configured_without_prefill_is_never_asked_to_continue() {
+    let primary = cutting_primary().await;
+    let backup = Provider::spawn(|_, body| Plan::answer(resumes_at(body))).await;
+    let backend = |name: &str, provider: &Provider| {
+        Backend::new(name).with_adapter(Adapter::new().with_origin(provider.origin()))
+    };
+    let client = Failover::new(ClientLayer::default())
+        .with_backend(backend("primary", &primary))
+        .with_backend(backend("backup", &backup).without_prefill())
+        .layer(hyper_client());
+    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let read = read(response.into_body()).await;
+    // The continuation went to the primary, the backup never saw a prefill.
+    assert_eq!((read.text, read.done), (whole_answer(), 1));
+    assert_eq!((primary.hits(), backup.hits()), (2, 0));
+}

@@ -30,6 +30,7 @@ pub struct Backend {
     throttle: Option<AdaptiveThrottle>,
     rate_limit: Option<RateLimit>,
     clocks: Option<AttemptClocks>,
+    takes_prefill: bool,
 }
 
 impl Backend {
@@ -58,6 +59,7 @@ impl Backend {
             throttle: None,
             rate_limit: None,
             clocks: None,
+            takes_prefill: true,
         }
     }
 
@@ -106,6 +108,22 @@ impl Backend {
     /// built).
     pub fn clocks(&self) -> Option<&AttemptClocks> {
         self.clocks.as_ref()
+    }
+
+    /// This backend takes no assistant prefill (some OpenAI-compatible servers answer one with
+    /// 400, or as a new turn): a stream cut after content is never continued here, but by
+    /// another backend, or it ends with its in-band error. Without it, a backend is found out by
+    /// its first 400 to a continuation.
+    #[must_use]
+    pub fn without_prefill(mut self) -> Self {
+        self.takes_prefill = false;
+        self
+    }
+
+    /// Whether this backend is asked to continue streams (see
+    /// [`without_prefill`](Self::without_prefill)).
+    pub fn takes_prefill(&self) -> bool {
+        self.takes_prefill
     }
 
     pub(crate) fn set_clocks(&mut self, clocks: AttemptClocks) {

@@ -139,6 +139,9 @@ where
                     layer = layer.with_rate_limit(limit.clone());
                 }
                 let client = layer.layer(service.clone());
+                if !backend.takes_prefill() {
+                    client.reject_prefill();
+                }
                 Route { backend, client }
             })
             .collect::<Vec<_>>();
