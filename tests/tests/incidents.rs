@@ -718,3 +718,27 @@ async fn a_backend_configured_without_prefill_is_never_asked_to_continue() {
     assert_eq!((read.text, read.done), (whole_answer(), 1));
     assert_eq!((primary.hits(), backup.hits()), (2, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_the_clocks_a_slow_first_token_is_waited_for() {
+    let primary = Provider::spawn(|_, _| {
+        let mut plan = Plan::answer(1);
+        plan.steps.insert(1, Sse::Wait(Duration::from_secs(20)));
+        plan
+    })
+    .await;
+    let backup = Provider::spawn(|_, _| Plan::answer(1)).await;
+    let layer = ClientLayer::default().without_clocks();
+    let client = gateway(layer, &primary, &backup, AttemptClocks::default());
+    let started = Instant::now();
+    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    // The role chunk at once, then 20 s to the first word: the request waits them out.
+    let took = started.elapsed();
+    assert!(
+        (Duration::from_secs(20)..Duration::from_millis(20_100)).contains(&took),
+        "{took:?}"
+    );
+    assert_eq!(backend_of(&response), "primary");
+    assert_eq!(read(response.into_body()).await.text, whole_answer());
+    assert_eq!((primary.hits(), backup.hits()), (1, 0));
+}
