@@ -15,7 +15,8 @@ use crate::sse::{Event, EventKind, classify_event};
 /// Rewrites a continuation's events into the original stream's framing, so that the caller
 /// reads one answer: every token once, in order, with one terminal event.
 ///
-/// - OpenAI: every chunk gets the original's `id`, `created` and `model` and choice index 0; the
+/// - OpenAI: every chunk gets the original's `id` and `created` (its own `model` stays: the caller
+///   sees which model wrote which part) and choice index 0; the
 ///   opening chunk that only names the `role` is dropped (the caller has one); a `usage` is
 ///   summed with the one the original reported, if any.
 /// - Anthropic: `message_start` is dropped (its input tokens are added to the final usage); a
@@ -46,7 +47,7 @@ enum Framing {
 }
 
 impl Splice {
-    /// A splice of a continuation into the stream `transcript` read: its ids, model, index and
+    /// A splice of a continuation into the stream `transcript` read: its ids, index and
     /// usage are the transcript's.
     pub fn new(transcript: &Transcript) -> Self {
         let (framing, overlap) = match transcript.format() {

@@ -32,7 +32,9 @@ impl ChatFraming {
         let Some(mut chunk) = object(&event.data) else {
             return Some(encode(&event.event_type, &event.data));
         };
-        for (key, value) in &self.identity {
+        // The original's id and time: one answer to the caller. Not its model: each chunk says
+        // which model wrote it, so a continuation another backend wrote is visible as such.
+        for (key, value) in self.identity.iter().filter(|(key, _)| *key != "model") {
             chunk.insert(key.clone(), value.clone());
         }
         let choices = chunk.get_mut("choices").and_then(Value::as_array_mut);
