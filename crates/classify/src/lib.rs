@@ -115,6 +115,7 @@ mod refusal;
 mod status;
 mod sync;
 mod transport;
+pub mod usage;
 pub mod window;
 
 pub use self::admission::Permit;

@@ -494,6 +494,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         // `streaming` first: the policy is copied out only for a stream.
         if streaming && let Some(policy) = self.config.streams {
             let mut open = stormguard_stream::open(body, self.stream_policy(policy));
+            if self.watch.counts_usage() {
+                open = open.counting_usage();
+            }
             if self.config.resume.is_some() && self.origin.is_replay() {
                 open = open.keeping_content();
             }
@@ -576,8 +579,12 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         if outcome.is_success() {
             // A success ends the request: how long it took matters only before a retry.
             self.config.policy.succeeded();
-            if let Some(usage) = usage {
-                response = settle_on_usage(response, usage);
+            // A stream's usage is recorded when it ends, by its guard.
+            let recorder = (self.watch.counts_usage() && !is_event_stream(response.headers()))
+                .then(|| self.watch.usage_recorder())
+                .flatten();
+            if usage.is_some() || recorder.is_some() {
+                response = settle_on_usage(response, usage, recorder);
             }
             return self.end(Ok(response));
         }

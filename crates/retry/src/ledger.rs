@@ -12,6 +12,7 @@ use http_body::Body;
 use stormguard_breaker::Rejected;
 use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::headers::mark_do_not_retry;
+use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{BoxError, Classify, Outcome, Permit, Reason, is_grpc};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
@@ -26,7 +27,7 @@ use crate::error::{Error, GiveUpCause, deadline_failure, mark_rate_limited};
 use crate::future::{Output, Step};
 use crate::headers::{ensure_idempotency_key, is_idempotent};
 use crate::layer::Config;
-use crate::observe::Watch;
+use crate::observe::{UsageRecorder, Watch};
 use crate::policy::{Decision, Failed, Retries};
 use crate::template::{Clock, Origin, Stamp, Template, deadline_of};
 
@@ -330,6 +331,10 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         let breaker = self.attempt.permits.take_breaker();
         let end = self.watch.stream_end();
         let clocks = self.clocks().cloned();
+        let continuation = self
+            .origin
+            .head()
+            .is_some_and(|head| head.extensions.get::<ContinuationRequest>().is_some());
         if breaker.is_some() || end.counts() || clocks.is_some() {
             *stream = (*stream).with_at_end(move |ending| {
                 let outcome = ending.outcome();
@@ -342,7 +347,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 {
                     clocks.record_gap(gap);
                 }
-                end.ended(outcome);
+                end.ended(outcome, ending.usage(), continuation);
             });
         }
         if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {
@@ -391,16 +396,24 @@ fn body_deadline_exceeded() -> BoxError {
     Box::new(deadline_failure())
 }
 
-/// The response, whose body corrects the rate limit's token weight to the `usage` it reports,
-/// once its reader has read it.
+/// The response, whose body, once its reader has read it, corrects the rate limit's token
+/// weight to the usage it reports (`usage`) and records that usage in the metrics (`recorder`).
 pub(crate) fn settle_on_usage<RB: Body>(
     response: Response<ResponseBody<RB>>,
-    usage: Usage,
+    usage: Option<Usage>,
+    recorder: Option<UsageRecorder>,
 ) -> Response<ResponseBody<RB>> {
     response.map(|body| {
         body.watched(stormguard_rate_limit::USAGE_BODY_LIMIT, move |bytes| {
-            if let Some(used) = stormguard_rate_limit::usage_tokens(bytes) {
+            if let Some(usage) = usage
+                && let Some(used) = stormguard_rate_limit::usage_tokens(bytes)
+            {
                 usage.settle(used);
+            }
+            if let Some(recorder) = recorder
+                && let Some(counts) = TokenCounts::of_json(bytes)
+            {
+                recorder.record(counts);
             }
         })
     })

@@ -20,6 +20,7 @@
 //! | `stormguard.rate_limit.wait` | histogram | `s` | `gen_ai.provider.name` | how long a request waited for the rate limit (0 when admitted at once) |
 //! | `stormguard.rate_limit.headroom` | gauge | `{request}`, `{token}` | `gen_ai.provider.name`, `dimension` (`requests`, `tokens`) | what the rate limit could admit at once, per dimension, as of the last admission |
 //! | `stormguard.streams` | counter | `{stream}` | `gen_ai.provider.name`, `outcome`, `error.type` (interrupted only) | streamed answers: `complete`, `failed_before_content` (an attempt whose stream failed before its first content: retried or not), `interrupted` (ended with `StreamInterrupted` after content; `error.type`: `error_event`, `reset`, `idle`, `no_progress`, `malformed`), `resumed` (continued by the resume hook) |
+//! | `gen_ai.client.token.usage` | histogram | `{token}` | `gen_ai.provider.name`, `gen_ai.token.type` (`input`, `output`), `stormguard.attempt` | the tokens each attempt's answer said it used, once its reader has read it: `answer` (a whole answer handed back, or a stream that ended well), `continuation` (the stream of a request that continues another; the caller's stream sums it with the original's, marked), `interrupted` (a stream that ended early: what its provider reported, and billed, before the end); a failed attempt whose answer was not handed back reports nothing (OpenTelemetry's GenAI metric) |
 //! | `stormguard.failovers` | counter | `{request}` | `from`, `to`, `reason` | requests moved from one backend to the next by `stormguard-failover` (`to` is `degraded` for the degraded answer) |
 //!
 //! `gen_ai.provider.name` is the name given with
@@ -54,6 +55,8 @@ pub const RATE_LIMIT_HEADROOM: &str = "stormguard.rate_limit.headroom";
 pub const STREAMS: &str = "stormguard.streams";
 /// Requests moved from one backend to the next (counter).
 pub const FAILOVERS: &str = "stormguard.failovers";
+/// Tokens each attempt's answer said it used (histogram; OpenTelemetry's GenAI client metric).
+pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
 
 /// Label: the backend's name (OpenTelemetry's `gen_ai.provider.name`).
 pub const PROVIDER: &str = "gen_ai.provider.name";
@@ -127,5 +130,9 @@ pub fn describe() {
         FAILOVERS,
         Unit::Count,
         "Requests moved from one backend to the next."
+    );
+    describe_histogram!(
+        TOKEN_USAGE,
+        "Tokens each attempt's answer said it used, by token type and attempt."
     );
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use http::{Response, StatusCode};
 use stormguard_breaker::FallbackAnswer;
+use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{Outcome, Reason};
 use tracing::Span;
 use tracing::field::Empty;
@@ -224,12 +225,44 @@ impl Watch {
         self.meter.stream_failed();
     }
 
+    /// Whether the answers' token usage is recorded (feature `metrics`).
+    pub(crate) fn counts_usage(&self) -> bool {
+        cfg!(feature = "metrics")
+    }
+
+    /// What records the usage of a whole answer handed back, once its reader has read it
+    /// (feature `metrics`; `None` without it).
+    pub(crate) fn usage_recorder(&self) -> Option<UsageRecorder> {
+        #[cfg(feature = "metrics")]
+        return Some(UsageRecorder {
+            provider: self.meter.provider(),
+        });
+        #[cfg(not(feature = "metrics"))]
+        None
+    }
+
     /// What counts how an event stream handed back ends.
     pub(crate) fn stream_end(&self) -> StreamEnd {
         StreamEnd {
             #[cfg(feature = "metrics")]
             count: self.meter.stream_end(),
         }
+    }
+}
+
+/// Records the tokens a whole answer said it used (feature `metrics`).
+pub(crate) struct UsageRecorder {
+    #[cfg(feature = "metrics")]
+    provider: metrics::SharedString,
+}
+
+impl UsageRecorder {
+    /// The answer said it used `counts`.
+    pub(crate) fn record(self, counts: TokenCounts) {
+        #[cfg(feature = "metrics")]
+        meter::record_usage(self.provider, counts, "answer");
+        #[cfg(not(feature = "metrics"))]
+        let _ = counts;
     }
 }
 
@@ -245,12 +278,23 @@ impl StreamEnd {
         cfg!(feature = "metrics")
     }
 
-    /// The stream ended with `outcome`.
-    pub(crate) fn ended(self, outcome: &Outcome) {
+    /// The stream ended with `outcome`, having said it used `usage` (`continuation`: the
+    /// stream of a request that continues another).
+    pub(crate) fn ended(self, outcome: &Outcome, usage: Option<TokenCounts>, continuation: bool) {
         #[cfg(feature = "metrics")]
-        self.count.ended(outcome);
+        {
+            if let Some(usage) = usage {
+                let attempt = match (outcome.is_success(), continuation) {
+                    (_, true) => "continuation",
+                    (true, false) => "answer",
+                    (false, false) => "interrupted",
+                };
+                meter::record_usage(self.count.provider.clone(), usage, attempt);
+            }
+            self.count.ended(outcome);
+        }
         #[cfg(not(feature = "metrics"))]
-        let _ = outcome;
+        let _ = (outcome, usage, continuation);
     }
 }
 
@@ -265,6 +309,7 @@ pub(crate) mod meter {
     use metrics::{SharedString, counter, gauge, histogram};
     use stormguard_adaptive_throttle::AdaptiveThrottle;
     use stormguard_breaker::{CircuitBreaker, State};
+    use stormguard_classify::usage::TokenCounts;
     use stormguard_classify::{Outcome, Reason};
     use stormguard_rate_limit::RateLimit;
     use tokio::time::Instant;
@@ -272,7 +317,7 @@ pub(crate) mod meter {
     use crate::metrics::{
         ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, PROVIDER, RATE_LIMIT_HEADROOM,
         RATE_LIMIT_WAIT, REFUSALS, REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STATUS_CODE,
-        STREAMS, THROTTLE_DROP_PROBABILITY,
+        STREAMS, THROTTLE_DROP_PROBABILITY, TOKEN_USAGE,
     };
 
     /// The `gen_ai.provider.name` of a layer with no name.
@@ -288,6 +333,10 @@ pub(crate) mod meter {
     }
 
     impl Meter {
+        pub(super) fn provider(&self) -> SharedString {
+            self.provider.clone()
+        }
+
         pub(super) fn new(name: Option<&Arc<str>>) -> Self {
             Self {
                 provider: provider(name),
@@ -414,9 +463,23 @@ pub(crate) mod meter {
         }
     }
 
+    /// Records the tokens an attempt's answer said it used (`attempt`: `answer`,
+    /// `continuation`, `interrupted`).
+    pub(crate) fn record_usage(provider: SharedString, counts: TokenCounts, attempt: &'static str) {
+        for (kind, tokens) in [("input", counts.input), ("output", counts.output)] {
+            histogram!(
+                TOKEN_USAGE,
+                PROVIDER => provider.clone(),
+                "gen_ai.token.type" => kind,
+                "stormguard.attempt" => attempt
+            )
+            .record(tokens as f64);
+        }
+    }
+
     /// Counts one stream's end, under its provider's label.
     pub(crate) struct StreamCount {
-        provider: SharedString,
+        pub(super) provider: SharedString,
     }
 
     impl StreamCount {

@@ -346,3 +346,49 @@ fn a_layer_without_a_name_is_unknown() {
     let attempts = seen.histogram(REQUEST_ATTEMPTS, &[("gen_ai.provider.name", "unknown")]);
     assert_eq!(attempts, [1.0]);
 }
+
+#[test]
+fn each_answer_s_tokens_are_recorded_by_type_and_attempt_once_read() {
+    let seen = recorded(|| async {
+        // A 503 first (its attempt says nothing of tokens), then the whole answer.
+        let log = Log::default();
+        let backend = scripted(&log, Duration::from_millis(10), |index, _| {
+            Ok(match index {
+                0 => status(503),
+                _ => reply(
+                    200,
+                    &[("content-type", "application/json")],
+                    r#"{"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}"#,
+                ),
+            })
+        });
+        let client = retries_only()
+            .with_name("openai")
+            .with_backoff(Constant::new(Duration::ZERO))
+            .layer(backend.clone());
+        let response = client.clone().oneshot(support::post("{}")).await.unwrap();
+        body_bytes(response).await;
+
+        // A stream: Anthropic's usage in `message_start` (input) and `message_delta` (output).
+        let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n\
+            event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n\
+            event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":5}}\n\n\
+            event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let streaming = scripted(&Log::default(), Duration::from_millis(10), move |_, _| {
+            Ok(reply(200, &[("content-type", "text/event-stream")], stream))
+        });
+        let client = retries_only().with_name("openai").layer(streaming);
+        let response = client.oneshot(support::post("{}")).await.unwrap();
+        body_bytes(response).await;
+    });
+    let tokens = |kind: &str| {
+        let labels = [
+            OPENAI,
+            ("gen_ai.token.type", kind),
+            ("stormguard.attempt", "answer"),
+        ];
+        seen.histogram(stormguard_retry::metrics::TOKEN_USAGE, &labels)
+    };
+    assert_eq!(tokens("input"), [9.0, 12.0]);
+    assert_eq!(tokens("output"), [5.0, 30.0]);
+}

@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{BoxError, Failure, Outcome, Reason};
 
 use crate::continued::Continued;
@@ -351,6 +352,7 @@ pub struct StreamEnd {
     outcome: Outcome,
     events: u64,
     longest_gap: Option<Duration>,
+    usage: Option<TokenCounts>,
 }
 
 impl StreamEnd {
@@ -368,6 +370,13 @@ impl StreamEnd {
     /// backend's gap clock learns from.
     pub fn longest_gap(&self) -> Option<Duration> {
         self.longest_gap
+    }
+
+    /// The tokens the stream said it used (its usage events: OpenAI's last chunk with
+    /// `stream_options.include_usage`, Anthropic's `message_start` and `message_delta`), when it
+    /// was opened [`counting_usage`](OpenStream::counting_usage) and said any.
+    pub fn usage(&self) -> Option<TokenCounts> {
+        self.usage
     }
 }
 
@@ -418,6 +427,15 @@ pub struct OpenStream<RB: Body> {
 }
 
 impl<RB: Body> OpenStream<RB> {
+    /// Reads the usage the stream's events report, for [`StreamEnd::usage`].
+    #[must_use]
+    pub fn counting_usage(mut self) -> Self {
+        if let Some(guard) = self.guard.as_mut() {
+            guard.count_usage = true;
+        }
+        self
+    }
+
     /// Keeps the data of the content events, for a [`Resume`] hook
     /// ([`GuardedStream::with_resume`]).
     #[must_use]
@@ -538,6 +556,11 @@ struct Guard<RB: Body> {
     /// Whether the data of content events is kept (for a resume hook), and what was kept.
     keep: bool,
     kept: Kept,
+    /// Whether the usage events are read, and the most they reported.
+    count_usage: bool,
+    usage: Option<TokenCounts>,
+    /// Whether a terminal event came (`[DONE]`, `message_stop`: any format's).
+    terminal: bool,
 }
 
 /// The data of the content events seen, kept for a resume hook, up to [`MAX_KEPT`] bytes.
@@ -569,6 +592,19 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             last_end: 0,
             keep: false,
             kept: Kept::default(),
+            count_usage: false,
+            usage: None,
+            terminal: false,
+        }
+    }
+
+    /// Reads what a usage event reports, if counting.
+    fn count(&mut self, event: &sse::Event) {
+        if !self.count_usage || !event.data.contains("usage") {
+            return;
+        }
+        if let Some(counts) = TokenCounts::of_json(event.data.as_bytes()) {
+            self.usage = Some(self.usage.map_or(counts, |usage| usage.max(counts)));
         }
     }
 
@@ -602,11 +638,16 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
         let now = Instant::now();
         let mut scan = Scan::Nothing;
         let mut boundary = start;
-        for frame in self.frames.drain(..) {
+        // Taken out while they are read (and put back, with their room, after).
+        let mut frames = std::mem::take(&mut self.frames);
+        for frame in frames.drain(..) {
             self.alive = self.policy.idle.map(|timeout| now + timeout);
             let kind = match frame.kind {
                 FrameKind::Comment => EventKind::Control,
-                FrameKind::Event(ref event) => sse::classify_event(event),
+                FrameKind::Event(ref event) => {
+                    self.count(event);
+                    sse::classify_event(event)
+                }
             };
             match kind {
                 EventKind::Content => {
@@ -635,11 +676,13 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                     };
                     break;
                 }
-                EventKind::Control | EventKind::Done => {}
+                EventKind::Done => self.terminal = true,
+                EventKind::Control => {}
             }
             boundary = frame.end;
             self.last_end = frame.end;
         }
+        self.frames = frames;
         scan
     }
 
@@ -776,6 +819,7 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
                 outcome: *outcome,
                 events: self.guard.events,
                 longest_gap: self.guard.longest_gap,
+                usage: self.guard.usage,
             });
         }
     }
@@ -845,7 +889,9 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
         let Some(continued) = self.continued.as_mut() else {
             return false;
         };
-        if !continued.original() || continued.transcript().terminal_seen() {
+        // A terminal event of any format ends it: a stream whose request's path named another
+        // format is not taken for a cut one.
+        if !continued.original() || continued.transcript().terminal_seen() || self.guard.terminal {
             return false;
         }
         let outcome = match continued.transcript().finished() {
