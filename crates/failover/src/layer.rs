@@ -10,14 +10,14 @@ use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_classify::body::{Prefix, ResponseBody};
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
-use stormguard_retry::{ClientLayer, ClientService, Error, ReplayBody};
+use stormguard_retry::{ClientLayer, ClientService, Error, ReplayBody, continuing_stream};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::future::{Call, ContinuesFrom, Hops, ResponseFuture};
 use crate::{Backend, Cure, Degraded};
 use stormguard_stream::continuation::Format;
-use stormguard_stream::{ContinuationRequest, Continuer, Resumed, ResumedBody, is_event_stream};
+use stormguard_stream::{ContinuationRequest, Continuer, Resumed};
 
 /// Failover over an ordered list of backends, each request under one deadline and one retry
 /// budget: see the [crate docs](crate).
@@ -351,11 +351,7 @@ where
             // Spent once sent, like a retry's.
             let _withdrawal = withdrawal;
             let response = failover.call(request.map(B::from_bytes)).await.ok()?;
-            if !response.status().is_success() || !is_event_stream(response.headers()) {
-                return None;
-            }
-            let body: ResumedBody = Box::pin(response.into_body());
-            Some(body)
+            continuing_stream(response)
         })
     })
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
+use stormguard_classify::body::ResponseBody;
 use stormguard_classify::{BoxError, Classify};
 use stormguard_jitter::Backoff;
 use stormguard_stream::{Continuer, Resumed, ResumedBody, is_event_stream};
@@ -98,11 +99,21 @@ where
                 prefill.reject();
                 return None;
             }
-            if !response.status().is_success() || !is_event_stream(response.headers()) {
-                return None;
-            }
-            let body: ResumedBody = Box::pin(response.into_body());
-            Some(body)
+            continuing_stream(response)
         })
     })
+}
+
+/// The body of a continuation's answer, for the stream it continues: a success that is an event
+/// stream, else `None` (the stream ends with its first interruption). What every continuer,
+/// the engine's and a failover's, makes of the answer it got.
+pub fn continuing_stream<RB>(response: Response<ResponseBody<RB>>) -> Option<ResumedBody>
+where
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError> + Send,
+{
+    if !response.status().is_success() || !is_event_stream(response.headers()) {
+        return None;
+    }
+    Some(Box::pin(response.into_body()))
 }

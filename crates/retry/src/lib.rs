@@ -174,6 +174,7 @@ mod template;
 
 pub use body::ReplayBody;
 pub use clock::AttemptTimedOut;
+pub use continuing::continuing_stream;
 pub use error::{Error, FailedAnswer, GiveUpCause};
 pub use future::ResponseFuture;
 pub use headers::{ensure_idempotency_key, is_idempotent, stamp_attempt};
