@@ -10,6 +10,15 @@
 //! - **gap**: for an event stream, the longest wait between two content events of a stream that
 //!   ended well.
 //!
+//! One more figure is learned for hedging (a second attempt sent while the first still waits):
+//! the **time to first content**, from sending an attempt to its first content event (a whole
+//! answer: to its head), read at a percentile without a margin ([`to_first_content`]). An
+//! attempt that lost a hedge's race teaches it the time it had waited when it was cancelled: it
+//! would have taken at least that long, and leaving it out would teach a tail shorter than the
+//! backend's, and so hedge ever earlier.
+//!
+//! [`to_first_content`]: AttemptClocks::to_first_content
+//!
 //! A clock fires at a high percentile of what the backend showed recently (the 99th of its last
 //! [`WINDOW`] answers) times a margin (3), kept between a floor and a ceiling ([`Bounds`]), and
 //! sized by the request. With fewer than [`ClockSettings::min_samples`] answers learned, each
@@ -184,6 +193,8 @@ struct Inner {
     whole_head: Window,
     first_content: Window,
     gap: Window,
+    /// A stream's time from sending to its first content event (a whole answer's is its head's).
+    stream_to_content: Window,
 }
 
 impl AttemptClocks {
@@ -244,6 +255,32 @@ impl AttemptClocks {
     /// A stream's first content event came `took` after its head.
     pub fn record_first_content(&self, took: Duration) {
         self.inner.first_content.record(took);
+    }
+
+    /// An attempt's first content came `took` after it was sent (a stream's first content
+    /// event; a whole answer's time to its head is [`record_head`](Self::record_head)'s), or,
+    /// for an attempt cancelled before it (it lost a hedge's race), it had waited `took` when it
+    /// was cancelled.
+    pub fn record_to_first_content(&self, streaming: bool, took: Duration) {
+        match streaming {
+            true => self.inner.stream_to_content.record(took),
+            false => self.inner.whole_head.record(took),
+        }
+    }
+
+    /// The `percentile` (0 to 1) of the backend's recent times from sending an attempt to its
+    /// first content (`streaming`: a stream's first content event; else a whole answer's head),
+    /// once [`min_samples`](ClockSettings::min_samples) are learned; no margin. What a hedge
+    /// waits for before it goes.
+    pub fn to_first_content(&self, streaming: bool, percentile: f64) -> Option<Duration> {
+        let window = match streaming {
+            true => &self.inner.stream_to_content,
+            false => &self.inner.whole_head,
+        };
+        if window.len() < self.inner.settings.min_samples.max(1) {
+            return None;
+        }
+        Some(window.percentile(percentile))
     }
 
     /// A stream that ended well waited at most `longest` between two content events.
@@ -438,6 +475,35 @@ mod tests {
         }
         // A slow backend lengthens it: 3 x 10 s.
         assert_eq!(clocks.head(WHOLE), Some(Duration::from_secs(30)));
+    }
+
+    /// The hedge's figure: no margin, no bounds, nothing until 20 are learned; a stream's and
+    /// a whole answer's apart.
+    #[test]
+    fn time_to_first_content_is_a_plain_percentile_of_each_kind() {
+        let clocks = AttemptClocks::default();
+        for _ in 0..19 {
+            clocks.record_to_first_content(true, Duration::from_millis(400));
+        }
+        assert_eq!(clocks.to_first_content(true, 0.95), None);
+        for millis in 0..81 {
+            clocks.record_to_first_content(true, Duration::from_millis(400 + millis));
+        }
+        // 100 figures: 19 at 400 ms, then 400 ms to 480 ms; the 95th is 475 ms.
+        assert_eq!(
+            clocks.to_first_content(true, 0.95),
+            Some(Duration::from_millis(475))
+        );
+        assert_eq!(clocks.to_first_content(false, 0.95), None);
+        for _ in 0..20 {
+            clocks.record_head(false, Duration::from_secs(4));
+        }
+        assert_eq!(
+            clocks.to_first_content(false, 0.5),
+            Some(Duration::from_secs(4))
+        );
+        // A stream's own head is another figure.
+        assert_eq!(clocks.snapshot().stream_head, None);
     }
 
     #[test]

@@ -163,6 +163,18 @@ impl Permits {
         Poll::Ready(open)
     }
 
+    /// The attempt lost a race to another attempt of its request (a hedge's) and is cancelled:
+    /// the breaker frees its place and counts nothing, the throttle forgets it (being the slower
+    /// of two says nothing about whether the backend accepts), a rate-limit slot stays spent
+    /// (the attempt went out).
+    pub(crate) fn lost(&mut self) {
+        self.breaker = None;
+        if let Some(throttle) = self.throttle.take() {
+            throttle.forget();
+        }
+        self.rate_limit = None;
+    }
+
     /// The request's deadline passed with the attempt in flight (if one is: a permit told
     /// already is gone): a timeout, which the breaker counts as a health failure and the
     /// throttle as not accepted. The rate limit has nothing to learn from a silence.

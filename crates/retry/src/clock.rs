@@ -11,7 +11,7 @@ use stormguard_jitter::Backoff;
 use stormguard_stream::StreamPolicy;
 use tokio::time::Instant;
 
-use crate::attempt::HeadBy;
+use crate::attempt::Due;
 use crate::ledger::Ledger;
 
 /// An attempt abandoned by its clock: no response head came within what the backend's healthy
@@ -66,9 +66,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// attempt, the first time it waits (an answer that comes at once never reads the body).
     pub(crate) fn head_clock(&mut self) -> Option<Instant> {
         match self.attempt.head_by {
-            HeadBy::At(at) => return Some(at),
-            HeadBy::Never => return None,
-            HeadBy::Unset => {}
+            Due::At(at) => return Some(at),
+            Due::Never => return None,
+            Due::Unset => {}
         }
         let at = match &self.config.clocks {
             Some(clocks) => {
@@ -81,16 +81,20 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             }
             None => None,
         };
-        self.attempt.head_by = at.map_or(HeadBy::Never, HeadBy::At);
+        self.attempt.head_by = at.map_or(Due::Never, Due::At);
         at
     }
 
-    /// Whether a request whose attempt's clock fired can go on without it: another attempt here
-    /// (the request can be sent again, has attempts left, and the budget a retry), or, under a
-    /// failover, another backend (the budget a move). Else abandoning the attempt would only
-    /// end the request early, when the attempt may still answer. The budget is asked, not drawn
-    /// on: the retry or the move draws on it itself.
+    /// Whether a request whose attempt's clock fired can go on without it: its other attempt in
+    /// flight (a hedge's race), another attempt here (the request can be sent again, has
+    /// attempts left, and the budget a retry), or, under a failover, another backend (the budget
+    /// a move). Else abandoning the attempt would only end the request early, when the attempt
+    /// may still answer. The budget is asked, not drawn on: the retry or the move draws on it
+    /// itself.
     pub(crate) fn may_go_on(&self) -> bool {
+        if self.racing() {
+            return true;
+        }
         let config = &self.config;
         let here = self.origin.is_replay() && self.sent < config.policy.max_attempts;
         if !(config.hand_off || here) {

@@ -16,9 +16,16 @@
 //! an attempt goes, the policy (`policy`) whether a failure is retried, and telling the `Watch`
 //! what happened. The deadline is enforced over every state by one
 //! timer, and over the body handed back.
+//!
+//! A hedge (see `hedge`) is a second path beside the request's own, from `Ready` to its answer:
+//! each path is a *lane*, polled in turn, with its attempt in the ledger's place while it is
+//! stepped (the other's set aside). The first lane to hand back an answer ends the request and
+//! cancels the other; a lane whose attempt fails while the other is in flight is withdrawn, and
+//! the other goes on alone.
 
 use std::fmt;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -39,7 +46,7 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::admission::Refusal;
-use crate::attempt::HeadBy;
+use crate::attempt::Due;
 use crate::body::ReplayBody;
 use crate::clock::AttemptTimedOut;
 use crate::continuing::ContinueBy;
@@ -57,12 +64,14 @@ pin_project! {
     ///
     /// Dropping it cancels the request wherever it is: an attempt in flight is dropped with its
     /// permits (the throttle counts it as not accepted, the breaker frees its place), a backoff
-    /// simply ends, nothing further is sent, and a retry the budget granted but that was never
-    /// sent, or a rate-limit slot never used, is given back.
+    /// simply ends, nothing further is sent, and a retry or hedge the budget granted but that was
+    /// never sent, or a rate-limit slot never used, is given back. A hedge in flight is dropped
+    /// the same way.
     ///
     /// # Panics
     ///
     /// When polled after it completed, as a future may (tokio's `JoinHandle` does too).
+    #[project = FutureProj]
     pub struct ResponseFuture<S, B, RB, C, Bk>
     where
         S: Service<Request<B>>,
@@ -72,13 +81,16 @@ pin_project! {
         #[pin]
         state: State<S::Future, B, RB, C>,
         // The deadline's timer, made the first time the request has to wait: a call that answers
-        // at once never touches the timer wheel.
+        // at once never touches the timer wheel. The attempts' clocks share it.
         #[pin]
         timer: Option<Sleep>,
         service: S,
         ledger: Ledger<C, Bk>,
         // How a stream handed back is continued, if it may be.
         continuer: Option<ContinueBy<S, C, Bk>>,
+        // The hedge's lane while one is out: boxed, so that a request never hedged carries a
+        // pointer and no second state.
+        hedge: Option<Pin<Box<State<S::Future, B, RB, C>>>>,
     }
 }
 
@@ -92,7 +104,7 @@ pin_project! {
         Buffering { read: Prefix<B> },
         // Waiting out the delay before a retry.
         Backoff { #[pin] sleep: Sleep },
-        // Waiting for the service to be ready for a retry.
+        // Waiting for the service to be ready for a retry, or a hedge.
         Ready,
         // Waiting for the rate limit's fleet (in Redis) to decide on the attempt's slot. The
         // request waits in a box (here and in `Pacing`): inline, it would make every state as
@@ -110,8 +122,29 @@ pin_project! {
         // Ended before an attempt was sent: the output (an error, or the breaker's fallback)
         // waits for the first poll.
         Refused { output: Option<Output<RB>> },
+        // The request's attempt failed while its hedge was in flight: the hedge's lane is the
+        // request's now.
+        Hedged,
+        // A hedge not sent (a guard refused it): its lane ends at the next poll.
+        Withdrawn,
         // The output was handed back.
         Done,
+    }
+}
+
+impl<F, B, RB: Body, C> State<F, B, RB, C> {
+    /// Whether an attempt of the lane is with the backend: sent, and its answer not judged yet.
+    fn with_backend(&self) -> bool {
+        matches!(
+            self,
+            Self::Calling { .. } | Self::Classifying { .. } | Self::Opening { .. }
+        )
+    }
+
+    /// Whether an attempt of the lane waits for its first content: its head, or a stream's
+    /// first content event. A hedge goes only then.
+    fn waits_for_content(&self) -> bool {
+        matches!(self, Self::Calling { .. } | Self::Opening { .. })
     }
 }
 
@@ -121,6 +154,16 @@ pin_project! {
 pub(crate) enum Step<F, B, RB: Body, C> {
     Next(State<F, B, RB, C>),
     Finish(Output<RB>),
+    /// The lane's attempt is out of the request: it failed while the other attempt was in
+    /// flight, or it was a hedge that was not sent. The other goes on.
+    Withdrawn,
+}
+
+/// Which path of the request a step is on: its own, or its hedge's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    Lead,
+    Hedge,
 }
 
 /// A future may panic when polled after it completed; this one says so.
@@ -157,6 +200,7 @@ where
             service,
             ledger,
             continuer,
+            hedge: None,
         }
     }
 }
@@ -177,70 +221,215 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            let _in = this.ledger.watch.enter();
-            let state = this.state.as_mut();
-            let continuer = &mut *this.continuer;
-            // Each arm takes its step in place: a step bound first and matched after would move
-            // the state once more, at every step of every request.
-            match poll_state(state, this.service, this.ledger, continuer, cx) {
-                Poll::Ready(Step::Next(state)) => {
-                    this.state.set(state);
-                    continue;
-                }
-                Poll::Ready(Step::Finish(output)) => {
-                    this.state.set(State::Done);
-                    return Poll::Ready(output);
-                }
-                Poll::Pending => {}
-            }
-            // Waiting: the deadline bounds the wait, whatever the request waits for, and an
-            // attempt in flight has its head clock as well.
-            let calling = matches!(this.state.as_ref().get_ref(), State::Calling { .. });
-            let head_by = calling.then(|| this.ledger.head_clock()).flatten();
-            let deadline = this.ledger.deadline.map(|deadline| deadline.instant());
-            ready!(poll_timer(this.timer.as_mut(), deadline, head_by, cx));
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                // Dropping the state cancels what is in flight.
-                this.state.set(State::Done);
-                return Poll::Ready(this.ledger.expired());
-            }
-            match this.ledger.clock_fired() {
-                Some(Step::Next(state)) => this.state.set(state),
-                Some(Step::Finish(output)) => {
-                    this.state.set(State::Done);
-                    return Poll::Ready(output);
-                }
-                // Kept: it may still answer.
+            // The request's own lane, then its hedge's if one is out: each step taken, until
+            // both wait.
+            match this.poll_lane(Lane::Lead, cx) {
+                Some(ControlFlow::Break(output)) => return Poll::Ready(output),
+                Some(ControlFlow::Continue(())) => continue,
                 None => {}
+            }
+            match this.poll_lane(Lane::Hedge, cx) {
+                Some(ControlFlow::Break(output)) => return Poll::Ready(output),
+                Some(ControlFlow::Continue(())) => continue,
+                None => {}
+            }
+            // Waiting: the deadline bounds the wait, whatever the request waits for, and each
+            // attempt in flight has its head clock, and the request its hedge's.
+            ready!(this.poll_timer(cx));
+            if let ControlFlow::Break(output) = this.clocks_fired() {
+                return Poll::Ready(output);
             }
         }
     }
 }
 
-/// Ready when the earlier of `deadline` and `head_by` has come; never without either. The timer
-/// is made the first time a request waits (it may have been set, or tightened, since: an
-/// estimate from the body, the next attempt's clock).
-fn poll_timer(
-    mut timer: Pin<&mut Option<Sleep>>,
-    deadline: Option<Instant>,
-    head_by: Option<Instant>,
-    cx: &mut Context<'_>,
-) -> Poll<()> {
-    let wake = match (deadline, head_by) {
-        (Some(deadline), Some(head_by)) => deadline.min(head_by),
-        (deadline, head_by) => match deadline.or(head_by) {
-            Some(wake) => wake,
-            None => return Poll::Pending,
-        },
-    };
-    match timer.as_mut().as_pin_mut() {
-        Some(timer) if timer.deadline() == wake => {}
-        Some(timer) => timer.reset(wake),
-        None => timer.set(Some(tokio::time::sleep_until(wake))),
+impl<S, B, RB, C, Bk> FutureProj<'_, S, B, RB, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    C: Classify,
+    Bk: Backoff,
+{
+    /// Polls what the attempt on `lane` waits for, and takes the step it leads to: `None` while
+    /// it waits (or without a hedge out), else whether the request ends.
+    fn poll_lane(&mut self, lane: Lane, cx: &mut Context<'_>) -> Option<ControlFlow<Output<RB>>> {
+        let switched = self.enter_lane(lane)?;
+        let state = match lane {
+            Lane::Lead => self.state.as_mut(),
+            Lane::Hedge => self.hedge.as_mut()?.as_mut(),
+        };
+        let _in = self.ledger.enter();
+        let polled = poll_state(state, self.service, self.ledger, self.continuer, cx);
+        drop(_in);
+        match polled {
+            Poll::Ready(step) => Some(self.take_step(lane, step, switched)),
+            Poll::Pending => {
+                self.leave_lane(switched);
+                None
+            }
+        }
     }
-    match timer.as_pin_mut() {
-        Some(timer) => timer.poll(cx),
-        None => Poll::Pending,
+
+    /// Puts the attempt of `lane` in the ledger's place: whether it had to be switched in
+    /// (`None`: no hedge is out). The lead's attempt is there already; the hedge's is, once the
+    /// lead's failed.
+    fn enter_lane(&mut self, lane: Lane) -> Option<bool> {
+        match lane {
+            Lane::Lead => Some(false),
+            Lane::Hedge => {
+                self.hedge.as_ref()?;
+                let switch = self.ledger.aside.is_some();
+                if switch {
+                    self.ledger.switch();
+                }
+                Some(switch)
+            }
+        }
+    }
+
+    /// Puts the lead's attempt back in the ledger's place, if the hedge's was `switched` in.
+    fn leave_lane(&mut self, switched: bool) {
+        if switched {
+            self.ledger.switch();
+        }
+    }
+
+    /// Takes `step`, which the attempt on `lane` (in the ledger's place, `switched` there) led
+    /// to: the request ends (the other attempt cancelled), the lane is withdrawn, or it moves.
+    fn take_step(
+        &mut self,
+        lane: Lane,
+        step: Step<S::Future, B, RB, C>,
+        switched: bool,
+    ) -> ControlFlow<Output<RB>> {
+        let state = match step {
+            Step::Finish(output) => {
+                self.ledger.cancel_aside();
+                self.state.set(State::Done);
+                *self.hedge = None;
+                return ControlFlow::Break(output);
+            }
+            Step::Withdrawn => {
+                self.ledger.withdraw();
+                match lane {
+                    Lane::Lead => self.state.set(State::Hedged),
+                    Lane::Hedge => *self.hedge = None,
+                }
+                return ControlFlow::Continue(());
+            }
+            Step::Next(state) => state,
+        };
+        let with_backend = state.with_backend();
+        match (lane, self.hedge.as_mut()) {
+            // The request's attempt is no longer with the backend: a hedge not sent yet has
+            // nothing left to race.
+            (Lane::Lead, Some(_)) if !with_backend => {
+                self.ledger.aside = None;
+                *self.hedge = None;
+                self.state.set(state);
+            }
+            (Lane::Lead, _) => self.state.set(state),
+            // The hedge is the request's only attempt, and failed: its retry is the request's
+            // path.
+            (Lane::Hedge, Some(_)) if !switched && !with_backend => {
+                *self.hedge = None;
+                self.state.set(state);
+            }
+            (Lane::Hedge, Some(hedge)) => hedge.set(state),
+            (Lane::Hedge, None) => {}
+        }
+        self.leave_lane(switched);
+        ControlFlow::Continue(())
+    }
+
+    /// Ready when the earliest of the deadline, the attempts' head clocks and the hedge's clock
+    /// has come; never without any. The timer is made the first time a request waits (it may
+    /// have been set, or tightened, since: an estimate from the body, the next attempt's clock).
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let deadline = self.ledger.deadline.map(|deadline| deadline.instant());
+        let [lead, hedge] = self.head_clocks();
+        let hedge_by = self.hedge_clock();
+        let Some(wake) = [deadline, lead, hedge, hedge_by]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            return Poll::Pending;
+        };
+        let mut timer = self.timer.as_mut();
+        match timer.as_mut().as_pin_mut() {
+            Some(timer) if timer.deadline() == wake => {}
+            Some(timer) => timer.reset(wake),
+            None => timer.set(Some(tokio::time::sleep_until(wake))),
+        }
+        match timer.as_pin_mut() {
+            Some(timer) => timer.poll(cx),
+            None => Poll::Pending,
+        }
+    }
+
+    /// When each lane's attempt is abandoned for want of its head, if it waits for one.
+    fn head_clocks(&mut self) -> [Option<Instant>; 2] {
+        [Lane::Lead, Lane::Hedge].map(|lane| {
+            let switched = self.enter_lane(lane)?;
+            let calling = match lane {
+                Lane::Lead => self.state.as_ref().get_ref(),
+                Lane::Hedge => self.hedge.as_ref()?.as_ref().get_ref(),
+            };
+            let head_by = matches!(calling, State::Calling { .. })
+                .then(|| self.ledger.head_clock())
+                .flatten();
+            self.leave_lane(switched);
+            head_by
+        })
+    }
+
+    /// When the request's attempt is hedged, if it waits for its content and no hedge is out.
+    fn hedge_clock(&mut self) -> Option<Instant> {
+        let waits = self.state.as_ref().get_ref().waits_for_content();
+        (waits && self.hedge.is_none())
+            .then(|| self.ledger.hedge_clock())
+            .flatten()
+    }
+
+    /// The timer fired: the deadline passed (the request ends, every attempt in flight timed
+    /// out), or an attempt's head clock fired, or the hedge is due.
+    fn clocks_fired(&mut self) -> ControlFlow<Output<RB>> {
+        let now = Instant::now();
+        if self
+            .ledger
+            .deadline
+            .is_some_and(|deadline| now >= deadline.instant())
+        {
+            // Dropping the states cancels what is in flight.
+            self.state.set(State::Done);
+            *self.hedge = None;
+            return ControlFlow::Break(self.ledger.expired());
+        }
+        for (lane, head_by) in [Lane::Lead, Lane::Hedge]
+            .into_iter()
+            .zip(self.head_clocks())
+        {
+            if head_by.is_none_or(|head_by| now < head_by) {
+                continue;
+            }
+            let Some(switched) = self.enter_lane(lane) else {
+                continue;
+            };
+            match self.ledger.clock_fired() {
+                Some(step) => return self.take_step(lane, step, switched),
+                // Kept: it may still answer.
+                None => self.leave_lane(switched),
+            }
+        }
+        if self.hedge_clock().is_some_and(|hedge_by| now >= hedge_by) && self.ledger.hedge() {
+            *self.hedge = Some(Box::pin(State::Ready));
+        }
+        ControlFlow::Continue(())
     }
 }
 
@@ -304,6 +493,9 @@ where
             Poll::Pending => ready!(ledger.poll_cut(cx)),
         },
         StateProj::Refused { output } => Step::Finish(output.take().unwrap_or_else(polled_again)),
+        // The hedge's lane answers for the request.
+        StateProj::Hedged => return Poll::Pending,
+        StateProj::Withdrawn => Step::Withdrawn,
         StateProj::Done => polled_again(),
     })
 }
@@ -339,6 +531,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     {
         let deadline = self.deadline.map(|deadline| deadline.instant());
         if deadline.is_some_and(|deadline| clock.now() >= deadline) {
+            if self.attempt.hedge {
+                return self.hedge_not_sent(Reason::DeadlineExceeded);
+            }
             self.watch.out_of_time();
             return self.refuse(Error::deadline_exceeded(self.sent));
         }
@@ -376,8 +571,13 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     {
         let slot = match decision {
             Ok(slot) => slot,
+            Err(_) if self.attempt.hedge => {
+                return self.hedge_not_sent(Reason::RateLimitedLocally);
+            }
             Err(limited) => {
-                self.watch.refused(Reason::RateLimitedLocally, self.sent);
+                let attempt = &self.attempt.watch;
+                self.watch
+                    .refused(attempt, Reason::RateLimitedLocally, self.sent);
                 return self.refuse(Error::refused(
                     limited.outcome(),
                     Box::new(limited),
@@ -428,11 +628,15 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         if let Some(grant) = &mut self.attempt.grant {
             grant.send();
         }
-        self.attempt.started = self.deadline.is_some().then(|| clock.now());
-        self.attempt.head_by = HeadBy::Unset;
+        let attempt = &mut self.attempt;
+        attempt.started = self.deadline.is_some().then(|| clock.now());
+        attempt.head_by = Due::Unset;
+        attempt.hedge_by = Due::Unset;
+        attempt.sent = true;
         self.sent = self.sent.saturating_add(1);
-        self.watch.sending(self.sent, self.config.name.as_deref());
-        let _in = self.watch.span().enter();
+        let name = self.config.name.as_deref();
+        (self.watch).sending(&mut attempt.watch, self.sent, name, attempt.hedge);
+        let _in = self.enter();
         State::Calling {
             future: service.call(request),
         }
@@ -440,7 +644,11 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// A guard refused the attempt: the request ends with the breaker's fallback or the error.
     fn refused<F, B, RB: Body>(&mut self, head: &Parts, refusal: Refusal) -> State<F, B, RB, C> {
-        self.watch.refused(refusal.reason(), self.sent);
+        if self.attempt.hedge {
+            return self.hedge_not_sent(refusal.reason());
+        }
+        self.watch
+            .refused(&self.attempt.watch, refusal.reason(), self.sent);
         self.watch.health(&self.config.guards);
         let output = match refusal {
             Refusal::Breaker(rejected) => self.breaker_answer(head, rejected),
@@ -488,7 +696,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         // content event came.
         let outcome = self.config.classifier.classify_http(&head, &[]);
         let streaming = outcome.is_success() && is_event_stream(&head.headers);
-        if outcome.is_success() && self.attempt.head_by != HeadBy::Unset {
+        if outcome.is_success() && self.attempt.head_by != Due::Unset {
             self.learn_head(streaming);
         }
         // `streaming` first: the policy is copied out only for a stream.
@@ -522,6 +730,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     ) -> Step<F, B, RB, C> {
         self.timed();
         self.record(&outcome, &HeaderMap::new(), None);
+        if self.racing() {
+            return Step::Withdrawn;
+        }
         if !outcome.is_retryable() {
             return self.end(Err(Error::failed(outcome, error, self.sent)));
         }
@@ -563,6 +774,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             && stream.events() > 0
         {
             clocks.record_first_content(since.elapsed());
+            if let Some(took) = self.attempt.in_flight() {
+                clocks.record_to_first_content(true, took);
+            }
         }
         let body = self.guard_stream(stream, continuer);
         let response = Response::from_parts(head, body);
@@ -589,6 +803,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return self.end(Ok(response));
         }
         self.timed();
+        if self.racing() {
+            return Step::Withdrawn;
+        }
         if !outcome.is_retryable() {
             // Fatal: no retry helps, here or above. Marked when this layer could have retried.
             if self.origin.is_replay() && self.config.policy.may_retry() {
@@ -620,7 +837,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// if refused.
     fn poll_cut<F, B, RB: Body>(&mut self, cx: &mut Context<'_>) -> Poll<Step<F, B, RB, C>> {
         let open: BreakerOpen = ready!(self.attempt.permits.poll_cut(cx));
-        self.watch.unanswered(Reason::BreakerOpen);
+        (self.watch).unanswered(&mut self.attempt.watch, Reason::BreakerOpen);
         let rejected = Rejected::Open(open);
         let output = match (self.origin.head(), &self.config.fallback) {
             (Some(head), Some(_)) => self.breaker_answer(head, rejected),
@@ -640,7 +857,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// (`None`: wait on, with no clock).
     fn clock_fired<F, B, RB: Body>(&mut self) -> Option<Step<F, B, RB, C>> {
         if !self.may_go_on() {
-            self.attempt.head_by = HeadBy::Never;
+            self.attempt.head_by = Due::Never;
             return None;
         }
         let after = self.attempt.in_flight().unwrap_or_default();
@@ -651,8 +868,10 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// The deadline passed while the request waited: an attempt in flight timed out, which the
     /// breaker counts as a health failure.
     fn expired<RB: Body>(&mut self) -> Output<RB> {
-        self.attempt.permits.timed_out();
-        self.watch.unanswered(Reason::DeadlineExceeded);
+        for attempt in std::iter::once(&mut self.attempt).chain(&mut self.aside) {
+            attempt.permits.timed_out();
+            (self.watch).unanswered(&mut attempt.watch, Reason::DeadlineExceeded);
+        }
         let mut output = Err(Error::deadline_exceeded(self.sent));
         self.finish(&mut output);
         output
@@ -688,11 +907,14 @@ where
             State::Classifying { .. } => "classifying the answer",
             State::Opening { .. } => "reading a stream up to its first content",
             State::Refused { .. } => "refused",
+            State::Hedged => "waiting for the hedge",
+            State::Withdrawn => "a hedge not sent",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
             .field("attempts", &self.ledger.sent)
+            .field("hedged", &self.hedge.is_some())
             .field("deadline", &self.ledger.deadline)
             .finish()
     }

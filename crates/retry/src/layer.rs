@@ -21,6 +21,7 @@ use tower_layer::Layer;
 use crate::ClientService;
 use crate::admission::Guards;
 use crate::continuing::Prefill;
+use crate::hedge::Hedging;
 use crate::policy::RetryPolicy;
 
 /// Default number of attempts per request, the first one included: 3, the per-request limit of
@@ -63,6 +64,8 @@ pub(crate) struct Config<C, Bk> {
     pub(crate) continuation: bool,
     /// Whether this layer's backend was found to reject an assistant prefill.
     pub(crate) prefill: Arc<Prefill>,
+    /// When a request waiting for its content is hedged; none: never.
+    pub(crate) hedging: Option<Hedging>,
 }
 
 /// The whole client pipeline for `http::Request<B>` services, as one [`Layer`] (see the
@@ -176,6 +179,7 @@ impl Default for ClientLayer {
             hand_off: false,
             continuation: true,
             prefill: Arc::default(),
+            hedging: None,
         })
     }
 }
@@ -381,6 +385,28 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
         self.config.continuation
     }
 
+    /// Hedge requests as `hedging` says (off by default; see [`Hedging`]): when an attempt has
+    /// produced no content (its head; a stream, its first content event) after the hedge's
+    /// delay, fixed or the backend's learned percentile of time to first content (which needs
+    /// the [clocks](Self::with_clocks)), a second attempt goes to the same backend, without
+    /// cancelling the first; the first to produce content answers and the other is cancelled.
+    /// Each hedge draws on the retry budget like a retry (a spent budget sends none, so a storm
+    /// turns hedging off by itself), counts against `max_attempts`, and passes the rate limit,
+    /// the breaker and the throttle like every attempt.
+    pub fn with_hedging(self, hedging: Hedging) -> Self {
+        self.change(|config| config.hedging = Some(hedging))
+    }
+
+    /// No hedging (the default).
+    pub fn without_hedging(self) -> Self {
+        self.change(|config| config.hedging = None)
+    }
+
+    /// When requests are hedged, if they are.
+    pub fn hedging(&self) -> Option<&Hedging> {
+        self.config.hedging.as_ref()
+    }
+
     /// Hand event streams back as they come, unguarded.
     pub fn without_stream_guard(self) -> Self {
         self.change(|config| config.streams = None)
@@ -509,6 +535,7 @@ impl<C, Bk> Config<C, Bk> {
             hand_off: self.hand_off,
             continuation: self.continuation,
             prefill: self.prefill,
+            hedging: self.hedging,
         }
     }
 }
@@ -554,6 +581,7 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Config<C, Bk> {
             .field("propagation", &self.propagation)
             .field("clocks", &self.clocks)
             .field("hand_off", &self.hand_off)
+            .field("hedging", &self.hedging)
             .finish()
     }
 }

@@ -54,9 +54,15 @@ pub(crate) struct Ledger<C, Bk: Backoff> {
     pub(crate) retries: Retries<Bk::Schedule>,
     /// Its spans, log lines and metrics.
     pub(crate) watch: Watch,
-    /// The request's current attempt: its retry grant and rate-limit slot before it goes, its
+    /// The attempt the path steps: its retry grant and rate-limit slot before it goes, its
     /// guards' permits while it is in flight.
     pub(crate) attempt: Attempt,
+    /// The request's other attempt while a hedge is out, set aside while the path steps the
+    /// one in [`attempt`](Self::attempt): the hedge's while it steps the request's own, the
+    /// other way round while it steps the hedge's.
+    pub(crate) aside: Option<Attempt>,
+    /// Hedges sent, or granted and on their way.
+    pub(crate) hedges: u32,
 }
 
 impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
@@ -76,7 +82,16 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             grpc,
             retries: Retries::new(),
             attempt: Attempt::default(),
+            aside: None,
+            hedges: 0,
         }
+    }
+
+    /// The span of the attempt the path steps (the request's before one), entered: see
+    /// [`Watch::enter`].
+    #[inline]
+    pub(crate) fn enter(&self) -> Option<tracing::span::EnteredSpan> {
+        self.watch.enter(&self.attempt.watch)
     }
 
     /// What the request starts with, its deadline set: reading its body, to buffer what could
@@ -231,7 +246,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         headers: &HeaderMap,
         status: Option<StatusCode>,
     ) -> Option<Usage> {
-        self.watch.answered(outcome, status);
+        (self.watch).answered(&mut self.attempt.watch, outcome, status);
         let usage = self.attempt.permits.record(outcome, headers);
         if let Some(grant) = self.attempt.grant.take() {
             grant.settle(outcome);
@@ -247,7 +262,8 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         // takes the request, at once.
         if self.config.hand_off && outcome.reason() == Reason::Timeout && !outcome.is_accepted() {
             let cause = GiveUpCause::HandedOn;
-            self.watch.giving_up(self.sent, outcome.reason(), cause);
+            let attempt = &self.attempt.watch;
+            (self.watch).giving_up(attempt, self.sent, outcome.reason(), cause);
             return Decision::GiveUp(cause);
         }
         let failed = Failed {
@@ -260,11 +276,17 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         let mut decision = self.config.policy.decide(&mut self.retries, &failed);
         match &mut decision {
             Decision::Retry { delay, grant } => {
-                // The next attempt's, until it is sent or given back.
+                // The next attempt's, until it is sent or given back. (The failed attempt may
+                // have been a hedge; its retry is none.)
                 self.attempt.grant = grant.take();
-                self.watch.retrying(self.sent, outcome.reason(), *delay);
+                self.attempt.hedge = false;
+                let attempt = &self.attempt.watch;
+                (self.watch).retrying(attempt, self.sent, outcome.reason(), *delay);
             }
-            Decision::GiveUp(cause) => self.watch.giving_up(self.sent, outcome.reason(), *cause),
+            Decision::GiveUp(cause) => {
+                let attempt = &self.attempt.watch;
+                (self.watch).giving_up(attempt, self.sent, outcome.reason(), *cause);
+            }
             Decision::NotReplayable => {}
         }
         decision

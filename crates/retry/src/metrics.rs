@@ -14,6 +14,7 @@
 //! | `stormguard.request.duration` | histogram | `s` | `gen_ai.provider.name`, `outcome`, `error.type` (all but `success`; a fallback's is `breaker_open` or `bulkhead_full`) | one request from its start to its answer, across attempts, backoffs and waits |
 //! | `http.client.request.duration` | histogram | `s` | `gen_ai.provider.name`, `http.response.status_code` (when answered), `error.type` (failed attempts only) | one attempt, from sending it to the answer's head (a stream: its first content) |
 //! | `stormguard.retries` | counter | `{retry}` | `gen_ai.provider.name`, `reason` | retries sent, by the classifier's reason for the failure retried (`overloaded`, `rate_limited`, `timeout`...) |
+//! | `stormguard.hedges` | counter | `{hedge}` | `gen_ai.provider.name`, `outcome` | hedges (second attempts sent while the first waits for content, see `Hedging`) by what became of them: `sent`, `won` (its answer was handed back, the first attempt cancelled), `cancelled` (the first attempt answered first), `failed` (it failed while the first was in flight), and the ones not sent: `budget` (the retry budget refused it), `refused` (the rate limit, the breaker or the throttle did). A hedge sent is not a retry: `stormguard.retries` does not count it |
 //! | `stormguard.refusals` | counter | `{request}` | `gen_ai.provider.name`, `cause` | requests given up on or refused on this side, by cause: `budget`, `deadline`, `attempts`, `hint` (a retry not made), `handed_on` (an attempt whose clock fired, handed to a failover's next backend) and `throttle`, `breaker`, `rate_limit` (an attempt not sent) |
 //! | `stormguard.throttle.drop_probability` | gauge | `1` | `gen_ai.provider.name` | the adaptive throttle's probability of refusing a request, 0 to 1, as of the last attempt |
 //! | `stormguard.breaker.state` | gauge | `1` | `gen_ai.provider.name` | the breaker's state as of the last attempt: 0 closed, 1 half-open, 2 open |
@@ -41,6 +42,8 @@ pub const REQUEST_DURATION: &str = "stormguard.request.duration";
 pub const ATTEMPT_DURATION: &str = "http.client.request.duration";
 /// Retries sent, by reason (counter).
 pub const RETRIES: &str = "stormguard.retries";
+/// Hedges by what became of them (counter).
+pub const HEDGES: &str = "stormguard.hedges";
 /// Requests given up on or refused on this side, by cause (counter).
 pub const REFUSALS: &str = "stormguard.refusals";
 /// The adaptive throttle's drop probability (gauge, 0 to 1).
@@ -102,6 +105,11 @@ pub fn describe() {
         RETRIES,
         Unit::Count,
         "Retries sent, by the reason of the failure retried."
+    );
+    describe_counter!(
+        HEDGES,
+        Unit::Count,
+        "Hedges (second attempts sent while the first waits), by what became of them."
     );
     describe_counter!(
         REFUSALS,

@@ -30,15 +30,32 @@ use crate::log::{self, Quiet};
 /// When no subscriber wants the spans (they are disabled) and without the feature, it costs next
 /// to nothing: nothing is recorded, cloned or entered, and no label is worked out. It lives in
 /// the response future, which is moved whole, so it holds nothing it can read elsewhere (the
-/// backend's name is the configuration's).
+/// backend's name is the configuration's). What it keeps of each attempt is the attempt's own
+/// ([`AttemptWatch`]), so that two attempts of a request in flight (a hedge) are watched apart.
 pub(crate) struct Watch {
     request: Span,
-    /// The latest attempt's span (none before the first).
-    attempt: Span,
-    /// An attempt was sent and has not ended yet.
-    in_flight: bool,
     #[cfg(feature = "metrics")]
     meter: meter::Meter,
+}
+
+/// What the [`Watch`] keeps of one attempt, in the attempt: its span (none before it is sent),
+/// whether it is in flight (an attempt is answered once), and, for the metrics, when it was sent.
+pub(crate) struct AttemptWatch {
+    span: Span,
+    in_flight: bool,
+    #[cfg(feature = "metrics")]
+    started: Option<tokio::time::Instant>,
+}
+
+impl Default for AttemptWatch {
+    fn default() -> Self {
+        Self {
+            span: Span::none(),
+            in_flight: false,
+            #[cfg(feature = "metrics")]
+            started: None,
+        }
+    }
 }
 
 impl Watch {
@@ -52,20 +69,18 @@ impl Watch {
         );
         Self {
             request,
-            attempt: Span::none(),
-            in_flight: false,
             #[cfg(feature = "metrics")]
             meter: meter::Meter::new(name),
         }
     }
 
-    /// The span to be in while the request is polled: its latest attempt's, or its own.
+    /// The span to be in while the request is polled: its attempt's, or its own before one.
     #[inline]
-    pub(crate) fn span(&self) -> &Span {
-        if self.attempt.is_none() {
+    pub(crate) fn span<'a>(&'a self, attempt: &'a AttemptWatch) -> &'a Span {
+        if attempt.span.is_none() {
             &self.request
         } else {
-            &self.attempt
+            &attempt.span
         }
     }
 
@@ -73,34 +88,53 @@ impl Watch {
     /// request can be worked on meanwhile); `None` when no subscriber takes it. Inlined: the
     /// future calls it at every step, from the caller's crate, where it is a check of one field.
     #[inline]
-    pub(crate) fn enter(&self) -> Option<EnteredSpan> {
-        let span = self.span();
+    pub(crate) fn enter(&self, attempt: &AttemptWatch) -> Option<EnteredSpan> {
+        let span = self.span(attempt);
         (!span.is_disabled()).then(|| span.clone().entered())
     }
 
-    /// Attempt number `attempt` is being sent to the backend named `name`.
-    pub(crate) fn sending(&mut self, attempt: u32, name: Option<&str>) {
-        self.attempt = tracing::info_span!(
+    /// Attempt number `number` (`hedge`: a hedge) is being sent to the backend named `name`.
+    pub(crate) fn sending(
+        &mut self,
+        attempt: &mut AttemptWatch,
+        number: u32,
+        name: Option<&str>,
+        hedge: bool,
+    ) {
+        attempt.span = tracing::info_span!(
             parent: &self.request,
             "stormguard.attempt",
-            attempt,
+            attempt = number,
             backend = name,
+            hedge,
             outcome = Empty,
             reason = Empty,
             status = Empty,
             delay_ms = Empty,
         );
-        self.in_flight = true;
+        attempt.in_flight = true;
+        if hedge {
+            let _in = attempt.span.enter();
+            tracing::debug!(attempt = number, "hedging request");
+        }
         #[cfg(feature = "metrics")]
-        self.meter.sending();
+        {
+            attempt.started = Some(tokio::time::Instant::now());
+            self.meter.sending(hedge);
+        }
     }
 
     /// The attempt in flight ended with `outcome` (`status`: the answer's, if there was one).
-    pub(crate) fn answered(&mut self, outcome: &Outcome, status: Option<StatusCode>) {
-        if !std::mem::take(&mut self.in_flight) {
+    pub(crate) fn answered(
+        &mut self,
+        attempt: &mut AttemptWatch,
+        outcome: &Outcome,
+        status: Option<StatusCode>,
+    ) {
+        if !std::mem::take(&mut attempt.in_flight) {
             return;
         }
-        let span = &self.attempt;
+        let span = &attempt.span;
         if !span.is_disabled() {
             span.record("outcome", outcome.verdict().as_str());
             if !outcome.is_success() {
@@ -111,21 +145,63 @@ impl Watch {
             }
         }
         #[cfg(feature = "metrics")]
-        self.meter.answered(outcome, status);
+        if let Some(started) = attempt.started.take() {
+            self.meter.answered(started, outcome, status);
+        }
     }
 
     /// The attempt in flight ended unanswered: cut by the breaker, or out of time.
-    pub(crate) fn unanswered(&mut self, reason: Reason) {
-        self.answered(&Outcome::retryable(reason).with_accepted(false), None);
+    pub(crate) fn unanswered(&mut self, attempt: &mut AttemptWatch, reason: Reason) {
+        let outcome = Outcome::retryable(reason).with_accepted(false);
+        self.answered(attempt, &outcome, None);
+    }
+
+    /// The attempt in flight lost a race to the other attempt of its request (a hedge, or the
+    /// first attempt the hedge raced) and is cancelled: its span says `cancelled`, and the
+    /// metrics count a hedge that won or one cancelled.
+    pub(crate) fn cancelled(&mut self, attempt: &mut AttemptWatch, hedge: bool) {
+        if !std::mem::take(&mut attempt.in_flight) {
+            return;
+        }
+        attempt.span.record("outcome", "cancelled");
+        #[cfg(feature = "metrics")]
+        self.meter.hedge(if hedge { "cancelled" } else { "won" });
+        #[cfg(not(feature = "metrics"))]
+        let _ = hedge;
+    }
+
+    /// A hedge failed while the attempt it raced was still in flight: that one goes on alone.
+    pub(crate) fn hedge_failed(&self) {
+        #[cfg(feature = "metrics")]
+        self.meter.hedge("failed");
+    }
+
+    /// A hedge was due and not sent: the budget refused it (`reason`: `None`), or a guard
+    /// (`reason`: its refusal's).
+    pub(crate) fn hedge_refused(&self, attempt: &AttemptWatch, reason: Option<Reason>) {
+        let _in = self.span(attempt).enter();
+        let why = reason.map_or("budget", Reason::as_str);
+        tracing::debug!(reason = why, "hedge not sent");
+        #[cfg(feature = "metrics")]
+        self.meter.hedge(match reason {
+            None => "budget",
+            Some(_) => "refused",
+        });
     }
 
     /// The failure just recorded is retried after `delay`: one WARN line.
-    pub(crate) fn retrying(&mut self, attempt: u32, reason: Reason, delay: Duration) {
+    pub(crate) fn retrying(
+        &mut self,
+        attempt: &AttemptWatch,
+        number: u32,
+        reason: Reason,
+        delay: Duration,
+    ) {
         let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        self.attempt.record("delay_ms", delay_ms);
-        let _in = self.attempt.enter();
+        attempt.span.record("delay_ms", delay_ms);
+        let _in = attempt.span.enter();
         tracing::warn!(
-            retry_attempt = attempt,
+            retry_attempt = number,
             delay_ms,
             reason = reason.as_str(),
             "retrying request"
@@ -136,9 +212,15 @@ impl Watch {
 
     /// The failure just recorded is not retried, for `cause`: once at ERROR after retries (they
     /// were drawn from the budget, so these lines are bounded too), quietly without.
-    pub(crate) fn giving_up(&self, attempts: u32, reason: Reason, cause: GiveUpCause) {
+    pub(crate) fn giving_up(
+        &self,
+        attempt: &AttemptWatch,
+        attempts: u32,
+        reason: Reason,
+        cause: GiveUpCause,
+    ) {
         if attempts > 1 {
-            let _in = self.attempt.enter();
+            let _in = attempt.span.enter();
             tracing::error!(
                 attempts,
                 reason = reason.as_str(),
@@ -146,7 +228,7 @@ impl Watch {
                 "request failed after retrying"
             );
         } else {
-            let _in = self.span().enter();
+            let _in = self.span(attempt).enter();
             log::quiet(Quiet::GaveUp(cause), attempts);
         }
         #[cfg(feature = "metrics")]
@@ -155,8 +237,8 @@ impl Watch {
 
     /// An attempt was refused on this side, for `reason` (the throttle, the breaker, the rate
     /// limit), `attempts` having been sent before it.
-    pub(crate) fn refused(&self, reason: Reason, attempts: u32) {
-        let _in = self.span().enter();
+    pub(crate) fn refused(&self, attempt: &AttemptWatch, reason: Reason, attempts: u32) {
+        let _in = self.span(attempt).enter();
         log::quiet(Quiet::Refused(reason), attempts);
         #[cfg(feature = "metrics")]
         self.meter.refused(Quiet::Refused(reason).cause());
@@ -315,7 +397,7 @@ pub(crate) mod meter {
     use tokio::time::Instant;
 
     use crate::metrics::{
-        ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, PROVIDER, RATE_LIMIT_HEADROOM,
+        ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, HEDGES, PROVIDER, RATE_LIMIT_HEADROOM,
         RATE_LIMIT_WAIT, REFUSALS, REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STATUS_CODE,
         STREAMS, THROTTLE_DROP_PROBABILITY, TOKEN_USAGE,
     };
@@ -326,7 +408,6 @@ pub(crate) mod meter {
     pub(crate) struct Meter {
         provider: SharedString,
         started: Instant,
-        attempt_started: Option<Instant>,
         /// The reason of the retry decided and not sent yet: counted when it is sent, so a retry
         /// the throttle, the breaker, the rate limit or the deadline then refuses is not.
         retry: Option<Reason>,
@@ -341,23 +422,31 @@ pub(crate) mod meter {
             Self {
                 provider: provider(name),
                 started: Instant::now(),
-                attempt_started: None,
                 retry: None,
             }
         }
 
-        pub(super) fn sending(&mut self) {
-            self.attempt_started = Some(Instant::now());
-            if let Some(reason) = self.retry.take() {
+        /// An attempt is sent: a retry, if one was decided, or a hedge.
+        pub(super) fn sending(&mut self, hedge: bool) {
+            if hedge {
+                self.hedge("sent");
+            } else if let Some(reason) = self.retry.take() {
                 counter!(RETRIES, PROVIDER => self.provider.clone(), "reason" => reason.as_str())
                     .increment(1);
             }
         }
 
-        pub(super) fn answered(&mut self, outcome: &Outcome, status: Option<StatusCode>) {
-            let Some(started) = self.attempt_started.take() else {
-                return;
-            };
+        /// Counts a hedge's `event` (`sent`, `won`, `cancelled`, `failed`, `budget`, `refused`).
+        pub(super) fn hedge(&self, event: &'static str) {
+            counter!(HEDGES, PROVIDER => self.provider.clone(), "outcome" => event).increment(1);
+        }
+
+        pub(super) fn answered(
+            &self,
+            started: Instant,
+            outcome: &Outcome,
+            status: Option<StatusCode>,
+        ) {
             let seconds = started.elapsed().as_secs_f64();
             let provider = self.provider.clone();
             let reason = outcome.reason().as_str();

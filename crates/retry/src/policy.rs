@@ -189,7 +189,7 @@ pub(crate) struct Grant {
 }
 
 impl Grant {
-    fn new(budget: RetryBudget, withdrawal: Withdrawal) -> Self {
+    pub(crate) fn new(budget: RetryBudget, withdrawal: Withdrawal) -> Self {
         Self {
             budget,
             withdrawal: Some(withdrawal),

@@ -15,11 +15,12 @@ use stormguard_breaker::{BreakerConfig, CircuitBreaker, Fallback, FallbackAnswer
 use stormguard_budget::RetryBudget;
 use stormguard_jitter::Constant;
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
+use stormguard_retry::Hedging;
 use stormguard_retry::metrics::{
-    ATTEMPT_DURATION, BREAKER_STATE, RATE_LIMIT_HEADROOM, RATE_LIMIT_WAIT, REFUSALS,
+    ATTEMPT_DURATION, BREAKER_STATE, HEDGES, RATE_LIMIT_HEADROOM, RATE_LIMIT_WAIT, REFUSALS,
     REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STREAMS, THROTTLE_DROP_PROBABILITY,
 };
-use support::{Log, body_bytes, reply, retries_only, scripted, status};
+use support::{Log, body_bytes, planned, reply, retries_only, scripted, status};
 use tower::{Layer, ServiceExt};
 
 /// Runs `test` on a paused current-thread runtime with a recorder of its own, and returns what
@@ -391,4 +392,58 @@ fn each_answer_s_tokens_are_recorded_by_type_and_attempt_once_read() {
     };
     assert_eq!(tokens("input"), [9.0, 12.0]);
     assert_eq!(tokens("output"), [5.0, 30.0]);
+}
+
+/// Hedges are counted apart from retries, by what became of them: one that won, one cancelled,
+/// one that failed, one the budget refused, one the breaker's bulkhead refused.
+#[test]
+fn hedges_by_what_became_of_them() {
+    const SECOND: Duration = Duration::from_secs(1);
+    let seen = recorded(|| async {
+        let hedging = Hedging::after(SECOND);
+        let run = |plan: Vec<(Duration, u16)>, layer: stormguard_retry::ClientLayer| async move {
+            let client = layer
+                .with_name("openai")
+                .with_hedging(hedging)
+                .layer(planned(&Log::default(), &plan));
+            client.oneshot(support::post("{}")).await.unwrap();
+        };
+        let ms = Duration::from_millis;
+        // Won: the first would take 10 s, the hedge answers 100 ms after it went.
+        run(
+            vec![(Duration::from_secs(10), 200), (ms(100), 200)],
+            retries_only(),
+        )
+        .await;
+        // Cancelled: the first answers at 1.5 s.
+        run(
+            vec![(ms(1500), 200), (Duration::from_secs(10), 200)],
+            retries_only(),
+        )
+        .await;
+        // Failed: the hedge answers 503 at once, the first answers at 3 s.
+        run(
+            vec![(Duration::from_secs(3), 200), (Duration::ZERO, 503)],
+            retries_only(),
+        )
+        .await;
+        // The budget refuses it: no floor, no successes.
+        let spent = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        run(vec![(ms(1500), 200)], retries_only().with_budget(spent)).await;
+        // The bulkhead (one in flight) refuses it.
+        let breaker = CircuitBreaker::new(BreakerConfig::default().with_max_in_flight(Some(1)));
+        run(vec![(ms(1500), 200)], retries_only().with_breaker(breaker)).await;
+    });
+    let hedges = |outcome| seen.counter(HEDGES, &[OPENAI, ("outcome", outcome)]);
+    assert_eq!(hedges("sent"), 3);
+    assert_eq!(hedges("won"), 1);
+    assert_eq!(hedges("cancelled"), 1);
+    assert_eq!(hedges("failed"), 1);
+    assert_eq!(hedges("budget"), 1);
+    assert_eq!(hedges("refused"), 1);
+    assert_eq!(seen.counter(RETRIES, &[]), 0, "a hedge is no retry");
+    assert_eq!(seen.counter(REFUSALS, &[]), 0, "no request was refused");
+    // Two attempts each for the three hedged requests, one for the two not hedged.
+    let attempts = seen.histogram(REQUEST_ATTEMPTS, &[OPENAI, ("outcome", "success")]);
+    assert_eq!(attempts, [1.0, 1.0, 2.0, 2.0, 2.0]);
 }

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stormguard_jitter::Constant;
-use support::{Log, retries_only, scripted, status};
+use stormguard_retry::Hedging;
+use support::{Log, planned, retries_only, scripted, status};
 use tower::{Layer, ServiceExt};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -235,4 +236,53 @@ async fn a_request_refused_here_has_no_attempt() {
     assert_eq!(field(second, "attempts"), Some("0"));
     assert_eq!(field(second, "outcome"), Some("refused"));
     assert_eq!(field(second, "error.type"), Some("breaker_open"));
+}
+
+/// A hedge has a span of its own beside the first attempt's, marked `hedge`; the attempt that
+/// lost the race says `cancelled`, and the backend's events of each attempt are in its span.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_has_its_own_attempt_span_and_the_loser_says_cancelled() {
+    let recorder = Recorder::default();
+    let _guard = recorder.install();
+
+    let log = Log::default();
+    let inner = planned(
+        &log,
+        &[
+            (Duration::from_secs(10), 200),
+            (Duration::from_millis(100), 200),
+        ],
+    );
+    let backend = tower::service_fn(move |request| {
+        tracing::info!(message = "backend called");
+        inner.clone().oneshot(request)
+    });
+    let client = retries_only()
+        .with_hedging(Hedging::after(Duration::from_secs(1)))
+        .layer(backend);
+    let response = client.oneshot(support::post("{}")).await.unwrap();
+    assert_eq!(response.status(), 200);
+
+    let spans = recorder.spans();
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    assert_eq!(field(&spans[0].fields, "attempts"), Some("2"));
+    assert_eq!(field(&spans[0].fields, "outcome"), Some("success"));
+    let first = &spans[1].fields;
+    assert_eq!(field(first, "hedge"), Some("false"));
+    assert_eq!(field(first, "outcome"), Some("cancelled"));
+    let hedge = &spans[2].fields;
+    assert_eq!(spans[2].parent, Some(0));
+    assert_eq!(field(hedge, "attempt"), Some("2"));
+    assert_eq!(field(hedge, "hedge"), Some("true"));
+    assert_eq!(field(hedge, "outcome"), Some("success"));
+    let called: Vec<Option<usize>> = (recorder.events().iter())
+        .filter(|event| field(&event.fields, "message") == Some("backend called"))
+        .map(|event| event.span)
+        .collect();
+    assert_eq!(called, [Some(1), Some(2)]);
+    // A hedge is no retry: no WARN.
+    let warnings = (recorder.events().iter())
+        .filter(|event| event.level == tracing::Level::WARN)
+        .count();
+    assert_eq!(warnings, 0);
 }

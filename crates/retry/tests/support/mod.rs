@@ -96,6 +96,37 @@ where
     })
 }
 
+/// A backend whose n-th attempt (from 0, over all requests) is answered with the status of
+/// `plan[n]` after its wait (the last entry for every attempt after).
+pub fn planned<B>(
+    log: &Log,
+    plan: &[(Duration, u16)],
+) -> impl Service<Request<B>, Response = Reply, Error = BoxError, Future: Send> + Clone + Send + use<B>
+where
+    B: Body<Data = Bytes, Error: std::fmt::Debug> + Send + 'static,
+{
+    let log = log.clone();
+    let plan: Arc<[(Duration, u16)]> = plan.into();
+    tower::service_fn(move |request: Request<B>| {
+        let log = log.clone();
+        let plan = Arc::clone(&plan);
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            let seen = Seen {
+                at: Instant::now(),
+                method: parts.method,
+                headers: parts.headers,
+                body,
+            };
+            let index = log.push(seen);
+            let (wait, code) = plan[index.min(plan.len() - 1)];
+            tokio::time::sleep(wait).await;
+            Ok(status(code))
+        }
+    })
+}
+
 /// A fresh log and a backend that records each attempt and answers it at once with `respond`.
 pub fn instant<B, F>(
     respond: F,

@@ -1,0 +1,535 @@
+//! Hedged attempts on tokio's paused clock: a second attempt while the first waits for its
+//! content, the first to produce content answering, the other cancelled; what each guard, the
+//! budget and the clocks are left with, wherever the request is dropped.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use stormguard_adaptive_throttle::AdaptiveThrottle;
+use stormguard_breaker::{BreakerConfig, CircuitBreaker};
+use stormguard_budget::RetryBudget;
+use stormguard_classify::headers::{IDEMPOTENCY_KEY, X_RETRY_ATTEMPT};
+use stormguard_classify::{BoxError, Reason};
+use stormguard_deadline::clocks::AttemptClocks;
+use stormguard_jitter::Constant;
+use stormguard_rate_limit::{RateLimit, RateLimitConfig};
+use stormguard_retry::{ClientLayer, Hedging};
+use support::{Log, Seen};
+use tokio::time::{Instant, Sleep};
+use tower::{Layer, Service, ServiceExt};
+
+const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
+const STREAM: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#;
+
+const MS: Duration = Duration::from_millis(1);
+const SECOND: Duration = Duration::from_secs(1);
+
+/// What the backend does with its n-th attempt (from 0): after `head` its head goes (`status`;
+/// for a stream, its first content event `content` later, then the rest).
+#[derive(Clone, Copy)]
+struct Plan {
+    head: Duration,
+    status: u16,
+    /// `Some`: an event stream whose first content comes this long after the head.
+    content: Option<Duration>,
+}
+
+fn answer(head: Duration) -> Plan {
+    Plan {
+        head,
+        status: 200,
+        content: None,
+    }
+}
+
+fn failing(head: Duration, status: u16) -> Plan {
+    Plan {
+        head,
+        status,
+        content: None,
+    }
+}
+
+fn stream(content: Duration) -> Plan {
+    Plan {
+        head: Duration::ZERO,
+        status: 200,
+        content: Some(content),
+    }
+}
+
+/// The backend's books: every attempt it received, and how many it saw cancelled (dropped
+/// before its head was sent, or a stream's body dropped before its end).
+#[derive(Clone, Default)]
+struct Books {
+    log: Log,
+    cancelled: Arc<AtomicUsize>,
+}
+
+impl Books {
+    fn cancelled(&self) -> usize {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    fn attempts(&self) -> Vec<Option<String>> {
+        let header = |seen: &Seen| seen.header(X_RETRY_ATTEMPT.as_str()).map(str::to_owned);
+        self.log.all().iter().map(header).collect()
+    }
+}
+
+/// Counts a cancellation when dropped before it is disarmed.
+struct Watched(Option<Arc<AtomicUsize>>);
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if let Some(cancelled) = self.0.take() {
+            cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+type Reply = Response<Timed>;
+
+/// A backend that answers its n-th attempt as `plan(n)` says.
+fn backend(
+    books: &Books,
+    plan: fn(usize) -> Plan,
+) -> impl Service<Request<Full<Bytes>>, Response = Reply, Error = BoxError, Future: Send>
++ Clone
++ Send
++ 'static {
+    let books = books.clone();
+    tower::service_fn(move |request: Request<Full<Bytes>>| {
+        let books = books.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            let n = books.log.push(Seen {
+                at: Instant::now(),
+                method: parts.method,
+                headers: parts.headers,
+                body,
+            });
+            let plan = plan(n);
+            let mut watched = Watched(Some(Arc::clone(&books.cancelled)));
+            tokio::time::sleep(plan.head).await;
+            let Some(content) = plan.content else {
+                watched.0 = None;
+                let body = Timed::new(vec![(Duration::ZERO, Bytes::from_static(b"{}"))], None);
+                return Ok::<_, BoxError>(reply(plan.status, "application/json", body));
+            };
+            let events = vec![
+                (Duration::ZERO, sse(r#"{"role":"assistant","content":""}"#)),
+                (content, sse(&format!(r#"{{"content":"attempt {n} "}}"#))),
+                (10 * MS, sse(r#"{"content":"done"}"#)),
+                (Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")),
+            ];
+            Ok(reply(
+                plan.status,
+                "text/event-stream",
+                Timed::new(events, watched.0.take()),
+            ))
+        }
+    })
+}
+
+fn reply(status: u16, content_type: &str, body: Timed) -> Reply {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(body)
+        .unwrap()
+}
+
+fn sse(delta: &str) -> Bytes {
+    Bytes::from(format!(
+        "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n"
+    ))
+}
+
+/// A body whose chunks come each after its wait; counts a cancellation when dropped before
+/// its end (`watch`).
+struct Timed {
+    chunks: VecDeque<(Duration, Bytes)>,
+    sleep: Option<Pin<Box<Sleep>>>,
+    watch: Watched,
+}
+
+impl Timed {
+    fn new(chunks: Vec<(Duration, Bytes)>, watch: Option<Arc<AtomicUsize>>) -> Self {
+        Self {
+            chunks: chunks.into(),
+            sleep: None,
+            watch: Watched(watch),
+        }
+    }
+}
+
+impl Body for Timed {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        let Some((wait, _)) = this.chunks.front() else {
+            this.watch.0 = None;
+            return Poll::Ready(None);
+        };
+        if !wait.is_zero() {
+            let wait = *wait;
+            let sleep = this
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
+            std::task::ready!(sleep.as_mut().poll(cx));
+            this.sleep = None;
+        }
+        let (_, chunk) = this.chunks.pop_front().unwrap();
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+}
+
+fn post(body: &'static str) -> Request<Full<Bytes>> {
+    Request::post("http://llm.test/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap()
+}
+
+/// A budget of ten retries or hedges and nothing more (a floor of 1 a second over 10 s).
+fn ten() -> RetryBudget {
+    RetryBudget::new(Duration::from_secs(10), 1, 0.0)
+}
+
+/// The engine of these tests: hedged after a fixed `delay`, a constant 100 ms backoff,
+/// `budget`, a 60 s deadline.
+fn hedged(
+    delay: Duration,
+    budget: &RetryBudget,
+) -> ClientLayer<stormguard_classify::LlmClassifier, Constant> {
+    ClientLayer::default()
+        .with_budget(budget.clone())
+        .with_backoff(Constant::new(100 * MS))
+        .with_timeout(Duration::from_secs(60))
+        .with_hedging(Hedging::after(delay))
+}
+
+/// The first attempt waits 10 s for its head: at 1 s the hedge goes to the same backend (attempt
+/// 1, the same idempotency key) and answers 100 ms later; the first is cancelled, and each guard
+/// and the budget are left as a cancelled loser leaves them.
+#[tokio::test(start_paused = true)]
+async fn a_slow_attempt_is_hedged_and_the_hedge_answers() {
+    let books = Books::default();
+    let budget = ten();
+    let throttle = AdaptiveThrottle::default();
+    let breaker = CircuitBreaker::default();
+    let client = hedged(SECOND, &budget)
+        .with_throttle(throttle.clone())
+        .with_breaker(breaker.clone())
+        .layer(backend(&books, |n| answer([10 * SECOND, 100 * MS][n])));
+
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 1100 * MS);
+    assert_eq!(books.attempts(), [Some("0".into()), Some("1".into())]);
+    let keys: Vec<_> = books
+        .log
+        .all()
+        .iter()
+        .map(|seen| seen.header(IDEMPOTENCY_KEY.as_str()).map(str::to_owned))
+        .collect();
+    assert!(keys[0].is_some() && keys[0] == keys[1], "{keys:?}");
+    assert_eq!(books.cancelled(), 1, "the first attempt was dropped");
+    // The hedge was a withdrawal, spent: it was sent.
+    assert_eq!(budget.snapshot().withdrawals, 1);
+    // The throttle counted the winner alone; the breaker has nothing in flight.
+    let counted = throttle.snapshot();
+    assert_eq!((counted.requests, counted.accepts), (1, 1));
+    let breaker = breaker.snapshot();
+    assert_eq!(
+        (breaker.in_flight, breaker.calls, breaker.failures),
+        (0, 1, 0)
+    );
+}
+
+/// The first attempt answers at 1.5 s, before the hedge sent at 1 s (10 s): the hedge is
+/// cancelled, its withdrawal spent.
+#[tokio::test(start_paused = true)]
+async fn the_first_attempt_answering_first_cancels_the_hedge() {
+    let books = Books::default();
+    let budget = ten();
+    let client =
+        hedged(SECOND, &budget).layer(backend(&books, |n| answer([1500 * MS, 10 * SECOND][n])));
+
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 1500 * MS);
+    assert_eq!(books.log.len(), 2);
+    assert_eq!(books.cancelled(), 1, "the hedge was dropped");
+    assert_eq!(budget.snapshot().withdrawals, 1);
+}
+
+/// An attempt that answers within the delay is never hedged, and draws nothing.
+#[tokio::test(start_paused = true)]
+async fn an_answer_within_the_delay_sends_no_hedge() {
+    let books = Books::default();
+    let budget = ten();
+    let client = hedged(SECOND, &budget).layer(backend(&books, |_| answer(900 * MS)));
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(books.log.len(), 1);
+    assert_eq!(budget.snapshot().withdrawals, 0);
+}
+
+/// A spent budget sends no hedge: the storm's own brake. The first attempt answers at 10 s.
+#[tokio::test(start_paused = true)]
+async fn a_spent_budget_sends_no_hedge() {
+    let books = Books::default();
+    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let client = hedged(SECOND, &budget).layer(backend(&books, |_| answer(10 * SECOND)));
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 10 * SECOND);
+    assert_eq!(books.log.len(), 1);
+    assert_eq!(budget.snapshot().rejected, 1);
+}
+
+/// The hedge fails (503 at once) while the first attempt is in flight: the first goes on alone
+/// and answers at 3 s; no retry is sent for the hedge's failure.
+#[tokio::test(start_paused = true)]
+async fn a_failed_hedge_leaves_the_first_attempt_to_answer() {
+    let books = Books::default();
+    let budget = ten();
+    let client = hedged(SECOND, &budget).layer(backend(&books, |n| match n {
+        0 => answer(3 * SECOND),
+        _ => failing(Duration::ZERO, 503),
+    }));
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 3 * SECOND);
+    assert_eq!(books.log.len(), 2);
+    assert_eq!(books.cancelled(), 0);
+}
+
+/// The first attempt fails at 1.5 s (503) while the hedge, sent at 1 s, is in flight: the hedge
+/// answers at 2 s.
+#[tokio::test(start_paused = true)]
+async fn a_failed_first_attempt_leaves_the_hedge_to_answer() {
+    let books = Books::default();
+    let budget = ten();
+    let client = hedged(SECOND, &budget).layer(backend(&books, |n| match n {
+        0 => failing(1500 * MS, 503),
+        _ => answer(SECOND),
+    }));
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 2 * SECOND);
+    assert_eq!(books.log.len(), 2);
+}
+
+/// Both fail: the hedge at 1.2 s, the first at 1.5 s. The request is then retried as the policy
+/// allows: the third attempt (of three, the hedge counted) answers after the 100 ms backoff.
+#[tokio::test(start_paused = true)]
+async fn when_both_fail_the_request_is_retried_within_its_attempts() {
+    let books = Books::default();
+    let budget = ten();
+    let client = hedged(SECOND, &budget).layer(backend(&books, |n| match n {
+        0 => failing(1500 * MS, 503),
+        1 => failing(200 * MS, 503),
+        _ => answer(100 * MS),
+    }));
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 1700 * MS);
+    assert_eq!(
+        books.attempts(),
+        [Some("0".into()), Some("1".into()), Some("2".into())]
+    );
+    // The hedge and the retry.
+    assert_eq!(budget.snapshot().withdrawals, 2);
+}
+
+/// A bulkhead of one refuses the hedge: it is not sent, its grant goes back, the first
+/// attempt answers at 10 s.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_the_breaker_refuses_is_not_sent_and_draws_nothing() {
+    let books = Books::default();
+    let budget = ten();
+    let breaker = CircuitBreaker::new(BreakerConfig::default().with_max_in_flight(Some(1)));
+    let client = hedged(SECOND, &budget)
+        .with_breaker(breaker.clone())
+        .layer(backend(&books, |_| answer(10 * SECOND)));
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 10 * SECOND);
+    assert_eq!(books.log.len(), 1);
+    assert_eq!(budget.snapshot().withdrawals, 0);
+    assert_eq!(breaker.snapshot().in_flight, 0);
+}
+
+/// A stream whose head comes at once but whose first content event would take 10 s: the hedge
+/// at 1 s streams its first content 50 ms later, and the caller reads the hedge's stream; the
+/// first stream's body is dropped.
+#[tokio::test(start_paused = true)]
+async fn a_stream_slow_to_its_first_content_is_hedged_and_the_first_content_wins() {
+    let books = Books::default();
+    let budget = ten();
+    let client =
+        hedged(SECOND, &budget).layer(backend(&books, |n| stream([10 * SECOND, 50 * MS][n])));
+    let start = Instant::now();
+    let response = client.oneshot(post(STREAM)).await.unwrap();
+    assert_eq!(start.elapsed(), 1050 * MS);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("attempt 1 ") && !text.contains("attempt 0 "),
+        "{text}"
+    );
+    assert_eq!(text.matches("[DONE]").count(), 1, "{text}");
+    assert_eq!(books.cancelled(), 1);
+}
+
+/// The deadline (3 s) passes with both attempts in flight: the request ends with
+/// `DeadlineExceeded`, both attempts dropped, and the breaker counts two timeouts.
+#[tokio::test(start_paused = true)]
+async fn the_deadline_ends_both_attempts() {
+    let books = Books::default();
+    let budget = ten();
+    let breaker = CircuitBreaker::default();
+    let client = hedged(SECOND, &budget)
+        .with_timeout(3 * SECOND)
+        .with_breaker(breaker.clone())
+        .layer(backend(&books, |_| answer(10 * SECOND)));
+    let start = Instant::now();
+    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    assert_eq!(start.elapsed(), 3 * SECOND);
+    assert_eq!(error.reason(), Reason::DeadlineExceeded);
+    assert_eq!(error.attempts(), 2);
+    assert_eq!(books.cancelled(), 2);
+    let breaker = breaker.snapshot();
+    assert_eq!(
+        (breaker.in_flight, breaker.calls, breaker.failures),
+        (0, 2, 2)
+    );
+}
+
+/// With the learned delay: twenty answers at 200 ms to 390 ms teach the backend's time to
+/// first content, whose 95th percentile is 380 ms; a slow attempt is hedged then.
+#[tokio::test(start_paused = true)]
+async fn a_learned_delay_hedges_at_the_backends_95th_percentile() {
+    let books = Books::default();
+    let budget = ten();
+    let clocks = AttemptClocks::default();
+    let client = ClientLayer::default()
+        .with_budget(budget.clone())
+        .with_clocks(clocks.clone())
+        .with_hedging(Hedging::default())
+        .layer(backend(&books, |n| match n {
+            0..20 => answer(Duration::from_millis(200 + 10 * n as u64)),
+            20 => answer(10 * SECOND),
+            _ => answer(100 * MS),
+        }));
+    for _ in 0..20 {
+        client.clone().oneshot(post(CHAT)).await.unwrap();
+    }
+    assert_eq!(clocks.to_first_content(false, 0.95), Some(380 * MS));
+    assert_eq!(budget.snapshot().withdrawals, 0, "none of them was hedged");
+
+    let start = Instant::now();
+    let response = client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(start.elapsed(), 480 * MS);
+    assert_eq!(books.log.len(), 22);
+}
+
+/// Nothing learned yet: a learned delay sends no hedge.
+#[tokio::test(start_paused = true)]
+async fn a_learned_delay_hedges_nothing_before_it_is_learned() {
+    let books = Books::default();
+    let client = ClientLayer::default()
+        .with_hedging(Hedging::default())
+        .layer(backend(&books, |_| answer(5 * SECOND)));
+    client.oneshot(post(CHAT)).await.unwrap();
+    assert_eq!(books.log.len(), 1);
+}
+
+/// What a request leaves behind when its caller drops it, wherever it waits: a stream waiting
+/// for its first content, the hedge due, the hedge waiting for its rate-limit slot, for its
+/// head, for its first content. Dropped every 100 ms until the hedge answers at 3 s, each time:
+/// each attempt sent seen cancelled by the backend, nothing in flight with the breaker, the
+/// throttle told of each (abandoned: not accepted), the budget charged for a hedge sent only,
+/// and a slot reserved and not used given back.
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_anywhere_leaks_no_permit_slot_or_withdrawal() {
+    for tenth in 0..29 {
+        let after = Duration::from_millis(50 + 100 * tenth);
+        let books = Books::default();
+        let budget = ten();
+        let breaker = CircuitBreaker::default();
+        let throttle = AdaptiveThrottle::default();
+        // One request every 2 s, a bucket of one: the first attempt takes the slot of 0 s,
+        // the hedge (due at 1 s) waits for the slot of 2 s.
+        let limit = RateLimit::new(
+            RateLimitConfig::default()
+                .with_requests_per_minute(Some(30))
+                .with_learning(false),
+        );
+        // The first streams its head at once and would send content at 10 s; the hedge's head
+        // comes 500 ms after it is sent, its content 500 ms later.
+        let client = hedged(SECOND, &budget)
+            .with_breaker(breaker.clone())
+            .with_throttle(throttle.clone())
+            .with_rate_limit(limit.clone())
+            .layer(backend(&books, |n| match n {
+                0 => stream(10 * SECOND),
+                _ => Plan {
+                    head: 500 * MS,
+                    ..stream(500 * MS)
+                },
+            }));
+
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(after, client.oneshot(post(STREAM))).await;
+        assert!(outcome.is_err(), "still waiting at {after:?}");
+        let hedges = usize::from(after > 2 * SECOND);
+        assert_eq!(books.log.len(), 1 + hedges, "at {after:?}");
+        assert_eq!(books.cancelled(), 1 + hedges, "at {after:?}");
+        assert_eq!(breaker.snapshot().in_flight, 0, "at {after:?}");
+        assert_eq!(budget.snapshot().withdrawals, hedges as u64, "at {after:?}");
+        let throttle = throttle.snapshot();
+        let sent = 1 + hedges as u64;
+        assert_eq!(
+            (throttle.requests, throttle.accepts),
+            (sent, 0),
+            "at {after:?}"
+        );
+        tokio::time::sleep_until(start + 2500 * MS).await;
+        let available = limit.snapshot().requests_available;
+        assert_eq!(available, Some(1 - hedges as u64), "at {after:?}");
+    }
+}
