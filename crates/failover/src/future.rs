@@ -9,9 +9,16 @@
 //! Each hop is one backend's engine, which retries on that backend as its policy allows; what
 //! happens between hops is decided by [`Hops`]. The engine enforces the deadline once it has
 //! the request; while a backend's engine is not ready to take it, the failover does.
+//!
+//! With hedging on, a hop that has produced no content after the hedge's delay gets a second
+//! hop beside it, on the next healthy backend (the same one when there is no other): a hedge,
+//! whose engine future waits in its own lane. The first of the two to answer is handed back and
+//! the other is cancelled as a loser ([`stormguard_retry::ResponseFuture::lose`]); a hop that
+//! fails while the other is in flight is withdrawn, and the other goes on alone (see `hedge`).
 
 use std::fmt;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -45,6 +52,7 @@ pin_project! {
     /// Dropping it cancels the request wherever it is: the engine of the backend in flight
     /// counts its attempt as not accepted, and a failover the budget granted but that was never
     /// sent is given back.
+    #[project = FutureProj]
     pub struct ResponseFuture<S, B, RB, C, Bk>
     where
         S: Service<Request<B>>,
@@ -54,6 +62,12 @@ pin_project! {
         #[pin]
         state: State<S, B, RB, C, Bk>,
         hops: Hops<S, B, RB, C, Bk>,
+        // The hedge's hop while one is out: a second backend's engine with the request, boxed
+        // so that a request never hedged carries a pointer and no second engine future.
+        hedge: Option<Pin<Box<stormguard_retry::ResponseFuture<S, B, RB, C, Bk>>>>,
+        // When the hop in flight is hedged, made the first time one is due.
+        #[pin]
+        hedge_timer: Option<Sleep>,
     }
 }
 
@@ -77,6 +91,8 @@ pin_project! {
         },
         // A backend's engine has the request.
         Calling { #[pin] future: stormguard_retry::ResponseFuture<S, B, RB, C, Bk> },
+        // The hop failed while its hedge was in flight: the hedge's hop is the request's now.
+        Hedged,
         Done,
     }
 }
@@ -92,6 +108,8 @@ where
 {
     Next(State<S, B, RB, C, Bk>),
     Finish(Output<RB>),
+    /// The hop failed while the other hop of a hedge was in flight: the other goes on.
+    Withdrawn,
 }
 
 /// How a hop hands the request to a backend's engine: continuing its streams or not (see
@@ -115,31 +133,61 @@ where
     RB: Body,
     Bk: Backoff,
 {
-    shared: Arc<Shared<S, C, Bk>>,
+    pub(crate) shared: Arc<Shared<S, C, Bk>>,
     /// How each hop is handed to its backend's engine.
     call: Call<S, B, RB, C, Bk>,
     /// The retry budget every backend shares (the layer's).
-    budget: RetryBudget,
+    pub(crate) budget: RetryBudget,
     /// The request as it came (with its deadline), rebuilt for each backend.
     head: Parts,
     /// The buffered body; `None` while it is read, or for a body sent once as a stream.
-    body: Option<Bytes>,
-    deadline: Option<Deadline>,
+    pub(crate) body: Option<Bytes>,
+    pub(crate) deadline: Option<Deadline>,
     /// Backends tried, as bits.
-    tried: u64,
-    /// The backend of the hop in flight.
-    current: usize,
+    pub(crate) tried: u64,
     /// For a continuation: the backend whose stream it continues.
-    continues_from: Option<usize>,
-    /// When the hop in flight started.
-    started: Instant,
+    pub(crate) continues_from: Option<usize>,
     /// Whether any backend was sent an attempt: a failover after that is a retry, drawn from
     /// the budget; before it, nothing was sent and moving on is free.
     sent: bool,
-    /// The budget's grant for the hop in flight, given back if it sends nothing.
-    withdrawal: Option<Withdrawal>,
-    /// Whether the hop in flight was handed to its engine (which may have sent it).
-    calling: bool,
+    /// The hop the path steps.
+    pub(crate) hop: Hop,
+    /// The other hop while a hedge is out, set aside while the path steps the one in
+    /// [`hop`](Self::hop): the hedge's while it steps the request's own, the other way round
+    /// while it steps the hedge's.
+    pub(crate) aside: Option<Hop>,
+    /// Hedges sent.
+    pub(crate) hedges: u32,
+    /// When the hop the path steps is hedged, if it is and has not been yet.
+    pub(crate) hedge_by: Option<Instant>,
+}
+
+/// One backend's turn with the request.
+#[derive(Debug)]
+pub(crate) struct Hop {
+    /// The backend.
+    pub(crate) backend: usize,
+    /// When it started.
+    pub(crate) started: Instant,
+    /// The budget's grant for it (a move after an attempt was sent, or a hedge), given back if
+    /// it sends nothing.
+    pub(crate) withdrawal: Option<Withdrawal>,
+    /// Whether it was handed to its engine (which may have sent it).
+    pub(crate) calling: bool,
+    /// It is a hedge.
+    pub(crate) hedge: bool,
+}
+
+impl Hop {
+    pub(crate) fn new(backend: usize, withdrawal: Option<Withdrawal>) -> Self {
+        Self {
+            backend,
+            started: Instant::now(),
+            withdrawal,
+            calling: false,
+            hedge: false,
+        }
+    }
 }
 
 impl<S, B, RB, C, Bk> ResponseFuture<S, B, RB, C, Bk>
@@ -152,6 +200,8 @@ where
         Self {
             state: State::Buffering { read },
             hops,
+            hedge: None,
+            hedge_timer: None,
         }
     }
 }
@@ -172,58 +222,180 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            let step = match this.state.as_mut().project() {
-                StateProj::Buffering { read } => {
-                    let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
-                    this.hops.buffered(bytes, tail, rest)
+            // The request's hop, then its hedge's if one is out: each step taken, until both
+            // wait.
+            if let Poll::Ready(step) = this.poll_lead(cx) {
+                match this.lead_step(step) {
+                    ControlFlow::Break(output) => return Poll::Ready(output),
+                    ControlFlow::Continue(()) => continue,
                 }
-                StateProj::Ready {
-                    client,
-                    request,
-                    expiry,
-                } => {
-                    let ready = match client.poll_engine_ready(cx) {
-                        Poll::Ready(ready) => ready,
-                        Poll::Pending => {
-                            ready!(this.hops.poll_expiry(expiry, cx));
-                            Err(out_of_time())
-                        }
-                    };
-                    match (ready, request.take()) {
-                        (Ok(()), Some(request)) => {
-                            this.hops.calling = true;
-                            Step::Next(State::Calling {
-                                future: (this.hops.call)(
-                                    client,
-                                    request,
-                                    &this.hops.shared,
-                                    this.hops.current,
-                                ),
-                            })
-                        }
-                        (Err(error), _) => this.hops.after(Err(error)),
-                        (Ok(()), None) => {
-                            panic!("stormguard's failover ResponseFuture polled after it completed")
-                        }
+            }
+            if let Some(step) = this.poll_hedge(cx) {
+                match this.hedge_step(step) {
+                    ControlFlow::Break(output) => return Poll::Ready(output),
+                    ControlFlow::Continue(()) => continue,
+                }
+            }
+            // Waiting: a hop with its engine is hedged once its delay has passed.
+            ready!(this.poll_hedge_timer(cx));
+            this.start_hedge(cx);
+        }
+    }
+}
+
+impl<S, B, RB, C, Bk> FutureProj<'_, S, B, RB, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    C: Classify + Clone,
+    Bk: Backoff + Clone,
+{
+    /// Polls what the request's own hop waits for, and the step it leads to.
+    fn poll_lead(&mut self, cx: &mut Context<'_>) -> Poll<Step<S, B, RB, C, Bk>> {
+        let hops = &mut *self.hops;
+        Poll::Ready(match self.state.as_mut().project() {
+            StateProj::Buffering { read } => {
+                let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
+                hops.buffered(bytes, tail, rest)
+            }
+            StateProj::Ready {
+                client,
+                request,
+                expiry,
+            } => {
+                let ready = match client.poll_engine_ready(cx) {
+                    Poll::Ready(ready) => ready,
+                    Poll::Pending => {
+                        ready!(hops.poll_expiry(expiry, cx));
+                        Err(out_of_time())
                     }
+                };
+                match (ready, request.take()) {
+                    (Ok(()), Some(request)) => {
+                        hops.hop.calling = true;
+                        hops.hedge_by = hops.hedge_due();
+                        let index = hops.hop.backend;
+                        let future = (hops.call)(client, request, &hops.shared, index);
+                        Step::Next(State::Calling { future })
+                    }
+                    (Err(error), _) => hops.after(Err(error)),
+                    (Ok(()), None) => polled_again(),
                 }
-                StateProj::Calling { future } => {
-                    let result = ready!(future.poll(cx));
-                    this.hops.after(result)
+            }
+            StateProj::Calling { future } => {
+                let result = ready!(future.poll(cx));
+                hops.after(result)
+            }
+            // The hedge's hop answers for the request.
+            StateProj::Hedged => return Poll::Pending,
+            StateProj::Done => polled_again(),
+        })
+    }
+
+    /// Takes the step the request's own hop led to.
+    fn lead_step(&mut self, step: Step<S, B, RB, C, Bk>) -> ControlFlow<Output<RB>> {
+        match step {
+            Step::Next(state) => self.state.set(state),
+            Step::Finish(output) => {
+                if let Some(mut hedge) = self.hedge.take() {
+                    hedge.as_mut().lose();
+                    self.hops.hedge_lost();
                 }
-                StateProj::Done => {
-                    panic!("stormguard's failover ResponseFuture polled after it completed")
+                self.state.set(State::Done);
+                return ControlFlow::Break(output);
+            }
+            Step::Withdrawn => {
+                self.hops.withdraw();
+                self.state.set(State::Hedged);
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Polls the hedge's hop, if one is out: the step its answer leads to, taken with its hop
+    /// in the place of the one the path steps (the request's own set aside, if it is in
+    /// flight).
+    fn poll_hedge(&mut self, cx: &mut Context<'_>) -> Option<Step<S, B, RB, C, Bk>> {
+        let hedge = self.hedge.as_mut()?;
+        let Poll::Ready(result) = hedge.as_mut().poll(cx) else {
+            return None;
+        };
+        *self.hedge = None;
+        self.hops.switch();
+        Some(self.hops.after(result))
+    }
+
+    /// Takes the step the hedge's hop led to.
+    fn hedge_step(&mut self, step: Step<S, B, RB, C, Bk>) -> ControlFlow<Output<RB>> {
+        match step {
+            Step::Finish(output) => {
+                if let StateProj::Calling { future } = self.state.as_mut().project() {
+                    future.lose();
                 }
-            };
-            match step {
-                Step::Next(state) => this.state.set(state),
-                Step::Finish(output) => {
-                    this.state.set(State::Done);
-                    return Poll::Ready(output);
-                }
+                self.hops.hedge_won();
+                self.state.set(State::Done);
+                ControlFlow::Break(output)
+            }
+            Step::Withdrawn => {
+                self.hops.withdraw();
+                ControlFlow::Continue(())
+            }
+            // The hedge's hop was the request's only one, and it moves on.
+            Step::Next(state) => {
+                self.hops.switch();
+                self.state.set(state);
+                ControlFlow::Continue(())
             }
         }
     }
+
+    /// Ready when the hop in flight is due to be hedged; never when it is not.
+    fn poll_hedge_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(at) = self.hops.hedge_by else {
+            return Poll::Pending;
+        };
+        let mut timer = self.hedge_timer.as_mut();
+        match timer.as_mut().as_pin_mut() {
+            Some(timer) if timer.deadline() == at => {}
+            Some(timer) => timer.reset(at),
+            None => timer.set(Some(tokio::time::sleep_until(at))),
+        }
+        match timer.as_pin_mut() {
+            Some(timer) => timer.poll(cx),
+            None => Poll::Pending,
+        }
+    }
+
+    /// The hop in flight is due to be hedged: a hedge goes to the next healthy backend (the same
+    /// one when there is no other), if the policy lets it and that backend's engine is ready.
+    fn start_hedge(&mut self, cx: &mut Context<'_>) {
+        self.hops.hedge_by = None;
+        let calling = matches!(self.state.as_ref().get_ref(), State::Calling { .. });
+        if !calling || self.hedge.is_some() {
+            return;
+        }
+        let Some((index, withdrawal)) = self.hops.hedge() else {
+            return;
+        };
+        let mut client = self.hops.shared.routes[index].client.clone();
+        if !matches!(client.poll_engine_ready(cx), Poll::Ready(Ok(()))) {
+            self.hops.budget.refund(withdrawal);
+            return;
+        }
+        let request = self.hops.request_for(index);
+        self.hops.hedge_sent(index, withdrawal);
+        let future = (self.hops.call)(&mut client, request, &self.hops.shared, index);
+        *self.hedge = Some(Box::pin(future));
+    }
+}
+
+/// A future may panic when polled after it completed; this one says so.
+fn polled_again<T>() -> T {
+    panic!("stormguard's failover ResponseFuture polled after it completed")
 }
 
 impl<S, B, RB, C, Bk> Hops<S, B, RB, C, Bk>
@@ -247,12 +419,12 @@ where
             body: None,
             deadline: None,
             tried: 0,
-            current: 0,
             continues_from,
-            started: Instant::now(),
             sent: false,
-            withdrawal: None,
-            calling: false,
+            hop: Hop::new(0, None),
+            aside: None,
+            hedges: 0,
+            hedge_by: None,
         }
     }
 
@@ -275,7 +447,7 @@ where
         match tail {
             Tail::Ended => {
                 self.body = Some(bytes);
-                self.hop(first)
+                self.hop(first, None)
             }
             Tail::Failed(error) => {
                 let outcome = Outcome::fatal(Reason::BadRequest).with_accepted(false);
@@ -285,8 +457,7 @@ where
             tail => {
                 let body = B::from_partial(PartialBody::new(bytes, tail, rest));
                 self.tried |= 1 << first;
-                self.current = first;
-                self.started = Instant::now();
+                self.hop = Hop::new(first, None);
                 let route = &self.shared.routes[first];
                 let mut head = self.head.clone();
                 route.backend.adapter().apply_head(&mut head);
@@ -299,40 +470,52 @@ where
         }
     }
 
-    /// Sends the request to backend `index`, rewritten for it.
-    fn hop(&mut self, index: usize) -> Step<S, B, RB, C, Bk>
+    /// Sends the request to backend `index`, rewritten for it (`withdrawal`: the budget's grant
+    /// for the move).
+    fn hop(&mut self, index: usize, withdrawal: Option<Withdrawal>) -> Step<S, B, RB, C, Bk>
     where
         S: Service<Request<B>> + Clone,
         B: ReplayBody,
         RB: Body,
     {
         self.tried |= 1 << index;
-        self.current = index;
-        self.started = Instant::now();
-        self.calling = false;
+        self.hop = Hop::new(index, withdrawal);
+        Step::Next(State::Ready {
+            client: self.shared.routes[index].client.clone(),
+            request: Some(self.request_for(index)),
+            expiry: None,
+        })
+    }
+
+    /// The request, rewritten for backend `index`.
+    pub(crate) fn request_for(&self, index: usize) -> Request<B>
+    where
+        B: ReplayBody,
+    {
         let route = &self.shared.routes[index];
         let mut head = self.head.clone();
         let body = self.body.as_ref().map_or_else(Bytes::new, |body| {
             route.backend.adapter().apply(&mut head, body)
         });
-        Step::Next(State::Ready {
-            client: route.client.clone(),
-            request: Some(Request::from_parts(head, B::from_bytes(body))),
-            expiry: None,
-        })
+        Request::from_parts(head, B::from_bytes(body))
     }
 
-    /// A hop ended: hand its answer back, or go on to another backend.
+    /// A hop ended: hand its answer back, or go on to another backend; withdrawn, if it failed
+    /// while the other hop of a hedge is in flight.
     fn after(&mut self, result: Output<RB>) -> Step<S, B, RB, C, Bk>
     where
         S: Service<Request<B>> + Clone,
         B: ReplayBody,
         RB: Body,
     {
-        let took = self.started.elapsed();
+        let took = self.hop.started.elapsed();
+        self.hedge_by = None;
         let (outcome, attempts) = judged(&result);
         self.settle_withdrawal(attempts);
-        let route = &self.shared.routes[self.current];
+        if !outcome.is_success() && self.racing() {
+            return Step::Withdrawn;
+        }
+        let route = &self.shared.routes[self.hop.backend];
         let result = result.map(|mut response| {
             mark(
                 &mut response,
@@ -364,26 +547,27 @@ where
         if !self.fits(took, attempts) {
             return self.end(Some(result));
         }
-        if self.sent {
-            match self.budget.try_withdraw() {
-                Some(withdrawal) => self.withdrawal = Some(withdrawal),
+        let withdrawal = match self.sent {
+            true => match self.budget.try_withdraw() {
+                Some(withdrawal) => Some(withdrawal),
                 None => return self.end(Some(result)),
-            }
-        }
+            },
+            false => None,
+        };
         let to = self.shared.routes[next].backend.name();
         moved(route.backend.shared_name(), to, outcome.reason());
-        self.hop(next)
+        self.hop(next, withdrawal)
     }
 
     /// The budget's grant for the hop that ended: given back if its engine sent nothing, spent
     /// if it sent an attempt (a move after that is a retry).
     fn settle_withdrawal(&mut self, attempts: u32) {
         if attempts == 0 {
-            if let Some(withdrawal) = self.withdrawal.take() {
+            if let Some(withdrawal) = self.hop.withdrawal.take() {
                 self.budget.refund(withdrawal);
             }
         } else {
-            self.withdrawal = None;
+            self.hop.withdrawal = None;
             self.sent = true;
         }
     }
@@ -394,7 +578,7 @@ where
     /// the prefill of a continuation (learned: not asked again), or failed and is now left
     /// (its breaker opened: failures in a row); not one that failed once.
     fn leaves(&self, result: &Output<RB>, outcome: &Outcome) -> bool {
-        let route = &self.shared.routes[self.current];
+        let route = &self.shared.routes[self.hop.backend];
         let refused = is_local_refusal(outcome.reason());
         let failed = !refused && failed_on_backend(result, outcome);
         let rejects_prefill =
@@ -417,7 +601,7 @@ where
 
     /// The first healthy backend not tried yet. For a continuation, one that takes an
     /// assistant prefill, and the backend whose stream it continues only when no other can.
-    fn next_healthy(&self) -> Option<usize> {
+    pub(crate) fn next_healthy(&self) -> Option<usize> {
         let continuation = self.continues_from.is_some();
         let takes = |index: usize| {
             let route = &self.shared.routes[index];
@@ -488,7 +672,7 @@ where
             && !why.is_success()
         {
             if self.tried != 0 {
-                let from = self.shared.routes[self.current].backend.shared_name();
+                let from = self.shared.routes[self.hop.backend].backend.shared_name();
                 moved(from, DEGRADED, why.reason());
             }
             return Step::Finish(Ok(degraded.answer(&self.head, &why)));
@@ -515,12 +699,14 @@ where
     Bk: Backoff,
 {
     fn drop(&mut self) {
-        // A failover granted and never handed to its backend's engine goes back; one handed
-        // over may have been sent, and stays spent.
-        if let Some(withdrawal) = self.withdrawal.take()
-            && !self.calling
-        {
-            self.budget.refund(withdrawal);
+        // A move or a hedge granted and never handed to its backend's engine goes back; one
+        // handed over may have been sent, and stays spent.
+        for hop in std::iter::once(&mut self.hop).chain(&mut self.aside) {
+            if let Some(withdrawal) = hop.withdrawal.take()
+                && !hop.calling
+            {
+                self.budget.refund(withdrawal);
+            }
         }
     }
 }
@@ -534,7 +720,8 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hops")
             .field("tried", &self.tried.count_ones())
-            .field("current", &self.current)
+            .field("hop", &self.hop)
+            .field("hedged", &self.aside.is_some())
             .finish()
     }
 }

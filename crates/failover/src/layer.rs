@@ -10,7 +10,7 @@ use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_classify::body::{Prefix, ResponseBody};
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
-use stormguard_retry::{ClientLayer, ClientService, Error, ReplayBody, continuing_stream};
+use stormguard_retry::{ClientLayer, ClientService, Error, Hedging, ReplayBody, continuing_stream};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -31,18 +31,42 @@ pub struct Failover<C = LlmClassifier, Bk = FullJitter> {
     backends: Vec<Backend>,
     cures: Vec<(Cure, Arc<str>)>,
     degraded: Option<Degraded>,
+    hedging: Option<Hedging>,
 }
 
 impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
     /// A failover with no backend yet, whose backends follow `layer`'s policy and share its
-    /// retry budget.
+    /// retry budget; it hedges as `layer` does (see [`with_hedging`](Self::with_hedging)).
     pub fn new(layer: ClientLayer<C, Bk>) -> Self {
+        let hedging = layer.hedging().copied();
         Self {
             layer,
             backends: Vec::new(),
             cures: Vec::new(),
             degraded: None,
+            hedging,
         }
+    }
+
+    /// Hedge requests across the backends as `hedging` says (off by default, unless the layer
+    /// the failover is made from hedges): when a backend has produced no content (its answer's
+    /// head; a stream, its first content event) after the hedge's delay, fixed or that backend's
+    /// learned percentile of time to first content, a second hop goes to the next healthy
+    /// backend (the same one when there is no other), without cancelling the first; the first
+    /// to answer is handed back and the other cancelled. Each hedge draws on the shared retry
+    /// budget (a spent budget sends none) and passes its backend's guards. The failover hedges
+    /// in place of its backends' engines, which never hedge on their own.
+    #[must_use]
+    pub fn with_hedging(mut self, hedging: Hedging) -> Self {
+        self.hedging = Some(hedging);
+        self
+    }
+
+    /// No hedging.
+    #[must_use]
+    pub fn without_hedging(mut self) -> Self {
+        self.hedging = None;
+        self
     }
 
     /// Add `backend` after those already added: the first healthy backend in this order takes
@@ -103,6 +127,11 @@ impl<C, Bk> Failover<C, Bk> {
     pub fn degraded(&self) -> Option<&Degraded> {
         self.degraded.as_ref()
     }
+
+    /// When requests are hedged across the backends, if they are.
+    pub fn hedging(&self) -> Option<&Hedging> {
+        self.hedging.as_ref()
+    }
 }
 
 impl<S, C, Bk> Layer<S> for Failover<C, Bk>
@@ -127,6 +156,8 @@ where
                     .with_name(backend.name())
                     .with_breaker(backend.breaker().clone())
                     .with_hand_off(true)
+                    // The failover hedges across its backends in their engines' place.
+                    .without_hedging()
                     // Its own memory of whether it takes an assistant prefill.
                     .with_continuation(self.layer.continues());
                 if let Some(clocks) = backend.clocks() {
@@ -161,6 +192,7 @@ where
                 routes: backends,
                 cures,
                 degraded: self.degraded.clone(),
+                hedging: self.hedging,
             }),
         }
     }
@@ -173,6 +205,7 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Failover<C, Bk> {
             .field("backends", &self.backends)
             .field("cures", &self.cures)
             .field("degraded", &self.degraded.is_some())
+            .field("hedging", &self.hedging)
             .finish()
     }
 }
@@ -189,6 +222,7 @@ pub(crate) struct Shared<S, C, Bk> {
     pub(crate) routes: Vec<Route<S, C, Bk>>,
     pub(crate) cures: Vec<(Cure, usize)>,
     pub(crate) degraded: Option<Degraded>,
+    pub(crate) hedging: Option<Hedging>,
 }
 
 /// A backend and its engine.

@@ -103,6 +103,7 @@
 
 mod backend;
 mod future;
+mod hedge;
 mod layer;
 mod marks;
 

@@ -56,8 +56,10 @@ impl ReplayBody for RequestBody {
 }
 
 /// The rest of the middleware chain (`Next`) as a tower service: each attempt is converted back
-/// to a `reqwest::Request` (with the caller's per-request timeout) and run down the chain with
-/// the caller's extensions, which the attempts share one after the other.
+/// to a `reqwest::Request` (with the caller's per-request timeout) and run down the chain with a
+/// copy of the caller's extensions as the attempts before it left them, which it leaves in their
+/// place when it ends. Two attempts in flight at once (a hedge) each work on their own copy; an
+/// attempt cancelled in flight leaves nothing.
 #[derive(Clone)]
 pub(crate) struct NextService<'a> {
     next: Next<'a>,
@@ -97,7 +99,7 @@ impl<'a> Service<http::Request<RequestBody>> for NextService<'a> {
         Box::pin(async move {
             let mut request = reqwest::Request::try_from(request.map(|body| body.0))?;
             *request.timeout_mut() = timeout;
-            let mut extensions = std::mem::take(&mut *lock(&shared));
+            let mut extensions = lock(&shared).clone();
             let answer = next.run(request, &mut extensions).await;
             *lock(&shared) = extensions;
             let response = answer?;

@@ -205,6 +205,26 @@ where
     }
 }
 
+impl<S, B, RB, C, Bk> ResponseFuture<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    C: Classify,
+    Bk: Backoff,
+{
+    /// Ends the request as the loser of a race for the same answer (a failover's hedge on
+    /// another backend answered first): each of its attempts in flight is cancelled as a loser
+    /// (the throttle forgets it, the breaker frees its place, its budget withdrawal and rate-limit
+    /// slot stay spent: it was sent), not as one its caller abandoned, and what it waited teaches
+    /// its backend's time to first content. Polling the future afterwards panics.
+    pub fn lose(self: Pin<&mut Self>) {
+        let mut this = self.project();
+        this.ledger.lose_all();
+        this.state.set(State::Done);
+        *this.hedge = None;
+    }
+}
+
 impl<S, B, RB, C, Bk> Future for ResponseFuture<S, B, RB, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>>,

@@ -33,8 +33,9 @@
 use std::time::Duration;
 
 use http_body::Body;
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{RetryBudget, Withdrawal};
 use stormguard_classify::{Classify, Reason};
+use stormguard_deadline::clocks::AttemptClocks;
 use stormguard_jitter::Backoff;
 use tokio::time::Instant;
 
@@ -123,7 +124,7 @@ impl Default for Hedging {
     }
 }
 
-/// A request whose attempt waited past its hedge delay, as the policy is asked about it.
+/// A request whose attempt waited past its hedge delay, as the engine's policy is asked about it.
 pub(crate) struct Waiting {
     /// Hedges sent so far.
     pub(crate) hedges: u32,
@@ -137,7 +138,7 @@ pub(crate) struct Waiting {
 
 /// Why a request is not hedged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NoHedge {
+pub enum NoHedge {
     /// Its hedges or its attempts are spent, or the time left is too short: nothing to say.
     Spent,
     /// The retry budget refused it.
@@ -145,21 +146,45 @@ pub(crate) enum NoHedge {
 }
 
 impl Hedging {
+    /// How long an attempt of a request waits before it is hedged (`streaming`: the request asks
+    /// for an event stream), given its backend's `clocks`: `None` for a learned delay with no
+    /// clocks or too little learned.
+    pub fn delay_for(&self, clocks: Option<&AttemptClocks>, streaming: bool) -> Option<Duration> {
+        match self.delay {
+            HedgeDelay::Fixed(delay) => Some(delay),
+            HedgeDelay::Learned(percentile) => clocks?.to_first_content(streaming, percentile),
+        }
+    }
+
+    /// Whether a request that sent `hedges` hedges so far, whose attempt waited `waited`, with
+    /// `deadline`, sends a hedge now: the withdrawal from `budget` for it (given back with
+    /// [`RetryBudget::refund`] if it is not sent), or why not. The checks of the
+    /// [module docs](self) but for the attempts, which are the engine's to count.
+    pub fn try_hedge(
+        &self,
+        hedges: u32,
+        waited: Duration,
+        deadline: Option<Instant>,
+        budget: &RetryBudget,
+    ) -> Result<Withdrawal, NoHedge> {
+        if hedges >= self.max_hedges {
+            return Err(NoHedge::Spent);
+        }
+        let time_left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+        if time_left.is_some_and(|left| left <= waited) {
+            return Err(NoHedge::Spent);
+        }
+        budget.try_withdraw().ok_or(NoHedge::Budget)
+    }
+
     /// Whether the request `waiting` sends a hedge now: the budget's grant for it, or why not.
     pub(crate) fn decide(&self, waiting: &Waiting, budget: &RetryBudget) -> Result<Grant, NoHedge> {
-        if waiting.hedges >= self.max_hedges || waiting.sent >= waiting.max_attempts {
+        if waiting.sent >= waiting.max_attempts {
             return Err(NoHedge::Spent);
         }
-        let time_left = waiting
-            .deadline
-            .map(|deadline| deadline.saturating_duration_since(Instant::now()));
-        if time_left.is_some_and(|left| left <= waiting.waited) {
-            return Err(NoHedge::Spent);
-        }
-        match budget.try_withdraw() {
-            Some(withdrawal) => Ok(Grant::new(budget.clone(), withdrawal)),
-            None => Err(NoHedge::Budget),
-        }
+        let withdrawal =
+            self.try_hedge(waiting.hedges, waiting.waited, waiting.deadline, budget)?;
+        Ok(Grant::new(budget.clone(), withdrawal))
     }
 }
 
@@ -191,14 +216,10 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         if self.aside.is_some() || self.hedges >= hedging.max_hedges() || !self.origin.is_replay() {
             return None;
         }
-        match hedging.delay() {
-            HedgeDelay::Fixed(delay) => Some(delay),
-            HedgeDelay::Learned(percentile) => {
-                let clocks = self.config.clocks.as_ref()?;
-                let shape = self.origin.shape(&clocks.settings().whole);
-                clocks.to_first_content(shape.streaming, percentile)
-            }
-        }
+        let clocks = self.config.clocks.as_ref();
+        let streaming =
+            clocks.is_some_and(|clocks| (self.origin.shape(&clocks.settings().whole)).streaming);
+        hedging.delay_for(clocks, streaming)
     }
 
     /// The attempt the path steps waited past its hedge delay: whether a hedge goes (its
@@ -258,18 +279,36 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// cancelled, and what it waited teaches the clocks' time to first content as a lower
     /// bound. A hedge not sent yet is dropped, its grant and slot given back.
     pub(crate) fn cancel_aside(&mut self) {
-        let Some(mut loser) = self.aside.take() else {
-            return;
-        };
-        if !loser.sent {
+        if let Some(mut loser) = self.aside.take()
+            && loser.sent
+        {
+            self.watch.hedge_raced(!loser.hedge);
+            self.lose(&mut loser);
+        }
+    }
+
+    /// The request lost a race to another of its requests (a failover's hedge on another
+    /// backend answered first): each of its attempts in flight is cancelled as a loser.
+    pub(crate) fn lose_all(&mut self) {
+        let mut attempt = std::mem::take(&mut self.attempt);
+        self.lose(&mut attempt);
+        if let Some(mut other) = self.aside.take() {
+            self.lose(&mut other);
+        }
+    }
+
+    /// `attempt` lost a race: if it is in flight, it is cancelled (its span says so, the
+    /// metrics count it), what it waited teaches the time to first content as a lower bound,
+    /// and its permits are settled as a loser's.
+    fn lose(&mut self, attempt: &mut Attempt) {
+        if !self.watch.cancelled(&mut attempt.watch) {
             return;
         }
-        self.watch.cancelled(&mut loser.watch, loser.hedge);
-        if let (Some(clocks), Some(waited)) = (&self.config.clocks, loser.in_flight()) {
+        if let (Some(clocks), Some(waited)) = (&self.config.clocks, attempt.in_flight()) {
             let streaming = self.origin.shape(&clocks.settings().whole).streaming;
             clocks.record_to_first_content(streaming, waited);
         }
-        loser.permits.lost();
+        attempt.permits.lost();
     }
 
     /// A hedge not sent: a guard refused it (`reason`), or the deadline came first. The

@@ -179,7 +179,7 @@ pub use continuing::continuing_stream;
 pub use error::{Error, FailedAnswer, GiveUpCause};
 pub use future::ResponseFuture;
 pub use headers::{ensure_idempotency_key, is_idempotent, stamp_attempt};
-pub use hedge::{DEFAULT_HEDGE_PERCENTILE, DEFAULT_MAX_HEDGES, HedgeDelay, Hedging};
+pub use hedge::{DEFAULT_HEDGE_PERCENTILE, DEFAULT_MAX_HEDGES, HedgeDelay, Hedging, NoHedge};
 pub use layer::{ClientLayer, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY};
 pub use log::SUMMARY_EVERY;
 pub use service::ClientService;

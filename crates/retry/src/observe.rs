@@ -156,18 +156,23 @@ impl Watch {
         self.answered(attempt, &outcome, None);
     }
 
-    /// The attempt in flight lost a race to the other attempt of its request (a hedge, or the
-    /// first attempt the hedge raced) and is cancelled: its span says `cancelled`, and the
-    /// metrics count a hedge that won or one cancelled.
-    pub(crate) fn cancelled(&mut self, attempt: &mut AttemptWatch, hedge: bool) {
+    /// The attempt lost a race (to the other attempt of its request, or, under a failover, to
+    /// another backend's) and is cancelled, if it is in flight (whether it was): its span says
+    /// `cancelled`.
+    pub(crate) fn cancelled(&self, attempt: &mut AttemptWatch) -> bool {
         if !std::mem::take(&mut attempt.in_flight) {
-            return;
+            return false;
         }
         attempt.span.record("outcome", "cancelled");
+        true
+    }
+
+    /// A hedge's race ended with an answer: the hedge's (`won`), or the first attempt's.
+    pub(crate) fn hedge_raced(&self, won: bool) {
         #[cfg(feature = "metrics")]
-        self.meter.hedge(if hedge { "cancelled" } else { "won" });
+        self.meter.hedge(if won { "won" } else { "cancelled" });
         #[cfg(not(feature = "metrics"))]
-        let _ = hedge;
+        let _ = won;
     }
 
     /// A hedge failed while the attempt it raced was still in flight: that one goes on alone.
