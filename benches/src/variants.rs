@@ -18,7 +18,7 @@ use stormguard::breaker::CircuitBreaker;
 use stormguard::budget::RetryBudget;
 use stormguard::deadline::{DEFAULT_TIMEOUT, Deadline, propagate};
 use stormguard::jitter::Constant;
-use stormguard::retry::{ensure_idempotency_key, stamp_attempt};
+use stormguard::retry::{Hedging, ensure_idempotency_key, stamp_attempt};
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 use tower::retry::Policy;
 use tower::retry::budget::{Budget, TpsBudget};
@@ -151,7 +151,7 @@ fn resilience_retry<E>(budget: Arc<dyn ResilienceBudget>) -> ResilienceRetryLaye
 
 /// stormguard's engine: retries only (no throttle, no deadline of its own), the whole client
 /// pipeline as `ClientLayer::default()` builds it, and on the success path the same with a
-/// circuit breaker.
+/// circuit breaker, and with hedging on.
 fn stormguard<I, V>(inner: I, path: Path, visit: &mut V)
 where
     I: Service<Req, Response = Res, Error = Infallible> + Clone + Send + Sync + 'static,
@@ -167,7 +167,10 @@ where
                 ClientLayer::default().layer(inner.clone()),
             );
             let breaker = ClientLayer::default().with_breaker(CircuitBreaker::default());
-            visit.variant("stormguard_client_breaker", breaker.layer(inner));
+            visit.variant("stormguard_client_breaker", breaker.layer(inner.clone()));
+            // Hedging on: an answer that comes at once never arms the hedge's clock.
+            let hedged = ClientLayer::default().with_hedging(Hedging::default());
+            visit.variant("stormguard_client_hedged", hedged.layer(inner));
         }
         Path::Failure => {
             // Every request is rejected once: with the default K = 2 the throttle's drop

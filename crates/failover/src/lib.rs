@@ -59,6 +59,11 @@
 //!    if there is one, its [`DegradedAnswer`] saying `Reason::DeadlineExceeded`, else the
 //!    engine's deadline error (504 from `error_response`).
 //!
+//! With [`Failover::with_hedging`] (or a layer that hedges), a hop that has produced no content
+//! after the hedge's delay gets a second hop on the next healthy backend, the same one when there
+//! is no other, under the same deadline and budget: the first to answer is handed back and the
+//! other cancelled (see `stormguard_retry::hedge` for the rules a hedge follows).
+//!
 //! Traffic returns to a recovered primary through its breaker's probes: while it is half-open,
 //! the probes go to it and every other request to the next backend; its first successful probe
 //! closes it, and requests go to it first again. A backend's default breaker probes again after

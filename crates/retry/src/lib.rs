@@ -62,6 +62,13 @@
 //!      that is never sent (the caller gave up during the backoff, the service failed to get
 //!      ready, a layer below dropped it) is given back.
 //!
+//! # Hedging
+//!
+//! With [`ClientLayer::with_hedging`] (off by default), an attempt that has produced no content
+//! after a delay (fixed, or the backend's learned 95th percentile of time to first content) gets
+//! a second attempt beside it, drawn from the retry budget like a retry; the first to produce
+//! content answers and the other is cancelled. See [`hedge`].
+//!
 //! # Retry at one layer only
 //!
 //! When the engine gives up on a retryable failure (attempts spent, budget denied, deadline,
