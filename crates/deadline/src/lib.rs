@@ -74,6 +74,7 @@ use std::time::Duration;
 mod deadline;
 mod error;
 mod llm;
+mod timer;
 
 pub mod client;
 pub mod clocks;
@@ -86,6 +87,7 @@ pub use deadline::Deadline;
 pub use error::DeadlineExceeded;
 pub use llm::{ASSUMED_OUTPUT_TOKENS, BYTES_PER_TOKEN, LlmDeadline, TokenEstimate};
 pub use server::ServerDeadlineLayer;
+pub use timer::poll_until;
 
 /// The default request timeout: 600 s (10 minutes), the default request timeout of the official
 /// OpenAI and Anthropic SDKs (`DEFAULT_TIMEOUT` in `_constants.py` of `openai-python` and

@@ -355,17 +355,8 @@ where
 
     /// Ready when the hop in flight is due to be hedged; never when it is not.
     fn poll_hedge_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(at) = self.hops.hedge_by else {
-            return Poll::Pending;
-        };
-        let mut timer = self.hedge_timer.as_mut();
-        match timer.as_mut().as_pin_mut() {
-            Some(timer) if timer.deadline() == at => {}
-            Some(timer) => timer.reset(at),
-            None => timer.set(Some(tokio::time::sleep_until(at))),
-        }
-        match timer.as_pin_mut() {
-            Some(timer) => timer.poll(cx),
+        match self.hops.hedge_by {
+            Some(at) => stormguard_deadline::poll_until(self.hedge_timer.as_mut(), at, cx),
             None => Poll::Pending,
         }
     }
@@ -616,15 +607,9 @@ where
     }
 
     /// Ready once the request's deadline has passed; never without one.
-    fn poll_expiry(&self, mut expiry: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(deadline) = self.deadline else {
-            return Poll::Pending;
-        };
-        if expiry.is_none() {
-            expiry.set(Some(tokio::time::sleep_until(deadline.instant())));
-        }
-        match expiry.as_pin_mut() {
-            Some(sleep) => sleep.poll(cx),
+    fn poll_expiry(&self, expiry: Pin<&mut Option<Sleep>>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.deadline {
+            Some(deadline) => stormguard_deadline::poll_until(expiry, deadline.instant(), cx),
             None => Poll::Pending,
         }
     }

@@ -81,7 +81,7 @@ pin_project! {
         #[pin]
         state: State<S::Future, B, RB, C>,
         // The deadline's timer, made the first time the request has to wait: a call that answers
-        // at once never touches the timer wheel. The attempts' clocks share it.
+        // at once never touches the timer wheel. The attempts' clocks and the hedge's share it.
         #[pin]
         timer: Option<Sleep>,
         service: S,
@@ -367,27 +367,17 @@ where
     }
 
     /// Ready when the earliest of the deadline, the attempts' head clocks and the hedge's clock
-    /// has come; never without any. The timer is made the first time a request waits (it may
-    /// have been set, or tightened, since: an estimate from the body, the next attempt's clock).
+    /// has come; never without any.
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let deadline = self.ledger.deadline.map(|deadline| deadline.instant());
         let [lead, hedge] = self.head_clocks();
         let hedge_by = self.hedge_clock();
-        let Some(wake) = [deadline, lead, hedge, hedge_by]
+        match [deadline, lead, hedge, hedge_by]
             .into_iter()
             .flatten()
             .min()
-        else {
-            return Poll::Pending;
-        };
-        let mut timer = self.timer.as_mut();
-        match timer.as_mut().as_pin_mut() {
-            Some(timer) if timer.deadline() == wake => {}
-            Some(timer) => timer.reset(wake),
-            None => timer.set(Some(tokio::time::sleep_until(wake))),
-        }
-        match timer.as_pin_mut() {
-            Some(timer) => timer.poll(cx),
+        {
+            Some(wake) => stormguard_deadline::poll_until(self.timer.as_mut(), wake, cx),
             None => Poll::Pending,
         }
     }

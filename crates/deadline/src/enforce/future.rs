@@ -75,15 +75,12 @@ where
             KindProj::Running {
                 inner,
                 deadline,
-                mut sleep,
+                sleep,
             } => {
                 if let Poll::Ready(result) = inner.poll(cx) {
                     return Poll::Ready(result.map_err(M::inner_error));
                 }
-                if let (Some(at), None) = (*deadline, sleep.as_ref().as_pin_ref()) {
-                    sleep.set(Some(tokio::time::sleep_until(at)));
-                }
-                match sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
+                match deadline.map(|at| crate::poll_until(sleep, at, cx)) {
                     Some(Poll::Ready(())) => Poll::Ready(M::expired(*this.grpc)),
                     _ => Poll::Pending,
                 }
