@@ -241,14 +241,45 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            // The request's own lane, then its hedge's if one is out: each step taken, until
-            // both wait.
-            match this.poll_lane(Lane::Lead, cx) {
-                Some(ControlFlow::Break(output)) => return Poll::Ready(output),
-                Some(ControlFlow::Continue(())) => continue,
-                None => {}
+            // The request's own lane: its attempt is in the ledger's place. Each arm takes its
+            // step in place: a step bound first and matched after would move the state once
+            // more, at every step of every request.
+            {
+                let _in = this.ledger.enter();
+                let state = this.state.as_mut();
+                let continuer = &mut *this.continuer;
+                match poll_state::<_, _, _, _, _, true>(
+                    state,
+                    this.service,
+                    this.ledger,
+                    continuer,
+                    cx,
+                ) {
+                    Poll::Ready(Step::Next(state)) => {
+                        this.state.set(state);
+                        // No longer with the backend: a hedge not sent yet has nothing to race.
+                        if this.hedge.is_some() && !this.state.as_ref().get_ref().with_backend() {
+                            this.drop_hedge();
+                        }
+                        continue;
+                    }
+                    Poll::Ready(Step::Finish(output)) => {
+                        this.state.set(State::Done);
+                        if this.hedge.is_some() {
+                            this.end_race();
+                        }
+                        return Poll::Ready(output);
+                    }
+                    Poll::Ready(Step::Withdrawn) => {
+                        this.ledger.withdraw();
+                        this.state.set(State::Hedged);
+                        continue;
+                    }
+                    Poll::Pending => {}
+                }
             }
-            match this.poll_lane(Lane::Hedge, cx) {
+            // The hedge's lane, if one is out.
+            match this.poll_hedge(cx) {
                 Some(ControlFlow::Break(output)) => return Poll::Ready(output),
                 Some(ControlFlow::Continue(())) => continue,
                 None => {}
@@ -274,19 +305,22 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    /// Polls what the attempt on `lane` waits for, and takes the step it leads to: `None` while
-    /// it waits (or without a hedge out), else whether the request ends.
-    fn poll_lane(&mut self, lane: Lane, cx: &mut Context<'_>) -> Option<ControlFlow<Output<RB>>> {
-        let switched = self.enter_lane(lane)?;
-        let state = match lane {
-            Lane::Lead => self.state.as_mut(),
-            Lane::Hedge => self.hedge.as_mut()?.as_mut(),
-        };
+    /// Polls what the hedge's attempt waits for, if one is out, and takes the step it leads to:
+    /// `None` while it waits, else whether the request ends.
+    fn poll_hedge(&mut self, cx: &mut Context<'_>) -> Option<ControlFlow<Output<RB>>> {
+        let switched = self.enter_lane(Lane::Hedge)?;
+        let state = self.hedge.as_mut()?.as_mut();
         let _in = self.ledger.enter();
-        let polled = poll_state(state, self.service, self.ledger, self.continuer, cx);
+        let polled = poll_state::<_, _, _, _, _, false>(
+            state,
+            self.service,
+            self.ledger,
+            self.continuer,
+            cx,
+        );
         drop(_in);
         match polled {
-            Poll::Ready(step) => Some(self.take_step(lane, step, switched)),
+            Poll::Ready(step) => Some(self.take_step(Lane::Hedge, step, switched)),
             Poll::Pending => {
                 self.leave_lane(switched);
                 None
@@ -320,6 +354,7 @@ where
 
     /// Takes `step`, which the attempt on `lane` (in the ledger's place, `switched` there) led
     /// to: the request ends (the other attempt cancelled), the lane is withdrawn, or it moves.
+    /// (The request's own lane takes its steps in `poll`, in place; its fired clocks here.)
     fn take_step(
         &mut self,
         lane: Lane,
@@ -328,9 +363,8 @@ where
     ) -> ControlFlow<Output<RB>> {
         let state = match step {
             Step::Finish(output) => {
-                self.ledger.cancel_aside();
                 self.state.set(State::Done);
-                *self.hedge = None;
+                self.end_race();
                 return ControlFlow::Break(output);
             }
             Step::Withdrawn => {
@@ -345,11 +379,8 @@ where
         };
         let with_backend = state.with_backend();
         match (lane, self.hedge.as_mut()) {
-            // The request's attempt is no longer with the backend: a hedge not sent yet has
-            // nothing left to race.
             (Lane::Lead, Some(_)) if !with_backend => {
-                self.ledger.aside = None;
-                *self.hedge = None;
+                self.drop_hedge();
                 self.state.set(state);
             }
             (Lane::Lead, _) => self.state.set(state),
@@ -364,6 +395,18 @@ where
         }
         self.leave_lane(switched);
         ControlFlow::Continue(())
+    }
+
+    /// The request ended while a hedge was out: the other attempt of the race lost.
+    fn end_race(&mut self) {
+        self.ledger.cancel_aside();
+        *self.hedge = None;
+    }
+
+    /// Drops the hedge's lane, not sent yet: its grant and its slot go back.
+    fn drop_hedge(&mut self) {
+        self.ledger.aside = None;
+        *self.hedge = None;
     }
 
     /// Ready when the earliest of the deadline, the attempts' head clocks and the hedge's clock
@@ -443,8 +486,13 @@ where
     }
 }
 
-/// Polls what the request waits for, and takes the step that follows.
-fn poll_state<S, B, RB, C, Bk>(
+/// Polls what the request waits for, and takes the step that follows (`LEAD`: on the request's
+/// own lane; a hedge's never reads the request body, being made from the buffered template).
+// Inlined into both lanes' polls, and the hedge's without the body's reading: called from two
+// places, it was left out of line, and the body's reader with it, which cost the success path
+// 230 instructions of calls and copies (callgrind).
+#[inline(always)]
+fn poll_state<S, B, RB, C, Bk, const LEAD: bool>(
     state: Pin<&mut State<S::Future, B, RB, C>>,
     service: &mut S,
     ledger: &mut Ledger<C, Bk>,
@@ -462,10 +510,11 @@ where
     Bk: Backoff,
 {
     Poll::Ready(match state.project() {
-        StateProj::Buffering { read } => {
+        StateProj::Buffering { read } if LEAD => {
             let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
             ledger.buffered(service, bytes, tail, rest)
         }
+        StateProj::Buffering { .. } => polled_again(),
         StateProj::Backoff { sleep } => {
             ready!(sleep.poll(cx));
             Step::Next(State::Ready)
@@ -646,7 +695,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         self.sent = self.sent.saturating_add(1);
         let name = self.config.name.as_deref();
         (self.watch).sending(&mut attempt.watch, self.sent, name, attempt.hedge);
-        let _in = self.enter();
+        let _in = self.watch.span(&self.attempt.watch).enter();
         State::Calling {
             future: service.call(request),
         }
@@ -878,7 +927,8 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// The deadline passed while the request waited: an attempt in flight timed out, which the
     /// breaker counts as a health failure.
     fn expired<RB: Body>(&mut self) -> Output<RB> {
-        for attempt in std::iter::once(&mut self.attempt).chain(&mut self.aside) {
+        let aside = self.aside.as_deref_mut();
+        for attempt in std::iter::once(&mut self.attempt).chain(aside) {
             attempt.permits.timed_out();
             (self.watch).unanswered(&mut attempt.watch, Reason::DeadlineExceeded);
         }

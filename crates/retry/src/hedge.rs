@@ -239,7 +239,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         match hedging.decide(&waiting, &self.config.policy.budget) {
             Ok(grant) => {
                 self.hedges = self.hedges.saturating_add(1);
-                self.aside = Some(Attempt::hedge(grant));
+                self.aside = Some(Box::new(Attempt::hedge(grant)));
                 true
             }
             Err(NoHedge::Budget) => {
@@ -269,7 +269,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         let Some(other) = self.aside.take() else {
             return;
         };
-        let out = std::mem::replace(&mut self.attempt, other);
+        let out = std::mem::replace(&mut self.attempt, *other);
         if out.hedge && out.sent {
             self.watch.hedge_failed();
         }
@@ -278,6 +278,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// The attempt set aside lost the race (the one the path steps answered first): it is
     /// cancelled, and what it waited teaches the clocks' time to first content as a lower
     /// bound. A hedge not sent yet is dropped, its grant and slot given back.
+    #[inline]
     pub(crate) fn cancel_aside(&mut self) {
         if let Some(mut loser) = self.aside.take()
             && loser.sent

@@ -59,8 +59,9 @@ pub(crate) struct Ledger<C, Bk: Backoff> {
     pub(crate) attempt: Attempt,
     /// The request's other attempt while a hedge is out, set aside while the path steps the
     /// one in [`attempt`](Self::attempt): the hedge's while it steps the request's own, the
-    /// other way round while it steps the hedge's.
-    pub(crate) aside: Option<Attempt>,
+    /// other way round while it steps the hedge's. Boxed: a request never hedged carries a
+    /// pointer, not a second attempt, in a future that is moved whole.
+    pub(crate) aside: Option<Box<Attempt>>,
     /// Hedges sent, or granted and on their way.
     pub(crate) hedges: u32,
 }

@@ -125,6 +125,7 @@ impl Watch {
     }
 
     /// The attempt in flight ended with `outcome` (`status`: the answer's, if there was one).
+    #[inline]
     pub(crate) fn answered(
         &mut self,
         attempt: &mut AttemptWatch,
