@@ -154,6 +154,9 @@ impl<F, B, RB: Body, C> State<F, B, RB, C> {
 pub(crate) enum Step<F, B, RB: Body, C> {
     Next(State<F, B, RB, C>),
     Finish(Output<RB>),
+    /// What the state waits for is not ready (from `poll_state` only: a step that is itself the
+    /// poll's answer is made where it is matched, not made and then wrapped in a `Poll`).
+    Wait,
     /// The lane's attempt is out of the request: it failed while the other attempt was in
     /// flight, or it was a hedge that was not sent. The other goes on.
     Withdrawn,
@@ -164,6 +167,16 @@ pub(crate) enum Step<F, B, RB: Body, C> {
 enum Lane {
     Lead,
     Hedge,
+}
+
+/// `ready!` for `poll_state`: what is not ready makes the step a [`Step::Wait`].
+macro_rules! wait {
+    ($poll:expr) => {
+        match $poll {
+            Poll::Ready(ready) => ready,
+            Poll::Pending => return Step::Wait,
+        }
+    };
 }
 
 /// A future may panic when polled after it completed; this one says so.
@@ -255,7 +268,7 @@ where
                     continuer,
                     cx,
                 ) {
-                    Poll::Ready(Step::Next(state)) => {
+                    Step::Next(state) => {
                         this.state.set(state);
                         // No longer with the backend: a hedge not sent yet has nothing to race.
                         if this.hedge.is_some() && !this.state.as_ref().get_ref().with_backend() {
@@ -263,19 +276,19 @@ where
                         }
                         continue;
                     }
-                    Poll::Ready(Step::Finish(output)) => {
+                    Step::Finish(output) => {
                         this.state.set(State::Done);
                         if this.hedge.is_some() {
                             this.end_race();
                         }
                         return Poll::Ready(output);
                     }
-                    Poll::Ready(Step::Withdrawn) => {
+                    Step::Withdrawn => {
                         this.ledger.withdraw();
                         this.state.set(State::Hedged);
                         continue;
                     }
-                    Poll::Pending => {}
+                    Step::Wait => {}
                 }
             }
             // The hedge's lane, if one is out.
@@ -320,11 +333,11 @@ where
         );
         drop(_in);
         match polled {
-            Poll::Ready(step) => Some(self.take_step(Lane::Hedge, step, switched)),
-            Poll::Pending => {
+            Step::Wait => {
                 self.leave_lane(switched);
                 None
             }
+            step => Some(self.take_step(Lane::Hedge, step, switched)),
         }
     }
 
@@ -376,6 +389,10 @@ where
                 return ControlFlow::Continue(());
             }
             Step::Next(state) => state,
+            Step::Wait => {
+                self.leave_lane(switched);
+                return ControlFlow::Continue(());
+            }
         };
         let with_backend = state.with_backend();
         match (lane, self.hedge.as_mut()) {
@@ -498,7 +515,7 @@ fn poll_state<S, B, RB, C, Bk, const LEAD: bool>(
     ledger: &mut Ledger<C, Bk>,
     continuer: &mut Option<ContinueBy<S, C, Bk>>,
     cx: &mut Context<'_>,
-) -> Poll<Step<S::Future, B, RB, C>>
+) -> Step<S::Future, B, RB, C>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
@@ -509,37 +526,37 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    Poll::Ready(match state.project() {
+    match state.project() {
         StateProj::Buffering { read } if LEAD => {
-            let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
+            let (bytes, tail, rest) = wait!(Pin::new(read).poll(cx));
             ledger.buffered(service, bytes, tail, rest)
         }
         StateProj::Buffering { .. } => polled_again(),
         StateProj::Backoff { sleep } => {
-            ready!(sleep.poll(cx));
+            wait!(sleep.poll(cx));
             Step::Next(State::Ready)
         }
-        StateProj::Ready => match ready!(service.poll_ready(cx)) {
+        StateProj::Ready => match wait!(service.poll_ready(cx)) {
             Ok(()) => Step::Next(ledger.retry(service)),
             Err(error) => ledger.not_ready(error.into()),
         },
         StateProj::Reserving { acquire, request } => {
-            let decision = ready!(Pin::new(acquire).poll(cx));
+            let decision = wait!(Pin::new(acquire).poll(cx));
             let request = *request.take().unwrap_or_else(polled_again);
             Step::Next(ledger.reserved(service, request, decision, &mut Clock::default()))
         }
         StateProj::Pacing { sleep, request } => {
-            ready!(sleep.poll(cx));
+            wait!(sleep.poll(cx));
             let request = *request.take().unwrap_or_else(polled_again);
             Step::Next(ledger.send(service, request, true, &mut Clock::default()))
         }
         StateProj::Calling { future } => match future.poll(cx) {
             Poll::Ready(result) => ledger.answered(result),
-            Poll::Pending => ready!(ledger.poll_cut(cx)),
+            Poll::Pending => wait!(ledger.poll_cut(cx)),
         },
         StateProj::Classifying { answer } => match Pin::new(answer).poll(cx) {
             Poll::Ready((response, outcome)) => ledger.judged(response, outcome),
-            Poll::Pending => ready!(ledger.poll_cut(cx)),
+            Poll::Pending => wait!(ledger.poll_cut(cx)),
         },
         StateProj::Opening { open, head } => match Pin::new(&mut open.0).poll(cx) {
             Poll::Ready(opening) => {
@@ -549,14 +566,14 @@ where
                 let continuer = move || Some(continuer.take()?.continuer(service, &config));
                 ledger.opened(head, opening, open.1, (given, continuer))
             }
-            Poll::Pending => ready!(ledger.poll_cut(cx)),
+            Poll::Pending => wait!(ledger.poll_cut(cx)),
         },
         StateProj::Refused { output } => Step::Finish(output.take().unwrap_or_else(polled_again)),
         // The hedge's lane answers for the request.
-        StateProj::Hedged => return Poll::Pending,
+        StateProj::Hedged => Step::Wait,
         StateProj::Withdrawn => Step::Withdrawn,
         StateProj::Done => polled_again(),
-    })
+    }
 }
 
 /// The steps before an attempt is sent: the deadline, the guards.

@@ -241,6 +241,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// Tells the guards and the budget how the attempt ended (and what a rate limit corrects
     /// its token weight from, for a success).
+    #[inline]
     pub(crate) fn record(
         &mut self,
         outcome: &Outcome,
