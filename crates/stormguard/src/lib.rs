@@ -239,7 +239,8 @@ pub mod failover {
 /// The client engine's parts ([`stormguard_retry`]): what [`ClientLayer`] is made of.
 pub mod retry {
     pub use stormguard_retry::{
-        DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_REPLAY_BODY, PartialBody, ReplayBody,
+        DEFAULT_HEDGE_PERCENTILE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_HEDGES,
+        DEFAULT_MAX_REPLAY_BODY, HedgeDelay, Hedging, PartialBody, ReplayBody,
         ensure_idempotency_key, is_idempotent, stamp_attempt,
     };
 }
