@@ -51,14 +51,14 @@
 //! # What is compared, and how fairly
 //! Every pipeline meets the same arrivals (same seed) and the same provider. Today's pipelines
 //! (`none`, `naive`, `tower` and the others of [`pipeline`] that are not stormguard's) time out
-//! each attempt after 4 s, about the healthy provider's p99.9, as clients commonly are tuned; stormguard's `ClientLayer::default()` has no fixed per-attempt
-//! timeout: one deadline (600 s by default) spans all attempts, and its per-attempt clocks, learned
-//! from the backend's answers, never cut a whole answer before what its request's size needs (17 s
-//! for the small chat completion). In the `seed` scenario that difference is the trigger: at a
-//! 2500 ms median, 17% of attempts outlive a 4 s timeout, are retried, and their abandoned work
-//! still holds the provider's slots. `--attempt-timeout` changes the 4 s; with a generous one
-//! (30 s) naive retries do not storm on this scenario, because 5% errors alone stay inside the
-//! provider's headroom.
+//! each attempt after 4 s, about the healthy provider's p99.9, as clients commonly are tuned;
+//! stormguard's `ClientLayer::default()` has no fixed per-attempt timeout: one deadline (600 s by
+//! default) spans all attempts, and its per-attempt clocks, learned from the backend's answers,
+//! never cut a whole answer before what its request's size needs (17 s for the small chat
+//! completion). In the `seed` scenario that difference is the trigger: at a 2500 ms median, 17% of
+//! attempts outlive a 4 s timeout, are retried, and their abandoned work still holds the provider's
+//! slots. `--attempt-timeout` changes the 4 s; with a generous one (30 s) naive retries do not
+//! storm on this scenario, because 5% errors alone stay inside the provider's headroom.
 //!
 //! # Example
 //! ```

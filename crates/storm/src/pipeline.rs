@@ -24,10 +24,11 @@
 //! row keeps the default, continuation on.
 //!
 //! Today's pipelines (`none`, `naive`, `naive+failover`, `naive-hedge`, `tower`, `tower-hedge`)
-//! time out each attempt after the scenario's `attempt_timeout`; the retry (or hedging) layer
-//! sits outside the timeout, so a timed-out attempt is retried. The failover rows need a scenario with two providers (`failover`, `silent`); every
-//! other row sends to the primary alone. Where the scenario gives its callers a deadline
-//! (`silent`), stormguard's layer is given it too (`ClientLayer::with_timeout`).
+//! time out each attempt after the scenario's `attempt_timeout`; the retry (or hedging) layer sits
+//! outside the timeout, so a timed-out attempt is retried. The failover rows need a scenario with
+//! two providers (`failover`, `silent`); every other row sends to the primary alone. Where the
+//! scenario gives its callers a deadline (`silent`), stormguard's layer is given it too
+//! (`ClientLayer::with_timeout`).
 //!
 //! Where the provider streams (the `streams` scenario), a retry policy sees only the response
 //! head, a `200` for a stream that fails later. The `naive` row then also restarts, from its
