@@ -633,7 +633,7 @@ pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::ClientSe
 /// An attempt that has produced no content (no first content event, for a stream) after the
 /// backend's learned 95th percentile of the time to it is hedged, once, with the retry budget's
 /// grant; the first to produce content answers, the other is cancelled. Continuation is off,
-/// as in [`stormguard`]'s row, so that the two rows differ in hedging alone.
+/// as in [`stormguard()`]'s row, so that the two rows differ in hedging alone.
 pub fn stormguard_hedge(
     backend: Backend,
     scenario: &Scenario,
