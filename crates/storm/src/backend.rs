@@ -145,6 +145,9 @@ pub struct Bucket {
     pub ok: u64,
     /// Attempts answered 429 (Too Many Requests).
     pub rate_limited: u64,
+    /// Attempts sent while another attempt of the same request was still open (see
+    /// [`BackendStats::hedges`]).
+    pub hedges: u64,
 }
 
 /// What the provider saw in one [`FINE_BUCKET`] (100 ms).
@@ -170,8 +173,12 @@ pub struct BackendStats {
     pub peak_open: u64,
     /// Retries that arrived before the `Retry-After` their request was given had passed.
     pub early_retries: u64,
-    /// Attempts that were retries of a request already seen.
+    /// Attempts that were retries of a request already seen (hedges among them).
     pub retries: u64,
+    /// Attempts sent while another attempt of the same request was still open, client side (not
+    /// yet answered, dropped or ended): hedges, whoever sent them. A retry sent after its
+    /// request's attempt failed is none.
+    pub hedges: u64,
     /// All attempts.
     pub attempts: u64,
     /// Attempts answered 429 (Too Many Requests).
@@ -185,8 +192,9 @@ pub struct BackendStats {
     pub streams_cut: u64,
     /// Attempts kept silent, without a head for the fault's silence (see [`FaultKind::Silent`]).
     pub silent: u64,
-    /// Streams whose first content event came as late as the slow tail of a
-    /// [`FaultKind::Silent`] fault's shortest wait (10 s) after their head, or later.
+    /// Streams slow to their first content event: drawn in the slow tail of their start
+    /// ([`StreamStart::slow`]), or as late as the slow tail of a [`FaultKind::Silent`] fault's
+    /// shortest wait (10 s) after their head, or later.
     pub slow_first_tokens: u64,
 }
 
@@ -200,7 +208,7 @@ impl BackendStats {
 }
 
 /// The provider's answer to one attempt, decided when it arrives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Decision {
     /// Status of the answer.
     pub status: StatusCode,
@@ -365,6 +373,8 @@ impl ProviderQuota {
 #[derive(Clone, Copy, Default)]
 struct Track {
     attempts: u32,
+    /// Its attempts open now, client side.
+    open: u32,
     /// Whether the last attempt's stream failed before any content.
     failed_before_content: bool,
     /// Microseconds from the start before which a retry is early (0: no hint given).
@@ -452,8 +462,12 @@ impl Model {
         self.open
     }
 
-    /// The client is done with an attempt at `now_us`: it was answered, dropped or cut.
-    pub fn close(&mut self, now_us: u64) {
+    /// The client is done with an attempt of request `id` at `now_us`: it was answered, dropped
+    /// or cut.
+    pub fn close(&mut self, now_us: u64, id: Option<usize>) {
+        if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
+            track.open = track.open.saturating_sub(1);
+        }
         self.step_open(now_us, false);
     }
 
@@ -543,20 +557,31 @@ impl Model {
         // A silent attempt holds its slot from `start`, and is served after the silence.
         let silence = self.silence(Duration::from_micros(now_us));
         let served = start.saturating_add(silence);
-        let (mut status, mut end, stream) = self.serve(now_us, served, load);
+        let (mut status, mut end, mut stream) = self.serve(now_us, served, load);
         let mut slot_free = end;
         let mut respond_at_us = Some(end);
         let fault = self.scenario.fault;
         let crash = micros(fault.start);
         if fault.kind.is_dead() && now_us < crash && crash < end {
-            // In flight when the provider dies: lost, and its slot with it.
+            // In flight when the provider dies: lost, and its slot with it. A stream whose head
+            // goes out before an outage is reset then; anything else fails then (an outage) or
+            // hangs (a black hole).
             end = crash;
             slot_free = start.max(crash);
-            (status, respond_at_us) = match fault.kind {
-                FaultKind::Outage | FaultKind::OutageThenBlackhole => {
+            let refuses = fault.refuses_at(fault.start);
+            let started = stream.as_mut().filter(|plan| {
+                refuses && status == StatusCode::OK && served + micros(plan.head) < crash
+            });
+            (status, respond_at_us) = match (started, fault.kind) {
+                (Some(plan), _) => {
+                    let head_at = served + micros(plan.head);
+                    plan.fate = StreamFate::LostAt(Duration::from_micros(crash - head_at));
+                    (status, respond_at_us)
+                }
+                (None, FaultKind::Outage | FaultKind::OutageThenBlackhole) => {
                     (StatusCode::SERVICE_UNAVAILABLE, Some(crash))
                 }
-                _ => (StatusCode::GATEWAY_TIMEOUT, None),
+                (None, _) => (StatusCode::GATEWAY_TIMEOUT, None),
             };
         }
         self.slots.take_earliest();
@@ -592,10 +617,13 @@ impl Model {
         }
     }
 
-    /// Whether `plan`'s first content event comes as late as the slow tail of a
-    /// [`FaultKind::Silent`] fault's shortest wait after its head, or later (a healthy one, at
-    /// 300 ms at the median, never does).
+    /// Whether `plan`'s first content event was drawn in the slow tail of its start, or comes
+    /// as late as the slow tail of a [`FaultKind::Silent`] fault's shortest wait after its head,
+    /// or later (a healthy one, at 300 ms at the median, never does).
     fn is_slow(&self, plan: &StreamPlan) -> bool {
+        if plan.slow {
+            return true;
+        }
         match self.scenario.fault.kind {
             FaultKind::Silent {
                 slow_first_token: (shortest, _),
@@ -712,12 +740,22 @@ impl Model {
     }
 
     /// Draw how long `plan`, of a stream arriving at `at`, takes to start: its head and first
-    /// content event log-normal around `start`'s medians, and in a [`FaultKind::Silent`] window,
+    /// content event log-normal around `start`'s medians (at its sigma, or the scenario's); for
+    /// the share of the attempts in `start`'s slow tail, the first content event its factor
+    /// times as late from the start (the head as drawn); and in a [`FaultKind::Silent`] window,
     /// for a share of the streams, the first content event after the fault's slow wait instead.
     fn stream_start(&mut self, at: Duration, start: StreamStart, plan: &mut StreamPlan) {
-        let sigma = self.scenario.sigma;
-        plan.head = Duration::from_micros(service_time_us(&mut self.rng, start.head, sigma));
-        let first = service_time_us(&mut self.rng, start.first_token, sigma);
+        let sigma = start.sigma.unwrap_or(self.scenario.sigma);
+        let head = service_time_us(&mut self.rng, start.head, sigma);
+        let mut first = service_time_us(&mut self.rng, start.first_token, sigma);
+        if let Some(slow) = start.slow
+            && self.rng.random::<f64>() < slow.share
+        {
+            let late = (head.saturating_add(first) as f64 * slow.factor).round() as u64;
+            first = late.saturating_sub(head);
+            plan.slow = true;
+        }
+        plan.head = Duration::from_micros(head);
         plan.first_content = Duration::from_micros(first);
         let fault = self.scenario.fault;
         if let FaultKind::Silent {
@@ -763,7 +801,8 @@ impl Model {
                 }
             }
             StreamFate::CutAfter(_) => self.stats.streams_cut += 1,
-            StreamFate::Complete => {}
+            // The provider's death, not a fault of its streams.
+            StreamFate::LostAt(_) | StreamFate::Complete => {}
         }
     }
 
@@ -775,6 +814,11 @@ impl Model {
             self.requests.resize(id + 1, Track::default());
         }
         let track = &mut self.requests[id];
+        if track.open > 0 {
+            self.stats.hedges += 1;
+            self.stats.bucket(second).hedges += 1;
+        }
+        track.open = track.open.saturating_add(1);
         if track.attempts > 0 {
             self.stats.retries += 1;
             self.stats.bucket(second).retries += 1;
@@ -989,6 +1033,7 @@ where
             answer: Some(decision).filter(|decision| decision.respond_at_us.is_some()),
             open: Some(OpenAttempt {
                 backend: self.clone(),
+                id,
             }),
         }
     }
@@ -1014,12 +1059,14 @@ fn first_token_of<B: Body<Data = Bytes> + Unpin>(body: &mut B) -> u64 {
 /// stream: when it ends) or the client drops the attempt, whichever comes first.
 pub(crate) struct OpenAttempt {
     backend: Backend,
+    /// Its request's id.
+    id: Option<usize>,
 }
 
 impl Drop for OpenAttempt {
     fn drop(&mut self) {
         let now_us = self.backend.now_us();
-        self.backend.model().close(now_us);
+        self.backend.model().close(now_us, self.id);
     }
 }
 
@@ -1339,8 +1386,8 @@ mod tests {
         model.admit(0, Some(0));
         model.admit(50 * MS, Some(1));
         model.admit(150 * MS, Some(2));
-        model.close(160 * MS);
-        model.close(420 * MS);
+        model.close(160 * MS, Some(0));
+        model.close(420 * MS, Some(1));
         assert_eq!(model.open(), 1);
         let stats = model.stats();
         assert_eq!(stats.peak_open, 3);
@@ -1711,6 +1758,82 @@ mod tests {
                 .iter()
                 .all(|(head, p)| *head < 5 * SECOND && p.first_content < slow)
         );
+    }
+
+    #[test]
+    fn tail_streams_start_after_half_a_second_and_one_in_seventy_ten_times_later() {
+        let scenario = Scenario::builtin(ScenarioKind::Tail);
+        let mut model = Model::new(&scenario);
+        // 100,000 attempts before the outage, 10 a millisecond.
+        let starts: Vec<StreamPlan> = (0..100_000_u64)
+            .filter_map(|i| model.admit(i * 100, Some(i as usize)).stream)
+            .collect();
+        assert!(starts.len() > 99_900, "all but the rare 500s");
+        let to_first_token = |p: &StreamPlan| micros(p.head + p.first_content);
+        let (slow, fast): (Vec<&StreamPlan>, Vec<&StreamPlan>) =
+            starts.iter().partition(|p| p.slow);
+        // 1.5% slow, drawn per attempt: about 1,500, give or take 3 standard deviations.
+        assert!((1_385..1_615).contains(&slow.len()), "{}", slow.len());
+        assert_eq!(model.stats().slow_first_tokens, slow.len() as u64);
+        // About half a second to the first token, narrow: the p99 under 1 s.
+        let mut fast: Vec<u64> = fast.iter().map(|p| to_first_token(p)).collect();
+        fast.sort_unstable();
+        let at = |q: f64| fast[(q * fast.len() as f64) as usize] as f64 / 1e3;
+        assert!((490.0..525.0).contains(&at(0.5)), "{}", at(0.5));
+        assert!((650.0..750.0).contains(&at(0.95)), "{}", at(0.95));
+        assert!(at(0.99) < 1_000.0, "{}", at(0.99));
+        // The slow ones: ten times their draw, about 5 s; the head as drawn (200 ms).
+        let slow_first: Vec<u64> = slow.iter().map(|p| to_first_token(p)).collect();
+        let median = median_us(slow_first) as f64 / 1e3;
+        assert!((4_800.0..5_300.0).contains(&median), "{median}");
+        let heads = median_us(slow.iter().map(|p| micros(p.head)).collect()) as f64 / 1e3;
+        assert!((185.0..215.0).contains(&heads), "{heads}");
+    }
+
+    #[test]
+    fn a_stream_in_flight_when_the_outage_starts_is_reset_then_and_one_without_a_head_fails() {
+        let scenario = Scenario::builtin(ScenarioKind::Tail).with_qps(100.0);
+        let mut model = Model::new(&scenario);
+        let crash = 30 * SECOND;
+        // Arrived 2 s before the outage: its head long out, its stream reset at the crash.
+        let early = model.admit(crash - 2 * SECOND, Some(0));
+        let plan = early.stream.unwrap();
+        assert_eq!(early.status, StatusCode::OK);
+        let head_at = early.respond_at_us.unwrap();
+        if micros(plan.head) + micros(plan.length()) > 2 * SECOND {
+            assert_eq!(
+                plan.fate,
+                StreamFate::LostAt(Duration::from_micros(crash - head_at))
+            );
+        }
+        // Arrived 1 ms before it: no head yet, a 503 at the crash.
+        let late = model.admit(crash - 1_000, Some(1));
+        assert_eq!(late.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(late.respond_at_us, Some(crash));
+        assert!(late.stream.is_none());
+        assert_eq!(
+            model.stats().streams_cut,
+            0,
+            "the provider died: no fault of its streams"
+        );
+    }
+
+    #[test]
+    fn an_attempt_sent_while_another_of_its_request_is_open_is_a_hedge() {
+        let scenario = Scenario::builtin(ScenarioKind::Tail).with_qps(100.0);
+        let mut model = Model::new(&scenario);
+        model.admit(0, Some(0));
+        // A second attempt while the first is open: a hedge, and a repeat of the request.
+        model.admit(700_000, Some(0));
+        assert_eq!((model.stats().hedges, model.stats().retries), (1, 1));
+        // Both closed; a third attempt after them (a retry) is none.
+        model.close(1_200_000, Some(0));
+        model.close(1_200_000, Some(0));
+        model.admit(1_300_000, Some(0));
+        model.admit(1_300_000, Some(1));
+        let stats = model.stats();
+        assert_eq!((stats.hedges, stats.retries), (1, 2));
+        assert_eq!(stats.buckets[0].hedges, 1);
     }
 
     #[test]

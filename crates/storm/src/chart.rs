@@ -4,7 +4,7 @@
 //! bursts) shaded and the provider's throughput drawn in the attempts panel. A scenario with two
 //! providers gets a panel for the attempts reaching the secondary, with its throughput, under
 //! the primary's; one whose streams fail, a last panel for the content tokens shown twice to
-//! callers.
+//! callers; one whose streams start with a slow tail, a last panel for the hedges.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -32,6 +32,9 @@ fn colour(name: &str) -> &'static str {
         "stormguard+adaptive" => "#8c564b",
         "naive+failover" => "#e377c2",
         "stormguard+failover" => "#17becf",
+        "stormguard+hedge" => "#393b79",
+        "naive-hedge" => "#d62728",
+        "tower-hedge" => "#ff7f0e",
         _ => "#7f7f7f",
     }
 }
@@ -166,6 +169,12 @@ fn panels<'a>(
         panels.push(Panel::solid(
             "content tokens shown twice to callers (tokens/s, by completion of the request)",
             |s| &s.duplicated_tokens,
+        ));
+    }
+    if scenario.has_slow_starts() {
+        panels.push(Panel::solid(
+            "hedges reaching the provider (attempts/s sent while another of the request was open)",
+            |s| &s.hedges,
         ));
     }
     panels

@@ -22,7 +22,9 @@
 //!   Anthropic's form (`event: error` with `overloaded_error`) or OpenAI's
 //!   (`data: {"error": {...}}`) ([`ErrorForm`]); then the body ends;
 //! - **cut after `k` content events**: when the next event was due, the body fails with a
-//!   connection reset (`std::io::ErrorKind::ConnectionReset`).
+//!   connection reset (`std::io::ErrorKind::ConnectionReset`);
+//! - **lost when the provider goes down**, some time after its head: the content events due
+//!   before then, then a connection reset at that moment.
 //!
 //! The body holds the client's attempt open in the provider's count (its connection) until it
 //! ends, fails or is dropped.
@@ -106,11 +108,14 @@ pub enum StreamFate {
     /// A connection reset when the content event after the first `k` (or the finish chunk,
     /// after the last one) was due.
     CutAfter(u32),
+    /// A connection reset this long after the head (the provider went down), after the content
+    /// events due before it.
+    LostAt(Duration),
 }
 
 /// One streamed answer: its shape, its length in content events, how it ends, and how long it
 /// takes to start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StreamPlan {
     /// Pace and tokens per event.
     pub shape: StreamShape,
@@ -127,6 +132,9 @@ pub struct StreamPlan {
     /// The number of the first token of the first content event: 0, or where the request's
     /// prefill ends (see [`first_token`]).
     pub first_token: u64,
+    /// Whether its first content event was drawn in the slow tail of the stream's start
+    /// ([`StreamStart::slow`](crate::scenario::StreamStart::slow)).
+    pub slow: bool,
 }
 
 /// What the stream sends next.
@@ -155,6 +163,7 @@ impl StreamPlan {
             head: Duration::ZERO,
             first_content: shape.event_interval,
             first_token: 0,
+            slow: false,
         }
     }
 
@@ -164,8 +173,24 @@ impl StreamPlan {
             StreamFate::Complete => self.events,
             StreamFate::ErrorBeforeContent(_) => 1,
             StreamFate::CutAfter(k) => k.saturating_add(1),
+            StreamFate::LostAt(lost) => return lost,
         };
         self.due(events)
+    }
+
+    /// Content events due before `lost` from the head (at most the answer's).
+    fn due_before(&self, lost: Duration) -> u32 {
+        let Some(after_first) = lost
+            .checked_sub(self.first_content)
+            .filter(|d| !d.is_zero())
+        else {
+            return 0;
+        };
+        let interval = self.shape.event_interval.as_nanos().max(1);
+        let later = (after_first.as_nanos() - 1) / interval;
+        u32::try_from(later.saturating_add(1))
+            .unwrap_or(u32::MAX)
+            .min(self.events)
     }
 
     /// When content event number `n` (from 1) is due from the head: the first after
@@ -185,6 +210,7 @@ impl StreamPlan {
             StreamFate::Complete => self.events,
             StreamFate::ErrorBeforeContent(_) => 0,
             StreamFate::CutAfter(k) => k.min(self.events),
+            StreamFate::LostAt(lost) => self.due_before(lost),
         }
     }
 
@@ -205,6 +231,16 @@ impl StreamPlan {
                     (Next::Reset, at(k + 1))
                 } else {
                     (Next::End, at(k + 1))
+                }
+            }
+            StreamFate::LostAt(lost) => {
+                let k = self.due_before(lost);
+                if index <= k {
+                    (Next::Content(index), at(index))
+                } else if index == k + 1 {
+                    (Next::Reset, lost)
+                } else {
+                    (Next::End, lost)
                 }
             }
             StreamFate::Complete if index <= self.events => (Next::Content(index), at(index)),
@@ -618,6 +654,30 @@ mod tests {
             frames[3].1,
             Err(std::io::ErrorKind::ConnectionReset),
             "then the body ends"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_lost_with_its_provider_sends_what_was_due_then_a_reset() {
+        // 250 ms after the head: the content events due at 100 ms and 200 ms, then the reset.
+        let lost = StreamFate::LostAt(Duration::from_millis(250));
+        let lost = plan(40, lost);
+        assert_eq!(
+            (lost.content_events(), lost.length()),
+            (2, Duration::from_millis(250))
+        );
+        let sent = frames(EventStream::new(lost)).await;
+        let times: Vec<u64> = sent.iter().map(|(at, _)| *at).collect();
+        assert_eq!(times, [0, 100, 200, 250]);
+        assert_eq!(sent[3].1, Err(std::io::ErrorKind::ConnectionReset));
+        // Lost before its first content event: the role chunk, then the reset.
+        let early = plan(40, StreamFate::LostAt(Duration::from_millis(100)));
+        assert_eq!(early.content_events(), 0);
+        let sent = frames(EventStream::new(early)).await;
+        assert_eq!(sent.len(), 2);
+        assert_eq!(
+            (sent[1].0, sent[1].1.clone()),
+            (100, Err(std::io::ErrorKind::ConnectionReset))
         );
     }
 

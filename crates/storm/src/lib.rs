@@ -12,8 +12,11 @@
 //! healthy throughout), streamed answers (`text/event-stream`) that fail with an error event before
 //! their first token or are cut mid-stream, and a provider that keeps some attempts without a
 //! response head for 20 s behind a failover (streams under a 30 s deadline, against stormguard's
-//! per-attempt clocks), against the *real* layers, side by side with what people use today, on
-//! virtual time: a 60 s scenario at the field's 12,000 requests/s runs in seconds.
+//! per-attempt clocks), and a tail of slow first tokens at the field's load (1.5% of the attempts
+//! ten times slower to their first token than the half second of the others, and an outage: what
+//! hedging is for), against the *real* layers, side by side with what people use today, on
+//! virtual time: a 60 s scenario at the field's 12,000 requests/s runs in seconds (in a few
+//! minutes where each of those requests is a stream).
 //!
 //! # How
 //! - [`backend`]: the provider, a tower `Service<http::Request<_>>` answering
@@ -23,35 +26,39 @@
 //!   second and stated in OpenAI's `x-ratelimit-*` headers (the model and its calibration are
 //!   documented there and in [`scenario`]); in the streams and silent scenarios it streams its
 //!   successes ([`event_stream`]: OpenAI's chunks, paced on the virtual clock, a continuation
-//!   answered from where its prefill ends), which callers read to the end.
+//!   answered from where its prefill ends), which callers read to the end; in the tail scenario
+//!   its streams start after a log-normal wait, a share of the attempts ten times later, and it
+//!   counts the hedges (attempts sent while another of the same request is still open).
 //! - [`pipeline`]: the clients: no retries; naive fixed-interval retries; a naive failover that
 //!   switches provider on every failure; tower's `retry` with `ExponentialBackoff` and `TpsBudget`;
 //!   `stormguard::ClientLayer::default()` with its stream continuation off and on, and with a
 //!   circuit breaker and a local fallback, or with a rate limit (configured with the provider's
 //!   quota, or learning it);
-//!   stormguard's `Failover` over two providers, with and without its per-attempt clocks. Where the
-//!   provider streams, the `naive` row's callers also restart a stream that failed, as applications
-//!   do.
+//!   stormguard's `Failover` over two providers, with and without its per-attempt clocks;
+//!   hedging: a naive hedge that sends every request twice ([`naive_hedge`]), tower's `hedge`, and
+//!   `ClientLayer::default()` with `with_hedging(Hedging::default())`. Where the provider streams,
+//!   the `naive` row's callers also restart a stream that failed, as applications do.
 //! - [`router`]: the network to two providers: each request goes to the one its URI names.
 //! - [`sim`]: Poisson arrivals (steady, or in bursts) through one pipeline on a paused-clock,
 //!   current-thread tokio runtime; seeded, so a seed always gives the same numbers.
 //! - [`metrics`], [`report`], [`chart`]: the figures (among them the attempts the clients hold
 //!   open, how fast traffic to a dead provider is cut, the fallback's answers, which are no
-//!   successes, and the 429s), the table and an SVG chart.
+//!   successes, the 429s, and the time to first token the callers saw), the table and an SVG
+//!   chart.
 //! - [`dashboard`]: what a dashboard would show of a stormguard pipeline's run, from the metrics
 //!   its engine emits (`stormguard::metrics`), collected per run ([`run_with_metrics`]).
 //!
 //! # What is compared, and how fairly
 //! Every pipeline meets the same arrivals (same seed) and the same provider. Today's pipelines
-//! (`none`, `naive`, `tower`) time out each attempt after 4 s, about the healthy provider's p99.9,
-//! as clients commonly are tuned; stormguard's `ClientLayer::default()` has no fixed per-attempt
-//! timeout: one deadline (600 s by default) spans all attempts, and its per-attempt clocks, learned
-//! from the backend's answers, never cut a whole answer before what its request's size needs (17 s
-//! for the small chat completion). In the `seed` scenario that difference is the trigger: at a
-//! 2500 ms median, 17% of attempts outlive a 4 s timeout, are retried, and their abandoned work
-//! still holds the provider's slots. `--attempt-timeout` changes the 4 s; with a generous one
-//! (30 s) naive retries do not storm on this scenario, because 5% errors alone stay inside the
-//! provider's headroom.
+//! (`none`, `naive`, `tower` and the others of [`pipeline`] that are not stormguard's) time out
+//! each attempt after 4 s, about the healthy provider's p99.9, as clients commonly are tuned;
+//! stormguard's `ClientLayer::default()` has no fixed per-attempt timeout: one deadline (600 s by
+//! default) spans all attempts, and its per-attempt clocks, learned from the backend's answers,
+//! never cut a whole answer before what its request's size needs (17 s for the small chat
+//! completion). In the `seed` scenario that difference is the trigger: at a 2500 ms median, 17% of
+//! attempts outlive a 4 s timeout, are retried, and their abandoned work still holds the provider's
+//! slots. `--attempt-timeout` changes the 4 s; with a generous one (30 s) naive retries do not
+//! storm on this scenario, because 5% errors alone stay inside the provider's headroom.
 //!
 //! # Example
 //! ```
@@ -73,6 +80,7 @@ pub mod chart;
 pub mod dashboard;
 pub mod event_stream;
 pub mod metrics;
+pub mod naive_hedge;
 pub mod pipeline;
 pub mod report;
 pub mod router;

@@ -1,10 +1,11 @@
 //! `storm`: replay retry storms against the real layers and print what each pipeline did.
 //!
 //! ```text
-//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|all] [--qps N]
-//!       [--duration SECS] [--capacity SLOTS] [--seed N]
-//!       [--pipelines none,naive,naive+failover,tower,stormguard,stormguard+continuation,
-//!                    stormguard+breaker,stormguard+rate-limit,stormguard+adaptive,
+//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|tail|all]
+//!       [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N]
+//!       [--pipelines none,naive,naive+failover,naive-hedge,tower,tower-hedge,stormguard,
+//!                    stormguard+continuation,stormguard+hedge,stormguard+breaker,
+//!                    stormguard+rate-limit,stormguard+adaptive,
 //!                    stormguard+failover-no-clocks,stormguard+failover]
 //!       [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] [--help]
 //! ```
@@ -14,7 +15,10 @@
 //! with two providers (`failover`, `silent`). In `streams`, every caller reads its streamed answer
 //! to the end, and `naive`'s restarts a stream that failed ([`Pipeline::stream_restarts`]);
 //! `stormguard` is the stream guard alone (continuation off, in every scenario), and
-//! `stormguard+continuation` continues a stream cut after content.
+//! `stormguard+continuation` continues a stream cut after content. In `tail`, the hedging rows
+//! race a second attempt against a slow first token: `naive-hedge` always, `tower-hedge` after
+//! the 95th percentile of the response heads' latency, `stormguard+hedge` after the 95th
+//! percentile of the backend's time to first content.
 //! `--scenario all` runs every scenario with its default rows and ends with [`report::overview`].
 //! `--metrics` adds, after each scenario's table, the metrics stormguard's engine emitted in each
 //! of its rows made of stormguard's layers ([`report::dashboards`]; in the JSON, each such run's
@@ -33,10 +37,11 @@ use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::{chart, report};
 
 const USAGE: &str = "usage: storm \
-[--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|all] \
+[--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|tail|all] \
 [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
-[--pipelines none,naive,naive+failover,tower,stormguard,stormguard+continuation,stormguard+breaker,\
-stormguard+rate-limit,stormguard+adaptive,stormguard+failover-no-clocks,stormguard+failover] [--attempt-timeout SECS] \
+[--pipelines none,naive,naive+failover,naive-hedge,tower,tower-hedge,stormguard,\
+stormguard+continuation,stormguard+hedge,stormguard+breaker,stormguard+rate-limit,\
+stormguard+adaptive,stormguard+failover-no-clocks,stormguard+failover] [--attempt-timeout SECS] \
 [--out DIR] [--json] [--metrics] [--help]";
 
 /// The value of `--scenario` that runs every built-in scenario.
@@ -66,9 +71,10 @@ Options:
       Comma-separated pipelines to compare (default: the scenario's, listed under Scenarios).
       Not with --scenario all.
   --attempt-timeout SECS
-      Per-attempt timeout of today's clients (none, naive, naive+failover, tower; default 4 s,
-      about the healthy provider's p99.9). stormguard has no fixed one: one deadline spans all
-      attempts, and each attempt has clocks learned from its backend's answers.
+      Per-attempt timeout of today's clients (none, naive, naive+failover, naive-hedge, tower,
+      tower-hedge; default 4 s, about the healthy provider's p99.9). stormguard has no fixed one:
+      one deadline spans all attempts, and each attempt has clocks learned from its backend's
+      answers.
   --out DIR
       Where the SVG charts go, one per scenario, named after it (default storm-out).
   --json
@@ -122,6 +128,12 @@ fn scenario_help(kind: ScenarioKind) -> &'static str {
              40 s, 30% of the primary's attempts get no response head for 20 s and 2% of its\n\
              streams wait 10 s to 20 s for their first token."
         }
+        ScenarioKind::Tail => {
+            "Short streamed answers at 12,000 requests/s whose first token comes about half a\n\
+             second after the provider starts on them (log-normal, narrow), 1.5% of the\n\
+             attempts ten times later: what hedging is for. From 30 s to 40 s a total outage\n\
+             (503 at once)."
+        }
     }
 }
 
@@ -137,7 +149,16 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
             "Sends every failure to the other provider at once, 3 retries on each (two providers\n\
              only)."
         }
+        Pipeline::NaiveHedge => {
+            "Sends every request twice at once; the first attempt to produce content (a stream's\n\
+             first content event) answers, the other is dropped. No budget."
+        }
         Pipeline::Tower => "tower's retry with ExponentialBackoff and TpsBudget (10 s, 10/s, 20%).",
+        Pipeline::TowerHedge => {
+            "tower's hedge: a second attempt once the first has waited the 95th percentile of the\n\
+             latencies it recorded (20 at least, over 2 s periods). It sees the response future\n\
+             alone: a stream's head, not its first content."
+        }
         Pipeline::Stormguard => {
             "stormguard::ClientLayer::default().with_continuation(false): one deadline across all\n\
              attempts, a retry budget, adaptive throttling, jitter and the provider's hints, and\n\
@@ -149,6 +170,12 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
             "stormguard::ClientLayer::default(), continuation on: a stream cut after content is\n\
              continued (the text received as an assistant prefill, under the retry budget) and\n\
              spliced into the caller's, every token once."
+        }
+        Pipeline::StormguardHedge => {
+            "stormguard (continuation off, as its row) with hedging: an attempt that has produced\n\
+             no content (a stream's first content event) after the backend's learned 95th\n\
+             percentile of the time to it is hedged once, from the retry budget; the first with\n\
+             content answers, the other is cancelled."
         }
         Pipeline::StormguardBreaker => {
             "ClientLayer::default() with a circuit breaker and a local fallback that answers a\n\

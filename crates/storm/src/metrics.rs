@@ -112,6 +112,9 @@ pub struct Recorder {
     pub streams: StreamTally,
     /// Content tokens shown twice to callers, per second of completion of their request.
     pub duplicated_by_completion: Vec<u64>,
+    /// Time to first token of every streamed request that succeeded, in milliseconds: from its
+    /// start to the first content event its caller was shown, across its attempts.
+    pub first_token_ms: Vec<u32>,
 }
 
 fn bump(series: &mut Vec<u64>, index: usize) {
@@ -168,6 +171,14 @@ impl Recorder {
             }
             Answer::Failure => {}
         }
+    }
+
+    /// The caller of a streamed request that arrived at `arrival` and succeeded was shown its
+    /// first content event at `at` (both from the start of the run).
+    pub fn first_token(&mut self, arrival: Duration, at: Duration) {
+        let ms = at.saturating_sub(arrival).as_millis();
+        self.first_token_ms
+            .push(u32::try_from(ms).unwrap_or(u32::MAX));
     }
 
     /// The caller of a streamed request that completed at `completion` saw `tally`.
@@ -359,6 +370,9 @@ pub struct Series {
     /// Content tokens shown twice to callers per second (by completion of their request; empty
     /// where the provider does not stream).
     pub duplicated_tokens: Vec<u64>,
+    /// Hedges reaching the provider per second (attempts sent while another of the same request
+    /// was open; empty where the streams start without a slow tail).
+    pub hedges: Vec<u64>,
     /// Logical requests offered per 100 ms.
     pub offered_fine: Vec<u64>,
     /// Attempts that reached the provider per 100 ms.
@@ -431,6 +445,10 @@ pub struct Summary {
     /// The figures of a scenario whose provider goes silent; absent where it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub silent: Option<SilentFigures>,
+    /// The figures of a scenario whose streams start with a slow tail (time to first token and
+    /// hedges); absent where they do not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail: Option<TailFigures>,
 }
 
 impl Summary {
@@ -453,6 +471,36 @@ pub struct SilentFigures {
     /// Attempts the primary kept silent (the provider's count).
     pub silent_attempts: u64,
     /// Streams of the primary slow to their first token (the provider's count).
+    pub slow_first_tokens: u64,
+}
+
+/// What a scenario whose streams start with a slow tail
+/// ([`StreamStart::slow`](crate::scenario::StreamStart::slow)) adds to a [`Summary`]: the time to
+/// first token the callers saw, the hedges that reached the provider, and the load during the
+/// fault.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TailFigures {
+    /// Median time to first token of the requests that succeeded (from the request's start to the
+    /// first content event its caller was shown, across its attempts), in milliseconds; `null`
+    /// without any.
+    pub first_token_p50_ms: Option<u32>,
+    /// Its 99th percentile.
+    pub first_token_p99_ms: Option<u32>,
+    /// Its 99.9th percentile.
+    pub first_token_p999_ms: Option<u32>,
+    /// Attempts sent while another attempt of the same request was still open (the provider's
+    /// count, see [`BackendStats::hedges`]).
+    pub hedges: u64,
+    /// `hedges / offered`.
+    pub hedges_per_request: f64,
+    /// Attempts / offered during the whole fault window (per 100 ms wholly in it, see
+    /// [`share_in_fault`]); `null` when no request arrived in it.
+    pub fault_amplification: Option<f64>,
+    /// Attempts that reached the provider during the fault window (the same 100 ms buckets).
+    pub fault_attempts: u64,
+    /// Hedges that reached the provider during the fault window (per second wholly in it).
+    pub fault_hedges: u64,
+    /// Attempts drawn in the slow tail of the streams' start (the provider's count).
     pub slow_first_tokens: u64,
 }
 
@@ -516,6 +564,7 @@ pub fn summarize(
     recorder.latencies_ms.sort_unstable();
     recorder.fallback_latencies_ms.sort_unstable();
     recorder.healthy_latencies_ms.sort_unstable();
+    recorder.first_token_ms.sort_unstable();
     let counts = Counts {
         scenario,
         recorder,
@@ -603,6 +652,7 @@ impl Counts<'_> {
             failover: self.failover(),
             streams: self.streams(),
             silent: self.silent(),
+            tail: self.tail(),
         }
     }
 
@@ -669,6 +719,36 @@ impl Counts<'_> {
         })
     }
 
+    /// The figures of a scenario whose streams start with a slow tail.
+    fn tail(&self) -> Option<TailFigures> {
+        if !self.scenario.has_slow_starts() {
+            return None;
+        }
+        let (fault, recorder, backend) = (&self.scenario.fault, &self.recorder, self.backend);
+        let offered: u64 = recorder.offered.iter().sum();
+        let bucket = FINE_BUCKET.as_secs_f64();
+        let first = (fault.start.as_secs_f64() / bucket).ceil() as usize;
+        let end = (fault.end.as_secs_f64() / bucket).floor() as usize;
+        let fault_attempts = (first..end).filter_map(|b| self.fine_attempts.get(b)).sum();
+        let seconds = fault.start.as_secs_f64().ceil() as usize..fault.end.as_secs() as usize;
+        let fault_hedges = seconds
+            .filter_map(|second| backend.buckets.get(second))
+            .map(|b| b.hedges)
+            .sum();
+        let first_tokens = &recorder.first_token_ms;
+        Some(TailFigures {
+            first_token_p50_ms: percentile(first_tokens, 50.0),
+            first_token_p99_ms: percentile(first_tokens, 99.0),
+            first_token_p999_ms: percentile(first_tokens, 99.9),
+            hedges: backend.hedges,
+            hedges_per_request: ratio(backend.hedges, offered),
+            fault_amplification: share_in_fault(&recorder.offered_fine, &self.fine_attempts, fault),
+            fault_attempts,
+            fault_hedges,
+            slow_first_tokens: backend.slow_first_tokens,
+        })
+    }
+
     /// The chart's series.
     fn series(self) -> Series {
         let Counts {
@@ -690,6 +770,11 @@ impl Counts<'_> {
             .map(|stats| stats.buckets.iter().map(|b| b.attempts).collect())
             .unwrap_or_default();
         let mut duplicated_tokens = recorder.duplicated_by_completion;
+        let mut hedges: Vec<u64> = if scenario.has_slow_starts() {
+            backend.buckets.iter().map(|b| b.hedges).collect()
+        } else {
+            Vec::new()
+        };
         let seconds = attempts
             .len()
             .max(successes.len())
@@ -712,6 +797,9 @@ impl Counts<'_> {
         if scenario.stream.is_some() {
             duplicated_tokens.resize(seconds, 0);
         }
+        if scenario.has_slow_starts() {
+            hedges.resize(seconds, 0);
+        }
         Series {
             offered: recorder.offered,
             attempts,
@@ -721,6 +809,7 @@ impl Counts<'_> {
             fallbacks,
             secondary_attempts,
             duplicated_tokens,
+            hedges,
             offered_fine: recorder.offered_fine,
             attempts_fine: fine_attempts,
             in_flight_fine: backend.fine.iter().map(|b| b.peak_open).collect(),

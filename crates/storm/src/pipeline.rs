@@ -5,9 +5,12 @@
 //! | `none` | `tower::timeout::Timeout` per attempt, no retries |
 //! | `naive` | `tower::retry::Retry` with [`NaivePolicy`]: retry every failure 3 times, 1 s apart, no budget |
 //! | `naive+failover` | `tower::retry::Retry` with [`NaiveFailoverPolicy`]: every failure goes to the other provider at once, 3 retries on each |
+//! | `naive-hedge` | [`NaiveHedge`](crate::naive_hedge::NaiveHedge): every request sent twice at once, the first attempt to produce content answers, the other is dropped |
 //! | `tower` | `tower::retry::Retry` with [`TowerPolicy`]: `ExponentialBackoff` and `TpsBudget` (10 s, 10/s, 20%) |
+//! | `tower-hedge` | `tower::hedge::Hedge` with [`TowerHedgePolicy`]: a second attempt once the first has waited the 95th percentile of the latencies it recorded (20 at least, over 2 s) |
 //! | `stormguard` | `stormguard::ClientLayer::default().with_continuation(false)`: the stream guard alone, a stream cut after content ends with `StreamInterrupted` |
 //! | `stormguard+continuation` | `stormguard::ClientLayer::default()`: a stream cut after content is continued |
+//! | `stormguard+hedge` | `stormguard::ClientLayer::default().with_continuation(false).with_hedging(Hedging::default())`: a hedge once an attempt has waited the 95th percentile of the backend's time to first content |
 //! | `stormguard+breaker` | `ClientLayer::default()`, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
 //! | `stormguard+rate-limit` | the same, with a [`RateLimit`] configured with the provider's quota ([`Scenario::quota_per_minute`]) |
 //! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
@@ -20,11 +23,12 @@
 //! but never cut) the row is `ClientLayer::default()` in all it does. Every other stormguard
 //! row keeps the default, continuation on.
 //!
-//! Today's pipelines (`none`, `naive`, `naive+failover`, `tower`) time out each attempt after the
-//! scenario's `attempt_timeout`; the retry layer sits outside the timeout, so a timed-out attempt
-//! is retried. The failover rows need a scenario with two providers (`failover`, `silent`); every
-//! other row sends to the primary alone. Where the scenario gives its callers a deadline
-//! (`silent`), stormguard's layer is given it too (`ClientLayer::with_timeout`).
+//! Today's pipelines (`none`, `naive`, `naive+failover`, `naive-hedge`, `tower`, `tower-hedge`)
+//! time out each attempt after the scenario's `attempt_timeout`; the retry (or hedging) layer sits
+//! outside the timeout, so a timed-out attempt is retried. The failover rows need a scenario with
+//! two providers (`failover`, `silent`); every other row sends to the primary alone. Where the
+//! scenario gives its callers a deadline (`silent`), stormguard's layer is given it too
+//! (`ClientLayer::with_timeout`).
 //!
 //! Where the provider streams (the `streams` scenario), a retry policy sees only the response
 //! head, a `200` for a stream that fails later. The `naive` row then also restarts, from its
@@ -34,10 +38,19 @@
 //! before its first content event itself, and never restarts one after it: `stormguard` ends it
 //! with `StreamInterrupted`, `stormguard+continuation` asks the provider for the rest of the
 //! answer (the text received as an assistant prefill) and splices it in.
+//!
+//! The hedging rows (the `tail` scenario's) differ in what they wait for. stormguard's engine
+//! hedges an attempt that has produced no content: for an event stream, no first content event,
+//! after the backend's learned 95th percentile of the time to it. The naive hedge races two
+//! attempts from the start, and also waits for content. tower's `hedge` sees only the response
+//! future, which for a stream ends with its head: it learns the heads' latency, hedges a slow
+//! head, and takes the first head as the answer, however late that stream's first token.
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
+use std::cell::RefCell;
 use std::fmt;
+use std::rc::Rc;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +71,7 @@ use stormguard::breaker::{BreakerConfig, CircuitBreaker, Fallback};
 use stormguard::failover::{self, Adapter, Failover, FailoverService};
 use stormguard::jitter::{FullJitter, HintPolicy};
 use stormguard::rate_limit::{RateLimit, RateLimitConfig};
+use stormguard::retry::Hedging;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 
 use crate::backend::Backend;
@@ -76,13 +90,21 @@ pub enum Pipeline {
     Naive,
     /// Switch to the other provider on every failure, at once, 3 retries on each.
     NaiveFailover,
+    /// Every request sent twice at once, the first attempt with content answers.
+    NaiveHedge,
     /// tower's retry with exponential backoff and `TpsBudget`.
     Tower,
+    /// tower's hedge: a second attempt after the 95th percentile of the response futures'
+    /// latency.
+    TowerHedge,
     /// stormguard's `ClientLayer::default().with_continuation(false)`: streams guarded, never
     /// continued.
     Stormguard,
     /// stormguard's `ClientLayer::default()`, which continues a stream cut after content.
     StormguardContinuation,
+    /// stormguard's `ClientLayer::default().with_continuation(false)` with hedging at the 95th
+    /// percentile of the backend's time to first content.
+    StormguardHedge,
     /// stormguard's `ClientLayer::default()` with a circuit breaker and a local fallback.
     StormguardBreaker,
     /// stormguard's `ClientLayer::default()` with a rate limit configured with the provider's
@@ -99,13 +121,16 @@ pub enum Pipeline {
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 11] = [
+    pub const ALL: [Pipeline; 14] = [
         Pipeline::None,
         Pipeline::Naive,
         Pipeline::NaiveFailover,
+        Pipeline::NaiveHedge,
         Pipeline::Tower,
+        Pipeline::TowerHedge,
         Pipeline::Stormguard,
         Pipeline::StormguardContinuation,
+        Pipeline::StormguardHedge,
         Pipeline::StormguardBreaker,
         Pipeline::StormguardRateLimit,
         Pipeline::StormguardAdaptive,
@@ -120,7 +145,8 @@ impl Pipeline {
     /// The failover compares stormguard on the primary alone with stormguard's failover and a
     /// naive one; the streams, naive retries (and restarts) with stormguard's stream guard
     /// alone and with its continuation; the silent provider, a naive failover, tower's retry and stormguard on the primary alone with
-    /// stormguard's failover without and with its per-attempt clocks.
+    /// stormguard's failover without and with its per-attempt clocks; the slow first tokens
+    /// (`tail`), the naive hedge, tower's hedge and stormguard without and with hedging.
     ///
     /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
     /// to), so its row would repeat stormguard's at the cost of one more run.
@@ -169,6 +195,12 @@ impl Pipeline {
                 Pipeline::StormguardFailoverNoClocks,
                 Pipeline::StormguardFailover,
             ],
+            ScenarioKind::Tail => &[
+                Pipeline::NaiveHedge,
+                Pipeline::TowerHedge,
+                Pipeline::Stormguard,
+                Pipeline::StormguardHedge,
+            ],
         }
     }
 
@@ -189,6 +221,7 @@ impl Pipeline {
             self,
             Pipeline::Stormguard
                 | Pipeline::StormguardContinuation
+                | Pipeline::StormguardHedge
                 | Pipeline::StormguardBreaker
                 | Pipeline::StormguardRateLimit
                 | Pipeline::StormguardAdaptive
@@ -213,9 +246,12 @@ impl Pipeline {
             Pipeline::None => "none",
             Pipeline::Naive => "naive",
             Pipeline::NaiveFailover => "naive+failover",
+            Pipeline::NaiveHedge => "naive-hedge",
             Pipeline::Tower => "tower",
+            Pipeline::TowerHedge => "tower-hedge",
             Pipeline::Stormguard => "stormguard",
             Pipeline::StormguardContinuation => "stormguard+continuation",
+            Pipeline::StormguardHedge => "stormguard+hedge",
             Pipeline::StormguardBreaker => "stormguard+breaker",
             Pipeline::StormguardRateLimit => "stormguard+rate-limit",
             Pipeline::StormguardAdaptive => "stormguard+adaptive",
@@ -252,9 +288,9 @@ impl fmt::Display for UnknownPipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown pipeline `{}` (expected none, naive, naive+failover, tower, stormguard, \
-             stormguard+continuation, stormguard+breaker, stormguard+rate-limit, \
-             stormguard+adaptive, \
+            "unknown pipeline `{}` (expected none, naive, naive+failover, naive-hedge, tower, \
+             tower-hedge, stormguard, stormguard+continuation, stormguard+hedge, \
+             stormguard+breaker, stormguard+rate-limit, stormguard+adaptive, \
              stormguard+failover-no-clocks or stormguard+failover)",
             self.0
         )
@@ -471,6 +507,88 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for TowerPolicy {
     }
 }
 
+/// tower's hedge policy: every request may be hedged (its body is a `Full`, cloned as it is).
+///
+/// The settings are those the AWS S3 Transfer Manager for Rust gives tower's hedge
+/// (`awslabs/aws-s3-transfer-manager-rs`, `aws-s3-transfer-manager/src/middleware/hedge.rs`): a
+/// hedge once the request has waited the 95th percentile of the latencies recorded over the last
+/// period, no hedge before 20 are recorded, periods of 2 s. The same percentile and minimum as
+/// stormguard's `Hedging::default()` and its clocks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TowerHedgePolicy;
+
+impl TowerHedgePolicy {
+    /// Latencies recorded before the first hedge.
+    pub const MIN_DATA_POINTS: u64 = 20;
+    /// The quantile (0 to 1) of the recorded latencies a request waits before it is hedged.
+    pub const LATENCY_PERCENTILE: f32 = 0.95;
+    /// How long each of tower's two rotating histograms records: a hedge's delay is read from
+    /// the previous period's.
+    pub const PERIOD: Duration = Duration::from_secs(2);
+}
+
+impl tower::hedge::Policy<SimRequest> for TowerHedgePolicy {
+    fn clone_request(&self, req: &SimRequest) -> Option<SimRequest> {
+        Some(clone_request(req))
+    }
+
+    fn can_retry(&self, _req: &SimRequest) -> bool {
+        true
+    }
+}
+
+/// tower's hedge around `attempt` (the provider, each attempt timed out) with
+/// [`TowerHedgePolicy`], shared by the callers ([`Shared`]: tower's `Hedge` is not `Clone`).
+pub fn tower_hedge<S>(attempt: S) -> Shared<tower::hedge::Hedge<S, TowerHedgePolicy>>
+where
+    S: tower::Service<SimRequest> + Clone,
+    S::Error: Into<BoxError>,
+{
+    Shared::new(tower::hedge::Hedge::new(
+        attempt,
+        TowerHedgePolicy,
+        TowerHedgePolicy::MIN_DATA_POINTS,
+        TowerHedgePolicy::LATENCY_PERCENTILE,
+        TowerHedgePolicy::PERIOD,
+    ))
+}
+
+/// One service shared by the callers of a run, on its one thread: what a client does with one
+/// instance of a service that is not `Clone` (tower's `Hedge`). Readiness is asked of the shared
+/// instance and the call made on it later; sound here because every service under it is always
+/// ready (the provider is), so a caller's readiness is never taken by another's call.
+pub struct Shared<S>(Rc<RefCell<S>>);
+
+impl<S> Shared<S> {
+    /// `service`, shared by the clones.
+    pub fn new(service: S) -> Self {
+        Self(Rc::new(RefCell::new(service)))
+    }
+}
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Self(Rc::clone(&self.0))
+    }
+}
+
+impl<S: tower::Service<R>, R> tower::Service<R> for Shared<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.borrow_mut().poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> S::Future {
+        self.0.borrow_mut().call(req)
+    }
+}
+
 /// The body of the breaker pipeline's fallback: a chat completion that says it is degraded.
 const FALLBACK_BODY: &[u8] = br#"{"object":"chat.completion","degraded":true,"choices":[{"message":{"role":"assistant","content":"The model is unavailable right now; this is a local answer."}}]}"#;
 
@@ -507,6 +625,22 @@ fn client_layer(scenario: &Scenario) -> ClientLayer {
 pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::ClientService<Backend> {
     client_layer(scenario)
         .with_continuation(false)
+        .layer(backend)
+}
+
+/// stormguard's client pipeline around the provider with hedging:
+/// `ClientLayer::default().with_continuation(false).with_hedging(Hedging::default())`, seeded.
+/// An attempt that has produced no content (no first content event, for a stream) after the
+/// backend's learned 95th percentile of the time to it is hedged, once, with the retry budget's
+/// grant; the first to produce content answers, the other is cancelled. Continuation is off,
+/// as in [`stormguard()`]'s row, so that the two rows differ in hedging alone.
+pub fn stormguard_hedge(
+    backend: Backend,
+    scenario: &Scenario,
+) -> stormguard::ClientService<Backend> {
+    client_layer(scenario)
+        .with_continuation(false)
+        .with_hedging(Hedging::default())
         .layer(backend)
 }
 
@@ -735,7 +869,11 @@ mod tests {
 
     #[test]
     fn the_breaker_row_is_a_default_where_the_only_provider_dies() {
-        for kind in ScenarioKind::ALL {
+        // The tail scenario compares hedging; its outage is there to show that hedges stop.
+        for kind in ScenarioKind::ALL
+            .into_iter()
+            .filter(|k| *k != ScenarioKind::Tail)
+        {
             let defaults = Pipeline::defaults(kind);
             let scenario = Scenario::builtin(kind);
             let alone = scenario.secondary().is_none();
@@ -846,6 +984,86 @@ mod tests {
             let restarts = if pipeline == Pipeline::Naive { 3 } else { 0 };
             assert_eq!(pipeline.stream_restarts(), restarts, "{pipeline}");
         }
+    }
+
+    #[test]
+    fn tail_compares_the_naive_hedge_towers_and_stormguard_without_and_with_hedging() {
+        assert_eq!(
+            Pipeline::defaults(ScenarioKind::Tail)
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "naive-hedge",
+                "tower-hedge",
+                "stormguard",
+                "stormguard+hedge"
+            ]
+        );
+        assert_eq!(
+            Pipeline::parse_list("stormguard+hedge,tower-hedge,naive-hedge").unwrap(),
+            [
+                Pipeline::NaiveHedge,
+                Pipeline::TowerHedge,
+                Pipeline::StormguardHedge
+            ]
+        );
+        assert!(Pipeline::StormguardHedge.uses_stormguard());
+        for row in [Pipeline::NaiveHedge, Pipeline::TowerHedge] {
+            assert!(!row.uses_stormguard() && !row.fails_over(), "{row}");
+        }
+        // The hedging rows are defaults of the tail alone.
+        for kind in ScenarioKind::ALL {
+            let hedging = Pipeline::defaults(kind).iter().any(|p| {
+                matches!(
+                    p,
+                    Pipeline::NaiveHedge | Pipeline::TowerHedge | Pipeline::StormguardHedge
+                )
+            });
+            assert_eq!(hedging, kind == ScenarioKind::Tail, "{kind}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn towers_hedge_is_shared_by_the_callers_and_hedges_a_slow_head() {
+        let scenario = Scenario::builtin(ScenarioKind::Tail).with_qps(100.0);
+        let epoch = tokio::time::Instant::now();
+        let backend = Backend::new(&scenario, epoch);
+        let hedge = tower_hedge(backend.clone());
+        // Requests, one every 10 ms, each on a task of its own.
+        let send = |ids: std::ops::Range<u64>| {
+            let hedge = hedge.clone();
+            async move {
+                let mut tasks = Vec::new();
+                for id in ids {
+                    let mut request = Request::new(Full::new(Bytes::from_static(b"{}")));
+                    let header = HeaderValue::from(id);
+                    request
+                        .headers_mut()
+                        .insert(crate::backend::REQUEST_ID, header);
+                    let call = tower::ServiceExt::oneshot(hedge.clone(), request);
+                    tasks.push(tokio::task::spawn_local(call));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                for task in tasks {
+                    assert!(task.await.unwrap().unwrap().status().is_success());
+                }
+            }
+        };
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                // 100 heads (200 ms at the median) recorded in the first 2 s: no hedge before
+                // the histogram rotates them into its read half.
+                send(0..100).await;
+                assert_eq!(backend.model().stats().hedges, 0);
+                tokio::time::sleep_until(epoch + TowerHedgePolicy::PERIOD).await;
+                send(100..500).await;
+            })
+            .await;
+        // About 5% of the heads come later than the 95th percentile of those recorded.
+        let hedged = backend.model().stats().hedges;
+        assert!((5..=40).contains(&hedged), "{hedged}");
     }
 
     fn to(req: &SimRequest) -> &str {

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use crate::dashboard::{Dashboard, Value};
 use crate::metrics::Summary;
+use crate::pipeline::Pipeline;
 use crate::scenario::{Scenario, ScenarioKind};
 
 /// The columns a scenario with two providers adds, after the others: the secondary's load, and
@@ -38,6 +39,22 @@ const SILENT_HEADER: [&str; 4] = [
     "slow first tokens",
 ];
 
+/// The columns a scenario whose streams start with a slow tail adds, after the others: the time
+/// to first token of the requests that succeeded, the attempts against the `stormguard` row's,
+/// the hedges, and the load during the fault.
+const TAIL_HEADER: [&str; 10] = [
+    "first token p50",
+    "first token p99",
+    "first token p99.9",
+    "attempts / stormguard",
+    "hedges",
+    "hedges / request",
+    "fault ampl",
+    "fault attempts",
+    "fault hedges",
+    "slow first tokens",
+];
+
 /// The columns every table has, in order.
 const HEADER: [&str; 20] = [
     "pipeline",
@@ -65,11 +82,18 @@ const HEADER: [&str; 20] = [
 /// One row per pipeline of a run of `scenario`, aligned columns, with a header line (and, in a
 /// scenario with two providers, the columns of [`FailoverFigures`](crate::metrics::FailoverFigures);
 /// in one whose streams fail, those of [`StreamFigures`](crate::metrics::StreamFigures); in one
-/// whose provider goes silent, those of [`SilentFigures`](crate::metrics::SilentFigures)).
+/// whose provider goes silent, those of [`SilentFigures`](crate::metrics::SilentFigures); in one
+/// whose streams start with a slow tail, those of [`TailFigures`](crate::metrics::TailFigures)
+/// and the attempts against the `stormguard` row's).
 pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     let two_providers = scenario.secondary().is_some();
     let streams = scenario.streams_fail();
     let silent = scenario.goes_silent();
+    let tail = scenario.has_slow_starts();
+    let baseline = summaries
+        .iter()
+        .find(|s| s.name == Pipeline::Stormguard.as_str())
+        .map(|s| s.backend_attempts);
     let mut header = HEADER.to_vec();
     if two_providers {
         header.extend(FAILOVER_HEADER);
@@ -79,6 +103,9 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     }
     if silent {
         header.extend(SILENT_HEADER);
+    }
+    if tail {
+        header.extend(TAIL_HEADER);
     }
     let rows: Vec<Vec<String>> = summaries
         .iter()
@@ -92,6 +119,9 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
             }
             if silent {
                 row.extend(silent_cells(s));
+            }
+            if tail {
+                row.extend(tail_cells(s, baseline));
             }
             row
         })
@@ -180,7 +210,8 @@ pub fn overview(runs: &[(&Scenario, &[Summary])]) -> String {
 /// The figure each scenario is about, named: how long the provider takes to recover (seed,
 /// outage), retries sent before their `Retry-After` (quota), how fast traffic to the dead provider
 /// is cut (blackhole), 429s (burst), the secondary's peak load (failover), content tokens shown
-/// twice and lost (streams), the p99 latency against the healthy p99 (silent).
+/// twice and lost (streams), the p99 latency against the healthy p99 (silent), the p99 time to
+/// first token and the hedges per request (tail).
 pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
     match scenario.kind {
         ScenarioKind::Seed | ScenarioKind::Outage => match summary.recovery_s {
@@ -209,6 +240,18 @@ pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
         ScenarioKind::Silent => summary.p99_over_healthy().map_or_else(
             || "p99 / healthy -".to_owned(),
             |ratio| format!("p99 / healthy {ratio:.2}x"),
+        ),
+        ScenarioKind::Tail => summary.tail.as_ref().map_or_else(
+            || "first token p99 -".to_owned(),
+            |f| {
+                let p99 = f
+                    .first_token_p99_ms
+                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
+                format!(
+                    "first token p99 {p99}, {:.3} hedges/request",
+                    f.hedges_per_request
+                )
+            },
         ),
     }
 }
@@ -385,6 +428,32 @@ fn silent_cells(summary: &Summary) -> [String; 4] {
     ]
 }
 
+/// The cells of [`TAIL_HEADER`] for one row (`-` for a row without the figures), its attempts
+/// against `baseline`'s (the `stormguard` row's, `-` without one).
+fn tail_cells(summary: &Summary, baseline: Option<u64>) -> [String; 10] {
+    let Some(f) = &summary.tail else {
+        return std::array::from_fn(|_| "-".to_owned());
+    };
+    let ms = |ms: Option<u32>| ms.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
+    let against = baseline.filter(|attempts| *attempts > 0).map_or_else(
+        || "-".to_owned(),
+        |attempts| format!("{:.3}x", summary.backend_attempts as f64 / attempts as f64),
+    );
+    [
+        ms(f.first_token_p50_ms),
+        ms(f.first_token_p99_ms),
+        ms(f.first_token_p999_ms),
+        against,
+        f.hedges.to_string(),
+        format!("{:.4}", f.hedges_per_request),
+        f.fault_amplification
+            .map_or_else(|| "-".to_owned(), |a| format!("{a:.2}x")),
+        f.fault_attempts.to_string(),
+        f.fault_hedges.to_string(),
+        f.slow_first_tokens.to_string(),
+    ]
+}
+
 /// The cells of [`STREAMS_HEADER`] for one row (`-` for a row without the figures).
 fn streams_cells(summary: &Summary) -> [String; 8] {
     let Some(f) = &summary.streams else {
@@ -416,8 +485,25 @@ pub fn legend(scenario: &Scenario) -> String {
     if scenario.goes_silent() {
         legend = format!("{legend}\n{SILENT_LEGEND}");
     }
+    if scenario.has_slow_starts() {
+        legend = format!("{legend}\n{TAIL_LEGEND}");
+    }
     legend
 }
+
+/// What the columns of a scenario whose streams start with a slow tail mean, printed under
+/// [`LEGEND`].
+pub const TAIL_LEGEND: &str = "\
+with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
+error), and latency = until the stream's end;
+first token p50, p99, p99.9 = time to first token of the requests that succeeded: from the
+request's start to the first content event its caller was shown, across its attempts;
+attempts / stormguard = attempts reaching the provider over the run / the stormguard row's;
+hedges = attempts sent while another attempt of the same request was still open (hedges / request:
+over offered);
+fault ampl = attempts reaching the provider / offered during the whole fault, the outage (per
+100 ms of arrival), fault attempts = those attempts, fault hedges = the hedges among them;
+slow first tokens = attempts the provider drew in the slow tail of its first tokens.";
 
 /// What the columns of a scenario whose provider goes silent mean, printed under [`LEGEND`].
 pub const SILENT_LEGEND: &str = "\
@@ -510,6 +596,7 @@ mod tests {
             failover: None,
             streams: None,
             silent: None,
+            tail: None,
         };
         let outage = Scenario::builtin(ScenarioKind::Outage);
         let text = table(&outage, std::slice::from_ref(&summary));
@@ -595,6 +682,7 @@ mod tests {
             }),
             streams: None,
             silent: None,
+            tail: None,
         };
         let failing_over = Summary {
             name: "stormguard+failover",
@@ -692,6 +780,7 @@ mod tests {
             failover: None,
             streams: Some(figures),
             silent: None,
+            tail: None,
         };
         let text = table(&streams, &[summary]);
         let lines: Vec<&str> = text.lines().collect();
@@ -711,6 +800,108 @@ mod tests {
         );
         assert!(legend(&streams).starts_with(LEGEND));
         assert!(legend(&streams).ends_with(STREAMS_LEGEND));
+    }
+
+    /// Two rows of the tail scenario: `stormguard`, and `stormguard+hedge`.
+    fn tail_rows() -> (Summary, Summary) {
+        use crate::metrics::TailFigures;
+        let figures = TailFigures {
+            first_token_p50_ms: Some(509),
+            first_token_p99_ms: Some(3_916),
+            first_token_p999_ms: Some(6_169),
+            hedges: 0,
+            hedges_per_request: 0.0,
+            fault_amplification: Some(0.1677),
+            fault_attempts: 20_063,
+            fault_hedges: 0,
+            slow_first_tokens: 6_325,
+        };
+        let plain = Summary {
+            name: "stormguard",
+            offered: 720_009,
+            backend_attempts: 616_188,
+            amplification: 0.86,
+            peak_amplification: 1.5,
+            peak_load: 0.28,
+            peak_in_flight: 11_000,
+            success_rate: 0.809,
+            success_outside: Some(1.0),
+            fallbacks: 0,
+            fallback_p99_ms: None,
+            p50_ms: 745,
+            p99_ms: 4_500,
+            overloaded_s: 0,
+            recovery_s: Some(1.0),
+            cut_s: Some(1.6),
+            fault_load: 0.01,
+            too_many_requests: 0,
+            retries: 11_618,
+            early_retries: 0,
+            successes: 582_000,
+            failover: None,
+            streams: None,
+            silent: None,
+            tail: Some(figures),
+        };
+        let hedged = Summary {
+            name: "stormguard+hedge",
+            backend_attempts: 644_328,
+            tail: Some(TailFigures {
+                first_token_p99_ms: Some(1_116),
+                first_token_p999_ms: Some(1_381),
+                hedges: 37_440,
+                hedges_per_request: 0.052,
+                ..figures
+            }),
+            ..plain.clone()
+        };
+        (plain, hedged)
+    }
+
+    #[test]
+    fn slow_first_tokens_add_the_first_token_percentiles_and_the_hedges_at_the_end() {
+        let tail = Scenario::builtin(ScenarioKind::Tail);
+        let (plain, hedged) = tail_rows();
+        let text = table(&tail, &[plain.clone(), hedged.clone()]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].ends_with(
+                "first token p50  first token p99  first token p99.9  attempts / stormguard  \
+                 hedges  hedges / request  fault ampl  fault attempts  fault hedges  \
+                 slow first tokens"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert!(lines.iter().all(|line| line.len() == lines[0].len()));
+        let cells = |line: &str| -> Vec<String> {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            cells[cells.len() - 13..]
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect()
+        };
+        assert_eq!(
+            cells(lines[2]),
+            [
+                "509", "ms", "1116", "ms", "1381", "ms", "1.046x", "37440", "0.0520", "0.17x",
+                "20063", "0", "6325"
+            ]
+        );
+        assert_eq!(cells(lines[1])[6], "1.000x");
+        // Without a stormguard row, nothing to compare the attempts with.
+        let alone = table(&tail, std::slice::from_ref(&hedged));
+        assert_eq!(cells(alone.lines().nth(1).unwrap())[6], "-");
+        assert_eq!(
+            headline(&tail, &hedged),
+            "first token p99 1116 ms, 0.052 hedges/request"
+        );
+        let legend = legend(&tail);
+        assert!(legend.starts_with(LEGEND) && legend.ends_with(TAIL_LEGEND));
+        assert!(!legend.contains(STREAMS_LEGEND) && !legend.contains(SILENT_LEGEND));
+        // Another scenario's table has none of these columns.
+        let outage = Scenario::builtin(ScenarioKind::Outage);
+        assert!(!table(&outage, &[plain]).contains("first token"));
     }
 
     #[test]
@@ -746,6 +937,7 @@ mod tests {
             failover: None,
             streams: None,
             silent: Some(figures),
+            tail: None,
         };
         let text = table(&silent, std::slice::from_ref(&summary));
         let lines: Vec<&str> = text.lines().collect();

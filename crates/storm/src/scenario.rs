@@ -225,11 +225,66 @@ pub const STREAM_HEAD_MEDIAN: Duration = Duration::from_millis(200);
 /// to first token show for a short prompt.
 pub const STREAM_FIRST_TOKEN_MEDIAN: Duration = Duration::from_millis(300);
 
+/// Length of a streamed answer in the tail scenario, at the median: 400 ms, 4 content events of
+/// [`STREAM_TOKENS_PER_EVENT`] tokens (about 20 tokens: a classification, a short reply, a
+/// completion of a line), answers whose time to the first token is most of what their user waits
+/// for, and what hedging is for. Short answers also keep the simulation fast: 12,000 streams a
+/// second of about 5 events each.
+pub const TAIL_ANSWER_MEDIAN: Duration = Duration::from_millis(400);
+
+/// Shape (sigma of the underlying normal) of the tail scenario's draws of a stream's start (its
+/// head and its first token, [`StreamStart::TAIL`]): 0.25, a narrow spread. The time to a first
+/// token is mostly the prefill of the prompt, which for one prompt size varies little from one
+/// attempt to the next (it grows with the prompt's length, not with the answer's); at 0.25 a
+/// draw's p99 is 1.8 times its median, where the scenario's 0.5 for the answers' lengths (which
+/// do vary) puts it at 3.2 times.
+pub const TAIL_START_SIGMA: f64 = 0.25;
+
+/// Share of the tail scenario's attempts ten times slower to their first token
+/// ([`TAIL_SLOW_FACTOR`]): 1.5% (an attempt that lands on a busy replica, or behind a long
+/// prefill). Drawn per attempt, so a hedge has its own 1.5% chance of being slow.
+///
+/// Not a round 1%, on purpose. With exactly 1% of the attempts slow, the 99th percentile of the
+/// time to first token lies on the boundary between the fast first tokens and the slow ones, and a
+/// p99 target measures where that boundary falls, not the tail. Measured at 1% (12,000 req/s, seed
+/// 42): the `stormguard` row's p99 was 896 ms (the top of the fast ones) and `stormguard+hedge`'s
+/// 983 ms (its hedged requests wait their delay, then a first token: 0.91x), while the p99.9 went
+/// from 6,132 ms to 1,352 ms (4.54x lower). The outage adds to it: an attempt in flight when the
+/// provider goes down is lost, and a slow one is in flight ten times as long, so fewer of the
+/// requests that succeed are slow than were drawn. At 1.1% the p99 was still on the boundary
+/// (0.93x); from 1.2% it lies in the slow tail at the full scale (3.51x to 3.53x with seeds 42, 7
+/// and 99), but not yet at the scale of the simulator's test (1,500 req/s for 30 s: 0.94x, and
+/// 0.81x with seed 99), nor at 1.3% there (3.15x, 3.25x and 0.94x with seeds 42, 7 and 99); at
+/// 1.4%, 3.41x to 3.48x. 1.5% puts the p99 inside the slow tail at every scale and seed tried
+/// (3.87x at the full scale, 3.50x to 3.69x at the test's over five seeds), and keeps the tail a
+/// heavy tail of rare attempts: one in about seventy, ten times slower.
+pub const TAIL_SLOW_SHARE: f64 = 0.015;
+
+/// How much later a slow attempt of the tail scenario gets its first token: ten times its own
+/// draw (about 5 s, against half a second). Its head comes when
+/// it would have: the provider admitted the request, and it is the prefill behind it that is
+/// slow, as it is when a stream's head goes out before its first token (OpenAI's and
+/// Anthropic's do).
+pub const TAIL_SLOW_FACTOR: f64 = 10.0;
+
+/// Concurrent slots of the tail scenario's provider at [`FIELD_QPS`]: the field's 40,000, ample.
+///
+/// Little's law: an attempt holds its slot to the end of its stream: 0.52 s to its first token
+/// on average (the log-normal means of 200 ms and 300 ms at sigma 0.25), 0.59 s with the slow
+/// 1.5% at ten times that, then its content events after the first, 0.35 s (the log-normal
+/// mean of a 400 ms median at the scenario's sigma 0.5, 0.45 s, less the first event): about
+/// 0.94 s, so 12,000 req/s keep about 11,300 slots busy. A client that sends every request twice
+/// (the naive hedge: the attempt that loses the race is dropped, but its work goes on, as work
+/// the provider has started does) keeps about 22,500 busy, 56% of the slots: the load alone
+/// never overloads the provider, whatever the row, and the outage, not the slots, is what goes
+/// wrong.
+pub const TAIL_CAPACITY: u32 = 40_000;
+
 /// How the provider streams its answers (`text/event-stream`, OpenAI's chat completion chunks):
 /// an opening chunk with the role, one content event every `event_interval` for the length of
 /// the answer's service time, each with `tokens_per_event` tokens, then a chunk with the
 /// `finish_reason` and `data: [DONE]` (see [`crate::event_stream`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StreamShape {
     /// Time between two content events.
     pub event_interval: Duration,
@@ -251,14 +306,31 @@ impl StreamShape {
 
 /// How long a streamed answer takes to start, drawn per stream: its response head a log-normal
 /// wait around `head` after the provider starts on the request, its first content event a
-/// log-normal wait around `first_token` after the head (both of the scenario's sigma), then
-/// one content event every `event_interval`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// log-normal wait around `first_token` after the head (both of shape `sigma`, or the
+/// scenario's), then one content event every `event_interval`; where it has a slow tail, a share
+/// of the attempts gets its first content event `factor` times later than drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StreamStart {
     /// Median time to the response head.
     pub head: Duration,
     /// Median time from the head to the first content event.
     pub first_token: Duration,
+    /// Shape (sigma of the underlying normal) of both draws; `None`: the scenario's
+    /// [`Scenario::sigma`].
+    pub sigma: Option<f64>,
+    /// The attempts slow to their first token, drawn per attempt; `None`: none.
+    pub slow: Option<SlowStart>,
+}
+
+/// The slow tail of a stream's start: a `share` of the attempts gets its first content event
+/// `factor` times as late, from the provider starting on it, as its draw says (its head when
+/// drawn).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlowStart {
+    /// Share of the attempts that are slow.
+    pub share: f64,
+    /// How many times later a slow attempt's first token comes.
+    pub factor: f64,
 }
 
 impl StreamStart {
@@ -268,6 +340,21 @@ impl StreamStart {
     pub const LLM: StreamStart = StreamStart {
         head: STREAM_HEAD_MEDIAN,
         first_token: STREAM_FIRST_TOKEN_MEDIAN,
+        sigma: None,
+        slow: None,
+    };
+
+    /// The tail scenario's: the same medians as [`StreamStart::LLM`] (half a second to the first
+    /// token), drawn at [`TAIL_START_SIGMA`] (0.25), and [`TAIL_SLOW_SHARE`] of the attempts
+    /// [`TAIL_SLOW_FACTOR`] times slower to their first token.
+    pub const TAIL: StreamStart = StreamStart {
+        head: STREAM_HEAD_MEDIAN,
+        first_token: STREAM_FIRST_TOKEN_MEDIAN,
+        sigma: Some(TAIL_START_SIGMA),
+        slow: Some(SlowStart {
+            share: TAIL_SLOW_SHARE,
+            factor: TAIL_SLOW_FACTOR,
+        }),
     };
 }
 
@@ -298,11 +385,16 @@ pub enum ScenarioKind {
     /// to 40 s, 30% of the primary's attempts get no response head for 20 s, and 2% of its
     /// streams wait 10 s to 20 s for their first token.
     Silent,
+    /// Streamed short answers at 12,000 requests/s whose first token comes about half a second
+    /// after the provider starts on them (log-normal, narrow), 1.5% of the attempts ten times
+    /// later: what hedging is for. From 30 s to 40 s a total outage (503 at once, work in
+    /// flight lost).
+    Tail,
 }
 
 impl ScenarioKind {
     /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 8] = [
+    pub const ALL: [ScenarioKind; 9] = [
         ScenarioKind::Seed,
         ScenarioKind::Outage,
         ScenarioKind::Quota,
@@ -311,6 +403,7 @@ impl ScenarioKind {
         ScenarioKind::Failover,
         ScenarioKind::Streams,
         ScenarioKind::Silent,
+        ScenarioKind::Tail,
     ];
 
     /// The name used on the command line and in file names.
@@ -324,6 +417,7 @@ impl ScenarioKind {
             ScenarioKind::Failover => "failover",
             ScenarioKind::Streams => "streams",
             ScenarioKind::Silent => "silent",
+            ScenarioKind::Tail => "tail",
         }
     }
 
@@ -339,6 +433,7 @@ impl ScenarioKind {
             ScenarioKind::Failover => (FAILOVER_QPS, FAILOVER_CAPACITY),
             ScenarioKind::Streams => (STREAMS_QPS, STREAMS_CAPACITY),
             ScenarioKind::Silent => (SILENT_QPS, SILENT_CAPACITY),
+            ScenarioKind::Tail => (FIELD_QPS, TAIL_CAPACITY),
             ScenarioKind::Seed | ScenarioKind::Outage | ScenarioKind::Quota => {
                 (FIELD_QPS, FIELD_CAPACITY)
             }
@@ -391,18 +486,30 @@ impl ScenarioKind {
                     slow_first_token: SLOW_FIRST_TOKEN,
                 },
             ),
+            ScenarioKind::Tail => window(30, 40, FaultKind::Outage),
         }
     }
 
     /// The built-in scenario's healthy provider, and how it streams its answers, if it does: the
     /// streams' and the silent's stream for [`STREAM_MEDIAN`], the silent's starting after
-    /// [`StreamStart::LLM`].
+    /// [`StreamStart::LLM`]; the tail's for [`TAIL_ANSWER_MEDIAN`], starting after
+    /// [`StreamStart::TAIL`].
     fn streaming(self) -> (Health, Option<StreamShape>) {
         let streaming = Health {
             median: STREAM_MEDIAN,
             ..Health::HEALTHY
         };
         match self {
+            ScenarioKind::Tail => (
+                Health {
+                    median: TAIL_ANSWER_MEDIAN,
+                    ..Health::HEALTHY
+                },
+                Some(StreamShape {
+                    start: Some(StreamStart::TAIL),
+                    ..StreamShape::LLM
+                }),
+            ),
             ScenarioKind::Streams => (streaming, Some(StreamShape::LLM)),
             ScenarioKind::Silent => (
                 streaming,
@@ -431,7 +538,7 @@ impl fmt::Display for UnknownScenario {
         write!(
             f,
             "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst, failover, \
-             streams or silent)",
+             streams, silent or tail)",
             self.0
         )
     }
@@ -786,7 +893,8 @@ impl Scenario {
     /// secondary, 60 s; the streams at 500 req/s with 5,000 slots, answers streamed for 4 s
     /// (median), 60 s; the silent at 300 req/s with 5,000 slots on the primary and 60% of them
     /// (3,000) on the secondary, the streams' answers starting after half a second (median), a
-    /// 30 s deadline, 60 s.
+    /// 30 s deadline, 60 s; the tail at the field's load and slots, short answers streamed after
+    /// half a second (median), 1.5% of the attempts ten times later, 60 s.
     pub fn builtin(kind: ScenarioKind) -> Scenario {
         let (qps, capacity) = kind.load();
         let (baseline, stream) = kind.streaming();
@@ -812,7 +920,7 @@ impl Scenario {
             secondary_share: matches!(kind, ScenarioKind::Failover | ScenarioKind::Silent)
                 .then_some(FAILOVER_SECONDARY_SHARE),
             deadline: (kind == ScenarioKind::Silent).then_some(SILENT_DEADLINE),
-            asks_for_stream: kind == ScenarioKind::Silent,
+            asks_for_stream: matches!(kind, ScenarioKind::Silent | ScenarioKind::Tail),
         }
     }
 
@@ -976,6 +1084,15 @@ impl Scenario {
         matches!(self.fault.kind, FaultKind::Silent { .. })
     }
 
+    /// Whether the scenario's streams start with a slow tail ([`StreamStart::slow`]), what
+    /// hedging is for: then the report measures the time to first token and the hedges (the
+    /// tail scenario).
+    pub fn has_slow_starts(&self) -> bool {
+        self.stream
+            .and_then(|shape| shape.start)
+            .is_some_and(|start| start.slow.is_some())
+    }
+
     /// The stretches of the run the chart shades: the bursts, or the fault window.
     pub fn highlights(&self, until: Duration) -> Vec<(Duration, Duration)> {
         match &self.arrivals {
@@ -991,8 +1108,18 @@ impl Scenario {
     pub fn describe(&self) -> String {
         let stream = self.stream.map_or_else(String::new, |shape| {
             let start = shape.start.map_or_else(String::new, |start| {
+                let sigma = start.sigma.map_or_else(String::new, |sigma| {
+                    format!(", log-normal at sigma {sigma}")
+                });
+                let slow = start.slow.map_or_else(String::new, |slow| {
+                    format!(
+                        "; {}% of the attempts {} times slower to their first token",
+                        (slow.share * 1e4).round() / 1e2,
+                        slow.factor
+                    )
+                });
                 format!(
-                    ", the head {} ms and the first token {} ms after it (medians)",
+                    ", the head {} ms and the first token {} ms after it (medians{sigma}){slow}",
                     start.head.as_millis(),
                     start.first_token.as_millis()
                 )
@@ -1358,7 +1485,10 @@ mod tests {
              4000 ms (median)"
         ));
         for kind in ScenarioKind::ALL {
-            let streams = matches!(kind, ScenarioKind::Streams | ScenarioKind::Silent);
+            let streams = matches!(
+                kind,
+                ScenarioKind::Streams | ScenarioKind::Silent | ScenarioKind::Tail
+            );
             assert_eq!(Scenario::builtin(kind).stream.is_some(), streams, "{kind}");
         }
     }
@@ -1409,6 +1539,64 @@ mod tests {
         assert_eq!(
             small.fault.kind,
             Scenario::builtin(ScenarioKind::Silent).fault.kind
+        );
+    }
+
+    #[test]
+    fn tail_streams_short_answers_at_the_fields_load_with_an_outage_from_30_s_to_40_s() {
+        let s = Scenario::builtin(ScenarioKind::Tail);
+        assert_eq!((s.qps, s.capacity), (12_000.0, 40_000));
+        assert!(s.asks_for_stream && s.has_slow_starts());
+        assert!(!s.streams_fail() && !s.goes_silent());
+        assert!(s.secondary().is_none() && s.deadline.is_none());
+        let shape = s.stream.unwrap();
+        assert_eq!(shape.start, Some(StreamStart::TAIL));
+        assert_eq!(s.baseline.median, Duration::from_millis(400));
+        assert_eq!(
+            (s.fault.start, s.fault.end, s.fault.kind),
+            (
+                Duration::from_secs(30),
+                Duration::from_secs(40),
+                FaultKind::Outage
+            )
+        );
+        // Little's law: about 0.59 s to the first token and 0.35 s of content after it.
+        let start = StreamStart::TAIL;
+        let mut narrow = s.clone();
+        narrow.sigma = TAIL_START_SIGMA;
+        let head = narrow.mean_service_time(start.head).as_secs_f64();
+        let first = head + narrow.mean_service_time(start.first_token).as_secs_f64();
+        let slow = start.slow.unwrap();
+        let first = first * (1.0 + slow.share * (slow.factor - 1.0));
+        let content = s.mean_service_time(TAIL_ANSWER_MEDIAN) - STREAM_EVENT_INTERVAL;
+        let busy = s.qps * (first + content.as_secs_f64());
+        assert!((10_500.0..11_500.0).contains(&busy), "{busy}");
+        // Every request twice (the naive hedge): still under 60% of the slots.
+        assert!(2.0 * busy < 0.6 * f64::from(s.capacity), "{busy}");
+        assert!(s.describe().contains(
+            "fault 30 s..40 s: total outage (503 at once, in-flight work lost); answers streamed \
+             (text/event-stream): 5 tokens every 100 ms for 400 ms (median), the head 200 ms and \
+             the first token 300 ms after it (medians, log-normal at sigma 0.25);"
+        ));
+        assert!(
+            s.describe()
+                .contains("; 1.5% of the attempts 10 times slower to their first token"),
+            "{}",
+            s.describe()
+        );
+        // The silent scenario's streams start as they did: the scenario's sigma, no slow tail.
+        let silent = Scenario::builtin(ScenarioKind::Silent);
+        assert!(!silent.has_slow_starts());
+        for kind in ScenarioKind::ALL {
+            let tail = kind == ScenarioKind::Tail;
+            assert_eq!(Scenario::builtin(kind).has_slow_starts(), tail, "{kind}");
+        }
+        // Scaled, the outage keeps its place.
+        let small = s.with_qps(1_000.0).with_duration(Duration::from_secs(30));
+        assert_eq!(small.capacity, 3_333);
+        assert_eq!(
+            (small.fault.start, small.fault.end),
+            (Duration::from_secs(15), Duration::from_secs(20))
         );
     }
 

@@ -55,6 +55,7 @@ use crate::backend::{Backend, FINE_BUCKET, REQUEST_ID, TOKENS};
 use crate::dashboard::{Collector, Dashboard, Recorded, WINDOW};
 use crate::event_stream::{Ending, Transcript};
 use crate::metrics::{Answer, Recorder, Series, StreamTally, Summary, summarize};
+use crate::naive_hedge::NaiveHedge;
 use crate::pipeline::{self, NaiveFailoverPolicy, NaivePolicy, Pipeline, SimRequest, TowerPolicy};
 use crate::router::Router;
 use crate::scenario::{Arrivals, CALLER_PATIENCE, Scenario, TokenSizes};
@@ -325,10 +326,13 @@ fn start(
             driver.spawn(client);
             return Ok(Some(breaker));
         }
+        Pipeline::NaiveHedge => driver.spawn(NaiveHedge::new(attempt(backend))),
         Pipeline::Tower => {
             let policy = TowerPolicy::new(scenario.seed ^ 0x7043_7e12)?;
             driver.spawn(tower::retry::Retry::new(policy, attempt(backend)));
         }
+        Pipeline::TowerHedge => driver.spawn(pipeline::tower_hedge(attempt(backend))),
+        Pipeline::StormguardHedge => driver.spawn(pipeline::stormguard_hedge(backend, scenario)),
         Pipeline::Stormguard => driver.spawn(pipeline::stormguard(backend, scenario)),
         Pipeline::StormguardContinuation => {
             driver.spawn(pipeline::stormguard_continuation(backend, scenario));
@@ -553,7 +557,14 @@ async fn call_streaming<S, RB>(
 {
     let mut transcript = Transcript::default();
     let mut tally = StreamTally::default();
-    let reading = read_streams(service, &request, restarts, &mut transcript, &mut tally);
+    let mut first_content = None;
+    let reading = read_streams(
+        service,
+        &request,
+        restarts,
+        (&mut transcript, &mut first_content),
+        &mut tally,
+    );
     let answer = within(deadline, reading).await.unwrap_or(Answer::Failure);
     tally.duplicated_tokens = transcript.duplicated_tokens();
     tally.lost_tokens = transcript.lost_tokens();
@@ -562,20 +573,24 @@ async fn call_streaming<S, RB>(
         let mut recorder = record.recorder.borrow_mut();
         recorder.complete(record.arrival, completion, answer);
         recorder.stream(completion, &tally);
+        if let (Answer::Success, Some(at)) = (answer, first_content) {
+            recorder.first_token(record.arrival, at.saturating_duration_since(record.epoch));
+        }
         record
             .outstanding
             .set(record.outstanding.get().saturating_sub(1));
     }
 }
 
-/// Call `service` for a streamed answer and read it to the end into `transcript`, restarting a
-/// stream that failed up to `restarts` times (after [`NaivePolicy::INTERVAL`] each time); see
-/// the [module docs](self). What became of the streams goes into `tally`.
+/// Call `service` for a streamed answer and read it to the end into `transcript`, noting when
+/// its caller was shown the first content event (`first_content`, across the streams), and
+/// restarting a stream that failed up to `restarts` times (after [`NaivePolicy::INTERVAL`] each
+/// time); see the [module docs](self). What became of the streams goes into `tally`.
 async fn read_streams<S, RB>(
     service: S,
     request: &SimRequest,
     restarts: u32,
-    transcript: &mut Transcript,
+    (transcript, first_content): (&mut Transcript, &mut Option<Instant>),
     tally: &mut StreamTally,
 ) -> Answer
 where
@@ -599,7 +614,7 @@ where
             break;
         }
         let cause = response.extensions().get::<GiveUpCause>().copied();
-        let error = read_to_end(response.into_body(), transcript).await;
+        let error = read_to_end(response.into_body(), transcript, first_content).await;
         let typed = error
             .as_ref()
             .is_some_and(|error| error.downcast_ref::<StreamInterrupted>().is_some());
@@ -622,8 +637,13 @@ where
     Answer::Failure
 }
 
-/// Read `body` to its end into `transcript`; the error it ended with, if any.
-async fn read_to_end<RB>(body: RB, transcript: &mut Transcript) -> Option<BoxError>
+/// Read `body` to its end into `transcript`, noting when the first content event of the
+/// request came in `first_content` (if it is not noted yet); the error it ended with, if any.
+async fn read_to_end<RB>(
+    body: RB,
+    transcript: &mut Transcript,
+    first_content: &mut Option<Instant>,
+) -> Option<BoxError>
 where
     RB: Body<Data = Bytes>,
     RB::Error: Into<BoxError>,
@@ -634,6 +654,9 @@ where
             Ok(frame) => {
                 if let Ok(data) = frame.into_data() {
                     transcript.read(&data);
+                    if first_content.is_none() && transcript.tokens() > 0 {
+                        *first_content = Some(Instant::now());
+                    }
                 }
             }
             Err(error) => return Some(error.into()),

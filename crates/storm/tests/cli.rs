@@ -210,6 +210,7 @@ fn failover_compares_the_failover_rows_with_the_secondarys_figures() {
     assert!(!one.contains("failover"), "{one}");
     assert!(!one.contains("streams"), "{one}");
     assert!(!one.contains("silent"), "{one}");
+    assert!(!one.contains("first_token"), "{one}");
     let refused = Command::new(env!("CARGO_BIN_EXE_storm"))
         .args(["--scenario", "outage", "--pipelines", "stormguard+failover"])
         .output()
@@ -282,6 +283,47 @@ fn silent_compares_the_failover_without_and_with_clocks_against_the_healthy_p99(
         assert!(row["failover"].is_object(), "two providers: {row}");
     }
     assert!(out.join("silent.svg").exists(), "the chart is written");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn tail_compares_the_hedges_with_the_first_token_figures() {
+    let out = out_dir("tail");
+    let json = run_json(
+        &["--scenario", "tail", "--qps", "50", "--duration", "10"],
+        &out,
+    );
+    let value: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let rows = value.as_array().expect("an array");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "naive-hedge",
+            "tower-hedge",
+            "stormguard",
+            "stormguard+hedge"
+        ]
+    );
+    for row in rows {
+        for key in [
+            "first_token_p50_ms",
+            "first_token_p99_ms",
+            "first_token_p999_ms",
+            "hedges",
+            "hedges_per_request",
+            "fault_amplification",
+            "fault_attempts",
+            "fault_hedges",
+            "slow_first_tokens",
+        ] {
+            assert!(row["tail"].get(key).is_some(), "{key} missing in {row}");
+        }
+    }
+    // The naive hedge sends every request twice; stormguard without hedging never.
+    assert_eq!(rows[0]["tail"]["hedges_per_request"], 1.0, "{}", rows[0]);
+    assert_eq!(rows[2]["tail"]["hedges"], 0, "{}", rows[2]);
+    assert!(out.join("tail.svg").exists(), "the chart is written");
     let _ = std::fs::remove_dir_all(&out);
 }
 
