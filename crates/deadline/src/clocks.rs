@@ -13,9 +13,9 @@
 //! One more figure is learned for hedging (a second attempt sent while the first still waits):
 //! the **time to first content**, from sending an attempt to its first content event (a whole
 //! answer: to its head), read at a percentile without a margin ([`to_first_content`]). An
-//! attempt that lost a hedge's race teaches it the time it had waited when it was cancelled: it
-//! would have taken at least that long, and leaving it out would teach a tail shorter than the
-//! backend's, and so hedge ever earlier.
+//! attempt that was hedged and lost the race teaches it the time it had waited when it was
+//! cancelled: it would have taken at least that long, and leaving it out would teach a tail
+//! shorter than the backend's, and so hedge ever earlier.
 //!
 //! [`to_first_content`]: AttemptClocks::to_first_content
 //!
@@ -159,6 +159,19 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// The shape of a request to `uri` with this JSON body: [`of`](Self::of), streamed also when
+    /// the address asks for an event stream whatever the body says, as Gemini's and Vertex AI's
+    /// do (`:streamGenerateContent`, `alt=sse`).
+    pub fn of_request(uri: &http::Uri, body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
+        let mut shape = Self::of(body, estimate);
+        let streams = uri.path().ends_with(":streamGenerateContent")
+            || uri
+                .query()
+                .is_some_and(|query| query.split('&').any(|pair| pair == "alt=sse"));
+        shape.streaming |= streams;
+        shape
+    }
+
     /// The shape of a request with this JSON body (`None`: a body that was not read, sized at
     /// the estimate's maximum; not JSON: a whole answer of the assumed size).
     pub fn of(body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
@@ -517,6 +530,15 @@ mod tests {
         assert!(!whole.streaming);
         assert_eq!(Shape::of(None, &estimate).size, Duration::from_secs(600));
         assert!(!Shape::of(Some(b"\xff not json"), &estimate).streaming);
+        // Gemini streams by its address, whatever the body says.
+        let gemini: http::Uri = "https://g.test/v1beta/models/m:streamGenerateContent?alt=sse"
+            .parse()
+            .unwrap_or_default();
+        assert!(Shape::of_request(&gemini, Some(b"{}"), &estimate).streaming);
+        let chat: http::Uri = "https://o.test/v1/chat/completions?x=alt%3Dsse"
+            .parse()
+            .unwrap_or_default();
+        assert!(!Shape::of_request(&chat, Some(b"{}"), &estimate).streaming);
     }
 
     #[test]

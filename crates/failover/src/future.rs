@@ -139,7 +139,7 @@ where
     /// The retry budget every backend shares (the layer's).
     pub(crate) budget: RetryBudget,
     /// The request as it came (with its deadline), rebuilt for each backend.
-    head: Parts,
+    pub(crate) head: Parts,
     /// The buffered body; `None` while it is read, or for a body sent once as a stream.
     pub(crate) body: Option<Bytes>,
     pub(crate) deadline: Option<Deadline>,

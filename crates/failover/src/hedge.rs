@@ -43,8 +43,9 @@ where
             return None;
         }
         let clocks = self.shared.routes[self.hop.backend].backend.clocks();
-        let streaming =
-            clocks.is_some_and(|clocks| Shape::of(Some(body), &clocks.settings().whole).streaming);
+        let streaming = clocks.is_some_and(|clocks| {
+            Shape::of_request(&self.head.uri, Some(body), &clocks.settings().whole).streaming
+        });
         let delay = hedging.delay_for(clocks, streaming)?;
         self.hop.started.checked_add(delay)
     }
@@ -77,10 +78,19 @@ where
         self.hedged(index, "sent");
     }
 
-    /// The hedge answered first: the request's own hop (set aside) was cancelled.
+    /// The hedge answered first: the request's own hop (set aside) was cancelled. What it
+    /// waited teaches its backend's time to first content as a lower bound (it waited past the
+    /// hedge's delay, and would have taken longer still).
     pub(crate) fn hedge_won(&mut self) {
-        if self.aside.take().is_some() {
-            self.hedged(self.hop.backend, "won");
+        let Some(lost) = self.aside.take() else {
+            return;
+        };
+        self.hedged(self.hop.backend, "won");
+        let clocks = self.shared.routes[lost.backend].backend.clocks();
+        if let (Some(clocks), Some(body)) = (clocks, &self.body) {
+            let whole = &clocks.settings().whole;
+            let streaming = Shape::of_request(&self.head.uri, Some(body), whole).streaming;
+            clocks.record_to_first_content(streaming, lost.started.elapsed());
         }
     }
 

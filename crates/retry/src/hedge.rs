@@ -25,10 +25,13 @@
 //! Then two attempts are in flight. The first to produce content is the answer, and the other
 //! is cancelled: dropped with its permits (the breaker frees its place and counts nothing, the
 //! throttle forgets it: being the slower of two says nothing about whether the backend accepts),
-//! its budget withdrawal and rate-limit slot spent (it was sent: it cost what it cost), and what
-//! it waited taught to the time to first content as a lower bound. One that fails while the
-//! other is still in flight is out of the race, whatever its verdict: the other goes on, and is
-//! the request's only attempt from then on, retried as the policy allows.
+//! its budget withdrawal and rate-limit slot spent (it was sent: it cost what it cost). The
+//! attempt that was hedged, when it loses, teaches the time to first content what it waited, as
+//! a lower bound: left out, the slow answers that hedges cut short would vanish from what is
+//! learned, and the learned delay would shrink and hedge ever more. A losing hedge teaches
+//! nothing (its wait is no bound on anything). One that fails while the other is still in
+//! flight is out of the race, whatever its verdict: the other goes on, and is the request's only
+//! attempt from then on, retried as the policy allows.
 
 use std::time::Duration;
 
@@ -276,20 +279,31 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     }
 
     /// The attempt set aside lost the race (the one the path steps answered first): it is
-    /// cancelled, and what it waited teaches the clocks' time to first content as a lower
-    /// bound. A hedge not sent yet is dropped, its grant and slot given back.
+    /// cancelled. If it is the attempt that was hedged, what it waited teaches the clocks' time
+    /// to first content as a lower bound (it waited past the hedge's delay, and would have
+    /// taken longer still); a hedge's own wait is no such bound, and teaches nothing. A hedge
+    /// not sent yet is dropped, its grant and slot given back.
     #[inline]
     pub(crate) fn cancel_aside(&mut self) {
-        if let Some(mut loser) = self.aside.take()
-            && loser.sent
-        {
-            self.watch.hedge_raced(!loser.hedge);
-            self.lose(&mut loser);
+        let Some(mut loser) = self.aside.take() else {
+            return;
+        };
+        if !loser.sent {
+            return;
         }
+        self.watch.hedge_raced(!loser.hedge);
+        if !loser.hedge
+            && let (Some(clocks), Some(waited)) = (&self.config.clocks, loser.in_flight())
+        {
+            let streaming = self.origin.shape(&clocks.settings().whole).streaming;
+            clocks.record_to_first_content(streaming, waited);
+        }
+        self.lose(&mut loser);
     }
 
     /// The request lost a race to another of its requests (a failover's hedge on another
-    /// backend answered first): each of its attempts in flight is cancelled as a loser.
+    /// backend answered first): each of its attempts in flight is cancelled as a loser. (The
+    /// failover teaches the wait of the hop it hedged to that hop's backend.)
     pub(crate) fn lose_all(&mut self) {
         let mut attempt = std::mem::take(&mut self.attempt);
         self.lose(&mut attempt);
@@ -298,18 +312,12 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         }
     }
 
-    /// `attempt` lost a race: if it is in flight, it is cancelled (its span says so, the
-    /// metrics count it), what it waited teaches the time to first content as a lower bound,
-    /// and its permits are settled as a loser's.
+    /// `attempt` lost a race: if it is in flight, it is cancelled (its span says so) and its
+    /// permits are settled as a loser's.
     fn lose(&mut self, attempt: &mut Attempt) {
-        if !self.watch.cancelled(&mut attempt.watch) {
-            return;
+        if self.watch.cancelled(&mut attempt.watch) {
+            attempt.permits.lost();
         }
-        if let (Some(clocks), Some(waited)) = (&self.config.clocks, attempt.in_flight()) {
-            let streaming = self.origin.shape(&clocks.settings().whole).streaming;
-            clocks.record_to_first_content(streaming, waited);
-        }
-        attempt.permits.lost();
     }
 
     /// A hedge not sent: a guard refused it (`reason`), or the deadline came first. The

@@ -54,9 +54,9 @@ impl Origin {
     /// buffered body; a request sent once is sized at the estimate's maximum.
     pub(crate) fn shape(&mut self, estimate: &LlmDeadline) -> Shape {
         match self {
-            Self::Replay(template) => *template
-                .shape
-                .get_or_insert_with(|| Shape::of(Some(&template.body), estimate)),
+            Self::Replay(template) => *template.shape.get_or_insert_with(|| {
+                Shape::of_request(&template.head.uri, Some(&template.body), estimate)
+            }),
             Self::Once(_) => Shape::of(None, estimate),
         }
     }

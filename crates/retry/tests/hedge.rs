@@ -23,7 +23,7 @@ use stormguard_breaker::{BreakerConfig, CircuitBreaker};
 use stormguard_budget::RetryBudget;
 use stormguard_classify::headers::{IDEMPOTENCY_KEY, X_RETRY_ATTEMPT};
 use stormguard_classify::{BoxError, Reason};
-use stormguard_deadline::clocks::AttemptClocks;
+use stormguard_deadline::clocks::{AttemptClocks, ClockSettings};
 use stormguard_jitter::Constant;
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
 use stormguard_retry::{ClientLayer, Hedging};
@@ -465,6 +465,30 @@ async fn a_learned_delay_hedges_at_the_backends_95th_percentile() {
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 480 * MS);
     assert_eq!(books.log.len(), 22);
+}
+
+/// What a race teaches the backend's time to first content: the winner's time, and the wait
+/// of the attempt that was hedged when it loses (at least that long); never a losing hedge's
+/// own wait, which would teach a tail shorter than the backend's.
+#[tokio::test(start_paused = true)]
+async fn a_race_teaches_the_hedged_attempts_wait_and_never_the_losing_hedges() {
+    let books = Books::default();
+    let clocks = AttemptClocks::new(ClockSettings {
+        min_samples: 1,
+        ..ClockSettings::default()
+    });
+    let client = hedged(SECOND, &ten())
+        .with_clocks(clocks.clone())
+        .layer(backend(&books, |n| answer([10 * SECOND, 100 * MS, 1500 * MS, 10 * SECOND][n])));
+    // The hedge wins at 1.1 s: its 100 ms, and the first attempt's 1.1 s waited.
+    client.clone().oneshot(post(CHAT)).await.unwrap();
+    // The first wins at 1.5 s: its 1.5 s, and not the hedge's 500 ms.
+    client.oneshot(post(CHAT)).await.unwrap();
+    let at = |percentile| clocks.to_first_content(false, percentile);
+    assert_eq!(at(0.0), Some(100 * MS));
+    // Three figures: 100 ms, 1.1 s, 1.5 s (with the hedge's 500 ms, this would be 500 ms).
+    assert_eq!(at(0.34), Some(1100 * MS));
+    assert_eq!(at(1.0), Some(1500 * MS));
 }
 
 /// Nothing learned yet: a learned delay sends no hedge.
