@@ -107,12 +107,15 @@
 //! ```
 
 mod backend;
+pub mod balance;
+mod cooldowns;
 mod future;
 mod hedge;
 mod layer;
 mod marks;
 
 pub use backend::{Adapter, Backend};
+pub use cooldowns::Cooldowns;
 pub use future::ResponseFuture;
 pub use layer::{Failover, FailoverService};
 pub use marks::{Answered, Cure, Degraded, DegradedAnswer, NoBackend};
