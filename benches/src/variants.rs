@@ -15,9 +15,9 @@ use std::time::Duration;
 use http::{Request, Response};
 use stormguard::ClientLayer;
 use stormguard::breaker::CircuitBreaker;
-use stormguard::failover::{Backend, Failover};
 use stormguard::budget::RetryBudget;
 use stormguard::deadline::{DEFAULT_TIMEOUT, Deadline, propagate};
+use stormguard::failover::{Backend, Failover};
 use stormguard::jitter::Constant;
 use stormguard::retry::{Hedging, ensure_idempotency_key, stamp_attempt};
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
@@ -205,9 +205,11 @@ where
     V: Visit,
 {
     let names = ["east", "west", "eu"];
-    let ordered = names.iter().fold(Failover::new(ClientLayer::default()), |failover, name| {
-        failover.with_backend(Backend::new(name))
-    });
+    let ordered = names
+        .iter()
+        .fold(Failover::new(ClientLayer::default()), |failover, name| {
+            failover.with_backend(Backend::new(name))
+        });
     visit.variant("stormguard_failover", ordered.layer(inner.clone()));
     let balanced = Failover::new(ClientLayer::default())
         .with_rank(names.map(Backend::new))
