@@ -160,6 +160,14 @@ impl AdaptiveThrottle {
         }
     }
 
+    /// Whether a request offered now is dropped with a probability below `share`: at once (no
+    /// sum over the window) when the last draw dropped nothing, as it does while the backend is
+    /// healthy; else from the window. For a router that asks it of several backends at every
+    /// request (a failover's balancer).
+    pub fn drops_less_than(&self, share: f64) -> bool {
+        !self.shared.throttling.load(Ordering::Relaxed) || self.probability() < share
+    }
+
     /// Probability that a request offered now is dropped.
     pub fn probability(&self) -> f64 {
         self.snapshot().probability
@@ -394,6 +402,22 @@ mod tests {
         let p = throttle.probability();
         assert!(p > 0.0, "{p}");
         assert_eq!(clone.probability(), p);
+    }
+
+    /// The router's check: a throttle that dropped nothing at its last draw answers at once;
+    /// one that is dropping reads its window.
+    #[tokio::test(start_paused = true)]
+    async fn drops_less_than_reads_the_window_only_while_dropping() {
+        let throttle = throttle(ThrottleConfig::default().with_min_rate(0.0));
+        assert!(throttle.drops_less_than(0.5));
+        for _ in 0..1_000 {
+            throttle.count(false);
+        }
+        // Not drawn since: the last draw dropped nothing.
+        assert!(throttle.drops_less_than(0.5));
+        let _ = throttle.try_acquire();
+        assert!(!throttle.drops_less_than(0.5));
+        assert!(throttle.drops_less_than(1.0));
     }
 
     /// Decisions of a throttle held at `P_drop = 0.5` (the cap) by a window of failures.
