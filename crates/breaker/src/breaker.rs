@@ -52,7 +52,8 @@ const OPEN_JITTER: f64 = 0.25;
 /// Cloning is cheap (an `Arc`). In the closed state, asking and recording take no lock: they
 /// read and add to atomic counters. Opening, probing and closing take a short lock. Under
 /// `--cfg stormguard_loom` the atomics and the lock are loom's models: `tests/loom.rs` explores
-/// every interleaving of racing failures, ratio reads, probe admissions and the bulkhead.
+/// every interleaving of racing failures, ratio reads, probe admissions, the bulkhead and a
+/// stall's cut.
 #[derive(Clone)]
 pub struct CircuitBreaker {
     shared: Arc<Shared>,
@@ -333,11 +334,15 @@ impl Shared {
 
     /// Whether an attempt may go now, and as what.
     fn admit(&self, now: Instant) -> Result<Role, BreakerOpen> {
+        // The generation before the state: a stall that opens the breaker after this read cuts
+        // the attempt, and one that bumped the generation before it had already written `closed`
+        // (`open` does it first), so the attempt is refused. Read after `closed`, a stall opening
+        // in between would let the attempt in with the new generation: in flight on an open
+        // breaker, and never cut.
+        let generation = self.generation.load(Ordering::Acquire);
         if self.closed.load(Ordering::Acquire) {
             if !self.stalled(now) {
-                return Ok(Role::Call {
-                    generation: self.generation.load(Ordering::Acquire),
-                });
+                return Ok(Role::Call { generation });
             }
             let mut control = self.lock();
             if matches!(control.phase, Phase::Closed) {

@@ -26,11 +26,12 @@ use std::collections::BTreeSet;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use http::HeaderMap;
 use loom::thread;
-use stormguard_breaker::{BreakerConfig, BreakerPermit, CircuitBreaker, State};
+use stormguard_breaker::{BreakerConfig, BreakerPermit, CircuitBreaker, OpenCause, State};
 use stormguard_classify::{Outcome, Permit, Reason};
 use tokio::runtime::Runtime;
 
@@ -196,4 +197,48 @@ fn hold(holding: &AtomicU32) {
     let others = holding.fetch_add(1, SeqCst);
     assert_eq!(others, 0, "two attempts in flight past a cap of one");
     holding.fetch_sub(1, SeqCst);
+}
+
+#[test]
+fn an_attempt_let_in_while_a_stall_opens_the_breaker_is_cut() {
+    let admitted = explore(|runtime| {
+        // Stall detection from the first nanosecond of silence after one answer, cutting.
+        let breaker = CircuitBreaker::new(
+            config()
+                .with_stall_detection(Duration::ZERO, f64::MIN_POSITIVE)
+                .with_cancel_on_stall(true),
+        );
+        succeeded(breaker.try_acquire().unwrap());
+        let mut in_flight = breaker.try_acquire().unwrap();
+        runtime.block_on(tokio::time::advance(Duration::from_millis(1)));
+        // Two attempts find the backend silent for a millisecond with one in flight: one of
+        // them opens the breaker on a stall, and the other is refused, or let in before the
+        // stall and cut with the attempts in flight.
+        let other = breaker.clone();
+        let racer = thread::spawn(move || other.try_acquire().ok());
+        let mut here = breaker.try_acquire().ok();
+        let mut there = racer.join().unwrap();
+        let noop = &mut Context::from_waker(Waker::noop());
+        for permit in [Some(&mut in_flight), here.as_mut(), there.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            match permit.poll_cut(noop) {
+                Poll::Ready(open) => assert_eq!(open.cause(), OpenCause::Stall),
+                Poll::Pending => panic!("an attempt in flight was not cut"),
+            }
+        }
+        let admitted = u8::from(here.is_some()) + u8::from(there.is_some());
+        // Cut, a permit is settled: telling it now counts nothing.
+        failed(in_flight);
+        drop((here, there));
+        let snapshot = breaker.snapshot();
+        assert_eq!(
+            (snapshot.opened, snapshot.cause),
+            (1, Some(OpenCause::Stall))
+        );
+        assert_eq!((snapshot.in_flight, snapshot.calls), (0, 1));
+        admitted
+    });
+    assert_eq!(admitted, BTreeSet::from([0, 1]));
 }
