@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -10,6 +9,7 @@ use stormguard_classify::random::RandomSource;
 use stormguard_classify::window::SlidingWindow;
 use stormguard_classify::{Outcome, Permit};
 
+use crate::sync::{AtomicBool, AtomicU32, Ordering};
 use crate::{ThrottleConfig, Throttled};
 
 /// Slices the window is cut into: it slides in steps of `window / SLICES`. Twenty slices make the
@@ -40,7 +40,9 @@ const ACCEPTS: usize = 1;
 /// Cloning is cheap (an `Arc`): all clones share the counts and the configuration, which is fixed
 /// when the throttle is made. [`try_acquire`](Self::try_acquire) and the [`ThrottlePermit`]'s
 /// record take no lock: they read or add to the atomic counters of a
-/// [`SlidingWindow`](stormguard_classify::window::SlidingWindow).
+/// [`SlidingWindow`](stormguard_classify::window::SlidingWindow). Under `--cfg stormguard_loom`
+/// the atomics are loom's models: `tests/loom.rs` explores every interleaving of racing records,
+/// snapshots and recovery runs.
 #[derive(Clone)]
 pub struct AdaptiveThrottle {
     shared: Arc<Shared>,
@@ -153,7 +155,11 @@ impl AdaptiveThrottle {
         if needed == 0 || !shared.throttling.load(Ordering::Relaxed) {
             return;
         }
-        if shared.run.fetch_add(1, Ordering::Relaxed).saturating_add(1) >= needed {
+        // AcqRel: the accept that completes the run reads every earlier step of it, so what each
+        // accept of the run counted before its step is cleared with the window. Relaxed, an
+        // accept could outlive the clear without its request: an accept of nothing, which would
+        // mask K rejections.
+        if shared.run.fetch_add(1, Ordering::AcqRel).saturating_add(1) >= needed {
             shared.run.store(0, Ordering::Relaxed);
             shared.window.clear(epoch);
             shared.throttling.store(false, Ordering::Relaxed);
