@@ -196,6 +196,11 @@ pub struct BackendStats {
     /// ([`StreamStart::slow`]), or as late as the slow tail of a [`FaultKind::Silent`] fault's
     /// shortest wait (10 s) after their head, or later.
     pub slow_first_tokens: u64,
+    /// Attempts that arrived in each millisecond of the fault window, from its start, where the
+    /// provider is dead in it ([`FaultKind::is_dead`]): what reached it after any instant of its
+    /// fault (the balance-fleet scenario counts them from when a replica saw it die). Empty for
+    /// the other faults.
+    pub fault_attempts_ms: Vec<u64>,
 }
 
 impl BackendStats {
@@ -204,6 +209,45 @@ impl BackendStats {
             self.buckets.resize(second + 1, Bucket::default());
         }
         &mut self.buckets[second]
+    }
+
+    /// The counts of several providers taken as one (the deployments of a balance scenario):
+    /// every count and bucket summed; the peaks (in flight, open) summed too, the most the
+    /// providers together could have held at once.
+    pub fn merged(all: &[BackendStats]) -> BackendStats {
+        let mut merged = BackendStats::default();
+        for stats in all {
+            for (second, bucket) in stats.buckets.iter().enumerate() {
+                let sum = merged.bucket(second);
+                sum.attempts += bucket.attempts;
+                sum.retries += bucket.retries;
+                sum.delayed += bucket.delayed;
+                sum.shed += bucket.shed;
+                sum.ok += bucket.ok;
+                sum.rate_limited += bucket.rate_limited;
+                sum.hedges += bucket.hedges;
+            }
+            if merged.fine.len() < stats.fine.len() {
+                merged.fine.resize(stats.fine.len(), FineBucket::default());
+            }
+            for (sum, fine) in merged.fine.iter_mut().zip(&stats.fine) {
+                sum.attempts += fine.attempts;
+                sum.peak_open += fine.peak_open;
+            }
+            merged.peak_in_flight += stats.peak_in_flight;
+            merged.peak_open += stats.peak_open;
+            merged.early_retries += stats.early_retries;
+            merged.retries += stats.retries;
+            merged.hedges += stats.hedges;
+            merged.attempts += stats.attempts;
+            merged.rate_limited += stats.rate_limited;
+            merged.streams_failed_before_content += stats.streams_failed_before_content;
+            merged.streams_failed_retried += stats.streams_failed_retried;
+            merged.streams_cut += stats.streams_cut;
+            merged.silent += stats.silent;
+            merged.slow_first_tokens += stats.slow_first_tokens;
+        }
+        merged
     }
 }
 
@@ -419,16 +463,10 @@ impl Model {
             ends: Calendar::default(),
             tokens: burst,
             tokens_at_us: micros(scenario.fault.start),
-            quota: match scenario.fault.kind {
-                FaultKind::RateLimit {
-                    requests_per_minute,
-                    tokens_per_minute,
-                } => Some(ProviderQuota {
-                    requests: QuotaBucket::full(requests_per_minute),
-                    tokens: QuotaBucket::full(tokens_per_minute),
-                }),
-                _ => None,
-            },
+            quota: scenario.provider_quota().map(|quota| ProviderQuota {
+                requests: QuotaBucket::full(quota.requests_per_minute),
+                tokens: QuotaBucket::full(quota.tokens_per_minute),
+            }),
             requests: Vec::new(),
             stats: BackendStats::default(),
             counted_ids: None,
@@ -514,6 +552,7 @@ impl Model {
             self.stats.attempts += 1;
             self.stats.bucket(second).attempts += 1;
             self.track(now_us, second, id);
+            self.count_in_fault(now_us);
         }
         let mut decision = self.decide(now_us, id, tokens);
         decision.rate_limit = self.quota.as_ref().map(ProviderQuota::state);
@@ -804,6 +843,21 @@ impl Model {
             // The provider's death, not a fault of its streams.
             StreamFate::LostAt(_) | StreamFate::Complete => {}
         }
+    }
+
+    /// Count an attempt arriving at `now_us` in its millisecond of the fault window, if the
+    /// provider is dead in it.
+    fn count_in_fault(&mut self, now_us: u64) {
+        let fault = self.scenario.fault;
+        if !(fault.kind.is_dead() && fault.contains(Duration::from_micros(now_us))) {
+            return;
+        }
+        let ms = ms_floor(now_us.saturating_sub(micros(fault.start)));
+        let series = &mut self.stats.fault_attempts_ms;
+        if series.len() <= ms {
+            series.resize(ms + 1, 0);
+        }
+        series[ms] += 1;
     }
 
     fn track(&mut self, now_us: u64, second: usize, id: Option<usize>) {

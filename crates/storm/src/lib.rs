@@ -83,6 +83,7 @@ pub mod metrics;
 pub mod naive_hedge;
 pub mod pipeline;
 pub mod report;
+pub mod round_robin;
 pub mod router;
 pub mod scenario;
 pub mod sim;
