@@ -202,7 +202,7 @@ impl Backend {
             && self
                 .throttle
                 .as_ref()
-                .is_none_or(|throttle| throttle.snapshot().probability < 0.5)
+                .is_none_or(|throttle| throttle.drops_less_than(0.5))
     }
 }
 

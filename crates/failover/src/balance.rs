@@ -115,17 +115,21 @@ impl Drop for InFlight {
     }
 }
 
-/// One backend the balancer may choose: its index, weight and cost.
-#[derive(Clone, Copy, Debug)]
+/// One backend the balancer may choose: its index and weight.
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Candidate {
     pub(crate) index: usize,
     pub(crate) weight: f64,
-    pub(crate) cost: f64,
 }
 
 /// The power of two choices: two of `candidates` drawn in proportion to their weights (two
-/// distinct ones when there are two), the cheaper one. `None` without a candidate.
-pub(crate) fn two_choices(candidates: &[Candidate], random: &RandomSource) -> Option<usize> {
+/// distinct ones when there are two), the one of lower `cost` (by index; asked of those two
+/// only). `None` without a candidate.
+pub(crate) fn two_choices(
+    candidates: &[Candidate],
+    cost: impl Fn(usize) -> f64,
+    random: &RandomSource,
+) -> Option<usize> {
     match candidates {
         [] => None,
         [only] => Some(only.index),
@@ -152,17 +156,21 @@ pub(crate) fn two_choices(candidates: &[Candidate], random: &RandomSource) -> Op
             };
             let first = draw(None)?;
             let second = draw(Some(first)).unwrap_or(first);
-            let (a, b) = (&candidates[first], &candidates[second]);
-            Some(if b.cost < a.cost { b.index } else { a.index })
+            let (a, b) = (candidates[first].index, candidates[second].index);
+            Some(if a != b && cost(b) < cost(a) { b } else { a })
         }
     }
 }
 
-/// Weighted rendezvous hashing: the candidate `key` ranks first (`names[index]` names each),
+/// Weighted rendezvous hashing: the candidate `key` ranks first (`name` names each, by index),
 /// the same one for the same key as long as it is a candidate.
-pub(crate) fn rendezvous(key: &[u8], candidates: &[Candidate], names: &[&str]) -> Option<usize> {
+pub(crate) fn rendezvous<'a>(
+    key: &[u8],
+    candidates: &[Candidate],
+    name: impl Fn(usize) -> &'a str,
+) -> Option<usize> {
     let score = |candidate: &Candidate| {
-        let hash = stable_hash(key, names[candidate.index].as_bytes());
+        let hash = stable_hash(key, name(candidate.index).as_bytes());
         // A uniform draw in (0, 1] from the hash; the weight scales its rank (weighted
         // rendezvous hashing, Schindelhauer and Schomaker: `-w / ln(u)`).
         let unit = ((hash >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
@@ -206,12 +214,8 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    fn candidate(index: usize, weight: f64, cost: f64) -> Candidate {
-        Candidate {
-            index,
-            weight,
-            cost,
-        }
+    fn candidate(index: usize, weight: f64) -> Candidate {
+        Candidate { index, weight }
     }
 
     #[tokio::test(start_paused = true)]
@@ -249,12 +253,13 @@ mod tests {
     #[test]
     fn of_two_the_cheaper_takes_it() {
         let random = RandomSource::seeded(7);
-        let candidates = [candidate(4, 1.0, 2.0), candidate(9, 1.0, 1.0)];
+        let candidates = [candidate(4, 1.0), candidate(9, 1.0)];
+        let cost = |index: usize| if index == 4 { 2.0 } else { 1.0 };
         for _ in 0..100 {
-            assert_eq!(two_choices(&candidates, &random), Some(9));
+            assert_eq!(two_choices(&candidates, cost, &random), Some(9));
         }
-        assert_eq!(two_choices(&candidates[..1], &random), Some(4));
-        assert_eq!(two_choices(&[], &random), None);
+        assert_eq!(two_choices(&candidates[..1], cost, &random), Some(4));
+        assert_eq!(two_choices(&[], cost, &random), None);
     }
 
     /// Three backends of equal cost and weights 1, 1 and 2: the heavy one is drawn more often,
@@ -262,22 +267,19 @@ mod tests {
     #[test]
     fn weights_decide_the_draws() {
         let random = RandomSource::seeded(11);
-        let candidates = [
-            candidate(0, 1.0, 1.0),
-            candidate(1, 1.0, 1.0),
-            candidate(2, 2.0, 1.0),
-        ];
+        let candidates = [candidate(0, 1.0), candidate(1, 1.0), candidate(2, 2.0)];
         let mut taken = [0_u32; 3];
         for _ in 0..10_000 {
-            let chosen = two_choices(&candidates, &random).unwrap_or(0);
+            let chosen = two_choices(&candidates, |_| 1.0, &random).unwrap_or(0);
             taken[chosen] += 1;
         }
         assert!((4_500..5_500).contains(&taken[2]), "{taken:?}");
         assert!((2_000..3_000).contains(&taken[0]), "{taken:?}");
         // A weight of 0 is never drawn while another can be.
-        let none = [candidate(0, 0.0, 0.1), candidate(1, 1.0, 5.0)];
+        let none = [candidate(0, 0.0), candidate(1, 1.0)];
+        let cost = |index: usize| if index == 0 { 0.1 } else { 5.0 };
         for _ in 0..100 {
-            assert_eq!(two_choices(&none, &random), Some(1));
+            assert_eq!(two_choices(&none, cost, &random), Some(1));
         }
     }
 
@@ -286,11 +288,12 @@ mod tests {
     #[test]
     fn a_sticky_key_keeps_its_backend() {
         let names = ["east", "west", "eu"];
-        let all: Vec<Candidate> = (0..3).map(|i| candidate(i, 1.0, 1.0)).collect();
+        let all: Vec<Candidate> = (0..3).map(|i| candidate(i, 1.0)).collect();
+        let name = |index: usize| names[index];
         let keys: Vec<String> = (0..300).map(|n| format!("conversation-{n}")).collect();
         let homes: Vec<usize> = keys
             .iter()
-            .map(|key| rendezvous(key.as_bytes(), &all, &names).unwrap_or(9))
+            .map(|key| rendezvous(key.as_bytes(), &all, name).unwrap_or(9))
             .collect();
         let mut counts = [0; 3];
         for home in &homes {
@@ -300,8 +303,8 @@ mod tests {
         let reversed: Vec<Candidate> = all.iter().rev().copied().collect();
         let without_west: Vec<Candidate> = all.iter().filter(|c| c.index != 1).copied().collect();
         for (key, home) in keys.iter().zip(&homes) {
-            assert_eq!(rendezvous(key.as_bytes(), &reversed, &names), Some(*home));
-            let moved = rendezvous(key.as_bytes(), &without_west, &names);
+            assert_eq!(rendezvous(key.as_bytes(), &reversed, name), Some(*home));
+            let moved = rendezvous(key.as_bytes(), &without_west, name);
             if *home != 1 {
                 assert_eq!(moved, Some(*home), "{key} moved");
             } else {

@@ -20,8 +20,8 @@ use tokio::time::Instant;
 ///
 /// - [`Cooldowns::local`]: replicas in one process (several failovers of one gateway, tests,
 ///   the storm simulator's fleet);
-/// - [`Cooldowns::fleet`] (feature `redis`): replicas in several processes, through the Redis of
-///   a [`Fleet`](stormguard_rate_limit::Fleet) (the one their rate limits share, or another):
+/// - `Cooldowns::fleet` (feature `redis`): replicas in several processes, through the Redis of
+///   a `stormguard_rate_limit::Fleet` (the one their rate limits share, or another):
 ///   a cooldown is written in the background, and each decision reads what the others wrote in
 ///   the background too (one read in flight at a time), so a decision never waits for Redis
 ///   and knows of another replica's cooldown one round trip after it was written. With Redis

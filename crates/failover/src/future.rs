@@ -627,45 +627,34 @@ where
     /// or the balancer's pick (the sticky key's backend, else the cheaper of two drawn).
     fn choose(&self, may: impl Fn(usize) -> bool) -> Option<usize> {
         let shared = &*self.shared;
+        let routes = &shared.routes;
         for rank in &shared.ranks {
-            let mut open = rank.clone().filter(|index| may(*index));
-            let first = open.next();
-            let Some(second) = open.next() else {
+            let mut open = [Candidate::default(); MAX_BACKENDS];
+            let mut count = 0;
+            for index in rank.clone().filter(|index| may(*index)) {
+                let weight = routes[index].backend.weight();
+                open[count] = Candidate { index, weight };
+                count += 1;
+            }
+            let open = &open[..count];
+            match open {
+                [] => continue,
                 // A rank of one (an ordered failover's every rank) has nothing to weigh.
-                match first {
-                    Some(only) => return Some(only),
-                    None => continue,
-                }
+                [only] => return Some(only.index),
+                _ => {}
+            }
+            let name = |index: usize| routes[index].backend.name();
+            if let Some(key) = shared.sticky.as_ref().and_then(|key| key(&self.head)) {
+                return rendezvous(key, open, name);
+            }
+            let cost = |index: usize| {
+                let backend = &routes[index].backend;
+                let headroom = backend.rate_limit().map_or(1.0, RateLimit::headroom);
+                routes[index].load.cost(backend.weight(), headroom)
             };
-            let candidates: Vec<Candidate> = [first, Some(second)]
-                .into_iter()
-                .flatten()
-                .chain(open)
-                .map(|index| {
-                    let backend = &shared.routes[index].backend;
-                    let headroom = backend.rate_limit().map_or(1.0, RateLimit::headroom);
-                    let weight = backend.weight();
-                    let cost = shared.routes[index].load.cost(weight, headroom);
-                    Candidate {
-                        index,
-                        weight,
-                        cost,
-                    }
-                })
-                .collect();
-            let sticky = shared.sticky.as_ref().and_then(|key| key(&self.head));
-            return match sticky {
-                Some(key) => rendezvous(key, &candidates, &self.names()),
-                None => two_choices(&candidates, &shared.random),
-            };
+            return two_choices(open, cost, &shared.random);
         }
         None
-    }
-
-    /// The backends' names, by index.
-    fn names(&self) -> Vec<&str> {
-        let routes = &self.shared.routes;
-        routes.iter().map(|route| route.backend.name()).collect()
     }
 
     /// Ready once the request's deadline has passed; never without one.

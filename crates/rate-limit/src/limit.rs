@@ -5,8 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
@@ -20,6 +19,7 @@ use tokio::time::Instant;
 use crate::fleet;
 use crate::gcra::{Gcra, Slot};
 use crate::learn::{Cubic, Stated, believed};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::{RateLimitCause, RateLimitConfig, RateLimited};
 
 /// Picks a request's key in a keyed limit.
