@@ -22,6 +22,8 @@
 //!   that way for as long as it stays above capacity. The field's provider fell over this way.
 //! - **Outage.** Every attempt gets 503 at once; requests in flight when it starts fail with 503
 //!   at that moment and free their slots.
+//! - **Refusing** (the `balance-fleet` scenario's dying deployment). Every attempt that arrives
+//!   in the window gets 503 at once; requests in flight when it starts are served to the end.
 //! - **Quota.** A token bucket (`per_sec`, one second of burst) in front of the slots; requests
 //!   without a token get 429 with `Retry-After` at once and cost no slot.
 //! - **Quota of requests and tokens a minute** (the `burst` scenario), enforced per second as
@@ -601,7 +603,7 @@ impl Model {
         let mut respond_at_us = Some(end);
         let fault = self.scenario.fault;
         let crash = micros(fault.start);
-        if fault.kind.is_dead() && now_us < crash && crash < end {
+        if fault.kind.loses_in_flight() && now_us < crash && crash < end {
             // In flight when the provider dies: lost, and its slot with it. A stream whose head
             // goes out before an outage is reset then; anything else fails then (an outage) or
             // hangs (a black hole).
@@ -1222,7 +1224,7 @@ impl Future for ResponseFuture {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::scenario::{DEGRADED_MEDIAN, HEALTHY_MEDIAN, ScenarioKind};
+    use crate::scenario::{BALANCE_FLEET_DYING, DEGRADED_MEDIAN, HEALTHY_MEDIAN, ScenarioKind};
 
     const SECOND: u64 = 1_000_000;
 
@@ -1380,6 +1382,24 @@ mod tests {
         );
         let after = model.admit(30 * SECOND, Some(2));
         assert_eq!(after.status.as_u16(), 200);
+    }
+
+    #[test]
+    fn a_refusing_deployment_finishes_its_work_in_flight_and_refuses_the_rest() {
+        let fleet = Scenario::builtin(ScenarioKind::BalanceFleet).with_qps(100.0);
+        let dying = fleet.deployment(BALANCE_FLEET_DYING).unwrap();
+        let mut model = Model::new(&dying);
+        let caught = model.admit(19_900_000, Some(0));
+        assert_eq!(caught.status, StatusCode::OK, "in flight at 20 s: served");
+        assert!(caught.respond_at_us.unwrap() > 20 * SECOND);
+        let during = model.admit(25 * SECOND, Some(1));
+        assert_eq!(
+            (during.status.as_u16(), during.respond_at_us),
+            (503, Some(25 * SECOND))
+        );
+        // Counted in its millisecond of the fault: 5 s after it started.
+        let counted = &model.stats().fault_attempts_ms;
+        assert_eq!((counted.len(), counted.iter().sum::<u64>()), (5_001, 1));
     }
 
     #[test]

@@ -125,9 +125,12 @@ impl<'a> Panel<'a> {
     }
 }
 
+/// What a panel draws: one series of a run.
+type Pick = fn(&Series) -> &[u64];
+
 /// What the panel of each of a balance scenario's deployments draws (the first three): the
 /// attempts reaching it, and those it answered 429, dashed.
-const DEPLOYMENT_PICKS: [(fn(&Series) -> &[u64], fn(&Series) -> &[u64]); 3] = [
+const DEPLOYMENT_PICKS: [(Pick, Pick); 3] = [
     (
         |s| deployment_series(s, 0).attempts,
         |s| deployment_series(s, 0).rate_limited,
@@ -169,13 +172,15 @@ fn deployment_panels(deployments: &[(String, [String; 2], Vec<f64>)]) -> Vec<Pan
     deployments
         .iter()
         .zip(DEPLOYMENT_PICKS)
-        .map(|((name, [title, dashed_title], throughput), (pick, dashed))| Panel {
-            title,
-            dashed_title,
-            pick,
-            dashed: Some(dashed),
-            throughput: Some((throughput, name)),
-        })
+        .map(
+            |((name, [title, dashed_title], throughput), (pick, dashed))| Panel {
+                title,
+                dashed_title,
+                pick,
+                dashed: Some(dashed),
+                throughput: Some((throughput, name)),
+            },
+        )
         .collect()
 }
 

@@ -147,9 +147,10 @@ fn scenario_help(kind: ScenarioKind) -> &'static str {
         }
         ScenarioKind::BalanceFleet => {
             "The balance scenario's deployments behind a gateway of 3 replicas, each sent every\n\
-             third request, their rate limits shared; eu dies at 20 s (503 at once, work in\n\
-             flight lost). The attempts reaching eu once a first replica saw it die (its breaker\n\
-             opened), with each replica's breakers its own or their cooldowns shared."
+             third request, their rate limits shared; eu dies at 20 s (new attempts refused\n\
+             with 503 at once, work in flight finished). The attempts reaching eu once a first\n\
+             replica saw it die (its breaker opened), with each replica's breakers its own or\n\
+             their cooldowns shared."
         }
     }
 }
@@ -213,6 +214,16 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
             "stormguard's Failover over the primary and the secondary, each with its default\n\
              breaker and per-attempt clocks of its own (two providers only)."
         }
+        Pipeline::RoundRobin
+        | Pipeline::OrderedFailover
+        | Pipeline::StormguardBalance
+        | Pipeline::StormguardBalanceCooldowns => balance_pipeline_help(pipeline),
+    }
+}
+
+/// What a balance row is, for `--help` (`""` for any other row).
+fn balance_pipeline_help(pipeline: Pipeline) -> &'static str {
+    match pipeline {
         Pipeline::RoundRobin => {
             "Each request to the next deployment in turn, behind an engine of its own made from\n\
              ClientLayer::default() (its retries stay on its deployment); no rate limit\n\
@@ -234,6 +245,7 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
              (with_cooldowns(Cooldowns::local())): a deployment one replica's breaker left, the\n\
              others leave too (deployments only; with one replica, as stormguard+balance)."
         }
+        _ => "",
     }
 }
 

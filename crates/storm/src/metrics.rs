@@ -681,9 +681,7 @@ pub fn fleet_figures(
         let ms = at.saturating_sub(scenario.fault.start).as_millis();
         usize::try_from(ms).unwrap_or(usize::MAX)
     };
-    let between = |start: usize, end: usize| -> u64 {
-        per_ms.iter().take(end).skip(start).sum()
-    };
+    let between = |start: usize, end: usize| -> u64 { per_ms.iter().take(end).skip(start).sum() };
     let first = opened.iter().flatten().min().copied();
     let last = opened
         .iter()
@@ -697,7 +695,9 @@ pub fn fleet_figures(
             .collect(),
         fault_attempts: per_ms.iter().sum(),
         after_first_saw: first.map(|first| between(from(first), usize::MAX)),
-        before_all_saw: first.zip(last).map(|(first, last)| between(from(first), from(last))),
+        before_all_saw: first
+            .zip(last)
+            .map(|(first, last)| between(from(first), from(last))),
     })
 }
 
@@ -802,14 +802,16 @@ impl Counts<'_> {
         let all: u64 = served.iter().sum();
         let deployments = (scenario.deployments.iter().zip(self.deployments))
             .zip(served.iter().zip(&best))
-            .map(|((deployment, stats), (successes, best_share))| DeploymentFigures {
-                name: deployment.name,
-                attempts: stats.attempts,
-                successes: *successes,
-                share: ratio(*successes, all),
-                best_share: *best_share,
-                too_many_requests: stats.rate_limited,
-            })
+            .map(
+                |((deployment, stats), (successes, best_share))| DeploymentFigures {
+                    name: deployment.name,
+                    attempts: stats.attempts,
+                    successes: *successes,
+                    share: ratio(*successes, all),
+                    best_share: *best_share,
+                    too_many_requests: stats.rate_limited,
+                },
+            )
             .collect();
         let best_ms = scenario.split_latency(&best, 50.0).as_millis();
         let best_ms = u32::try_from(best_ms).unwrap_or(u32::MAX);
@@ -1269,7 +1271,8 @@ mod tests {
             streams_cut: 1,
             ..BackendStats::default()
         };
-        let (summary, series) = summarize("naive", &scenario, recorder, std::slice::from_ref(&stats));
+        let (summary, series) =
+            summarize("naive", &scenario, recorder, std::slice::from_ref(&stats));
         assert_eq!(
             summary.streams,
             Some(StreamFigures {
@@ -1292,7 +1295,12 @@ mod tests {
         assert_eq!(json["streams"]["lost_tokens"], 5);
         // A provider that does not stream: no figures, no key, no series.
         let seed = Scenario::builtin(ScenarioKind::Seed);
-        let (plain, series) = summarize("naive", &seed, Recorder::default(), std::slice::from_ref(&stats));
+        let (plain, series) = summarize(
+            "naive",
+            &seed,
+            Recorder::default(),
+            std::slice::from_ref(&stats),
+        );
         assert!(plain.streams.is_none() && series.duplicated_tokens.is_empty());
         assert!(
             serde_json::to_value(&plain)

@@ -1072,9 +1072,10 @@ mod tests {
     #[test]
     fn the_breaker_row_is_a_default_where_the_only_provider_dies() {
         // The tail scenario compares hedging; its outage is there to show that hedges stop.
+        // The tail scenario's rows are the hedges; the balance scenarios' share deployments.
         for kind in ScenarioKind::ALL
             .into_iter()
-            .filter(|k| *k != ScenarioKind::Tail)
+            .filter(|k| *k != ScenarioKind::Tail && Scenario::builtin(*k).deployments.is_empty())
         {
             let defaults = Pipeline::defaults(kind);
             let scenario = Scenario::builtin(kind);
@@ -1093,6 +1094,20 @@ mod tests {
                 Pipeline::NaiveFailover
             };
             assert!(defaults.contains(&naive), "{kind}");
+        }
+    }
+
+    #[test]
+    fn the_balance_rows_are_the_defaults_of_the_scenarios_with_deployments_only() {
+        for kind in ScenarioKind::ALL {
+            let balances = !Scenario::builtin(kind).deployments.is_empty();
+            let defaults = Pipeline::defaults(kind);
+            assert!(!defaults.is_empty(), "{kind}");
+            assert_eq!(
+                defaults.iter().all(|row| row.balances()),
+                balances,
+                "{kind}"
+            );
         }
     }
 

@@ -183,7 +183,12 @@ fn balance_cells(summary: &Summary, summaries: &[Summary], deployments: usize) -
         .filter(|n| *n > 0);
     cells.push(round_robin.map_or_else(
         || "-".to_owned(),
-        |n| format!("{:.2}%", summary.too_many_requests as f64 / n as f64 * 100.0),
+        |n| {
+            format!(
+                "{:.2}%",
+                summary.too_many_requests as f64 / n as f64 * 100.0
+            )
+        },
     ));
     cells.push(format!(
         "{:.2}x of {} ms",

@@ -73,7 +73,8 @@ mod tests {
 
     #[tokio::test]
     async fn each_call_goes_to_the_next_service_and_clones_share_the_turn() {
-        let named = |name: &'static str| tower::service_fn(move |_: ()| async move { Ok::<_, ()>(name) });
+        let named =
+            |name: &'static str| tower::service_fn(move |_: ()| async move { Ok::<_, ()>(name) });
         let turns = RoundRobin::new(vec![named("a"), named("b"), named("c")]);
         let mut answers = Vec::new();
         for _ in 0..4 {

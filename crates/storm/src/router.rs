@@ -167,7 +167,12 @@ mod tests {
             .deployments
             .iter()
             .enumerate()
-            .map(|(i, d)| (d.name, Backend::new(&scenario.deployment(i).unwrap(), epoch)))
+            .map(|(i, d)| {
+                (
+                    d.name,
+                    Backend::new(&scenario.deployment(i).unwrap(), epoch),
+                )
+            })
             .collect();
         let router = Router::deployments(deployments.clone());
         assert_eq!(deployment_origin("west"), "http://west.invalid/");

@@ -349,6 +349,14 @@ pub const BALANCE_FLEET_REPLICAS: u32 = 3;
 pub const BALANCE_FLEET_DYING: usize = 2;
 
 /// When the balance-fleet scenario's deployment dies: at 20 s, for the rest of the run.
+///
+/// It dies to new requests ([`FaultKind::Refusing`]: 503 at once) and finishes those it was
+/// serving. What the run compares is what reaches it after the first replica saw it die, so the
+/// replicas must each be able to see it at their own time, by attempts of their own, as a
+/// fleet's replicas do when a deployment is taken out of service or its region fails. An
+/// [`Outage`](FaultKind::Outage) fails every replica's attempts in flight there at one instant:
+/// all three replicas' breakers open in the same millisecond, there is nothing left for one
+/// replica to tell the others, and the comparison measures only the probes.
 pub const BALANCE_FLEET_DEATH: Duration = Duration::from_secs(20);
 
 /// How the provider streams its answers (`text/event-stream`, OpenAI's chat completion chunks):
@@ -467,7 +475,8 @@ pub enum ScenarioKind {
     /// of deployments.
     Balance,
     /// The balance scenario's deployments behind a gateway of three replicas, each sent every
-    /// third request; eu dies at 20 s (503 at once, work in flight lost): what each replica sends
+    /// third request; eu dies at 20 s (new attempts refused with 503 at once, work in flight
+    /// finished): what each replica sends
     /// it once one has seen it die, with breakers of its own or cooldowns shared.
     BalanceFleet,
 }
@@ -576,7 +585,7 @@ impl ScenarioKind {
             ScenarioKind::BalanceFleet => Fault {
                 start: BALANCE_FLEET_DEATH,
                 end: DEFAULT_DURATION,
-                kind: if std::env::var_os("STORM_HOLE").is_some() { FaultKind::Blackhole } else { FaultKind::Outage },
+                kind: FaultKind::Refusing,
             },
         }
     }
@@ -688,6 +697,13 @@ pub enum FaultKind {
     /// The provider accepts connections and never answers: every attempt that arrives in the
     /// window, and every attempt in flight when it starts, hangs until its client drops it.
     Blackhole,
+    /// The provider refuses every attempt that arrives in the window with 503 at once, and
+    /// finishes the work it had in flight when it starts: a deployment that dies to new requests
+    /// (its front door answers 503: taken out of service, its region failing) while the
+    /// requests it was serving run out. Unlike an [`Outage`](FaultKind::Outage), which fails
+    /// every attempt in flight at one instant, so that every client with one there learns of it
+    /// at that instant, each client finds out by attempts of its own, at its own time.
+    Refusing,
     /// An [`Outage`](FaultKind::Outage) for the first half of the window (503 at once, work in
     /// flight when it starts lost), then a [`Blackhole`](FaultKind::Blackhole) for the second: a
     /// provider that goes down, and whose load balancer then stops answering too.
@@ -744,8 +760,17 @@ impl FaultKind {
     pub fn is_dead(self) -> bool {
         matches!(
             self,
-            FaultKind::Outage | FaultKind::Blackhole | FaultKind::OutageThenBlackhole
+            FaultKind::Outage
+                | FaultKind::Blackhole
+                | FaultKind::OutageThenBlackhole
+                | FaultKind::Refusing
         )
+    }
+
+    /// Whether the work in flight when the fault starts is lost then (an outage, a black hole):
+    /// every dead fault's but a [`Refusing`](FaultKind::Refusing) provider's.
+    pub fn loses_in_flight(self) -> bool {
+        self.is_dead() && self != FaultKind::Refusing
     }
 }
 
@@ -846,7 +871,11 @@ impl MinuteQuota {
 
     /// Requests a second it admits of requests of `mean_tokens` tokens (see [`quota_rate`]).
     pub fn rate(&self, mean_tokens: f64) -> f64 {
-        quota_rate(self.requests_per_minute, self.tokens_per_minute, mean_tokens)
+        quota_rate(
+            self.requests_per_minute,
+            self.tokens_per_minute,
+            mean_tokens,
+        )
     }
 }
 
@@ -989,7 +1018,7 @@ impl Fault {
     pub fn refuses_at(&self, at: Duration) -> bool {
         self.contains(at)
             && match self.kind {
-                FaultKind::Outage => true,
+                FaultKind::Outage | FaultKind::Refusing => true,
                 FaultKind::OutageThenBlackhole => at < self.middle(),
                 _ => false,
             }
@@ -1468,6 +1497,9 @@ impl Scenario {
                 h.median.as_millis()
             ),
             FaultKind::Outage => "total outage (503 at once, in-flight work lost)".to_owned(),
+            FaultKind::Refusing => {
+                "new attempts refused (503 at once), in-flight work finished".to_owned()
+            }
             FaultKind::Blackhole => {
                 "black hole (connections accepted, never answered; in-flight work lost)".to_owned()
             }
@@ -1610,7 +1642,8 @@ fn normal_cdf(z: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x);
     let poly = t
         * (0.254_829_592
-            + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let erf = 1.0 - poly * (-x * x).exp();
     if z >= 0.0 {
         0.5 * (1.0 + erf)
@@ -1661,6 +1694,63 @@ mod tests {
                 retry_after: QUOTA_RETRY_AFTER
             }
         );
+    }
+
+    #[test]
+    fn the_best_split_fills_the_quickest_deployment_to_its_quota_first() {
+        let s = Scenario::builtin(ScenarioKind::Balance);
+        let split = s.best_split();
+        let expected = [0.6, 0.36, 0.04];
+        for (share, want) in split.iter().zip(expected) {
+            assert!((share - want).abs() < 1e-9, "{split:?}");
+        }
+        // A quota of more than the load: the quickest takes it all.
+        let mut roomy = s.clone();
+        roomy.deployments[0].quota_share = 1.5;
+        assert_eq!(roomy.best_split(), [1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_splits_latency_is_the_percentile_of_its_mix_of_log_normals() {
+        let s = Scenario::builtin(ScenarioKind::Balance);
+        let ms = |split: &[f64], p: f64| s.split_latency(split, p).as_secs_f64() * 1_000.0;
+        // One deployment alone: its median, and its 84.13th percentile one sigma above it.
+        assert!((ms(&[1.0, 0.0, 0.0], 50.0) - 600.0).abs() < 0.5);
+        assert!((ms(&[0.0, 0.0, 1.0], 50.0) - 1_200.0).abs() < 0.5);
+        let sigma_up = 600.0 * s.sigma.exp();
+        assert!((ms(&[1.0, 0.0, 0.0], 84.134_47) - sigma_up).abs() < 1.0);
+        // Two equal halves of 600 and 1,200 ms: the mix's median is their geometric mean.
+        let half = ms(&[0.5, 0.0, 0.5], 50.0);
+        assert!((half - 600.0 * 2_f64.sqrt()).abs() < 0.5, "{half}");
+        // The best split: between east's and west's medians, above east's.
+        let best = ms(&s.best_split(), 50.0);
+        assert!((650.0..720.0).contains(&best), "{best}");
+    }
+
+    #[test]
+    fn each_deployment_is_a_provider_with_its_quota_latency_and_slots() {
+        let s = Scenario::builtin(ScenarioKind::BalanceFleet);
+        let sizes = TokenSizes::LLM;
+        let rates: Vec<f64> = (0..3)
+            .map(|i| {
+                let own = s.deployment(i).unwrap();
+                assert_eq!(own.baseline.median, BALANCE_MEDIANS[i]);
+                assert!(own.deployments.is_empty() && own.replicas == 1);
+                // Its quota admits its share of the load, in requests of the mean size.
+                let quota = own.minute_quota.unwrap();
+                quota.rate(sizes.mean()) / s.qps
+            })
+            .collect();
+        for (rate, share) in rates.iter().zip(BALANCE_QUOTA_SHARES) {
+            let want = share * BALANCE_QUOTA_HEADROOM;
+            assert!((rate - want).abs() < 0.005, "{rates:?}");
+        }
+        // The dying one has the fault; the others their quotas alone.
+        assert_eq!(s.deployment(2).unwrap().fault.kind, FaultKind::Refusing);
+        assert_eq!(s.deployment(0).unwrap().fault.kind, FaultKind::Quotas);
+        let slots: u32 = (0..3).map(|i| s.deployment(i).unwrap().capacity).sum();
+        assert!(slots.abs_diff(BALANCE_CAPACITY) <= 3, "{slots}");
+        assert!(s.deployment(3).is_none());
     }
 
     #[test]

@@ -258,10 +258,6 @@ fn drive(
         .collect();
     let (mut summary, series) = summarize(pipeline.as_str(), scenario, recorder.take(), &stats);
     summary.fleet = fleet_figures(scenario, &stats, &opened.take());
-    if let Some(i) = scenario.dying && std::env::var_os("STORM_DEBUG_PROBES").is_some() {
-        let hits: Vec<String> = stats[i].fault_attempts_ms.iter().enumerate().filter(|(_, n)| **n > 0).map(|(ms, n)| format!("{}:{}", ms, n)).collect();
-        eprintln!("DEBUG {} {}", pipeline, hits.join(" "));
-    }
     Ok(Run {
         summary,
         series,
@@ -300,7 +296,11 @@ fn providers(scenario: &Scenario, epoch: Instant) -> Vec<Backend> {
             .collect();
     }
     std::iter::once(Backend::new(scenario, epoch))
-        .chain(scenario.secondary().map(|second| Backend::new(&second, epoch)))
+        .chain(
+            scenario
+                .secondary()
+                .map(|second| Backend::new(&second, epoch)),
+        )
         .collect()
 }
 
@@ -309,7 +309,9 @@ fn providers(scenario: &Scenario, epoch: Instant) -> Vec<Backend> {
 fn router(scenario: &Scenario, providers: &[Backend]) -> Option<Router> {
     if !scenario.deployments.is_empty() {
         let names = scenario.deployments.iter().map(|d| d.name);
-        return Some(Router::deployments(names.zip(providers.iter().cloned()).collect()));
+        return Some(Router::deployments(
+            names.zip(providers.iter().cloned()).collect(),
+        ));
     }
     match providers {
         [primary, secondary] => Some(Router::new(primary.clone(), secondary.clone())),
@@ -438,7 +440,13 @@ fn start(
         | Pipeline::OrderedFailover
         | Pipeline::StormguardBalance
         | Pipeline::StormguardBalanceCooldowns => {
-            return Ok(start_balance(pipeline, scenario, providers, router()?, driver));
+            return Ok(start_balance(
+                pipeline,
+                scenario,
+                providers,
+                router()?,
+                driver,
+            ));
         }
     }
     Ok(Watched::default())
