@@ -351,10 +351,10 @@ pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
             },
         ),
         ScenarioKind::BalanceFleet => summary.fleet.as_ref().map_or_else(
-            || "attempts after it died -".to_owned(),
+            || "attempts after it was seen dying -".to_owned(),
             |f| match f.after_first_saw {
-                Some(n) => format!("attempts to {} after it died {n}", f.dying),
-                None => format!("attempts to {} after it died -", f.dying),
+                Some(n) => format!("attempts to {} after it was seen dying {n}", f.dying),
+                None => format!("attempts to {} after it was seen dying -", f.dying),
             },
         ),
         ScenarioKind::Tail => summary.tail.as_ref().map_or_else(

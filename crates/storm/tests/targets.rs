@@ -514,13 +514,13 @@ fn tail_hedging_cuts_the_first_token_p99_3x_for_5_percent_more_attempts_and_stop
     assert!(plain.recovery_s.is_some_and(|r| r <= 2.0), "{plain:?}");
 }
 
-/// The balance scenario at 300 requests/s for 30 s (quotas of 180, 108 and 72 requests a second
+/// The balance scenario at 300 requests/s for 20 s (quotas of 180, 108 and 72 requests a second
 /// of the mean request at east, west and eu): the round robin, today's ordered failover and the
 /// balancer over the same three deployments.
 fn balance_runs() -> Vec<Run> {
     let scenario = Scenario::builtin(ScenarioKind::Balance)
         .with_qps(300.0)
-        .with_duration(Duration::from_secs(30));
+        .with_duration(Duration::from_secs(20));
     stormguard_storm::run(
         &scenario,
         &[
@@ -543,9 +543,12 @@ fn balance_the_balancer_meets_no_quota_and_answers_near_the_best_split() {
     let figures = |s: &Summary| s.balance.clone().expect("deployments, their figures");
 
     // The round robin sends eu a third of the load against a quota of 24% of it: its 429s
-    // (and their retries', which go back to eu) come in the thousands, and its retry budget
-    // cannot retry them all.
-    assert!(round_robin.too_many_requests > 1_000, "{round_robin:?}");
+    // (and their retries', which go back to eu) are a tenth of the requests or more, and its
+    // retry budget cannot retry them all.
+    assert!(
+        round_robin.too_many_requests * 10 > round_robin.offered,
+        "{round_robin:?}"
+    );
     assert!(round_robin.success_rate < 0.95, "{round_robin:?}");
 
     // The balancer: at most 1% of the round robin's 429s (each deployment's rate limit learned
