@@ -262,6 +262,21 @@ impl CircuitBreaker {
         })
     }
 
+    /// Opens a closed breaker now, for its open wait, as its own failures would have
+    /// ([`OpenCause::Told`]); returns whether it did (an open or half-open breaker is left as it
+    /// is). For a breaker of a backend that another replica of a fleet saw fail: when its wait
+    /// is over, this one comes back to the backend by probes, as that replica does, not with all
+    /// its traffic at once.
+    pub fn open_now(&self) -> bool {
+        let shared = &*self.shared;
+        let mut control = shared.lock();
+        if !matches!(control.phase, Phase::Closed) {
+            return false;
+        }
+        shared.open(&mut control, Instant::now(), OpenCause::Told, None);
+        true
+    }
+
     /// Where the breaker stands now (an open breaker whose wait is over reads as half-open: the
     /// next attempt would be a probe).
     pub fn state(&self) -> State {

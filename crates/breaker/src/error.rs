@@ -20,6 +20,9 @@ pub enum OpenCause {
     ProbeFailed,
     /// Health failures in a row reached the configured count.
     ConsecutiveFailures,
+    /// Told to open from outside ([`CircuitBreaker::open_now`](crate::CircuitBreaker::open_now)):
+    /// another replica's breaker of the same backend opened (a fleet's shared cooldowns).
+    Told,
 }
 
 impl OpenCause {
@@ -30,6 +33,7 @@ impl OpenCause {
             Self::Stall => "stall",
             Self::ProbeFailed => "probe_failed",
             Self::ConsecutiveFailures => "consecutive_failures",
+            Self::Told => "told",
         }
     }
 }
@@ -41,6 +45,7 @@ impl fmt::Display for OpenCause {
             Self::Stall => "the backend stopped answering",
             Self::ProbeFailed => "a probe failed",
             Self::ConsecutiveFailures => "failures in a row",
+            Self::Told => "another replica's breaker opened",
         })
     }
 }

@@ -639,3 +639,38 @@ async fn failures_in_a_row_open_however_few_calls_the_window_holds() {
     record(&by_ratio, UNAVAILABLE, 19);
     assert_eq!(by_ratio.state(), State::Closed);
 }
+
+/// Told to open (another replica's breaker of the backend opened), a closed breaker opens for
+/// its own jittered wait, refuses until then, and comes back by a probe; one that is open
+/// already is left as it is, its wait untouched.
+#[tokio::test(start_paused = true)]
+async fn opened_when_told_it_refuses_for_its_wait_then_probes() {
+    let breaker = CircuitBreaker::new(
+        BreakerConfig::default()
+            .with_open_wait(SECOND, 3 * SECOND)
+            .with_seed(7),
+    );
+    assert!(breaker.open_now());
+    let wait = open_wait(&breaker);
+    assert_jittered(wait, SECOND);
+    let snapshot = breaker.snapshot();
+    assert_eq!(
+        (snapshot.opened, snapshot.cause),
+        (1, Some(OpenCause::Told))
+    );
+    assert_eq!(refusal(&breaker).cause(), OpenCause::Told);
+
+    // Open already: nothing changes.
+    tokio::time::advance(wait / 2).await;
+    assert!(!breaker.open_now());
+    assert_eq!(breaker.snapshot().opened, 1);
+    assert_eq!(open_wait(&breaker), wait - wait / 2);
+
+    // After its wait, a probe; failed, the breaker opens again for twice the wait.
+    tokio::time::advance(wait - wait / 2).await;
+    assert_eq!(breaker.state(), State::HalfOpen);
+    assert!(!breaker.open_now(), "half-open: its probes decide");
+    probe(&breaker).record(&UNAVAILABLE, &HeaderMap::new());
+    assert_jittered(open_wait(&breaker), 2 * SECOND);
+    assert_eq!(breaker.snapshot().cause, Some(OpenCause::ProbeFailed));
+}

@@ -14,7 +14,9 @@ use tokio::time::Instant;
 ///
 /// When a backend's breaker opens on one replica, the failover writes how long it lets no probe
 /// through; every replica sharing the cooldowns leaves that backend for that long, as if its own
-/// breaker had opened, and the first probe after it is the breaker's again. Without shared
+/// breaker had opened (it does open, [`OpenCause::Told`](stormguard_breaker::OpenCause::Told),
+/// so that every replica comes back by its breaker's probes, and the first probe to fail shares
+/// the next cooldown before the others send theirs). Without shared
 /// cooldowns, each of `n` replicas sends its own failures (by default three in a row) to a
 /// backend that died before its breaker opens: `n` times the attempts.
 ///

@@ -615,9 +615,9 @@ where
             let route = &self.shared.routes[index];
             index < MAX_BACKENDS
                 && self.tried & (1 << index) == 0
+                && !self.cooling(index)
                 && route.backend.is_healthy()
                 && !(continuation && route.client.rejects_prefill())
-                && !self.cooling(index)
         };
         self.choose(|index| Some(index) != self.continues_from && takes(index))
             .or_else(|| self.continues_from.filter(|from| takes(*from)))

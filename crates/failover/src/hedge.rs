@@ -128,22 +128,50 @@ where
         }
     }
 
-    /// Whether backend `index` is left for a cooldown another replica (or this one) shared.
+    /// Whether backend `index` is left for a cooldown another replica (or this one) shared;
+    /// first shares this replica's, if its breaker of that backend opened since it last did (so
+    /// that the fleet learns of it at this replica's next decision, not when the request whose
+    /// attempt opened it is done with that backend, after its engine's backoff).
+    ///
+    /// The breaker of a backend the fleet left opens here too, if it is closed
+    /// ([`CircuitBreaker::open_now`](stormguard_breaker::CircuitBreaker::open_now)): when the
+    /// cooldown ends, each replica comes back to the backend by its breaker's probes, and the
+    /// first probe to fail shares the next cooldown before the others send theirs. A replica
+    /// whose breaker stayed closed would send the backend all its traffic again, and find out
+    /// by failures of its own, as if it shared nothing.
     pub(crate) fn cooling(&self, index: usize) -> bool {
-        let shared = &self.shared;
-        shared
-            .cooldowns
-            .as_ref()
-            .is_some_and(|cooldowns| cooldowns.cooling(shared.routes[index].backend.name()))
+        let Some(cooldowns) = &self.shared.cooldowns else {
+            return false;
+        };
+        self.share_cooldown_of(index);
+        let route = &self.shared.routes[index];
+        if !cooldowns.cooling(route.backend.name()) {
+            return false;
+        }
+        let breaker = route.backend.breaker();
+        if breaker.open_now() {
+            // The fleet's cooldown, not one of this replica's own to share.
+            let opened = breaker.snapshot().opened;
+            route.published.fetch_max(opened, Ordering::Relaxed);
+        }
+        true
     }
 
-    /// After a failed hop: if its backend's breaker opened since its cooldown was last shared,
-    /// shares it, for as long as the breaker lets no probe through.
+    /// After a failed hop: shares its backend's cooldown if its breaker opened (see
+    /// [`share_cooldown_of`](Self::share_cooldown_of)).
     pub(crate) fn share_cooldown(&self) {
+        if self.shared.cooldowns.is_some() {
+            self.share_cooldown_of(self.hop.backend);
+        }
+    }
+
+    /// If backend `index`'s breaker opened since its cooldown was last shared, shares it, for
+    /// as long as the breaker lets no probe through.
+    fn share_cooldown_of(&self, index: usize) {
         let Some(cooldowns) = &self.shared.cooldowns else {
             return;
         };
-        let route = &self.shared.routes[self.hop.backend];
+        let route = &self.shared.routes[index];
         let breaker = route.backend.breaker();
         if breaker.state() != State::Open {
             return;

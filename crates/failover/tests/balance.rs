@@ -264,3 +264,47 @@ async fn a_cooldown_one_replica_shares_spares_the_others_their_failures() {
         assert_eq!(by_second, if shared { 0 } else { 3 }, "shared: {shared}");
     }
 }
+
+/// When the cooldown ends on a backend still dead, a replica that was spared its failures
+/// comes back to it as the one whose breaker opened does: by one probe, not with failures in
+/// a row of its own (its breaker opened with the fleet's cooldown). The probe fails, its
+/// cooldown is shared, and the first replica sends nothing either.
+#[tokio::test(start_paused = true)]
+async fn after_a_shared_cooldown_a_spared_replica_comes_back_by_a_probe() {
+    let providers = Providers::default();
+    providers.set("east.test", 503, 10 * MS);
+    providers.set("backup.test", 200, 10 * MS);
+    let cooldowns = Cooldowns::local();
+    let replica = || {
+        Failover::new(layer())
+            .with_backend(backend("east.test"))
+            .with_backend(backend("backup.test"))
+            .with_cooldowns(cooldowns.clone())
+            .layer(providers.service())
+    };
+    let (first, second) = (replica(), replica());
+    for _ in 0..5 {
+        first.clone().oneshot(request(None)).await.unwrap();
+    }
+    for _ in 0..5 {
+        second.clone().oneshot(request(None)).await.unwrap();
+    }
+    assert_eq!(
+        providers.get("east.test").hits,
+        3,
+        "the first replica's failures"
+    );
+    // Past every open wait (at most 3 s, stretched by a quarter at most).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let response = second.clone().oneshot(request(None)).await.unwrap();
+        answers.push(answered_by(&response));
+    }
+    for _ in 0..5 {
+        let response = first.clone().oneshot(request(None)).await.unwrap();
+        answers.push(answered_by(&response));
+    }
+    assert_eq!(providers.get("east.test").hits, 4, "one probe: {answers:?}");
+    assert!(answers.iter().all(|a| a == "backup.test"), "{answers:?}");
+}

@@ -22,6 +22,8 @@
 //!   that way for as long as it stays above capacity. The field's provider fell over this way.
 //! - **Outage.** Every attempt gets 503 at once; requests in flight when it starts fail with 503
 //!   at that moment and free their slots.
+//! - **Refusing** (the `balance-fleet` scenario's dying deployment). Every attempt that arrives
+//!   in the window gets 503 at once; requests in flight when it starts are served to the end.
 //! - **Quota.** A token bucket (`per_sec`, one second of burst) in front of the slots; requests
 //!   without a token get 429 with `Retry-After` at once and cost no slot.
 //! - **Quota of requests and tokens a minute** (the `burst` scenario), enforced per second as
@@ -196,6 +198,11 @@ pub struct BackendStats {
     /// ([`StreamStart::slow`]), or as late as the slow tail of a [`FaultKind::Silent`] fault's
     /// shortest wait (10 s) after their head, or later.
     pub slow_first_tokens: u64,
+    /// Attempts that arrived in each millisecond of the fault window, from its start, where the
+    /// provider is dead in it ([`FaultKind::is_dead`]): what reached it after any instant of its
+    /// fault (the balance-fleet scenario counts them from when a replica saw it die). Empty for
+    /// the other faults.
+    pub fault_attempts_ms: Vec<u64>,
 }
 
 impl BackendStats {
@@ -204,6 +211,45 @@ impl BackendStats {
             self.buckets.resize(second + 1, Bucket::default());
         }
         &mut self.buckets[second]
+    }
+
+    /// The counts of several providers taken as one (the deployments of a balance scenario):
+    /// every count and bucket summed; the peaks (in flight, open) summed too, the most the
+    /// providers together could have held at once.
+    pub fn merged(all: &[BackendStats]) -> BackendStats {
+        let mut merged = BackendStats::default();
+        for stats in all {
+            for (second, bucket) in stats.buckets.iter().enumerate() {
+                let sum = merged.bucket(second);
+                sum.attempts += bucket.attempts;
+                sum.retries += bucket.retries;
+                sum.delayed += bucket.delayed;
+                sum.shed += bucket.shed;
+                sum.ok += bucket.ok;
+                sum.rate_limited += bucket.rate_limited;
+                sum.hedges += bucket.hedges;
+            }
+            if merged.fine.len() < stats.fine.len() {
+                merged.fine.resize(stats.fine.len(), FineBucket::default());
+            }
+            for (sum, fine) in merged.fine.iter_mut().zip(&stats.fine) {
+                sum.attempts += fine.attempts;
+                sum.peak_open += fine.peak_open;
+            }
+            merged.peak_in_flight += stats.peak_in_flight;
+            merged.peak_open += stats.peak_open;
+            merged.early_retries += stats.early_retries;
+            merged.retries += stats.retries;
+            merged.hedges += stats.hedges;
+            merged.attempts += stats.attempts;
+            merged.rate_limited += stats.rate_limited;
+            merged.streams_failed_before_content += stats.streams_failed_before_content;
+            merged.streams_failed_retried += stats.streams_failed_retried;
+            merged.streams_cut += stats.streams_cut;
+            merged.silent += stats.silent;
+            merged.slow_first_tokens += stats.slow_first_tokens;
+        }
+        merged
     }
 }
 
@@ -419,16 +465,10 @@ impl Model {
             ends: Calendar::default(),
             tokens: burst,
             tokens_at_us: micros(scenario.fault.start),
-            quota: match scenario.fault.kind {
-                FaultKind::RateLimit {
-                    requests_per_minute,
-                    tokens_per_minute,
-                } => Some(ProviderQuota {
-                    requests: QuotaBucket::full(requests_per_minute),
-                    tokens: QuotaBucket::full(tokens_per_minute),
-                }),
-                _ => None,
-            },
+            quota: scenario.provider_quota().map(|quota| ProviderQuota {
+                requests: QuotaBucket::full(quota.requests_per_minute),
+                tokens: QuotaBucket::full(quota.tokens_per_minute),
+            }),
             requests: Vec::new(),
             stats: BackendStats::default(),
             counted_ids: None,
@@ -514,6 +554,7 @@ impl Model {
             self.stats.attempts += 1;
             self.stats.bucket(second).attempts += 1;
             self.track(now_us, second, id);
+            self.count_in_fault(now_us);
         }
         let mut decision = self.decide(now_us, id, tokens);
         decision.rate_limit = self.quota.as_ref().map(ProviderQuota::state);
@@ -562,7 +603,7 @@ impl Model {
         let mut respond_at_us = Some(end);
         let fault = self.scenario.fault;
         let crash = micros(fault.start);
-        if fault.kind.is_dead() && now_us < crash && crash < end {
+        if fault.kind.loses_in_flight() && now_us < crash && crash < end {
             // In flight when the provider dies: lost, and its slot with it. A stream whose head
             // goes out before an outage is reset then; anything else fails then (an outage) or
             // hangs (a black hole).
@@ -804,6 +845,21 @@ impl Model {
             // The provider's death, not a fault of its streams.
             StreamFate::LostAt(_) | StreamFate::Complete => {}
         }
+    }
+
+    /// Count an attempt arriving at `now_us` in its millisecond of the fault window, if the
+    /// provider is dead in it.
+    fn count_in_fault(&mut self, now_us: u64) {
+        let fault = self.scenario.fault;
+        if !(fault.kind.is_dead() && fault.contains(Duration::from_micros(now_us))) {
+            return;
+        }
+        let ms = ms_floor(now_us.saturating_sub(micros(fault.start)));
+        let series = &mut self.stats.fault_attempts_ms;
+        if series.len() <= ms {
+            series.resize(ms + 1, 0);
+        }
+        series[ms] += 1;
     }
 
     fn track(&mut self, now_us: u64, second: usize, id: Option<usize>) {
@@ -1168,7 +1224,7 @@ impl Future for ResponseFuture {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::scenario::{DEGRADED_MEDIAN, HEALTHY_MEDIAN, ScenarioKind};
+    use crate::scenario::{BALANCE_FLEET_DYING, DEGRADED_MEDIAN, HEALTHY_MEDIAN, ScenarioKind};
 
     const SECOND: u64 = 1_000_000;
 
@@ -1326,6 +1382,24 @@ mod tests {
         );
         let after = model.admit(30 * SECOND, Some(2));
         assert_eq!(after.status.as_u16(), 200);
+    }
+
+    #[test]
+    fn a_refusing_deployment_finishes_its_work_in_flight_and_refuses_the_rest() {
+        let fleet = Scenario::builtin(ScenarioKind::BalanceFleet).with_qps(100.0);
+        let dying = fleet.deployment(BALANCE_FLEET_DYING).unwrap();
+        let mut model = Model::new(&dying);
+        let caught = model.admit(19_900_000, Some(0));
+        assert_eq!(caught.status, StatusCode::OK, "in flight at 20 s: served");
+        assert!(caught.respond_at_us.unwrap() > 20 * SECOND);
+        let during = model.admit(25 * SECOND, Some(1));
+        assert_eq!(
+            (during.status.as_u16(), during.respond_at_us),
+            (503, Some(25 * SECOND))
+        );
+        // Counted in its millisecond of the fault: 5 s after it started.
+        let counted = &model.stats().fault_attempts_ms;
+        assert_eq!((counted.len(), counted.iter().sum::<u64>()), (5_001, 1));
     }
 
     #[test]

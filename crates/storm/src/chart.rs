@@ -35,6 +35,10 @@ fn colour(name: &str) -> &'static str {
         "stormguard+hedge" => "#393b79",
         "naive-hedge" => "#d62728",
         "tower-hedge" => "#ff7f0e",
+        "round-robin" => "#d62728",
+        "ordered-failover" => "#ff7f0e",
+        "stormguard+balance" => "#2ca02c",
+        "stormguard+balance+cooldowns" => "#17becf",
         _ => "#7f7f7f",
     }
 }
@@ -60,6 +64,10 @@ fn escape(text: &str) -> String {
 
 /// Width of the plotting area of every panel, between the axis labels and the legend.
 const PLOT_WIDTH: f64 = WIDTH - LEFT - RIGHT;
+
+/// The longest pipeline name that fits in the legend at the chart's 12 px, in characters (about
+/// 7 px each, in the right margin less the line before the name): `stormguard+failover`.
+const LEGEND_CHARS: usize = 20;
 
 /// Style of a pipeline's dashed line, which draws its second series.
 const DASHED: &str = r#" stroke-dasharray="6,3""#;
@@ -117,12 +125,94 @@ impl<'a> Panel<'a> {
     }
 }
 
+/// What a panel draws: one series of a run.
+type Pick = fn(&Series) -> &[u64];
+
+/// What the panel of each of a balance scenario's deployments draws (the first three): the
+/// attempts reaching it, and those it answered 429, dashed.
+const DEPLOYMENT_PICKS: [(Pick, Pick); 3] = [
+    (
+        |s| deployment_series(s, 0).attempts,
+        |s| deployment_series(s, 0).rate_limited,
+    ),
+    (
+        |s| deployment_series(s, 1).attempts,
+        |s| deployment_series(s, 1).rate_limited,
+    ),
+    (
+        |s| deployment_series(s, 2).attempts,
+        |s| deployment_series(s, 2).rate_limited,
+    ),
+];
+
+/// Deployment `index`'s series in `series`: its attempts and its 429s per second (empty for a
+/// run without it).
+fn deployment_series(series: &Series, index: usize) -> DeploymentPanel<'_> {
+    series
+        .deployments
+        .get(index)
+        .map_or(DeploymentPanel::default(), |d| DeploymentPanel {
+            attempts: &d.attempts,
+            rate_limited: &d.rate_limited,
+        })
+}
+
+/// The series of one deployment's panel.
+#[derive(Default)]
+struct DeploymentPanel<'a> {
+    attempts: &'a [u64],
+    rate_limited: &'a [u64],
+}
+
+/// The panels of a balance scenario's chart in place of the provider's attempts: one per
+/// deployment (the first three), its attempts with those answered 429 dashed, and its
+/// throughput (its quota), `deployments` holding each one's name, titles and throughput per
+/// second.
+fn deployment_panels(deployments: &[(String, [String; 2], Vec<f64>)]) -> Vec<Panel<'_>> {
+    deployments
+        .iter()
+        .zip(DEPLOYMENT_PICKS)
+        .map(
+            |((name, [title, dashed_title], throughput), (pick, dashed))| Panel {
+                title,
+                dashed_title,
+                pick,
+                dashed: Some(dashed),
+                throughput: Some((throughput, name)),
+            },
+        )
+        .collect()
+}
+
+/// Each deployment of `scenario` as its panel names it: its name, its titles (plain, and with
+/// the 429s), and its throughput per second over `seconds` (its quota, or nothing once dead).
+fn deployment_lines(scenario: &Scenario, seconds: usize) -> Vec<(String, [String; 2], Vec<f64>)> {
+    (0..scenario.deployments.len())
+        .filter_map(|index| {
+            let own = scenario.deployment(index)?;
+            let name = scenario.deployments[index].name.to_owned();
+            let title = format!("attempts reaching {name} (requests/s)");
+            let dashed = format!("{title}; dashed: those answered 429");
+            Some((name, [title, dashed], throughput(&own, seconds)))
+        })
+        .collect()
+}
+
+/// `provider`'s throughput at the middle of each of `seconds` seconds.
+fn throughput(provider: &Scenario, seconds: usize) -> Vec<f64> {
+    (0..seconds)
+        .map(|s| provider.throughput_at(Duration::from_millis(s as u64 * 1_000 + 500)))
+        .collect()
+}
+
 /// The panels of `scenario`'s chart, top to bottom. `primary` is the provider's throughput per
-/// second, `secondary` the second provider's, where there is one.
+/// second, `secondary` the second provider's, where there is one; a scenario with `deployments`
+/// (see [`deployment_lines`]) has a panel for each in place of the provider's.
 fn panels<'a>(
     scenario: &Scenario,
     primary: &'a [f64],
     secondary: Option<&'a [f64]>,
+    deployments: &'a [(String, [String; 2], Vec<f64>)],
 ) -> Vec<Panel<'a>> {
     let mut panels = vec![
         Panel::solid("offered load (requests/s)", |s| &s.offered),
@@ -164,6 +254,12 @@ fn panels<'a>(
                 ..attempts
             },
         );
+    }
+    if !deployments.is_empty() {
+        panels.splice(1..2, deployment_panels(deployments));
+        let in_flight = panels.len() - 2;
+        panels[in_flight].title =
+            "attempts in flight to the deployments, client side (most at once in each second)";
     }
     if scenario.streams_fail() {
         panels.push(Panel::solid(
@@ -211,15 +307,16 @@ impl Frame {
 /// Render the chart of `scenario` for the runs `(pipeline name, series)`.
 pub fn render(scenario: &Scenario, runs: &[(&str, &Series)]) -> String {
     let seconds = seconds_shown(scenario, runs);
-    let throughput = |provider: &Scenario| -> Vec<f64> {
-        (0..seconds)
-            .map(|s| provider.throughput_at(Duration::from_millis(s as u64 * 1_000 + 500)))
-            .collect()
-    };
-    let capacity = throughput(scenario);
+    let capacity = throughput(scenario, seconds);
     let secondary = scenario.secondary();
-    let secondary_capacity = secondary.as_ref().map(throughput);
-    let panels = panels(scenario, &capacity, secondary_capacity.as_deref());
+    let secondary_capacity = secondary.as_ref().map(|s| throughput(s, seconds));
+    let deployments = deployment_lines(scenario, seconds);
+    let panels = panels(
+        scenario,
+        &capacity,
+        secondary_capacity.as_deref(),
+        &deployments,
+    );
     let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + PANEL_GAP) + 10.0;
 
     let mut svg = String::new();
@@ -304,9 +401,16 @@ fn draw_panel(
     }
     for (row, (name, _)) in runs.iter().enumerate() {
         let (lx, ly) = frame.legend_at(row);
+        // A name longer than the legend's room is written smaller to fit, not cut at the edge.
+        let fit = if name.len() > LEGEND_CHARS {
+            let size = 12.0 * LEGEND_CHARS as f64 / name.len() as f64;
+            format!(r#" font-size="{size:.1}""#)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             svg,
-            r#"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="{}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            r#"<line x1="{lx:.1}" x2="{:.1}" y1="{ly:.1}" y2="{ly:.1}" stroke="{}" stroke-width="3"/><text x="{:.1}" y="{:.1}"{fit}>{}</text>"#,
             lx + 18.0,
             colour(name),
             lx + 24.0,

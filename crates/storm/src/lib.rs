@@ -14,7 +14,8 @@
 //! response head for 20 s behind a failover (streams under a 30 s deadline, against stormguard's
 //! per-attempt clocks), and a tail of slow first tokens at the field's load (1.5% of the attempts
 //! ten times slower to their first token than the half second of the others, and an outage: what
-//! hedging is for), against the *real* layers, side by side with what people use today, on
+//! hedging is for), three deployments of one model with quotas of their own shared by a balancer
+//! (and by a fleet of three replicas, one deployment dying), against the *real* layers, side by side with what people use today, on
 //! virtual time: a 60 s scenario at the field's 12,000 requests/s runs in seconds (in a few
 //! minutes where each of those requests is a stream).
 //!
@@ -83,6 +84,7 @@ pub mod metrics;
 pub mod naive_hedge;
 pub mod pipeline;
 pub mod report;
+pub mod round_robin;
 pub mod router;
 pub mod scenario;
 pub mod sim;

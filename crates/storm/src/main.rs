@@ -1,12 +1,14 @@
 //! `storm`: replay retry storms against the real layers and print what each pipeline did.
 //!
 //! ```text
-//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|tail|all]
+//! storm [--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|tail|balance|
+//!                   balance-fleet|all]
 //!       [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N]
 //!       [--pipelines none,naive,naive+failover,naive-hedge,tower,tower-hedge,stormguard,
 //!                    stormguard+continuation,stormguard+hedge,stormguard+breaker,
 //!                    stormguard+rate-limit,stormguard+adaptive,
-//!                    stormguard+failover-no-clocks,stormguard+failover]
+//!                    stormguard+failover-no-clocks,stormguard+failover,round-robin,
+//!                    ordered-failover,stormguard+balance,stormguard+balance+cooldowns]
 //!       [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] [--help]
 //! ```
 //!
@@ -18,7 +20,9 @@
 //! `stormguard+continuation` continues a stream cut after content. In `tail`, the hedging rows
 //! race a second attempt against a slow first token: `naive-hedge` always, `tower-hedge` after
 //! the 95th percentile of the response heads' latency, `stormguard+hedge` after the 95th
-//! percentile of the backend's time to first content.
+//! percentile of the backend's time to first content. The balance rows (`round-robin`,
+//! `ordered-failover`, `stormguard+balance`, `stormguard+balance+cooldowns`) need a scenario with
+//! deployments (`balance`, `balance-fleet`), which sends to them alone.
 //! `--scenario all` runs every scenario with its default rows and ends with [`report::overview`].
 //! `--metrics` adds, after each scenario's table, the metrics stormguard's engine emitted in each
 //! of its rows made of stormguard's layers ([`report::dashboards`]; in the JSON, each such run's
@@ -37,11 +41,12 @@ use stormguard_storm::scenario::{Scenario, ScenarioKind};
 use stormguard_storm::{chart, report};
 
 const USAGE: &str = "usage: storm \
-[--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|tail|all] \
-[--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
+[--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|tail|balance|balance-fleet|\
+all] [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
 [--pipelines none,naive,naive+failover,naive-hedge,tower,tower-hedge,stormguard,\
 stormguard+continuation,stormguard+hedge,stormguard+breaker,stormguard+rate-limit,\
-stormguard+adaptive,stormguard+failover-no-clocks,stormguard+failover] [--attempt-timeout SECS] \
+stormguard+adaptive,stormguard+failover-no-clocks,stormguard+failover,round-robin,\
+ordered-failover,stormguard+balance,stormguard+balance+cooldowns] [--attempt-timeout SECS] \
 [--out DIR] [--json] [--metrics] [--help]";
 
 /// The value of `--scenario` that runs every built-in scenario.
@@ -134,6 +139,19 @@ fn scenario_help(kind: ScenarioKind) -> &'static str {
              attempts ten times later: what hedging is for. From 30 s to 40 s a total outage\n\
              (503 at once)."
         }
+        ScenarioKind::Balance => {
+            "Three deployments of one model at 1,000 LLM-sized requests/s: east, west and eu, 600,\n\
+             800 and 1,200 ms at the median, with quotas of 60%, 36% and 24% of the load (each\n\
+             stated in x-ratelimit-* headers, 429 beyond it). How the rows share the load, against\n\
+             the best split the quotas allow (east 60%, west 36%, eu 4%)."
+        }
+        ScenarioKind::BalanceFleet => {
+            "The balance scenario's deployments behind a gateway of 3 replicas, each sent every\n\
+             third request, their rate limits shared; eu dies at 20 s (new attempts refused\n\
+             with 503 at once, work in flight finished). The attempts reaching eu once a first\n\
+             replica saw it die (its breaker opened), with each replica's breakers its own or\n\
+             their cooldowns shared."
+        }
     }
 }
 
@@ -196,6 +214,38 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
             "stormguard's Failover over the primary and the secondary, each with its default\n\
              breaker and per-attempt clocks of its own (two providers only)."
         }
+        Pipeline::RoundRobin
+        | Pipeline::OrderedFailover
+        | Pipeline::StormguardBalance
+        | Pipeline::StormguardBalanceCooldowns => balance_pipeline_help(pipeline),
+    }
+}
+
+/// What a balance row is, for `--help` (`""` for any other row).
+fn balance_pipeline_help(pipeline: Pipeline) -> &'static str {
+    match pipeline {
+        Pipeline::RoundRobin => {
+            "Each request to the next deployment in turn, behind an engine of its own made from\n\
+             ClientLayer::default() (its retries stay on its deployment); no rate limit\n\
+             (deployments only)."
+        }
+        Pipeline::OrderedFailover => {
+            "stormguard's Failover with the deployments as ranks of one, in order (with_backend\n\
+             each), each with its default breaker and RateLimit::default(), which learns its quota\n\
+             from the headers: the next only when the one before cannot take the request\n\
+             (deployments only)."
+        }
+        Pipeline::StormguardBalance => {
+            "stormguard's Failover with the deployments in one rank (with_rank), the same backends:\n\
+             the balancer sends each request to the cheaper of two drawn (latency, requests in\n\
+             flight, rate-limit headroom) (deployments only)."
+        }
+        Pipeline::StormguardBalanceCooldowns => {
+            "stormguard+balance, its replicas sharing their breakers' cooldowns\n\
+             (with_cooldowns(Cooldowns::local())): a deployment one replica's breaker left, the\n\
+             others leave too (deployments only; with one replica, as stormguard+balance)."
+        }
+        _ => "",
     }
 }
 
@@ -404,6 +454,14 @@ fn one_scenario(
     {
         return Err(format!(
             "--pipelines {row} needs two providers: --scenario failover or silent, not {kind}"
+        )
+        .into());
+    }
+    if let Some(row) = pipelines.iter().find(|row| row.balances())
+        && scenario.deployments.is_empty()
+    {
+        return Err(format!(
+            "--pipelines {row} needs deployments: --scenario balance or balance-fleet, not {kind}"
         )
         .into());
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::backend::{BackendStats, FINE_BUCKET};
+use crate::backend::{BackendStats, Bucket, FINE_BUCKET};
 use crate::scenario::{Fault, Scenario};
 
 /// Goodput share of the offered load that counts as recovered.
@@ -373,12 +373,24 @@ pub struct Series {
     /// Hedges reaching the provider per second (attempts sent while another of the same request
     /// was open; empty where the streams start without a slow tail).
     pub hedges: Vec<u64>,
+    /// Each deployment's series, in the scenario's order (empty without deployments; the
+    /// series above then count them together).
+    pub deployments: Vec<DeploymentSeries>,
     /// Logical requests offered per 100 ms.
     pub offered_fine: Vec<u64>,
     /// Attempts that reached the provider per 100 ms.
     pub attempts_fine: Vec<u64>,
     /// Most attempts open at once (client side) in each 100 ms.
     pub in_flight_fine: Vec<u64>,
+}
+
+/// The per-second series of one deployment of a balance scenario.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeploymentSeries {
+    /// Attempts that reached it per second.
+    pub attempts: Vec<u64>,
+    /// Attempts it answered with 429 per second (by arrival).
+    pub rate_limited: Vec<u64>,
 }
 
 /// The report of one pipeline on one scenario (one JSON object).
@@ -449,6 +461,14 @@ pub struct Summary {
     /// hedges); absent where they do not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tail: Option<TailFigures>,
+    /// The figures of a scenario with deployments (how the load was shared among them, against
+    /// the best split their quotas allow); absent without deployments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balance: Option<BalanceFigures>,
+    /// The figures of a scenario whose fault kills one of its deployments (what reached it after
+    /// a replica saw it die); absent elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetFigures>,
 }
 
 impl Summary {
@@ -504,6 +524,60 @@ pub struct TailFigures {
     pub slow_first_tokens: u64,
 }
 
+/// What a scenario with deployments ([`Scenario::deployments`]) adds to a [`Summary`]: what
+/// each deployment did, and the median latency against the best split's
+/// ([`Scenario::best_split`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BalanceFigures {
+    /// Each deployment's figures, in the scenario's order.
+    pub deployments: Vec<DeploymentFigures>,
+    /// The median latency of the best split the quotas allow (from the model:
+    /// [`Scenario::split_latency`]), in milliseconds.
+    pub best_split_p50_ms: u32,
+    /// The row's median latency over the best split's.
+    pub p50_over_best: f64,
+}
+
+/// What one deployment did in a run: the attempts it got, its successes and their share, and its
+/// 429s.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeploymentFigures {
+    /// Its name.
+    pub name: &'static str,
+    /// Attempts that reached it.
+    pub attempts: u64,
+    /// Attempts it answered 200.
+    pub successes: u64,
+    /// Its share of the successes of all the deployments: of the load it carried.
+    pub share: f64,
+    /// Its share in the best split ([`Scenario::best_split`]).
+    pub best_share: f64,
+    /// Attempts it answered 429.
+    #[serde(rename = "429s")]
+    pub too_many_requests: u64,
+}
+
+/// What a scenario whose fault kills one of its deployments ([`Scenario::dying`]) adds to a
+/// [`Summary`]: when each replica saw it die, and the attempts that reached it after the first
+/// one had.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FleetFigures {
+    /// The deployment that dies.
+    pub dying: &'static str,
+    /// When each replica saw it die, in seconds from the start of the run: when its breaker of
+    /// that deployment opened for the first time in the fault (seen to the millisecond); `null`
+    /// for a replica whose breaker never opened. Empty for a row without breakers.
+    pub saw_it_die_s: Vec<Option<f64>>,
+    /// Attempts that reached it from its death to the end of the run.
+    pub fault_attempts: u64,
+    /// Attempts that reached it from the millisecond the first replica saw it die to the end of
+    /// the run; `null` when none did.
+    pub after_first_saw: Option<u64>,
+    /// Of those, the ones that arrived before the last replica saw it die (the others finding
+    /// out for themselves); `null` unless every replica did.
+    pub before_all_saw: Option<u64>,
+}
+
 /// What a scenario whose provider streams adds to a [`Summary`]: how its streams failed, what
 /// was done about it, and what the callers saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -553,27 +627,78 @@ pub struct FailoverFigures {
 }
 
 /// Compute the summary and the chart series of one run, from what the callers saw and what the
-/// provider (and the secondary provider, in a scenario with two) counted.
+/// `providers` counted: the provider (and the secondary, in a scenario with two); or, in a
+/// scenario with deployments, each deployment, in its order, the provider columns then counting
+/// them together ([`BackendStats::merged`]), but for the fault's (its load, its cut), which
+/// count the deployment it strikes.
 pub fn summarize(
     name: &'static str,
     scenario: &Scenario,
     mut recorder: Recorder,
-    backend: &BackendStats,
-    secondary: Option<&BackendStats>,
+    providers: &[BackendStats],
 ) -> (Summary, Series) {
     recorder.latencies_ms.sort_unstable();
     recorder.fallback_latencies_ms.sort_unstable();
     recorder.healthy_latencies_ms.sort_unstable();
     recorder.first_token_ms.sort_unstable();
+    let deployments = if scenario.deployments.is_empty() {
+        &[]
+    } else {
+        providers
+    };
+    let merged = (!deployments.is_empty()).then(|| BackendStats::merged(deployments));
+    let empty = BackendStats::default();
+    let backend = merged.as_ref().or(providers.first()).unwrap_or(&empty);
+    let faulty = scenario
+        .dying
+        .and_then(|index| deployments.get(index))
+        .unwrap_or(backend);
     let counts = Counts {
         scenario,
         recorder,
         backend,
-        secondary,
+        secondary: providers.get(1).filter(|_| deployments.is_empty()),
+        deployments,
         attempts: backend.buckets.iter().map(|b| b.attempts).collect(),
-        fine_attempts: backend.fine.iter().map(|b| b.attempts).collect(),
+        fine_attempts: faulty.fine.iter().map(|b| b.attempts).collect(),
+        fault_attempts: faulty.buckets.iter().map(|b| b.attempts).collect(),
     };
     (counts.summary(name), counts.series())
+}
+
+/// The figures of a run of a scenario whose fault kills one of its deployments, from each
+/// deployment's counts (`providers`, in the scenario's order) and when each replica's breaker of
+/// the dying one first opened (`opened`, see [`FleetFigures`]); `None` in any other scenario.
+pub fn fleet_figures(
+    scenario: &Scenario,
+    providers: &[BackendStats],
+    opened: &[Option<Duration>],
+) -> Option<FleetFigures> {
+    let index = scenario.dying?;
+    let dying = scenario.deployments.get(index)?;
+    let per_ms = &providers.get(index)?.fault_attempts_ms;
+    let from = |at: Duration| -> usize {
+        let ms = at.saturating_sub(scenario.fault.start).as_millis();
+        usize::try_from(ms).unwrap_or(usize::MAX)
+    };
+    let between = |start: usize, end: usize| -> u64 { per_ms.iter().take(end).skip(start).sum() };
+    let first = opened.iter().flatten().min().copied();
+    let last = opened
+        .iter()
+        .try_fold(Duration::ZERO, |last, at| at.map(|at| last.max(at)))
+        .filter(|_| !opened.is_empty());
+    Some(FleetFigures {
+        dying: dying.name,
+        saw_it_die_s: opened
+            .iter()
+            .map(|at| at.map(|at| at.as_secs_f64()))
+            .collect(),
+        fault_attempts: per_ms.iter().sum(),
+        after_first_saw: first.map(|first| between(from(first), usize::MAX)),
+        before_all_saw: first
+            .zip(last)
+            .map(|(first, last)| between(from(first), from(last))),
+    })
 }
 
 /// Most attempts open at once (client side) in each second, from the provider's
@@ -597,14 +722,18 @@ fn ratio(num: u64, den: u64) -> f64 {
 }
 
 /// What [`summarize`] computes from: what the callers saw (latencies sorted), what the providers
-/// counted, and the attempts that reached the primary per second and per [`FINE_BUCKET`].
+/// counted (the primary, or the deployments together, as `backend`), the attempts that reached
+/// it per second, and those that reached the provider the fault strikes (the primary, or the
+/// dying deployment) per [`FINE_BUCKET`] and per second.
 struct Counts<'a> {
     scenario: &'a Scenario,
     recorder: Recorder,
     backend: &'a BackendStats,
     secondary: Option<&'a BackendStats>,
+    deployments: &'a [BackendStats],
     attempts: Vec<u64>,
     fine_attempts: Vec<u64>,
+    fault_attempts: Vec<u64>,
 }
 
 impl Counts<'_> {
@@ -653,7 +782,45 @@ impl Counts<'_> {
             streams: self.streams(),
             silent: self.silent(),
             tail: self.tail(),
+            balance: self.balance(),
+            fleet: None,
         }
+    }
+
+    /// The figures of the deployments, where the scenario has some.
+    fn balance(&self) -> Option<BalanceFigures> {
+        let scenario = self.scenario;
+        if self.deployments.is_empty() {
+            return None;
+        }
+        let best = scenario.best_split();
+        let served: Vec<u64> = self
+            .deployments
+            .iter()
+            .map(|stats| stats.buckets.iter().map(|b| b.ok).sum())
+            .collect();
+        let all: u64 = served.iter().sum();
+        let deployments = (scenario.deployments.iter().zip(self.deployments))
+            .zip(served.iter().zip(&best))
+            .map(
+                |((deployment, stats), (successes, best_share))| DeploymentFigures {
+                    name: deployment.name,
+                    attempts: stats.attempts,
+                    successes: *successes,
+                    share: ratio(*successes, all),
+                    best_share: *best_share,
+                    too_many_requests: stats.rate_limited,
+                },
+            )
+            .collect();
+        let best_ms = scenario.split_latency(&best, 50.0).as_millis();
+        let best_ms = u32::try_from(best_ms).unwrap_or(u32::MAX);
+        let p50 = percentile(&self.recorder.latencies_ms, 50.0).unwrap_or(0);
+        Some(BalanceFigures {
+            deployments,
+            best_split_p50_ms: best_ms,
+            p50_over_best: ratio(u64::from(p50), u64::from(best_ms)),
+        })
     }
 
     /// The highest `attempts / offered` of any one second.
@@ -666,12 +833,13 @@ impl Counts<'_> {
             .fold(0.0, f64::max)
     }
 
-    /// `attempts / offered` in the fault window, after its first [`FAULT_GRACE`].
+    /// `attempts / offered` in the fault window, after its first [`FAULT_GRACE`] (the attempts
+    /// reaching the provider the fault strikes).
     fn fault_load(&self) -> f64 {
         let from = (self.scenario.fault.start + FAULT_GRACE).as_secs() as usize;
         let to = self.scenario.fault.end.as_secs() as usize;
         let window = |series: &[u64]| series.iter().take(to).skip(from).sum::<u64>();
-        ratio(window(&self.attempts), window(&self.recorder.offered))
+        ratio(window(&self.fault_attempts), window(&self.recorder.offered))
     }
 
     /// The figures of the second provider, where the scenario has one and it counted.
@@ -756,8 +924,9 @@ impl Counts<'_> {
             recorder,
             backend,
             secondary,
+            deployments,
             mut attempts,
-            fine_attempts,
+            ..
         } = self;
         // Attempts and answers run on after the last arrival; they all end at the same second,
         // and so does the in-flight series (attempts that hang stay open to the end of the run).
@@ -781,6 +950,10 @@ impl Counts<'_> {
             .max(fallbacks.len())
             .max(secondary_attempts.len())
             .max(duplicated_tokens.len());
+        let deployments = deployments
+            .iter()
+            .map(|stats| DeploymentSeries::of(stats, seconds))
+            .collect();
         let mut in_flight = peak_open_per_second(backend);
         for series in [
             &mut attempts,
@@ -810,9 +983,25 @@ impl Counts<'_> {
             secondary_attempts,
             duplicated_tokens,
             hedges,
+            deployments,
             offered_fine: recorder.offered_fine,
-            attempts_fine: fine_attempts,
+            attempts_fine: backend.fine.iter().map(|b| b.attempts).collect(),
             in_flight_fine: backend.fine.iter().map(|b| b.peak_open).collect(),
+        }
+    }
+}
+
+impl DeploymentSeries {
+    /// The series of a deployment that counted `stats`, over `seconds`.
+    fn of(stats: &BackendStats, seconds: usize) -> DeploymentSeries {
+        let per_second = |count: fn(&Bucket) -> u64| -> Vec<u64> {
+            let mut series: Vec<u64> = stats.buckets.iter().map(count).collect();
+            series.resize(seconds, 0);
+            series
+        };
+        DeploymentSeries {
+            attempts: per_second(|b| b.attempts),
+            rate_limited: per_second(|b| b.rate_limited),
         }
     }
 }
@@ -821,7 +1010,6 @@ impl Counts<'_> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::backend::Bucket;
     use crate::scenario::ScenarioKind;
 
     #[test]
@@ -896,7 +1084,7 @@ mod tests {
 
         let scenario = Scenario::builtin(ScenarioKind::Blackhole);
         let stats = BackendStats::default();
-        let (summary, series) = summarize("stormguard+breaker", &scenario, r, &stats, None);
+        let (summary, series) = summarize("stormguard+breaker", &scenario, r, &[stats]);
         assert_eq!(
             (summary.successes, summary.success_rate, summary.fallbacks),
             (0, 0.0, 1)
@@ -1029,8 +1217,7 @@ mod tests {
             "stormguard+failover",
             &scenario,
             recorder.clone(),
-            &primary,
-            Some(&secondary),
+            &[primary.clone(), secondary],
         );
         let figures = summary.failover.unwrap();
         assert_eq!(figures.secondary_attempts, 7);
@@ -1047,7 +1234,7 @@ mod tests {
             "no arrivals after the fault"
         );
         // One provider: no figures, and no key in the JSON.
-        let (alone, series) = summarize("stormguard", &scenario, recorder, &primary, None);
+        let (alone, series) = summarize("stormguard", &scenario, recorder, &[primary]);
         assert!(alone.failover.is_none() && series.secondary_attempts.is_empty());
         assert!(
             serde_json::to_value(&alone)
@@ -1084,7 +1271,8 @@ mod tests {
             streams_cut: 1,
             ..BackendStats::default()
         };
-        let (summary, series) = summarize("naive", &scenario, recorder, &stats, None);
+        let (summary, series) =
+            summarize("naive", &scenario, recorder, std::slice::from_ref(&stats));
         assert_eq!(
             summary.streams,
             Some(StreamFigures {
@@ -1107,7 +1295,12 @@ mod tests {
         assert_eq!(json["streams"]["lost_tokens"], 5);
         // A provider that does not stream: no figures, no key, no series.
         let seed = Scenario::builtin(ScenarioKind::Seed);
-        let (plain, series) = summarize("naive", &seed, Recorder::default(), &stats, None);
+        let (plain, series) = summarize(
+            "naive",
+            &seed,
+            Recorder::default(),
+            std::slice::from_ref(&stats),
+        );
         assert!(plain.streams.is_none() && series.duplicated_tokens.is_empty());
         assert!(
             serde_json::to_value(&plain)
@@ -1160,7 +1353,7 @@ mod tests {
         ];
         let mut recorder = Recorder::default();
         recorder.arrive(Duration::ZERO);
-        let (summary, series) = summarize("naive", &scenario, recorder, &stats, None);
+        let (summary, series) = summarize("naive", &scenario, recorder, &[stats]);
         assert_eq!(summary.too_many_requests, 5);
         assert_eq!(series.rate_limited, vec![4, 0, 1]);
         let json = serde_json::to_value(&summary).unwrap();

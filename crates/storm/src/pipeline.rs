@@ -16,6 +16,10 @@
 //! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
 //! | `stormguard+failover-no-clocks` | the same failover made from `ClientLayer::default().without_clocks()`: no per-attempt clocks, only the deadline bounds an attempt |
 //! | `stormguard+failover` | [`Failover`] over the primary and the secondary, made from the same `ClientLayer` (each provider with the default backend breaker, [`failover::Backend::default_breaker`], and clocks of its own) |
+//! | `round-robin` | [`RoundRobin`] over the deployments: each request to the next in turn, each deployment behind an engine of its own made from the same `ClientLayer` |
+//! | `ordered-failover` | [`Failover`] over the deployments as ranks of one, in order (`with_backend` for each), each backend with `RateLimit::default()` |
+//! | `stormguard+balance` | [`Failover`] with the deployments sharing one rank (`with_rank`): the balancer; each backend with `RateLimit::default()` |
+//! | `stormguard+balance+cooldowns` | the same, its replicas sharing their backends' cooldowns (`with_cooldowns(Cooldowns::local())`) |
 //!
 //! `stormguard` turns continuation off in every scenario, not only where streams are cut, so
 //! that a row's name means one configuration: continuation acts on event streams cut after
@@ -38,6 +42,26 @@
 //! before its first content event itself, and never restarts one after it: `stormguard` ends it
 //! with `StreamInterrupted`, `stormguard+continuation` asks the provider for the rest of the
 //! answer (the text received as an assistant prefill) and splices it in.
+//!
+//! The balance rows (`round-robin`, `ordered-failover`, `stormguard+balance`,
+//! `stormguard+balance+cooldowns`) need a scenario with deployments (`balance`, `balance-fleet`)
+//! and send to them alone. Every one of them is made of the engine the other stormguard rows use
+//! (`ClientLayer::default()`, seeded): the rows differ in how a request finds a deployment, not
+//! in how it is retried. `round-robin` gives each deployment an engine of its own (a throttle and
+//! clocks of its own, the retry budget shared, as a failover's backends have them) and no rate
+//! limit: a round robin knows no quota, and each request stays on its deployment (its retries
+//! with it, after the deployment's `Retry-After`), as with a gateway that picks the deployment
+//! once. The failover rows give each deployment the backend a gateway operator would configure
+//! for it: its name, its origin ([`Adapter::with_origin`]), the default backend breaker and
+//! `RateLimit::default()`, which knows no numbers and learns the deployment's quota from the
+//! `x-ratelimit-*` headers of its first answer. `ordered-failover` puts them in order as ranks of
+//! one (today's failover: the next only when the one before cannot take the request, here when
+//! its rate limit cannot fit it within its 2 s wait), `stormguard+balance` in one rank, shared by
+//! the balancer. Where the scenario has several replicas (`balance-fleet`), each row is that many
+//! of its pipeline, each sent every replica-th request in turn ([`RoundRobin`]), each with its own
+//! engines, breakers and throttles, and the replicas' rate limits shared (one per deployment, as
+//! a fleet shares a quota through Redis, `RateLimitConfig::with_fleet`);
+//! `stormguard+balance+cooldowns` shares their cooldowns too, through one `Cooldowns::local()`.
 //!
 //! The hedging rows (the `tail` scenario's) differ in what they wait for. stormguard's engine
 //! hedges an attempt that has produced no content: for an event stream, no first content event,
@@ -68,14 +92,17 @@ use tower::util::rng::Rng;
 
 use stormguard::ClientLayer;
 use stormguard::breaker::{BreakerConfig, CircuitBreaker, Fallback};
-use stormguard::failover::{self, Adapter, Failover, FailoverService};
+use stormguard::failover::{self, Adapter, Cooldowns, Failover, FailoverService};
 use stormguard::jitter::{FullJitter, HintPolicy};
 use stormguard::rate_limit::{RateLimit, RateLimitConfig};
 use stormguard::retry::Hedging;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 
 use crate::backend::Backend;
-use crate::router::{PRIMARY_AUTHORITY, Router, SECONDARY_AUTHORITY, SECONDARY_ORIGIN};
+use crate::round_robin::RoundRobin;
+use crate::router::{
+    PRIMARY_AUTHORITY, Router, SECONDARY_AUTHORITY, SECONDARY_ORIGIN, deployment_origin,
+};
 use crate::scenario::{Scenario, ScenarioKind};
 
 /// The request every pipeline sends.
@@ -117,11 +144,19 @@ pub enum Pipeline {
     StormguardFailoverNoClocks,
     /// stormguard's failover over two providers, made from `ClientLayer::default()`.
     StormguardFailover,
+    /// Each request to the next deployment in turn, each deployment behind an engine of its own.
+    RoundRobin,
+    /// stormguard's failover over the deployments as ranks of one, in order.
+    OrderedFailover,
+    /// stormguard's failover with the deployments in one rank: the balancer.
+    StormguardBalance,
+    /// The balancer, its replicas sharing their backends' cooldowns.
+    StormguardBalanceCooldowns,
 }
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 14] = [
+    pub const ALL: [Pipeline; 18] = [
         Pipeline::None,
         Pipeline::Naive,
         Pipeline::NaiveFailover,
@@ -136,6 +171,10 @@ impl Pipeline {
         Pipeline::StormguardAdaptive,
         Pipeline::StormguardFailoverNoClocks,
         Pipeline::StormguardFailover,
+        Pipeline::RoundRobin,
+        Pipeline::OrderedFailover,
+        Pipeline::StormguardBalance,
+        Pipeline::StormguardBalanceCooldowns,
     ];
 
     /// The pipelines a scenario compares unless told otherwise: today's clients and stormguard's
@@ -146,7 +185,9 @@ impl Pipeline {
     /// naive one; the streams, naive retries (and restarts) with stormguard's stream guard
     /// alone and with its continuation; the silent provider, a naive failover, tower's retry and stormguard on the primary alone with
     /// stormguard's failover without and with its per-attempt clocks; the slow first tokens
-    /// (`tail`), the naive hedge, tower's hedge and stormguard without and with hedging.
+    /// (`tail`), the naive hedge, tower's hedge and stormguard without and with hedging; the
+    /// deployments of one model (`balance`), a round robin, today's ordered failover and the
+    /// balancer; their fleet (`balance-fleet`), the balancer without and with shared cooldowns.
     ///
     /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
     /// to), so its row would repeat stormguard's at the cost of one more run.
@@ -201,6 +242,15 @@ impl Pipeline {
                 Pipeline::Stormguard,
                 Pipeline::StormguardHedge,
             ],
+            ScenarioKind::Balance => &[
+                Pipeline::RoundRobin,
+                Pipeline::OrderedFailover,
+                Pipeline::StormguardBalance,
+            ],
+            ScenarioKind::BalanceFleet => &[
+                Pipeline::StormguardBalance,
+                Pipeline::StormguardBalanceCooldowns,
+            ],
         }
     }
 
@@ -227,6 +277,22 @@ impl Pipeline {
                 | Pipeline::StormguardAdaptive
                 | Pipeline::StormguardFailoverNoClocks
                 | Pipeline::StormguardFailover
+                | Pipeline::RoundRobin
+                | Pipeline::OrderedFailover
+                | Pipeline::StormguardBalance
+                | Pipeline::StormguardBalanceCooldowns
+        )
+    }
+
+    /// Whether the pipeline shares the load among a balance scenario's deployments (and needs a
+    /// scenario that has them).
+    pub fn balances(self) -> bool {
+        matches!(
+            self,
+            Pipeline::RoundRobin
+                | Pipeline::OrderedFailover
+                | Pipeline::StormguardBalance
+                | Pipeline::StormguardBalanceCooldowns
         )
     }
 
@@ -257,6 +323,10 @@ impl Pipeline {
             Pipeline::StormguardAdaptive => "stormguard+adaptive",
             Pipeline::StormguardFailoverNoClocks => "stormguard+failover-no-clocks",
             Pipeline::StormguardFailover => "stormguard+failover",
+            Pipeline::RoundRobin => "round-robin",
+            Pipeline::OrderedFailover => "ordered-failover",
+            Pipeline::StormguardBalance => "stormguard+balance",
+            Pipeline::StormguardBalanceCooldowns => "stormguard+balance+cooldowns",
         }
     }
 
@@ -291,7 +361,8 @@ impl fmt::Display for UnknownPipeline {
             "unknown pipeline `{}` (expected none, naive, naive+failover, naive-hedge, tower, \
              tower-hedge, stormguard, stormguard+continuation, stormguard+hedge, \
              stormguard+breaker, stormguard+rate-limit, stormguard+adaptive, \
-             stormguard+failover-no-clocks or stormguard+failover)",
+             stormguard+failover-no-clocks, stormguard+failover, round-robin, ordered-failover, \
+             stormguard+balance or stormguard+balance+cooldowns)",
             self.0
         )
     }
@@ -775,6 +846,137 @@ pub fn stormguard_adaptive(
         .layer(backend)
 }
 
+/// Mixed, times the replica's number, into the seed each replica of a gateway draws with, so
+/// that the replicas draw apart; replica 0 draws with the scenario's seed.
+const REPLICA_SEED: u64 = 0x4e91_1ca0_0000_0001;
+
+/// `scenario` as replica `replica` of its gateway draws it: its seed, mixed with the replica's
+/// number.
+fn replica_scenario(scenario: &Scenario, replica: u32) -> Scenario {
+    let seed = scenario.seed ^ REPLICA_SEED.wrapping_mul(u64::from(replica));
+    scenario.clone().with_seed(seed)
+}
+
+/// `layer` for deployment `name` alone: named after it, with a throttle and clocks of its own
+/// (the layer's settings), its retry budget shared with every other made from `layer`, as a
+/// failover gives each backend its own.
+fn own_engine(layer: &ClientLayer, name: &str) -> ClientLayer {
+    let throttle = layer.throttle().map(|t| *t.config()).unwrap_or_default();
+    let own = layer
+        .clone()
+        .with_name(name)
+        .with_throttle(AdaptiveThrottle::new(throttle));
+    match layer.clocks() {
+        Some(clocks) => own.with_clocks(clocks.fresh()),
+        None => own,
+    }
+}
+
+/// The `round-robin` row over `scenario`'s deployments (`providers`, one each, in the order of
+/// [`Scenario::deployments`]): each request to the next deployment in turn
+/// ([`RoundRobin`]), each deployment behind an engine of its own made from
+/// `ClientLayer::default()` (seeded; [`own_engine`]) over a router to it alone, no rate limit
+/// (see the [module docs](self)). One per replica of the gateway, each sent every replica-th
+/// request.
+pub fn round_robin(
+    providers: &[Backend],
+    scenario: &Scenario,
+) -> RoundRobin<RoundRobin<stormguard::ClientService<Router>>> {
+    let replicas = (0..scenario.replicas.max(1))
+        .map(|replica| {
+            let layer = client_layer(&replica_scenario(scenario, replica));
+            let engines = scenario
+                .deployments
+                .iter()
+                .zip(providers)
+                .map(|(deployment, provider)| {
+                    let alone = Router::deployments(vec![(deployment.name, provider.clone())]);
+                    own_engine(&layer, deployment.name).layer(alone)
+                })
+                .collect();
+            RoundRobin::new(engines)
+        })
+        .collect();
+    RoundRobin::new(replicas)
+}
+
+/// How a balance row ranks the deployments in its failover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ranking {
+    /// Ranks of one, in the order of the scenario's deployments (`with_backend` for each):
+    /// today's ordered failover.
+    InOrder,
+    /// One rank (`with_rank`), shared by the balancer.
+    Balanced,
+}
+
+/// The balance rows' gateway: one failover per replica, each sent every replica-th request in
+/// turn, and the breaker each replica has for the scenario's dying deployment (none without
+/// one), to watch.
+pub struct Gateway {
+    /// The replicas, in turn.
+    pub replicas: RoundRobin<FailoverService<Router>>,
+    /// Each replica's breaker of the dying deployment.
+    pub dying: Vec<CircuitBreaker>,
+}
+
+/// The failover rows over `scenario`'s deployments through `router` (`ordered-failover`,
+/// `stormguard+balance`, `stormguard+balance+cooldowns`): per replica of the gateway,
+/// `Failover::new(ClientLayer::default())` (seeded) with a backend per deployment, named after
+/// it, sent to its origin ([`deployment_origin`]), with the default backend breaker (seeded
+/// apart per replica and deployment) and the deployment's rate limit, `RateLimit::default()`,
+/// one per deployment that the replicas share (see the [module docs](self)); ranked as
+/// `ranking` says, the balancer's draws seeded; with `cooldowns`, the replicas share one
+/// `Cooldowns::local()`.
+pub fn gateway(router: Router, scenario: &Scenario, ranking: Ranking, cooldowns: bool) -> Gateway {
+    let limits: Vec<RateLimit> = scenario
+        .deployments
+        .iter()
+        .map(|_| RateLimit::default())
+        .collect();
+    let shared = Cooldowns::local();
+    let mut dying = Vec::new();
+    let replicas = (0..scenario.replicas.max(1))
+        .map(|replica| {
+            let own = replica_scenario(scenario, replica);
+            let backends: Vec<failover::Backend> = (scenario.deployments.iter().zip(&limits))
+                .enumerate()
+                .map(|(index, (deployment, limit))| {
+                    let salt = 0xb4ea_6e10 + index as u64;
+                    let breaker = CircuitBreaker::new(
+                        failover::Backend::default_breaker()
+                            .config()
+                            .with_seed(own.seed ^ salt),
+                    );
+                    if scenario.dying == Some(index) {
+                        dying.push(breaker.clone());
+                    }
+                    let origin = Adapter::new().with_origin(deployment_origin(deployment.name));
+                    failover::Backend::new(deployment.name)
+                        .with_adapter(origin)
+                        .with_breaker(breaker)
+                        .with_rate_limit(limit.clone())
+                })
+                .collect();
+            let mut failover = Failover::new(client_layer(&own)).with_seed(own.seed ^ 0xba1a_9ce0);
+            failover = match ranking {
+                Ranking::InOrder => backends
+                    .into_iter()
+                    .fold(failover, |failover, backend| failover.with_backend(backend)),
+                Ranking::Balanced => failover.with_rank(backends),
+            };
+            if cooldowns {
+                failover = failover.with_cooldowns(shared.clone());
+            }
+            failover.layer(router.clone())
+        })
+        .collect();
+    Gateway {
+        replicas: RoundRobin::new(replicas),
+        dying,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -870,9 +1072,10 @@ mod tests {
     #[test]
     fn the_breaker_row_is_a_default_where_the_only_provider_dies() {
         // The tail scenario compares hedging; its outage is there to show that hedges stop.
+        // The tail scenario's rows are the hedges; the balance scenarios' share deployments.
         for kind in ScenarioKind::ALL
             .into_iter()
-            .filter(|k| *k != ScenarioKind::Tail)
+            .filter(|k| *k != ScenarioKind::Tail && Scenario::builtin(*k).deployments.is_empty())
         {
             let defaults = Pipeline::defaults(kind);
             let scenario = Scenario::builtin(kind);
@@ -891,6 +1094,20 @@ mod tests {
                 Pipeline::NaiveFailover
             };
             assert!(defaults.contains(&naive), "{kind}");
+        }
+    }
+
+    #[test]
+    fn the_balance_rows_are_the_defaults_of_the_scenarios_with_deployments_only() {
+        for kind in ScenarioKind::ALL {
+            let balances = !Scenario::builtin(kind).deployments.is_empty();
+            let defaults = Pipeline::defaults(kind);
+            assert!(!defaults.is_empty(), "{kind}");
+            assert_eq!(
+                defaults.iter().all(|row| row.balances()),
+                balances,
+                "{kind}"
+            );
         }
     }
 

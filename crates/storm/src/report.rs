@@ -55,6 +55,23 @@ const TAIL_HEADER: [&str; 10] = [
     "slow first tokens",
 ];
 
+/// The columns a scenario with deployments adds after each deployment's share of the load (its
+/// `<name> share` column): the 429s against the `round-robin` row's, and the median latency
+/// against the best split's.
+const BALANCE_HEADER: [&str; 2] = ["429s / round-robin", "p50 / best split"];
+
+/// The columns a scenario whose fault kills a deployment adds, after the others: when the first
+/// and the last replica saw it die, the attempts that reached it after the first had (and before
+/// the last had), and those against the `stormguard+balance` row's.
+const FLEET_HEADER: [&str; 6] = [
+    "dying",
+    "first saw it die",
+    "last saw it die",
+    "attempts after",
+    "before the last",
+    "after / stormguard+balance",
+];
+
 /// The columns every table has, in order.
 const HEADER: [&str; 20] = [
     "pipeline",
@@ -94,7 +111,19 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
         .iter()
         .find(|s| s.name == Pipeline::Stormguard.as_str())
         .map(|s| s.backend_attempts);
+    let shares: Vec<String> = scenario
+        .deployments
+        .iter()
+        .map(|d| format!("{} share", d.name))
+        .collect();
     let mut header = HEADER.to_vec();
+    if !shares.is_empty() {
+        header.extend(shares.iter().map(String::as_str));
+        header.extend(BALANCE_HEADER);
+    }
+    if scenario.dying.is_some() {
+        header.extend(FLEET_HEADER);
+    }
     if two_providers {
         header.extend(FAILOVER_HEADER);
     }
@@ -123,10 +152,81 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
             if tail {
                 row.extend(tail_cells(s, baseline));
             }
+            if !shares.is_empty() {
+                row.extend(balance_cells(s, summaries, shares.len()));
+            }
+            if scenario.dying.is_some() {
+                row.extend(fleet_cells(s, summaries));
+            }
             row
         })
         .collect();
     aligned(&header, &rows, 1)
+}
+
+/// The cells of a scenario with `deployments` deployments for one row: each one's share of the
+/// load (with the best split's), then [`BALANCE_HEADER`]'s, the 429s against those of the
+/// `round-robin` row among `summaries` (`-` without one); `-` for a row without the figures.
+fn balance_cells(summary: &Summary, summaries: &[Summary], deployments: usize) -> Vec<String> {
+    let Some(f) = &summary.balance else {
+        return vec!["-".to_owned(); deployments + BALANCE_HEADER.len()];
+    };
+    let mut cells: Vec<String> = f
+        .deployments
+        .iter()
+        .map(|d| format!("{:.1}% ({:.0}%)", d.share * 100.0, d.best_share * 100.0))
+        .collect();
+    let round_robin = summaries
+        .iter()
+        .find(|s| s.name == Pipeline::RoundRobin.as_str())
+        .map(|s| s.too_many_requests)
+        .filter(|n| *n > 0);
+    cells.push(round_robin.map_or_else(
+        || "-".to_owned(),
+        |n| {
+            format!(
+                "{:.2}%",
+                summary.too_many_requests as f64 / n as f64 * 100.0
+            )
+        },
+    ));
+    cells.push(format!(
+        "{:.2}x of {} ms",
+        f.p50_over_best, f.best_split_p50_ms
+    ));
+    cells
+}
+
+/// The cells of [`FLEET_HEADER`] for one row, its attempts after the first replica saw the
+/// deployment die against those of the `stormguard+balance` row among `summaries` (`-` without
+/// one); `-` for a row without the figures.
+fn fleet_cells(summary: &Summary, summaries: &[Summary]) -> [String; 6] {
+    let Some(f) = &summary.fleet else {
+        return std::array::from_fn(|_| "-".to_owned());
+    };
+    let at = |at: Option<f64>| at.map_or_else(|| "never".to_owned(), |s| format!("{s:.3} s"));
+    let seen: Vec<f64> = f.saw_it_die_s.iter().flatten().copied().collect();
+    let first = seen.iter().copied().reduce(f64::min);
+    let last = (seen.len() == f.saw_it_die_s.len())
+        .then(|| seen.iter().copied().reduce(f64::max))
+        .flatten();
+    let independent = summaries
+        .iter()
+        .find(|s| s.name == Pipeline::StormguardBalance.as_str())
+        .and_then(|s| s.fleet.as_ref()?.after_first_saw)
+        .filter(|n| *n > 0);
+    let count = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
+    [
+        f.dying.to_owned(),
+        at(first),
+        at(last),
+        count(f.after_first_saw),
+        count(f.before_all_saw),
+        f.after_first_saw.zip(independent).map_or_else(
+            || "-".to_owned(),
+            |(after, independent)| format!("{:.3}", after as f64 / independent as f64),
+        ),
+    ]
 }
 
 /// The cells of [`HEADER`] for one row of `scenario`'s table.
@@ -240,6 +340,22 @@ pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
         ScenarioKind::Silent => summary.p99_over_healthy().map_or_else(
             || "p99 / healthy -".to_owned(),
             |ratio| format!("p99 / healthy {ratio:.2}x"),
+        ),
+        ScenarioKind::Balance => summary.balance.as_ref().map_or_else(
+            || "p50 / best split -".to_owned(),
+            |f| {
+                format!(
+                    "p50 / best split {:.2}x, 429s {}",
+                    f.p50_over_best, summary.too_many_requests
+                )
+            },
+        ),
+        ScenarioKind::BalanceFleet => summary.fleet.as_ref().map_or_else(
+            || "attempts after it was seen dying -".to_owned(),
+            |f| match f.after_first_saw {
+                Some(n) => format!("attempts to {} after it was seen dying {n}", f.dying),
+                None => format!("attempts to {} after it was seen dying -", f.dying),
+            },
         ),
         ScenarioKind::Tail => summary.tail.as_ref().map_or_else(
             || "first token p99 -".to_owned(),
@@ -488,8 +604,36 @@ pub fn legend(scenario: &Scenario) -> String {
     if scenario.has_slow_starts() {
         legend = format!("{legend}\n{TAIL_LEGEND}");
     }
+    if !scenario.deployments.is_empty() {
+        legend = format!("{legend}\n{BALANCE_LEGEND}");
+    }
+    if scenario.dying.is_some() {
+        legend = format!("{legend}\n{FLEET_LEGEND}");
+    }
     legend
 }
+
+/// What the columns of a scenario with deployments mean, printed under [`LEGEND`].
+pub const BALANCE_LEGEND: &str = "\
+with deployments, the provider columns above (attempts, ampl, peak load, peak in-flight,
+overloaded, 429s, retries) count them together (the peaks: the sum of each one's);
+<name> share = the deployment's share of the successes of all the deployments (in brackets: its
+share in the best split, the quickest filled up to its quota first, then the next);
+429s / round-robin = 429s over the round-robin row's;
+p50 / best split = the median latency over the best split's (from the model: the median of the
+deployments' latencies mixed in the best split's shares, with no wait, no retry and no 429).";
+
+/// What the columns of a scenario whose fault kills a deployment mean, printed under
+/// [`BALANCE_LEGEND`].
+pub const FLEET_LEGEND: &str = "\
+with replicas and a dying deployment, cut and fault load count the dying deployment alone;
+first / last saw it die = when the first and the last replica saw it die: its breaker of that
+deployment opened (never: it did not);
+attempts after = attempts that reached the dying deployment from the millisecond the first replica
+saw it die to the end of the run; before the last = those that arrived before the last replica saw
+it die;
+after / stormguard+balance = attempts after over the stormguard+balance row's (its replicas'
+breakers independent).";
 
 /// What the columns of a scenario whose streams start with a slow tail mean, printed under
 /// [`LEGEND`].
@@ -597,6 +741,8 @@ mod tests {
             streams: None,
             silent: None,
             tail: None,
+            balance: None,
+            fleet: None,
         };
         let outage = Scenario::builtin(ScenarioKind::Outage);
         let text = table(&outage, std::slice::from_ref(&summary));
@@ -683,6 +829,8 @@ mod tests {
             streams: None,
             silent: None,
             tail: None,
+            balance: None,
+            fleet: None,
         };
         let failing_over = Summary {
             name: "stormguard+failover",
@@ -781,6 +929,8 @@ mod tests {
             streams: Some(figures),
             silent: None,
             tail: None,
+            balance: None,
+            fleet: None,
         };
         let text = table(&streams, &[summary]);
         let lines: Vec<&str> = text.lines().collect();
@@ -842,6 +992,8 @@ mod tests {
             streams: None,
             silent: None,
             tail: Some(figures),
+            balance: None,
+            fleet: None,
         };
         let hedged = Summary {
             name: "stormguard+hedge",
@@ -938,6 +1090,8 @@ mod tests {
             streams: None,
             silent: Some(figures),
             tail: None,
+            balance: None,
+            fleet: None,
         };
         let text = table(&silent, std::slice::from_ref(&summary));
         let lines: Vec<&str> = text.lines().collect();

@@ -1,13 +1,16 @@
-//! The network between the clients and two providers: a tower `Service` that sends each request
+//! The network between the clients and the providers: a tower `Service` that sends each request
 //! to the provider its URI names.
 //!
 //! Every pipeline sends its requests to the primary ([`PRIMARY_AUTHORITY`]); a failover
 //! rewrites a request for the secondary with the secondary's origin ([`SECONDARY_ORIGIN`]), as it
 //! would for another provider's API. The router reads the authority and hands the request to that
 //! provider's model: requests for [`SECONDARY_AUTHORITY`] to the secondary, every other one to
-//! the primary.
+//! the primary. In a balance scenario the providers are its deployments, each at the authority of
+//! its name ([`deployment_authority`]), the first of them also taking every request for an
+//! authority no deployment has (the primary's).
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -26,28 +29,62 @@ pub const SECONDARY_AUTHORITY: &str = "secondary.invalid";
 /// Origin (scheme and authority) of the secondary provider, as a failover's adapter is given it.
 pub const SECONDARY_ORIGIN: &str = "http://secondary.invalid";
 
-/// Two providers behind one service: requests whose authority is [`SECONDARY_AUTHORITY`] go to
-/// the secondary, all others to the primary. Clones share the providers.
+/// The authority of the deployment named `name` (`east.invalid`).
+pub fn deployment_authority(name: &str) -> String {
+    format!("{name}.invalid")
+}
+
+/// The origin (scheme and authority) of the deployment named `name`, as a client that sends it
+/// requests is given it (`http://east.invalid`).
+pub fn deployment_origin(name: &str) -> http::Uri {
+    let origin = format!("http://{}", deployment_authority(name));
+    origin
+        .parse()
+        .unwrap_or_else(|_| http::Uri::from_static(SECONDARY_ORIGIN))
+}
+
+/// Providers behind one service, each at its authority: a request goes to the one its authority
+/// names, or to the first when none does. Clones share the providers.
 #[derive(Clone)]
 pub struct Router {
-    primary: Backend,
-    secondary: Backend,
+    providers: Arc<[(String, Backend)]>,
 }
 
 impl Router {
-    /// A router to `primary` and `secondary`.
+    /// A router to `primary` and `secondary` ([`SECONDARY_AUTHORITY`]).
     pub fn new(primary: Backend, secondary: Backend) -> Router {
-        Router { primary, secondary }
+        Router::of(vec![
+            (PRIMARY_AUTHORITY.to_owned(), primary),
+            (SECONDARY_AUTHORITY.to_owned(), secondary),
+        ])
     }
 
-    /// The primary provider.
+    /// A router to `providers`, each at its authority; the first takes every other request.
+    pub fn of(providers: Vec<(String, Backend)>) -> Router {
+        Router {
+            providers: providers.into(),
+        }
+    }
+
+    /// A router to a balance scenario's deployments, each `(name, provider)` at its name's
+    /// authority ([`deployment_authority`]); the first takes every other request.
+    pub fn deployments(deployments: Vec<(&str, Backend)>) -> Router {
+        Router::of(
+            deployments
+                .into_iter()
+                .map(|(name, backend)| (deployment_authority(name), backend))
+                .collect(),
+        )
+    }
+
+    /// The primary provider (the first).
     pub fn primary(&self) -> &Backend {
-        &self.primary
+        &self.providers[0].1
     }
 
-    /// The secondary provider.
+    /// The secondary provider (the second; the primary where there is one alone).
     pub fn secondary(&self) -> &Backend {
-        &self.secondary
+        &self.providers[1.min(self.providers.len() - 1)].1
     }
 
     /// Whether `request` is for the secondary.
@@ -56,6 +93,15 @@ impl Router {
             .uri()
             .authority()
             .is_some_and(|authority| authority.as_str() == SECONDARY_AUTHORITY)
+    }
+
+    /// The provider `request`'s authority names, or the first.
+    fn provider_for<B>(&self, request: &Request<B>) -> &Backend {
+        let authority = request.uri().authority().map(|a| a.as_str());
+        self.providers
+            .iter()
+            .find(|(at, _)| Some(at.as_str()) == authority)
+            .map_or_else(|| self.primary(), |(_, backend)| backend)
     }
 }
 
@@ -67,17 +113,14 @@ where
     type Error = Infallible;
     type Future = ResponseFuture;
 
-    /// Always ready: so are both providers.
+    /// Always ready: so are the providers.
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        if Self::is_for_secondary(&request) {
-            self.secondary.call(request)
-        } else {
-            self.primary.call(request)
-        }
+        let mut provider = self.provider_for(&request).clone();
+        provider.call(request)
     }
 }
 
@@ -90,6 +133,12 @@ mod tests {
     use tokio::time::Instant;
     use tower::ServiceExt;
 
+    fn to(uri: &'static str) -> Request<http_body_util::Full<Bytes>> {
+        let mut request = Request::new(http_body_util::Full::new(Bytes::new()));
+        *request.uri_mut() = Uri::from_static(uri);
+        request
+    }
+
     #[tokio::test(start_paused = true)]
     async fn requests_go_to_the_provider_their_authority_names() {
         let scenario = Scenario::builtin(ScenarioKind::Failover).with_qps(100.0);
@@ -97,11 +146,6 @@ mod tests {
         let primary = Backend::new(&scenario, epoch);
         let secondary = Backend::new(&scenario.secondary().unwrap(), epoch);
         let router = Router::new(primary.clone(), secondary.clone());
-        let to = |uri: &'static str| {
-            let mut request = Request::new(http_body_util::Full::new(Bytes::new()));
-            *request.uri_mut() = Uri::from_static(uri);
-            request
-        };
         for uri in [
             "http://llm.invalid/v1/chat/completions",
             "http://secondary.invalid/v1/chat/completions",
@@ -113,5 +157,37 @@ mod tests {
         }
         assert_eq!(primary.model().stats().attempts, 3);
         assert_eq!(secondary.model().stats().attempts, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_deployment_takes_the_requests_for_its_name_and_the_first_the_others() {
+        let scenario = Scenario::builtin(ScenarioKind::Balance).with_qps(100.0);
+        let epoch = Instant::now();
+        let deployments: Vec<(&str, Backend)> = scenario
+            .deployments
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                (
+                    d.name,
+                    Backend::new(&scenario.deployment(i).unwrap(), epoch),
+                )
+            })
+            .collect();
+        let router = Router::deployments(deployments.clone());
+        assert_eq!(deployment_origin("west"), "http://west.invalid/");
+        for uri in [
+            "http://east.invalid/v1/chat/completions",
+            "http://west.invalid/v1/chat/completions",
+            "http://eu.invalid/v1/chat/completions",
+            "http://llm.invalid/v1/chat/completions",
+        ] {
+            router.clone().oneshot(to(uri)).await.unwrap();
+        }
+        let attempts: Vec<u64> = deployments
+            .iter()
+            .map(|(_, backend)| backend.model().stats().attempts)
+            .collect();
+        assert_eq!(attempts, [2, 1, 1]);
     }
 }

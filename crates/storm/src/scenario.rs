@@ -77,6 +77,10 @@ pub const DEFAULT_SEED: u64 = 42;
 /// apart from the primary's.
 const SECONDARY_SEED: u64 = 0x5ec0_0d00_0000_0002;
 
+/// Multiplied by a deployment's number (from 1) and mixed into the seed of each deployment of a
+/// balance scenario, so that each one's service times and errors are its own.
+const DEPLOYMENT_SEED: u64 = 0xde91_0e00_0000_0003;
+
 /// Offered load of the black-hole incident: 1,000 requests per second.
 pub const BLACKHOLE_QPS: f64 = 1_000.0;
 
@@ -280,6 +284,81 @@ pub const TAIL_SLOW_FACTOR: f64 = 10.0;
 /// wrong.
 pub const TAIL_CAPACITY: u32 = 40_000;
 
+/// Offered load of the balance scenarios: 1,000 LLM-sized requests a second ([`TokenSizes::LLM`],
+/// 3,075 tokens on average: about 3.1 million tokens a second over three deployments).
+///
+/// The targets are shares of counts, so the load is what makes them mean something within 60 s:
+/// 60,000 requests put 0.1% of them (the success target) at 60 requests, not a handful; round
+/// robin sends eu a third of the load against a quota of 24% of it, so its 429s come in the
+/// thousands (about 9% of the load, and their retries), and 1% of them (the 429 target) is tens
+/// of 429s rather than one or two. A second of eu's quota holds 240 requests, so a Poisson
+/// second's ups and downs at a deployment (the square root of its requests: 5% at the best
+/// split's east) stay well inside the 20% the quotas leave over the load, as they do for a
+/// gateway of this size. A few thousand a second would tighten no figure, and a row of 1,000
+/// requests a second runs in about two seconds.
+pub const BALANCE_QPS: f64 = 1_000.0;
+
+/// The deployments' quotas together, as a multiple of the offered load: 1.2 (each one's is its
+/// share of [`BALANCE_QUOTA_SHARES`] of the load, times this).
+pub const BALANCE_QUOTA_HEADROOM: f64 = 1.2;
+
+/// Each deployment's share of the deployments' quotas: 50%, 30% and 20% (east, west, eu), times
+/// [`BALANCE_QUOTA_HEADROOM`]: quotas of 60%, 36% and 24% of the offered load, as a gateway gets
+/// them for three deployments of one model (regions, keys, provisioned and pay-as-you-go
+/// capacity), never in equal parts.
+pub const BALANCE_QUOTA_SHARES: [f64; 3] = [0.5, 0.3, 0.2];
+
+/// Median latencies of the three deployments: 600 ms, 800 ms and 1,200 ms (log-normal at the
+/// scenario's [`SERVICE_TIME_SIGMA`]). The quickest has the largest quota, so that the best
+/// split fills it first and the quotas, not the latencies alone, decide the rest.
+pub const BALANCE_MEDIANS: [Duration; 3] = [
+    Duration::from_millis(600),
+    Duration::from_millis(800),
+    Duration::from_millis(1_200),
+];
+
+/// The deployments' names: the backends' names in the failover, and the columns of the report.
+pub const BALANCE_NAMES: [&str; 3] = ["east", "west", "eu"];
+
+/// Tokens a minute per request a minute of a deployment's quota: 3,000, the burst scenario's
+/// (30,000,000 tokens and 10,000 requests). For the mean request of [`TokenSizes::LLM`] (3,075
+/// tokens) tokens are the tighter dimension, by 2.5%, as they usually are for LLM traffic: a
+/// deployment's quota admits its share of the load, in tokens, and a little more in requests.
+pub const BALANCE_TOKENS_PER_REQUEST: f64 = 3_000.0;
+
+/// Concurrent slots of the balance scenarios' deployments together at [`BALANCE_QPS`]: ample.
+///
+/// Little's law: at its quota (the most it admits) each deployment keeps its quota times its mean
+/// service time busy: 600 x 0.68 s at east, 360 x 0.91 s at west and 240 x 1.36 s at eu, about
+/// 1,060 slots together. 3,200 slots, split in proportion to those needs
+/// ([`Scenario::deployment`]), give each one three times what its quota can keep busy: the
+/// quotas, not the slots, are what a deployment runs out of.
+pub const BALANCE_CAPACITY: u32 = 3_200;
+
+/// The replicas of the balance-fleet scenario's gateway: 3, each sent every third request.
+pub const BALANCE_FLEET_REPLICAS: u32 = 3;
+
+/// The deployment that dies in the balance-fleet scenario: eu (index 2), the slowest and
+/// smallest.
+///
+/// The run measures what the replicas send a dead deployment, so the others must be able to take
+/// its traffic: without eu, east's and west's quotas make 96% of the offered load, and the fleet
+/// still answers nearly every request. Without east, the other two's quotas would make 60% of it,
+/// and 40% of the requests would fail whatever the breakers did, their refusals and waits in the
+/// rate limits drowning the figure the run is about.
+pub const BALANCE_FLEET_DYING: usize = 2;
+
+/// When the balance-fleet scenario's deployment dies: at 20 s, for the rest of the run.
+///
+/// It dies to new requests ([`FaultKind::Refusing`]: 503 at once) and finishes those it was
+/// serving. What the run compares is what reaches it after the first replica saw it die, so the
+/// replicas must each be able to see it at their own time, by attempts of their own, as a
+/// fleet's replicas do when a deployment is taken out of service or its region fails. An
+/// [`Outage`](FaultKind::Outage) fails every replica's attempts in flight there at one instant:
+/// all three replicas' breakers open in the same millisecond, there is nothing left for one
+/// replica to tell the others, and the comparison measures only the probes.
+pub const BALANCE_FLEET_DEATH: Duration = Duration::from_secs(20);
+
 /// How the provider streams its answers (`text/event-stream`, OpenAI's chat completion chunks):
 /// an opening chunk with the role, one content event every `event_interval` for the length of
 /// the answer's service time, each with `tokens_per_event` tokens, then a chunk with the
@@ -390,11 +469,21 @@ pub enum ScenarioKind {
     /// later: what hedging is for. From 30 s to 40 s a total outage (503 at once, work in
     /// flight lost).
     Tail,
+    /// Three deployments of one model (east, west and eu: 600, 800 and 1,200 ms at the median)
+    /// with quotas of 60%, 36% and 24% of the offered load (1,000 LLM-sized requests a second),
+    /// stated in OpenAI's `x-ratelimit-*` headers, 429 beyond them: how a gateway shares a rank
+    /// of deployments.
+    Balance,
+    /// The balance scenario's deployments behind a gateway of three replicas, each sent every
+    /// third request; eu dies at 20 s (new attempts refused with 503 at once, work in flight
+    /// finished): what each replica sends
+    /// it once one has seen it die, with breakers of its own or cooldowns shared.
+    BalanceFleet,
 }
 
 impl ScenarioKind {
     /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 9] = [
+    pub const ALL: [ScenarioKind; 11] = [
         ScenarioKind::Seed,
         ScenarioKind::Outage,
         ScenarioKind::Quota,
@@ -404,6 +493,8 @@ impl ScenarioKind {
         ScenarioKind::Streams,
         ScenarioKind::Silent,
         ScenarioKind::Tail,
+        ScenarioKind::Balance,
+        ScenarioKind::BalanceFleet,
     ];
 
     /// The name used on the command line and in file names.
@@ -418,6 +509,8 @@ impl ScenarioKind {
             ScenarioKind::Streams => "streams",
             ScenarioKind::Silent => "silent",
             ScenarioKind::Tail => "tail",
+            ScenarioKind::Balance => "balance",
+            ScenarioKind::BalanceFleet => "balance-fleet",
         }
     }
 
@@ -434,6 +527,7 @@ impl ScenarioKind {
             ScenarioKind::Streams => (STREAMS_QPS, STREAMS_CAPACITY),
             ScenarioKind::Silent => (SILENT_QPS, SILENT_CAPACITY),
             ScenarioKind::Tail => (FIELD_QPS, TAIL_CAPACITY),
+            ScenarioKind::Balance | ScenarioKind::BalanceFleet => (BALANCE_QPS, BALANCE_CAPACITY),
             ScenarioKind::Seed | ScenarioKind::Outage | ScenarioKind::Quota => {
                 (FIELD_QPS, FIELD_CAPACITY)
             }
@@ -487,6 +581,12 @@ impl ScenarioKind {
                 },
             ),
             ScenarioKind::Tail => window(30, 40, FaultKind::Outage),
+            ScenarioKind::Balance => window(0, 60, FaultKind::Quotas),
+            ScenarioKind::BalanceFleet => Fault {
+                start: BALANCE_FLEET_DEATH,
+                end: DEFAULT_DURATION,
+                kind: FaultKind::Refusing,
+            },
         }
     }
 
@@ -538,7 +638,7 @@ impl fmt::Display for UnknownScenario {
         write!(
             f,
             "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst, failover, \
-             streams, silent or tail)",
+             streams, silent, tail, balance or balance-fleet)",
             self.0
         )
     }
@@ -597,6 +697,13 @@ pub enum FaultKind {
     /// The provider accepts connections and never answers: every attempt that arrives in the
     /// window, and every attempt in flight when it starts, hangs until its client drops it.
     Blackhole,
+    /// The provider refuses every attempt that arrives in the window with 503 at once, and
+    /// finishes the work it had in flight when it starts: a deployment that dies to new requests
+    /// (its front door answers 503: taken out of service, its region failing) while the
+    /// requests it was serving run out. Unlike an [`Outage`](FaultKind::Outage), which fails
+    /// every attempt in flight at one instant, so that every client with one there learns of it
+    /// at that instant, each client finds out by attempts of its own, at its own time.
+    Refusing,
     /// An [`Outage`](FaultKind::Outage) for the first half of the window (503 at once, work in
     /// flight when it starts lost), then a [`Blackhole`](FaultKind::Blackhole) for the second: a
     /// provider that goes down, and whose load balancer then stops answering too.
@@ -640,6 +747,11 @@ pub enum FaultKind {
         /// The shortest and longest wait of a slow stream for its first token.
         slow_first_token: (Duration, Duration),
     },
+    /// Nothing goes wrong: each of the scenario's deployments ([`Scenario::deployments`]) has its
+    /// own quota of requests and tokens a minute for the whole run (the window only marks the
+    /// measured part), as the burst scenario's provider has one ([`FaultKind::RateLimit`]), and
+    /// answers 429 beyond it. What is measured is how the clients share the load among them.
+    Quotas,
 }
 
 impl FaultKind {
@@ -648,8 +760,17 @@ impl FaultKind {
     pub fn is_dead(self) -> bool {
         matches!(
             self,
-            FaultKind::Outage | FaultKind::Blackhole | FaultKind::OutageThenBlackhole
+            FaultKind::Outage
+                | FaultKind::Blackhole
+                | FaultKind::OutageThenBlackhole
+                | FaultKind::Refusing
         )
+    }
+
+    /// Whether the work in flight when the fault starts is lost then (an outage, a black hole):
+    /// every dead fault's but a [`Refusing`](FaultKind::Refusing) provider's.
+    pub fn loses_in_flight(self) -> bool {
+        self.is_dead() && self != FaultKind::Refusing
     }
 }
 
@@ -680,6 +801,81 @@ impl TokenSizes {
     /// Tokens of the heaviest request.
     pub fn largest(&self) -> u64 {
         u64::from(self.prompt.1) + u64::from(self.max_tokens.1)
+    }
+}
+
+/// One deployment of a model in a balance scenario: its name, its latency, and its quota as a
+/// share of the offered load (see [`Scenario::deployment`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Deployment {
+    /// Its name (its backend's, in the failover).
+    pub name: &'static str,
+    /// Median of its log-normal service time.
+    pub median: Duration,
+    /// Its quota, as a share of the scenario's offered load (requests a second of the mean
+    /// request).
+    pub quota_share: f64,
+}
+
+impl Deployment {
+    /// The balance scenarios' three: east, west and eu, at [`BALANCE_MEDIANS`], with quotas of
+    /// [`BALANCE_QUOTA_SHARES`] times [`BALANCE_QUOTA_HEADROOM`] of the offered load.
+    pub fn balance() -> Vec<Deployment> {
+        (0..3)
+            .map(|i| Deployment {
+                name: BALANCE_NAMES[i],
+                median: BALANCE_MEDIANS[i],
+                quota_share: BALANCE_QUOTA_SHARES[i] * BALANCE_QUOTA_HEADROOM,
+            })
+            .collect()
+    }
+}
+
+/// A provider's quota of requests and tokens a minute, enforced per second as
+/// [`FaultKind::RateLimit`]'s is, and stated in OpenAI's `x-ratelimit-*` headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MinuteQuota {
+    /// Requests a minute.
+    pub requests_per_minute: u32,
+    /// Tokens a minute.
+    pub tokens_per_minute: u32,
+}
+
+impl MinuteQuota {
+    /// The quota that admits `rate` requests a second of `sizes`' mean request, tokens being the
+    /// tighter dimension ([`BALANCE_TOKENS_PER_REQUEST`] tokens a minute per request a minute), and
+    /// holding the heaviest request in its second's worth of tokens.
+    pub fn admitting(rate: f64, sizes: TokenSizes) -> MinuteQuota {
+        let whole = |n: f64| n.round().clamp(1.0, f64::from(u32::MAX)) as u32;
+        let tokens = (rate * sizes.mean() * 60.0).max(sizes.largest() as f64 * 60.0);
+        MinuteQuota {
+            requests_per_minute: whole(tokens / BALANCE_TOKENS_PER_REQUEST),
+            tokens_per_minute: whole(tokens),
+        }
+    }
+
+    /// Both numbers times `factor`, the tokens holding at least a request of `heaviest` tokens in
+    /// their second's worth.
+    fn scaled(self, factor: f64, heaviest: u64) -> MinuteQuota {
+        let scale = |n: u32| {
+            (f64::from(n) * factor)
+                .round()
+                .clamp(1.0, f64::from(u32::MAX))
+        };
+        let heaviest = (heaviest as f64 * 60.0).min(f64::from(u32::MAX));
+        MinuteQuota {
+            requests_per_minute: scale(self.requests_per_minute) as u32,
+            tokens_per_minute: scale(self.tokens_per_minute).max(heaviest) as u32,
+        }
+    }
+
+    /// Requests a second it admits of requests of `mean_tokens` tokens (see [`quota_rate`]).
+    pub fn rate(&self, mean_tokens: f64) -> f64 {
+        quota_rate(
+            self.requests_per_minute,
+            self.tokens_per_minute,
+            mean_tokens,
+        )
     }
 }
 
@@ -822,7 +1018,7 @@ impl Fault {
     pub fn refuses_at(&self, at: Duration) -> bool {
         self.contains(at)
             && match self.kind {
-                FaultKind::Outage => true,
+                FaultKind::Outage | FaultKind::Refusing => true,
                 FaultKind::OutageThenBlackhole => at < self.middle(),
                 _ => false,
             }
@@ -883,6 +1079,22 @@ pub struct Scenario {
     /// streams scenario's send the small chat completion as it is, and its provider streams
     /// them all the same.
     pub asks_for_stream: bool,
+    /// Deployments of one model that the balance rows share the load among, each a provider of
+    /// its own ([`Scenario::deployment`]); empty: one provider (or two, see
+    /// [`Scenario::secondary`]).
+    pub deployments: Vec<Deployment>,
+    /// Which deployment the fault strikes (the others are healthy throughout); `None` where
+    /// there are no deployments, or the fault strikes none of them (its kind is
+    /// [`FaultKind::Quotas`]).
+    pub dying: Option<usize>,
+    /// The replicas of the gateway in front of the deployments, each sent every `replicas`-th
+    /// request, with breakers and throttles of its own (the balance-fleet scenario's 3); 1
+    /// elsewhere.
+    pub replicas: u32,
+    /// The provider's own quota of requests and tokens a minute, in force for the whole run
+    /// beside its fault (each deployment's, see [`Scenario::deployment`]); `None`: none, or a
+    /// quota the fault states ([`FaultKind::RateLimit`]).
+    pub minute_quota: Option<MinuteQuota>,
 }
 
 impl Scenario {
@@ -900,8 +1112,13 @@ impl Scenario {
         let (baseline, stream) = kind.streaming();
         let (arrivals, sizes) = match kind {
             ScenarioKind::Burst => (Arrivals::Bursts(Bursts::builtin()), Some(TokenSizes::LLM)),
+            ScenarioKind::Balance | ScenarioKind::BalanceFleet => {
+                (Arrivals::Poisson, Some(TokenSizes::LLM))
+            }
             _ => (Arrivals::Poisson, None),
         };
+        let balanced = matches!(kind, ScenarioKind::Balance | ScenarioKind::BalanceFleet);
+        let fleet = kind == ScenarioKind::BalanceFleet;
         Scenario {
             kind,
             qps,
@@ -921,7 +1138,98 @@ impl Scenario {
                 .then_some(FAILOVER_SECONDARY_SHARE),
             deadline: (kind == ScenarioKind::Silent).then_some(SILENT_DEADLINE),
             asks_for_stream: matches!(kind, ScenarioKind::Silent | ScenarioKind::Tail),
+            deployments: if balanced {
+                Deployment::balance()
+            } else {
+                Vec::new()
+            },
+            dying: fleet.then_some(BALANCE_FLEET_DYING),
+            replicas: if fleet { BALANCE_FLEET_REPLICAS } else { 1 },
+            minute_quota: None,
         }
+    }
+
+    /// Deployment `index` of a balance scenario as a provider of its own: its median latency and
+    /// its quota ([`MinuteQuota::admitting`] its share of the offered load), this scenario's fault
+    /// if it is the [`dying`](Scenario::dying) one (else none: its quota alone, for the whole
+    /// run), a share of the slots in proportion to what its quota keeps busy (its quota times its
+    /// mean service time, see [`BALANCE_CAPACITY`]), and a seed of its own. `None` when there is
+    /// no such deployment.
+    pub fn deployment(&self, index: usize) -> Option<Scenario> {
+        let deployment = *self.deployments.get(index)?;
+        let sizes = self.sizes.unwrap_or(TokenSizes::LLM);
+        let busy = |d: &Deployment| d.quota_share * self.mean_service_time(d.median).as_secs_f64();
+        let all: f64 = self.deployments.iter().map(busy).sum();
+        let mut own = self.clone();
+        own.capacity = ((f64::from(self.capacity) * busy(&deployment) / all).round() as u32).max(1);
+        own.baseline.median = deployment.median;
+        own.minute_quota = Some(MinuteQuota::admitting(
+            self.qps * deployment.quota_share,
+            sizes,
+        ));
+        if self.dying != Some(index) {
+            own.fault = Fault {
+                start: Duration::ZERO,
+                end: self.duration,
+                kind: FaultKind::Quotas,
+            };
+        }
+        own.seed = self.seed ^ DEPLOYMENT_SEED.wrapping_mul(index as u64 + 1);
+        own.deployments = Vec::new();
+        own.dying = None;
+        own.replicas = 1;
+        Some(own)
+    }
+
+    /// The split of the offered load among the deployments that gives the lowest latency their
+    /// quotas allow, as shares of the load in the order of [`Scenario::deployments`]: fill the
+    /// quickest up to its quota, then the next quickest, until the load is placed (east 60%, west
+    /// 36%, eu 4% in the balance scenarios). Every request then goes where it is answered
+    /// soonest without any deployment answering 429: with log-normal latencies of one shape, a
+    /// quicker deployment's latency is lower at every percentile, so moving a request from a
+    /// slower deployment to a quicker one with room lowers every percentile of the mix.
+    pub fn best_split(&self) -> Vec<f64> {
+        let mut order: Vec<usize> = (0..self.deployments.len()).collect();
+        order.sort_by_key(|i| self.deployments[*i].median);
+        let mut split = vec![0.0; self.deployments.len()];
+        let mut left = 1.0_f64;
+        for i in order {
+            split[i] = self.deployments[i].quota_share.min(left).max(0.0);
+            left -= split[i];
+        }
+        split
+    }
+
+    /// The `p`th percentile (0 to 100) of the latency of requests split among the deployments by
+    /// `split` (shares of the load, in their order): the percentile of the mix of their
+    /// log-normal service times (each deployment's median, the scenario's sigma), found by
+    /// bisection on the mix's distribution function. What a client that routed every request by
+    /// that split, with no wait, no retry and no 429, would measure.
+    pub fn split_latency(&self, split: &[f64], p: f64) -> Duration {
+        let total: f64 = split.iter().sum();
+        let below = |seconds: f64| -> f64 {
+            let mixed: f64 = self
+                .deployments
+                .iter()
+                .zip(split)
+                .map(|(d, share)| {
+                    let z = (seconds / d.median.as_secs_f64()).ln() / self.sigma.max(f64::EPSILON);
+                    share * normal_cdf(z)
+                })
+                .sum();
+            mixed / total.max(f64::MIN_POSITIVE)
+        };
+        let target = (p / 100.0).clamp(0.0, 1.0);
+        let (mut low, mut high) = (1e-6_f64, 3_600.0_f64);
+        for _ in 0..100 {
+            let middle = (low * high).sqrt();
+            if below(middle) < target {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        Duration::from_secs_f64(high)
     }
 
     /// The second provider, as a scenario of its own: this one's load and baseline health, with
@@ -963,23 +1271,25 @@ impl Scenario {
                 retry_after,
             };
         }
+        let heaviest = self.sizes.map_or(1, |sizes| sizes.largest());
         if let FaultKind::RateLimit {
             requests_per_minute,
             tokens_per_minute,
         } = self.fault.kind
         {
-            let scale = |n: u32| {
-                (f64::from(n) * factor)
-                    .round()
-                    .clamp(1.0, f64::from(u32::MAX))
-            };
-            let heaviest = self.sizes.map_or(1, |sizes| sizes.largest()) as f64 * 60.0;
+            let scaled = MinuteQuota {
+                requests_per_minute,
+                tokens_per_minute,
+            }
+            .scaled(factor, heaviest);
             self.fault.kind = FaultKind::RateLimit {
-                requests_per_minute: scale(requests_per_minute) as u32,
-                tokens_per_minute: scale(tokens_per_minute).max(heaviest.min(f64::from(u32::MAX)))
-                    as u32,
+                requests_per_minute: scaled.requests_per_minute,
+                tokens_per_minute: scaled.tokens_per_minute,
             };
         }
+        self.minute_quota = self
+            .minute_quota
+            .map(|quota| quota.scaled(factor, heaviest));
         if let Arrivals::Bursts(bursts) = &mut self.arrivals {
             bursts.quota *= factor;
         }
@@ -1044,26 +1354,38 @@ impl Scenario {
             .mean_service_time(self.health_at(at).median)
             .as_secs_f64();
         let slots = f64::from(self.capacity) / mean;
+        match self.provider_quota() {
+            Some(quota) => slots.min(quota.rate(self.sizes.map_or(0.0, |sizes| sizes.mean()))),
+            None => slots,
+        }
+    }
+
+    /// The provider's quota of requests and tokens a minute, enforced per second: the one its
+    /// fault states ([`FaultKind::RateLimit`]), or its own ([`Scenario::minute_quota`]); `None`
+    /// without one.
+    pub fn provider_quota(&self) -> Option<MinuteQuota> {
         match self.fault.kind {
             FaultKind::RateLimit {
                 requests_per_minute,
                 tokens_per_minute,
-            } => {
-                let mean = self.sizes.map_or(0.0, |sizes| sizes.mean());
-                slots.min(quota_rate(requests_per_minute, tokens_per_minute, mean))
-            }
-            _ => slots,
+            } => Some(MinuteQuota {
+                requests_per_minute,
+                tokens_per_minute,
+            }),
+            _ => self.minute_quota,
         }
     }
 
     /// The provider's quota as a client limit would be configured with it: requests and tokens a
     /// minute (the quota scenario's requests a second, times 60; `None` where there is none).
     pub fn quota_per_minute(&self) -> (Option<u32>, Option<u32>) {
+        if let Some(quota) = self.provider_quota() {
+            return (
+                Some(quota.requests_per_minute),
+                Some(quota.tokens_per_minute),
+            );
+        }
         match self.fault.kind {
-            FaultKind::RateLimit {
-                requests_per_minute,
-                tokens_per_minute,
-            } => (Some(requests_per_minute), Some(tokens_per_minute)),
             FaultKind::Quota { per_sec, .. } => (
                 Some((per_sec * 60.0).round().clamp(1.0, f64::from(u32::MAX)) as u32),
                 None,
@@ -1093,13 +1415,15 @@ impl Scenario {
             .is_some_and(|start| start.slow.is_some())
     }
 
-    /// The stretches of the run the chart shades: the bursts, or the fault window.
+    /// The stretches of the run the chart shades: the bursts, or the fault window (none where
+    /// nothing goes wrong, [`FaultKind::Quotas`]).
     pub fn highlights(&self, until: Duration) -> Vec<(Duration, Duration)> {
         match &self.arrivals {
             Arrivals::Bursts(bursts) => bursts
                 .until(until)
                 .map(|burst| (burst.start, burst.end))
                 .collect(),
+            Arrivals::Poisson if self.fault.kind == FaultKind::Quotas => Vec::new(),
             Arrivals::Poisson => vec![(self.fault.start, self.fault.end)],
         }
     }
@@ -1143,7 +1467,7 @@ impl Scenario {
             )
         });
         format!(
-            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}{}{}; \
+            "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}{}{}{}; \
              attempt timeout (none/naive/tower) {} s",
             self.kind,
             self.qps,
@@ -1154,6 +1478,7 @@ impl Scenario {
             secs(self.fault.end),
             self.describe_fault(),
             self.describe_arrivals(),
+            self.describe_deployments(),
             stream,
             secondary,
             deadline,
@@ -1172,6 +1497,9 @@ impl Scenario {
                 h.median.as_millis()
             ),
             FaultKind::Outage => "total outage (503 at once, in-flight work lost)".to_owned(),
+            FaultKind::Refusing => {
+                "new attempts refused (503 at once), in-flight work finished".to_owned()
+            }
             FaultKind::Blackhole => {
                 "black hole (connections accepted, never answered; in-flight work lost)".to_owned()
             }
@@ -1217,14 +1545,74 @@ impl Scenario {
                 secs(shortest),
                 secs(longest)
             ),
+            FaultKind::Quotas => {
+                "none: each deployment's quota, enforced per second, 429 with Retry-After beyond \
+                 it"
+                .to_owned()
+            }
         }
+    }
+
+    /// The deployments, for [`Scenario::describe`]: empty without any, else starting with `; `.
+    fn describe_deployments(&self) -> String {
+        if self.deployments.is_empty() {
+            return String::new();
+        }
+        let mut parts = Vec::new();
+        for (index, deployment) in self.deployments.iter().enumerate() {
+            let Some(own) = self.deployment(index) else {
+                continue;
+            };
+            let quota = own.minute_quota.unwrap_or(MinuteQuota {
+                requests_per_minute: 0,
+                tokens_per_minute: 0,
+            });
+            let dies = if self.dying == Some(index) {
+                format!(", dies at {} s", secs(self.fault.start))
+            } else {
+                String::new()
+            };
+            parts.push(format!(
+                "{} {} ms, quota {} requests and {} tokens a minute ({:.0}% of the load), {} \
+                 slots{dies}",
+                deployment.name,
+                deployment.median.as_millis(),
+                quota.requests_per_minute,
+                quota.tokens_per_minute,
+                deployment.quota_share * 100.0,
+                own.capacity,
+            ));
+        }
+        let split: Vec<String> = self
+            .deployments
+            .iter()
+            .zip(self.best_split())
+            .map(|(d, share)| format!("{} {:.0}%", d.name, share * 100.0))
+            .collect();
+        let replicas = if self.replicas > 1 {
+            format!("; {} replicas taking the requests in turn", self.replicas)
+        } else {
+            String::new()
+        };
+        format!(
+            "; deployments of one model (median latency, log-normal at sigma {}): {}; best split \
+             {}, median {} ms{replicas}",
+            self.sigma,
+            parts.join("; "),
+            split.join(", "),
+            self.split_latency(&self.best_split(), 50.0).as_millis(),
+        )
     }
 
     /// The bursts and the requests' sizes, for [`Scenario::describe`]: empty for Poisson
     /// arrivals, else starting with `; `.
     fn describe_arrivals(&self) -> String {
         match (&self.arrivals, &self.sizes) {
-            (Arrivals::Poisson, _) => String::new(),
+            (Arrivals::Poisson, None) => String::new(),
+            (Arrivals::Poisson, Some(s)) => format!(
+                "; prompts {}-{} tokens, max_tokens {}-{}",
+                s.prompt.0, s.prompt.1, s.max_tokens.0, s.max_tokens.1
+            ),
             (Arrivals::Bursts(b), sizes) => {
                 let heights: Vec<String> = b.heights.iter().map(|h| format!("{h}x")).collect();
                 let sizes = sizes.map_or_else(String::new, |s| {
@@ -1244,6 +1632,23 @@ impl Scenario {
                 )
             }
         }
+    }
+}
+
+/// The standard normal distribution function, from Abramowitz and Stegun's 7.1.26 approximation
+/// of `erf` (absolute error under 1.5e-7: far finer than a millisecond of any latency here).
+fn normal_cdf(z: f64) -> f64 {
+    let x = z.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erf = 1.0 - poly * (-x * x).exp();
+    if z >= 0.0 {
+        0.5 * (1.0 + erf)
+    } else {
+        0.5 * (1.0 - erf)
     }
 }
 
@@ -1289,6 +1694,63 @@ mod tests {
                 retry_after: QUOTA_RETRY_AFTER
             }
         );
+    }
+
+    #[test]
+    fn the_best_split_fills_the_quickest_deployment_to_its_quota_first() {
+        let s = Scenario::builtin(ScenarioKind::Balance);
+        let split = s.best_split();
+        let expected = [0.6, 0.36, 0.04];
+        for (share, want) in split.iter().zip(expected) {
+            assert!((share - want).abs() < 1e-9, "{split:?}");
+        }
+        // A quota of more than the load: the quickest takes it all.
+        let mut roomy = s.clone();
+        roomy.deployments[0].quota_share = 1.5;
+        assert_eq!(roomy.best_split(), [1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_splits_latency_is_the_percentile_of_its_mix_of_log_normals() {
+        let s = Scenario::builtin(ScenarioKind::Balance);
+        let ms = |split: &[f64], p: f64| s.split_latency(split, p).as_secs_f64() * 1_000.0;
+        // One deployment alone: its median, and its 84.13th percentile one sigma above it.
+        assert!((ms(&[1.0, 0.0, 0.0], 50.0) - 600.0).abs() < 0.5);
+        assert!((ms(&[0.0, 0.0, 1.0], 50.0) - 1_200.0).abs() < 0.5);
+        let sigma_up = 600.0 * s.sigma.exp();
+        assert!((ms(&[1.0, 0.0, 0.0], 84.134_47) - sigma_up).abs() < 1.0);
+        // Two equal halves of 600 and 1,200 ms: the mix's median is their geometric mean.
+        let half = ms(&[0.5, 0.0, 0.5], 50.0);
+        assert!((half - 600.0 * 2_f64.sqrt()).abs() < 0.5, "{half}");
+        // The best split: between east's and west's medians, above east's.
+        let best = ms(&s.best_split(), 50.0);
+        assert!((650.0..720.0).contains(&best), "{best}");
+    }
+
+    #[test]
+    fn each_deployment_is_a_provider_with_its_quota_latency_and_slots() {
+        let s = Scenario::builtin(ScenarioKind::BalanceFleet);
+        let sizes = TokenSizes::LLM;
+        let rates: Vec<f64> = (0..3)
+            .map(|i| {
+                let own = s.deployment(i).unwrap();
+                assert_eq!(own.baseline.median, BALANCE_MEDIANS[i]);
+                assert!(own.deployments.is_empty() && own.replicas == 1);
+                // Its quota admits its share of the load, in requests of the mean size.
+                let quota = own.minute_quota.unwrap();
+                quota.rate(sizes.mean()) / s.qps
+            })
+            .collect();
+        for (rate, share) in rates.iter().zip(BALANCE_QUOTA_SHARES) {
+            let want = share * BALANCE_QUOTA_HEADROOM;
+            assert!((rate - want).abs() < 0.005, "{rates:?}");
+        }
+        // The dying one has the fault; the others their quotas alone.
+        assert_eq!(s.deployment(2).unwrap().fault.kind, FaultKind::Refusing);
+        assert_eq!(s.deployment(0).unwrap().fault.kind, FaultKind::Quotas);
+        let slots: u32 = (0..3).map(|i| s.deployment(i).unwrap().capacity).sum();
+        assert!(slots.abs_diff(BALANCE_CAPACITY) <= 3, "{slots}");
+        assert!(s.deployment(3).is_none());
     }
 
     #[test]

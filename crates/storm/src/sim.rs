@@ -51,14 +51,16 @@ use tokio::time::Instant;
 use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
-use crate::backend::{Backend, FINE_BUCKET, REQUEST_ID, TOKENS};
+use crate::backend::{Backend, BackendStats, FINE_BUCKET, REQUEST_ID, TOKENS};
 use crate::dashboard::{Collector, Dashboard, Recorded, WINDOW};
 use crate::event_stream::{Ending, Transcript};
-use crate::metrics::{Answer, Recorder, Series, StreamTally, Summary, summarize};
+use crate::metrics::{Answer, Recorder, Series, StreamTally, Summary, fleet_figures, summarize};
 use crate::naive_hedge::NaiveHedge;
-use crate::pipeline::{self, NaiveFailoverPolicy, NaivePolicy, Pipeline, SimRequest, TowerPolicy};
+use crate::pipeline::{
+    self, NaiveFailoverPolicy, NaivePolicy, Pipeline, Ranking, SimRequest, TowerPolicy,
+};
 use crate::router::Router;
-use crate::scenario::{Arrivals, CALLER_PATIENCE, Scenario, TokenSizes};
+use crate::scenario::{Arrivals, CALLER_PATIENCE, Fault, Scenario, TokenSizes};
 
 /// The body every logical request sends where the scenario gives no sizes: a small chat
 /// completion.
@@ -211,14 +213,7 @@ fn drive(
     collector: Option<Rc<Collector>>,
     on_second: impl Fn() + 'static,
 ) -> Result<Run, BoxError> {
-    let second = scenario.secondary();
-    if pipeline.fails_over() && second.is_none() {
-        return Err(format!(
-            "pipeline {pipeline} needs a scenario with two providers (failover, silent), not {}",
-            scenario.kind
-        )
-        .into());
-    }
+    check(scenario, pipeline)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -227,10 +222,10 @@ fn drive(
     let recorder = Rc::new(RefCell::new(Recorder::healthy_until(scenario.fault.start)));
     let on_second: Rc<dyn Fn()> = Rc::new(on_second);
     let states = Rc::new(RefCell::new(Vec::new()));
-    let (backend, secondary) = local.block_on(&runtime, async {
+    let opened = Rc::new(RefCell::new(Vec::new()));
+    let providers = local.block_on(&runtime, async {
         let epoch = Instant::now();
-        let backend = Backend::new(scenario, epoch);
-        let secondary = second.as_ref().map(|second| Backend::new(second, epoch));
+        let providers = providers(scenario, epoch);
         let driver = Driver {
             scenario: scenario.clone(),
             restarts: pipeline.stream_restarts(),
@@ -238,40 +233,90 @@ fn drive(
             recorder: recorder.clone(),
             collector: collector.clone(),
             on_second,
-            backends: std::iter::once(backend.clone())
-                .chain(secondary.clone())
-                .collect(),
+            backends: providers.clone(),
         };
-        let router = secondary
-            .clone()
-            .map(|secondary| Router::new(backend.clone(), secondary));
-        if let Some(breaker) = start(pipeline, scenario, backend.clone(), router, driver)? {
+        let watched = start(pipeline, scenario, &providers, driver)?;
+        if let Some(breaker) = watched.breaker {
             let watch = watch(breaker, epoch, scenario.duration, states.clone());
             tokio::task::spawn_local(watch);
         }
-        Ok::<_, BoxError>((backend, secondary))
+        if !watched.dying.is_empty() {
+            let fault = scenario.fault;
+            let watch = watch_opening(watched.dying, epoch, fault, opened.clone());
+            tokio::task::spawn_local(watch);
+        }
+        Ok::<_, BoxError>(providers)
     })?;
     // Every pipeline answers within its deadline or attempt timeouts, unless a black hole holds
     // an attempt with no timeout; this bound guarantees that a run ends. Requests still
     // unanswered by then count as failures.
     let limit = scenario.duration.saturating_add(CALLER_PATIENCE);
     let _ = runtime.block_on(async { tokio::time::timeout(limit, local).await });
-    let stats = backend.model().stats().clone();
-    let secondary = secondary.map(|secondary| secondary.model().stats().clone());
-    let recorder = recorder.take();
-    let (summary, series) = summarize(
-        pipeline.as_str(),
-        scenario,
-        recorder,
-        &stats,
-        secondary.as_ref(),
-    );
+    let stats: Vec<BackendStats> = providers
+        .iter()
+        .map(|provider| provider.model().stats().clone())
+        .collect();
+    let (mut summary, series) = summarize(pipeline.as_str(), scenario, recorder.take(), &stats);
+    summary.fleet = fleet_figures(scenario, &stats, &opened.take());
     Ok(Run {
         summary,
         series,
         breaker: states.take(),
         metrics: collector.map(|collector| collector.dashboard()),
     })
+}
+
+/// Whether `pipeline` can run through `scenario`: the failover rows need two providers, the
+/// balance rows deployments.
+fn check(scenario: &Scenario, pipeline: Pipeline) -> Result<(), BoxError> {
+    if pipeline.fails_over() && scenario.secondary().is_none() {
+        return Err(format!(
+            "pipeline {pipeline} needs a scenario with two providers (failover, silent), not {}",
+            scenario.kind
+        )
+        .into());
+    }
+    if pipeline.balances() && scenario.deployments.is_empty() {
+        return Err(format!(
+            "pipeline {pipeline} needs a scenario with deployments (balance, balance-fleet), not {}",
+            scenario.kind
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The providers of `scenario` whose time zero is `epoch`: its deployments, where it has some;
+/// else the primary, and the secondary where there is one.
+fn providers(scenario: &Scenario, epoch: Instant) -> Vec<Backend> {
+    if !scenario.deployments.is_empty() {
+        return (0..scenario.deployments.len())
+            .filter_map(|index| scenario.deployment(index))
+            .map(|deployment| Backend::new(&deployment, epoch))
+            .collect();
+    }
+    std::iter::once(Backend::new(scenario, epoch))
+        .chain(
+            scenario
+                .secondary()
+                .map(|second| Backend::new(&second, epoch)),
+        )
+        .collect()
+}
+
+/// The router to several `providers` of `scenario` (see [`providers`]): to its deployments, or
+/// to the primary and the secondary; `None` with one provider.
+fn router(scenario: &Scenario, providers: &[Backend]) -> Option<Router> {
+    if !scenario.deployments.is_empty() {
+        let names = scenario.deployments.iter().map(|d| d.name);
+        return Some(Router::deployments(
+            names.zip(providers.iter().cloned()).collect(),
+        ));
+    }
+    match providers {
+        [primary, secondary] => Some(Router::new(primary.clone(), secondary.clone())),
+        _ => None,
+    }
 }
 
 /// Note the breaker's state at the start of every [`FINE_BUCKET`] until `duration`.
@@ -289,21 +334,64 @@ async fn watch(
     }
 }
 
-/// Build the pipeline around the backend (a failover: around the router to both providers) and
-/// start the arrivals; returns the pipeline's circuit breaker (a failover's primary's), if it
-/// has one.
+/// How often [`watch_opening`] looks at the breakers: every millisecond, tokio's timer's
+/// resolution.
+const OPENING_CHECK: Duration = Duration::from_millis(1);
+
+/// Note when each of `breakers` first opened in `fault` (its time from the run's start, `None`
+/// while it has not), looking every millisecond until all have or the fault ends.
+async fn watch_opening(
+    breakers: Vec<CircuitBreaker>,
+    epoch: Instant,
+    fault: Fault,
+    opened: Rc<RefCell<Vec<Option<Duration>>>>,
+) {
+    // Counted from just before the fault, so that an opening at its first instant is seen.
+    tokio::time::sleep_until(epoch + fault.start.saturating_sub(OPENING_CHECK)).await;
+    let before: Vec<u64> = breakers.iter().map(|b| b.snapshot().opened).collect();
+    *opened.borrow_mut() = vec![None; breakers.len()];
+    let mut at = fault.start;
+    while at < fault.end {
+        tokio::time::sleep_until(epoch + at).await;
+        let mut seen = opened.borrow_mut();
+        for ((breaker, was), when) in breakers.iter().zip(&before).zip(seen.iter_mut()) {
+            if when.is_none() && breaker.snapshot().opened > *was {
+                *when = Some(at);
+            }
+        }
+        if seen.iter().all(Option::is_some) {
+            return;
+        }
+        at += OPENING_CHECK;
+    }
+}
+
+/// What a pipeline's builder hands back to watch: the circuit breaker whose state the run notes
+/// ([`Run::breaker`]), and the breakers each replica has for the deployment the fault strikes.
+#[derive(Default)]
+struct Watched {
+    breaker: Option<CircuitBreaker>,
+    dying: Vec<CircuitBreaker>,
+}
+
+/// Build the pipeline around the providers (a failover: around the router to them) and start
+/// the arrivals; returns what there is to watch: the pipeline's circuit breaker (a failover's
+/// primary's), if it has one; a balance row's breakers of the dying deployment.
 fn start(
     pipeline: Pipeline,
     scenario: &Scenario,
-    backend: Backend,
-    router: Option<Router>,
+    providers: &[Backend],
     driver: Driver,
-) -> Result<Option<CircuitBreaker>, BoxError> {
+) -> Result<Watched, BoxError> {
+    let backend = providers[0].clone();
     let attempt = |backend: Backend| Timeout::new(backend, scenario.attempt_timeout);
     let router = || {
-        router
-            .clone()
-            .ok_or_else(|| BoxError::from(format!("{pipeline} needs two providers")))
+        router(scenario, providers)
+            .ok_or_else(|| BoxError::from(format!("{pipeline} needs several providers")))
+    };
+    let breaker = |breaker| Watched {
+        breaker: Some(breaker),
+        dying: Vec::new(),
     };
     match pipeline {
         Pipeline::None => driver.spawn(attempt(backend)),
@@ -316,15 +404,15 @@ fn start(
             Timeout::new(router()?, scenario.attempt_timeout),
         )),
         Pipeline::StormguardFailover => {
-            let (client, breaker) = pipeline::stormguard_failover(router()?, scenario);
+            let (client, primary) = pipeline::stormguard_failover(router()?, scenario);
             driver.spawn(client);
-            return Ok(Some(breaker));
+            return Ok(breaker(primary));
         }
         Pipeline::StormguardFailoverNoClocks => {
-            let (client, breaker) =
+            let (client, primary) =
                 pipeline::stormguard_failover_without_clocks(router()?, scenario);
             driver.spawn(client);
-            return Ok(Some(breaker));
+            return Ok(breaker(primary));
         }
         Pipeline::NaiveHedge => driver.spawn(NaiveHedge::new(attempt(backend))),
         Pipeline::Tower => {
@@ -344,12 +432,51 @@ fn start(
             driver.spawn(pipeline::stormguard_adaptive(backend, scenario));
         }
         Pipeline::StormguardBreaker => {
-            let (client, breaker) = pipeline::stormguard_breaker(backend, scenario);
+            let (client, own) = pipeline::stormguard_breaker(backend, scenario);
             driver.spawn(client);
-            return Ok(Some(breaker));
+            return Ok(breaker(own));
+        }
+        Pipeline::RoundRobin
+        | Pipeline::OrderedFailover
+        | Pipeline::StormguardBalance
+        | Pipeline::StormguardBalanceCooldowns => {
+            return Ok(start_balance(
+                pipeline,
+                scenario,
+                providers,
+                router()?,
+                driver,
+            ));
         }
     }
-    Ok(None)
+    Ok(Watched::default())
+}
+
+/// [`start`] for the balance rows: the round robin over the deployments, or the gateway of
+/// failovers over them (whose replicas' breakers of the dying deployment are watched, the first
+/// replica's state noted).
+fn start_balance(
+    pipeline: Pipeline,
+    scenario: &Scenario,
+    providers: &[Backend],
+    router: Router,
+    driver: Driver,
+) -> Watched {
+    let (ranking, cooldowns) = match pipeline {
+        Pipeline::RoundRobin => {
+            driver.spawn(pipeline::round_robin(providers, scenario));
+            return Watched::default();
+        }
+        Pipeline::OrderedFailover => (Ranking::InOrder, false),
+        Pipeline::StormguardBalanceCooldowns => (Ranking::Balanced, true),
+        _ => (Ranking::Balanced, false),
+    };
+    let gateway = pipeline::gateway(router, scenario, ranking, cooldowns);
+    driver.spawn(gateway.replicas);
+    Watched {
+        breaker: gateway.dying.first().cloned(),
+        dying: gateway.dying,
+    }
 }
 
 struct Driver {

@@ -513,3 +513,136 @@ fn tail_hedging_cuts_the_first_token_p99_3x_for_5_percent_more_attempts_and_stop
     assert!(recovery <= 2.0, "{hedged:?}");
     assert!(plain.recovery_s.is_some_and(|r| r <= 2.0), "{plain:?}");
 }
+
+/// The balance scenario at 300 requests/s for 20 s (quotas of 180, 108 and 72 requests a second
+/// of the mean request at east, west and eu): the round robin, today's ordered failover and the
+/// balancer over the same three deployments.
+fn balance_runs() -> Vec<Run> {
+    let scenario = Scenario::builtin(ScenarioKind::Balance)
+        .with_qps(300.0)
+        .with_duration(Duration::from_secs(20));
+    stormguard_storm::run(
+        &scenario,
+        &[
+            Pipeline::RoundRobin,
+            Pipeline::OrderedFailover,
+            Pipeline::StormguardBalance,
+        ],
+        || {},
+    )
+    .expect("the simulation runs")
+}
+
+/// The balance targets for `stormguard+balance`: its 429s at most 1% of the round robin's,
+/// success at least 99.9%, and a median latency within 10% of the best split the quotas allow
+/// (east 60%, west 36%, eu 4%: the quickest filled to its quota first).
+#[test]
+fn balance_the_balancer_meets_no_quota_and_answers_near_the_best_split() {
+    let runs = balance_runs();
+    let (round_robin, ordered, balanced) = (&runs[0].summary, &runs[1].summary, &runs[2].summary);
+    let figures = |s: &Summary| s.balance.clone().expect("deployments, their figures");
+
+    // The round robin sends eu a third of the load against a quota of 24% of it: its 429s
+    // (and their retries', which go back to eu) are a tenth of the requests or more, and its
+    // retry budget cannot retry them all.
+    assert!(
+        round_robin.too_many_requests * 10 > round_robin.offered,
+        "{round_robin:?}"
+    );
+    assert!(round_robin.success_rate < 0.95, "{round_robin:?}");
+
+    // The balancer: at most 1% of the round robin's 429s (each deployment's rate limit learned
+    // its quota from the headers of its first answers, and the balancer sends less where the
+    // headroom is low), every request but a few answered, and the median within 10% of the
+    // best split's.
+    assert!(
+        balanced.too_many_requests * 100 <= round_robin.too_many_requests,
+        "{} 429s against the round robin's {}",
+        balanced.too_many_requests,
+        round_robin.too_many_requests
+    );
+    assert!(balanced.success_rate >= 0.999, "{balanced:?}");
+    let b = figures(balanced);
+    let best: Vec<f64> = b.deployments.iter().map(|d| d.best_share).collect();
+    assert!(
+        (best[0] - 0.6).abs() < 1e-9 && (best[2] - 0.04).abs() < 1e-9,
+        "{best:?}"
+    );
+    assert!((600..800).contains(&b.best_split_p50_ms), "{b:?}");
+    assert!(b.p50_over_best <= 1.10, "{b:?}");
+    // Every deployment takes a share, the quickest the most.
+    let shares: Vec<f64> = b.deployments.iter().map(|d| d.share).collect();
+    assert!(shares[0] > shares[1] && shares[1] > shares[2], "{shares:?}");
+
+    // Today's ordered failover meets few 429s too (its rate limits learn the same quotas), but
+    // sends east everything until east's rate limit cannot fit a request within its 2 s wait:
+    // most requests wait in it, and the median is several times the best split's.
+    assert!(ordered.success_rate >= 0.999, "{ordered:?}");
+    assert!(figures(ordered).p50_over_best >= 2.0, "{ordered:?}");
+}
+
+/// The balance-fleet scenario at 300 requests/s for 30 s: three replicas, eu dying at 10 s (new
+/// attempts refused with 503 at once, its work in flight finished), the balancer with breakers
+/// of each replica's own (`stormguard+balance`) and with their cooldowns shared
+/// (`stormguard+balance+cooldowns`).
+fn fleet_runs() -> Vec<Run> {
+    let scenario = Scenario::builtin(ScenarioKind::BalanceFleet)
+        .with_qps(300.0)
+        .with_duration(Duration::from_secs(30));
+    stormguard_storm::run(
+        &scenario,
+        &[
+            Pipeline::StormguardBalance,
+            Pipeline::StormguardBalanceCooldowns,
+        ],
+        || {},
+    )
+    .expect("the simulation runs")
+}
+
+/// The balance-fleet target: with shared cooldowns, the attempts that reach the dead deployment
+/// after the first replica saw it die are at most a third of what three independent breakers
+/// send. Independent, each replica finds out by failures of its own and then probes on its
+/// own; shared, the others leave it as soon as the first has, and the fleet probes as one.
+#[test]
+fn balance_fleet_shared_cooldowns_send_a_dead_deployment_a_third_of_independent_breakers() {
+    let runs = fleet_runs();
+    let fleet = |run: &Run| run.summary.fleet.clone().expect("a dying deployment");
+    let (independent, shared) = (fleet(&runs[0]), fleet(&runs[1]));
+    let died = 10.0;
+    for f in [&independent, &shared] {
+        assert_eq!(f.dying, "eu");
+        // Every replica saw it die, within a second of its death (its requests in flight there
+        // still finishing, each replica's failures in a row come a little apart).
+        assert_eq!(f.saw_it_die_s.len(), 3, "{f:?}");
+        for at in &f.saw_it_die_s {
+            assert!(
+                at.is_some_and(|at| (died..died + 1.0).contains(&at)),
+                "{f:?}"
+            );
+        }
+    }
+    let after = |f: &stormguard_storm::metrics::FleetFigures| {
+        f.after_first_saw.expect("attempts after") as f64
+    };
+    // Independent: the other replicas' failures before their breakers opened, then three
+    // breakers probing, one round every 3 s or so each for 20 s.
+    assert!(
+        independent.before_all_saw.is_some_and(|n| n >= 3),
+        "{independent:?}"
+    );
+    assert!(after(&independent) >= 18.0, "{independent:?}");
+    // Shared: the others' breakers opened with the first one's cooldown, before they sent it
+    // anything more, and the fleet probes about as one breaker does.
+    assert!(shared.before_all_saw.is_some_and(|n| n <= 1), "{shared:?}");
+    let ratio = after(&shared) / after(&independent);
+    assert!(
+        ratio <= 1.0 / 3.0,
+        "{ratio}: {shared:?} against {independent:?}"
+    );
+    // The fleet still answers: east and west take eu's share (their quotas make 96% of the load,
+    // and their rate limits' 2 s wait holds the rest).
+    for run in &runs {
+        assert!(run.summary.success_rate >= 0.999, "{:?}", run.summary);
+    }
+}
