@@ -10,8 +10,7 @@ use stormguard_classify::headers::{
     GRPC_TIMEOUT, X_ENVOY_EXPECTED_RQ_TIMEOUT_MS, X_REQUEST_TIMEOUT_MS,
 };
 use stormguard_deadline::propagate::{
-    format_grpc_timeout, format_timeout_ms, incoming_timeout, parse_grpc_timeout,
-    parse_timeout_ms,
+    format_grpc_timeout, format_timeout_ms, incoming_timeout, parse_grpc_timeout, parse_timeout_ms,
 };
 
 /// 99,999,999 hours: the longest `grpc-timeout` can say.

@@ -5,7 +5,9 @@
 //! refuses input with the same error; events stay within the limits; the frames and the error are
 //! those of the whole input fed at once (a frame completed by a CR at the end of the first chunk
 //! ends one byte earlier, before the LF that follows); only retryable error outcomes carry a hint,
-//! bounded by `HINT_CEILING`.
+//! bounded by `HINT_CEILING`. Each frame's `boundary` is at most its `end` (equal for an event),
+//! never behind an earlier frame's, and a true cut: the stream cut there and followed by another
+//! event reads as the events before the cut, then that event.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -24,6 +26,15 @@ fn read(mut parser: Parser, chunks: &[&[u8]]) -> (Vec<Frame>, Option<SseError>) 
                 Ok(Some(frame)) => {
                     assert!(frame.end <= fed - input.len() as u64);
                     assert!(frames.last().is_none_or(|last| last.end < frame.end));
+                    assert!(frame.boundary <= frame.end);
+                    assert!(
+                        frames
+                            .last()
+                            .is_none_or(|last| last.boundary <= frame.boundary)
+                    );
+                    if let FrameKind::Event(_) = frame.kind {
+                        assert_eq!(frame.boundary, frame.end);
+                    }
                     if let FrameKind::Event(event) = &frame.kind {
                         assert!(event.data.len() <= parser.max_event());
                         assert!(event.id.as_ref().is_none_or(|id| !id.contains('\0')));
@@ -68,6 +79,44 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(frame.kind, whole.kind);
             let early = crlf_split && frame.end == split as u64 && whole.end == split as u64 + 1;
             assert!(frame.end == whole.end || early);
+        }
+
+        // A cut at the boundary of the frame the first byte picks (and of the last).
+        let picks = [usize::from(first), frames.len().saturating_sub(1)];
+        for frame in picks
+            .iter()
+            .filter_map(|&pick| frames.get(pick % frames.len().max(1)))
+        {
+            let Ok(cut) = usize::try_from(frame.boundary) else {
+                continue;
+            };
+            let Some(before) = stream.get(..cut) else {
+                continue;
+            };
+            let events = |frames: &[Frame]| -> Vec<Frame> {
+                let events = frames
+                    .iter()
+                    .filter(|f| matches!(f.kind, FrameKind::Event(_)));
+                events.cloned().collect()
+            };
+            let (kept, None) = read(parser(), &[before]) else {
+                continue;
+            };
+            let (joined, error) = read(parser(), &[before, b"data: probe\n\n"]);
+            assert_eq!(error, None);
+            let joined = events(&joined);
+            let kept = events(&kept);
+            assert_eq!(joined.len(), kept.len() + 1);
+            for (joined, kept) in joined.iter().zip(&kept) {
+                assert_eq!(joined.kind, kept.kind);
+            }
+            let FrameKind::Event(probe) = &joined[kept.len()].kind else {
+                unreachable!("events only");
+            };
+            assert_eq!(
+                (probe.event_type.as_str(), probe.data.as_str()),
+                ("message", "probe")
+            );
         }
 
         for frame in &frames {

@@ -33,7 +33,8 @@
 //! output at the end. [`RateLimitConfig::with_usage_correction`] does the same: the retry engine
 //! then reads the `usage` of each successful answer as its reader reads the body (up to
 //! [`USAGE_BODY_LIMIT`]) and gives back the tokens it did not use ([`RateLimitPermit::usage`],
-//! [`Usage::settle`]). It is off by default, as OpenAI's accounting would not give them back.
+//! [`Usage::settle`]; a usage above a minute's quota counts as that quota). It is off by default,
+//! as OpenAI's accounting would not give them back.
 //!
 //! # Learning from the provider
 //!

@@ -932,11 +932,17 @@ enum Place {
 impl Usage {
     /// Corrects the request's weight to the `tokens` it really used (the response's `usage`):
     /// the difference is taken from, or given back to, the tokens of the minute.
+    ///
+    /// A usage above a minute's quota counts as the minute's quota: the provider admits no
+    /// request heavier than that (nor does [`RateLimit::reserve`]), and the count comes from the
+    /// network: a garbled or hostile one (2^64 - 1 tokens) would otherwise hold every request
+    /// for centuries.
     pub fn settle(self, tokens: u64) {
+        let bucket = self.shared.bucket(&self.key);
+        let tokens = tokens.min(bucket.tokens.per_minute().unwrap_or(u64::MAX));
         let difference = i128::from(tokens) - i128::from(self.tokens);
         let difference =
             i64::try_from(difference).unwrap_or(if difference > 0 { i64::MAX } else { i64::MIN });
-        let bucket = self.shared.bucket(&self.key);
         match &self.place {
             Place::Here { share } => {
                 let at = self.shared.nanos(Instant::now());

@@ -1,7 +1,8 @@
 //! Tokens-per-minute pacing on tokio's paused clock: requests weigh their tokens; one heavier
 //! than the 1 s bucket waits for a full bucket and leaves it in debt; one heavier than a
-//! minute's quota is refused at once; `Usage::settle` corrects a weight after the fact; and a
-//! request waits for the later of its two slots (requests and tokens).
+//! minute's quota is refused at once; `Usage::settle` corrects a weight after the fact, never
+//! past a minute's quota; and a request waits for the later of its two slots (requests and
+//! tokens).
 
 #![allow(clippy::unwrap_used)]
 
@@ -138,6 +139,23 @@ async fn settling_gives_back_or_takes_the_difference() {
     permit.usage().unwrap().settle(250);
     // 250 tokens taken: the bucket is whole again after 2.5 s; one token fits after 1.51 s.
     assert_eq!(take(&limit, 1), 1_510 * MS);
+}
+
+/// A usage above a minute's quota counts as the minute's quota: an answer that says it used
+/// 2^64 - 1 tokens leaves a minute of debt, as the heaviest request would, not 584 years.
+#[tokio::test(start_paused = true)]
+async fn a_usage_above_a_minute_s_quota_counts_as_the_minute_s_quota() {
+    let limit = RateLimit::new(
+        RateLimitConfig::default()
+            .with_tokens_per_minute(Some(6_000))
+            .with_usage_correction(true),
+    );
+    let permit = limit.reserve(&head(), 100, None).unwrap().send();
+    permit.usage().unwrap().settle(u64::MAX);
+    // 6,000 tokens taken: the next token fits after a minute, less the bucket's 990 ms.
+    let limited = limit.reserve(&head(), 1, None).unwrap_err();
+    assert_eq!(limited.cause(), RateLimitCause::Wait);
+    assert_eq!(limited.retry_after(), 59_010 * MS);
 }
 
 /// A request waits for the later of its two slots, and a refusal in tokens gives its request

@@ -551,7 +551,8 @@ struct Guard<RB: Body> {
     /// An interruption found ahead of what was delivered, handed out after it.
     interrupted: Option<InterruptCause>,
     done: bool,
-    /// Where the last complete frame ended, in bytes of the stream.
+    /// Where the stream can be cut after the last complete frame, in bytes of the stream: its
+    /// end, or for a comment inside an event, that event's start ([`Frame::boundary`](sse::Frame::boundary)).
     last_end: u64,
     /// Whether the data of content events is kept (for a resume hook), and what was kept.
     keep: bool,
@@ -679,8 +680,10 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                 EventKind::Done => self.terminal = true,
                 EventKind::Control => {}
             }
-            boundary = frame.end;
-            self.last_end = frame.end;
+            // A comment inside an event ends a frame but not the event: the stream is cut at
+            // the event's start, never between its lines.
+            boundary = frame.boundary;
+            self.last_end = frame.boundary;
         }
         self.frames = frames;
         scan

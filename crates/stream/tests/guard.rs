@@ -1,5 +1,6 @@
 //! The stream guard on tokio's paused clock, over scripted bodies: what opens a stream, what
-//! fails its opening, and the three timeouts (pings keep a stream alive, not progressing).
+//! fails its opening, the three timeouts (pings keep a stream alive, not progressing), and where
+//! a cut stream is joined to what follows it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -12,8 +13,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
-use stormguard_classify::Reason;
-use stormguard_stream::{InterruptCause, Opening, StreamInterrupted, StreamPolicy, open};
+use stormguard_classify::{BoxError, Reason};
+use stormguard_stream::continuation::Format;
+use stormguard_stream::sse::{Event, FrameKind, Parser};
+use stormguard_stream::{
+    Continuation, Continuer, InterruptCause, Opening, ResumedBody, StreamInterrupted, StreamPolicy,
+    open,
+};
 use tokio::time::{Instant, Sleep};
 
 const ROLE: &str =
@@ -212,4 +218,85 @@ async fn a_reset_after_content_is_a_typed_interruption() {
         interrupted.to_string().contains("after 1 content events"),
         "{interrupted}"
     );
+}
+
+/// The events a caller's SSE reader makes of `text`.
+fn events(text: &str) -> Vec<Event> {
+    let mut frames = Vec::new();
+    Parser::new().feed(text.as_bytes(), &mut frames).unwrap();
+    frames
+        .into_iter()
+        .filter_map(|frame| match frame.kind {
+            FrameKind::Event(event) => Some(event),
+            FrameKind::Comment => None,
+        })
+        .collect()
+}
+
+/// A chat request's continuation, answered by `answer` (none: the stream cannot be continued).
+fn chat_continuation(answer: Option<String>) -> Continuation {
+    let head = http::Request::builder()
+        .uri("/v1/chat/completions")
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0;
+    let body = Bytes::from_static(br#"{"messages":[{"role":"user","content":"Hi"}]}"#);
+    let continuer = answer.map(|answer| -> Continuer {
+        Box::new(move |_| {
+            let body = scripted(vec![Step::Send(answer.clone())]).map_err(BoxError::from);
+            let body: ResumedBody = Box::pin(body);
+            Box::pin(async move { Some(body) })
+        })
+    });
+    Continuation::new(Format::OpenAiChat, head, body, continuer, 1)
+}
+
+/// A stream cut after the first line of an event and a keep-alive comment: the comment ends a
+/// frame, but not the event, so the stream is handed on up to the event's start and the
+/// continuation's events follow whole, never joined to that first line.
+#[tokio::test(start_paused = true)]
+async fn a_comment_inside_an_event_is_no_place_to_join_a_continuation() {
+    let half = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" wor\"}}]}\n";
+    let steps = vec![
+        Step::Send(ROLE.into()),
+        Step::Send(content("Hello")),
+        Step::Send(format!("{half}: keep-alive\n")),
+        Step::Fail,
+    ];
+    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+        panic!("opened");
+    };
+    let answer = format!("{}data: [DONE]\n\n", content(" world"));
+    let stream = stream.with_continuation(chat_continuation(Some(answer)));
+    let (text, error) = drain(stream).await;
+    assert!(error.is_none(), "{error:?}");
+    let data: Vec<String> = events(&text).into_iter().map(|event| event.data).collect();
+    assert_eq!(data.len(), 4, "{text}");
+    let world: serde_json::Value = serde_json::from_str(&data[2]).unwrap();
+    assert_eq!(world["choices"][0]["delta"]["content"], " world");
+    assert_eq!(data[3], "[DONE]");
+}
+
+/// The same cut with nothing to continue it: the in-band error event that ends the stream is
+/// whole, not the tail of the half event.
+#[tokio::test(start_paused = true)]
+async fn a_comment_inside_an_event_is_no_place_to_end_a_stream_with_its_error_event() {
+    let steps = vec![
+        Step::Send(ROLE.into()),
+        Step::Send(content("Hello")),
+        Step::Send("event: delta\ndata: {\"choices\"\n: keep-alive\n".into()),
+        Step::Fail,
+    ];
+    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+        panic!("opened");
+    };
+    let stream = stream.with_continuation(chat_continuation(None));
+    let (text, error) = drain(stream).await;
+    assert!(error.unwrap().downcast_ref::<StreamInterrupted>().is_some());
+    let events = events(&text);
+    assert_eq!(events.len(), 3, "{text}");
+    assert_eq!(events[2].event_type, "message");
+    let error: serde_json::Value = serde_json::from_str(&events[2].data).unwrap();
+    assert_eq!(error["error"]["type"], "stream_interrupted");
 }

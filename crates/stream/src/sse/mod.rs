@@ -28,10 +28,11 @@
 //!   clears the event type;
 //! - an event left unfinished when the stream ends is never dispatched.
 //!
-//! Each [`Frame`] says at which byte of the stream it ended ([`Frame::end`]), so a caller can cut
-//! the bytes it holds at an event boundary. Memory is bounded against hostile or broken streams:
-//! a line longer than [`DEFAULT_MAX_LINE`] or an event with more data than [`DEFAULT_MAX_EVENT`]
-//! (both configurable) is an [`SseError`], after which the parser takes no more input.
+//! Each [`Frame`] says at which byte of the stream it ended ([`Frame::end`]) and where the bytes
+//! a caller holds can be cut between events ([`Frame::boundary`]: the same byte, but for a comment
+//! inside an event). Memory is bounded against hostile or broken streams: a line longer than
+//! [`DEFAULT_MAX_LINE`] or an event with more data than [`DEFAULT_MAX_EVENT`] (both configurable)
+//! is an [`SseError`], after which the parser takes no more input.
 //!
 //! # The classification
 //! [`classify_event`] sorts an [`Event`] into an [`EventKind`] from the stream formats providers

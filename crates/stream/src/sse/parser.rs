@@ -80,6 +80,12 @@ pub struct Frame {
     /// just after it; if the next chunk starts with LF, that LF belongs to the same line end
     /// (CRLF) but to no frame.
     pub end: u64,
+    /// Where the stream can be cut after this frame without cutting an event: its first
+    /// `boundary` bytes hold whole events and comments, and a reader handed them, then other
+    /// events, reads those events as they are. It is `end`, except for a comment inside an event
+    /// (after its `data` or `event` field, before its blank line), where it is the start of that
+    /// event: cut at the comment's end, the event's first lines would join whatever follows.
+    pub boundary: u64,
 }
 
 /// An incremental Server-Sent Events parser: it is handed a stream's bytes in chunks of any
@@ -134,6 +140,9 @@ pub struct Parser {
     last_event_id: Option<String>,
     retry: Option<u64>,
     consumed: u64,
+    /// Where the stream was last between events: the [`Frame::boundary`] of the next frame
+    /// unless the stream gets there.
+    boundary: u64,
     /// The limit the stream broke, if it did: the parser takes no more input.
     error: Option<SseError>,
 }
@@ -167,6 +176,7 @@ impl Parser {
             last_event_id: None,
             retry: None,
             consumed: 0,
+            boundary: 0,
             error: None,
         }
     }
@@ -285,9 +295,16 @@ impl Parser {
                 kind?
             };
             self.advance(input, at + line_end);
+            if !self.in_event() {
+                self.boundary = self.consumed;
+            }
             if let Some(kind) = kind {
-                let end = self.consumed;
-                return Ok(Some(Frame { kind, end }));
+                let (end, boundary) = (self.consumed, self.boundary);
+                return Ok(Some(Frame {
+                    kind,
+                    end,
+                    boundary,
+                }));
             }
         }
     }
@@ -398,6 +415,12 @@ impl Parser {
         self.data.push_str(&value);
         self.has_data = true;
         Ok(())
+    }
+
+    /// Whether an event is under way: a `data` or `event` field was read since the last blank
+    /// line. (`id` and `retry` are settings of the stream, which hold whatever follows them.)
+    fn in_event(&self) -> bool {
+        self.has_data || !self.event_type.is_empty()
     }
 
     /// The blank line: the event, if it had data; the buffers start again empty either way. The

@@ -293,6 +293,30 @@ fn frames_say_where_they_end_in_the_stream() {
 }
 
 #[test]
+fn a_comment_inside_an_event_is_no_boundary_between_events() {
+    // The ping comes after the first data line of "a\nb", and after the event type of the
+    // undispatched "x" (whose blank line, with no data, only clears it).
+    let stream = b"data: z\n\ndata: a\n: ping\ndata: b\n\n: between\nevent: x\n: in\n\n: after\n";
+    let frames = frames_of(&[stream]);
+    assert_eq!(ends(&frames), [9, 24, 33, 43, 57, 66]);
+    let boundaries: Vec<u64> = frames.iter().map(|frame| frame.boundary).collect();
+    assert_eq!(boundaries, [9, 9, 33, 43, 43, 66]);
+    // Cut at a boundary and followed by another event, the stream reads as the events before
+    // the boundary and that event; cut at the ping's end, "a" would join it.
+    let then = b"data: then\n\n";
+    for frame in &frames {
+        let mut cut = stream[..usize::try_from(frame.boundary).unwrap()].to_vec();
+        let before = data_of(&cut);
+        cut.extend_from_slice(then);
+        assert_eq!(data_of(&cut), [before, vec!["then".to_owned()]].concat());
+    }
+    assert_eq!(
+        data_of(&[&stream[..24], &then[..]].concat()),
+        ["z", "a\nthen"]
+    );
+}
+
+#[test]
 fn next_frame_leaves_the_bytes_after_the_frame_in_the_input() {
     let mut parser = Parser::new();
     let chunk = b"data: a\n\n: ping\ndata: b";
