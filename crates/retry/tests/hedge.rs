@@ -479,7 +479,9 @@ async fn a_race_teaches_the_hedged_attempts_wait_and_never_the_losing_hedges() {
     });
     let client = hedged(SECOND, &ten())
         .with_clocks(clocks.clone())
-        .layer(backend(&books, |n| answer([10 * SECOND, 100 * MS, 1500 * MS, 10 * SECOND][n])));
+        .layer(backend(&books, |n| {
+            answer([10 * SECOND, 100 * MS, 1500 * MS, 10 * SECOND][n])
+        }));
     // The hedge wins at 1.1 s: its 100 ms, and the first attempt's 1.1 s waited.
     client.clone().oneshot(post(CHAT)).await.unwrap();
     // The first wins at 1.5 s: its 1.5 s, and not the hedge's 500 ms.
