@@ -74,9 +74,12 @@ pub(super) fn token(index: u64, numbered: bool) -> String {
 /// assert_eq!(word_numbers("This is"), None);
 /// ```
 pub fn word_numbers(text: &str) -> Option<Vec<u64>> {
-    text.split_whitespace()
-        .map(|word| word.strip_prefix('w')?.parse().ok())
-        .collect()
+    text.split_whitespace().map(word_number).collect()
+}
+
+/// The number of one of a numbered answer's words (`w7`: 7), `None` if it is not one.
+pub fn word_number(word: &str) -> Option<u64> {
+    word.strip_prefix('w')?.parse().ok()
 }
 
 /// Writes the events of one streamed answer in its API's format.

@@ -51,7 +51,7 @@ use request::{Api, ChatRequest};
 use stats::InFlight;
 
 pub use config::{Fault, MockConfig};
-pub use events::{streamed_text, word_numbers};
+pub use events::{streamed_text, word_number, word_numbers};
 pub use stats::{MockStats, StatsSnapshot};
 pub use transcript::Transcript;
 
