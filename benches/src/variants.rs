@@ -17,6 +17,7 @@ use stormguard::ClientLayer;
 use stormguard::breaker::CircuitBreaker;
 use stormguard::budget::RetryBudget;
 use stormguard::deadline::{DEFAULT_TIMEOUT, Deadline, propagate};
+use stormguard::failover::{Backend, Failover};
 use stormguard::jitter::Constant;
 use stormguard::retry::{Hedging, ensure_idempotency_key, stamp_attempt};
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
@@ -170,7 +171,8 @@ where
             visit.variant("stormguard_client_breaker", breaker.layer(inner.clone()));
             // Hedging on: an answer that comes at once never arms the hedge's clock.
             let hedged = ClientLayer::default().with_hedging(Hedging::default());
-            visit.variant("stormguard_client_hedged", hedged.layer(inner));
+            visit.variant("stormguard_client_hedged", hedged.layer(inner.clone()));
+            failovers(inner, visit);
         }
         Path::Failure => {
             // Every request is rejected once: with the default K = 2 the throttle's drop
@@ -191,6 +193,28 @@ where
             visit.variant("stormguard_client", client.layer(inner));
         }
     }
+}
+
+/// stormguard's failover over three backends (the same service): in order (each a rank of its
+/// own, the first answers), and as one rank the balancer chooses in; the difference is the cost
+/// of choosing a backend.
+fn failovers<I, V>(inner: I, visit: &mut V)
+where
+    I: Service<Req, Response = Res, Error = Infallible> + Clone + Send + Sync + 'static,
+    I::Future: Send + 'static,
+    V: Visit,
+{
+    let names = ["east", "west", "eu"];
+    let ordered = names
+        .iter()
+        .fold(Failover::new(ClientLayer::default()), |failover, name| {
+            failover.with_backend(Backend::new(name))
+        });
+    visit.variant("stormguard_failover", ordered.layer(inner.clone()));
+    let balanced = Failover::new(ClientLayer::default())
+        .with_rank(names.map(Backend::new))
+        .with_seed(1);
+    visit.variant("stormguard_failover_balanced", balanced.layer(inner));
 }
 
 /// tower's retry with the `TpsBudget` and the simplest useful policy: retry a 5xx at most twice

@@ -51,7 +51,7 @@ impl Captured {
     fn lines(&self, level: &str) -> Vec<String> {
         String::from_utf8_lossy(&self.0.lock().unwrap())
             .lines()
-            .filter(|line| line.contains(level) && line.contains("fleet state in Redis"))
+            .filter(|line| line.contains(level) && line.contains("state in Redis"))
             .map(str::to_owned)
             .collect()
     }

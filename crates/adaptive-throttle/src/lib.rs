@@ -135,6 +135,7 @@
 mod config;
 mod error;
 mod service;
+mod sync;
 mod throttle;
 
 pub use config::ThrottleConfig;

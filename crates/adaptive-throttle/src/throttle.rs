@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -10,6 +9,7 @@ use stormguard_classify::random::RandomSource;
 use stormguard_classify::window::SlidingWindow;
 use stormguard_classify::{Outcome, Permit};
 
+use crate::sync::{AtomicBool, AtomicU32, Ordering};
 use crate::{ThrottleConfig, Throttled};
 
 /// Slices the window is cut into: it slides in steps of `window / SLICES`. Twenty slices make the
@@ -40,7 +40,9 @@ const ACCEPTS: usize = 1;
 /// Cloning is cheap (an `Arc`): all clones share the counts and the configuration, which is fixed
 /// when the throttle is made. [`try_acquire`](Self::try_acquire) and the [`ThrottlePermit`]'s
 /// record take no lock: they read or add to the atomic counters of a
-/// [`SlidingWindow`](stormguard_classify::window::SlidingWindow).
+/// [`SlidingWindow`](stormguard_classify::window::SlidingWindow). Under `--cfg stormguard_loom`
+/// the atomics are loom's models: `tests/loom.rs` explores every interleaving of racing records,
+/// snapshots and recovery runs.
 #[derive(Clone)]
 pub struct AdaptiveThrottle {
     shared: Arc<Shared>,
@@ -153,11 +155,23 @@ impl AdaptiveThrottle {
         if needed == 0 || !shared.throttling.load(Ordering::Relaxed) {
             return;
         }
-        if shared.run.fetch_add(1, Ordering::Relaxed).saturating_add(1) >= needed {
+        // AcqRel: the accept that completes the run reads every earlier step of it, so what each
+        // accept of the run counted before its step is cleared with the window. Relaxed, an
+        // accept could outlive the clear without its request: an accept of nothing, which would
+        // mask K rejections.
+        if shared.run.fetch_add(1, Ordering::AcqRel).saturating_add(1) >= needed {
             shared.run.store(0, Ordering::Relaxed);
             shared.window.clear(epoch);
             shared.throttling.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// Whether a request offered now is dropped with a probability below `share`: at once (no
+    /// sum over the window) when the last draw dropped nothing, as it does while the backend is
+    /// healthy; else from the window. For a router that asks it of several backends at every
+    /// request (a failover's balancer).
+    pub fn drops_less_than(&self, share: f64) -> bool {
+        !self.shared.throttling.load(Ordering::Relaxed) || self.probability() < share
     }
 
     /// Probability that a request offered now is dropped.
@@ -394,6 +408,22 @@ mod tests {
         let p = throttle.probability();
         assert!(p > 0.0, "{p}");
         assert_eq!(clone.probability(), p);
+    }
+
+    /// The router's check: a throttle that dropped nothing at its last draw answers at once;
+    /// one that is dropping reads its window.
+    #[tokio::test(start_paused = true)]
+    async fn drops_less_than_reads_the_window_only_while_dropping() {
+        let throttle = throttle(ThrottleConfig::default().with_min_rate(0.0));
+        assert!(throttle.drops_less_than(0.5));
+        for _ in 0..1_000 {
+            throttle.count(false);
+        }
+        // Not drawn since: the last draw dropped nothing.
+        assert!(throttle.drops_less_than(0.5));
+        let _ = throttle.try_acquire();
+        assert!(!throttle.drops_less_than(0.5));
+        assert!(throttle.drops_less_than(1.0));
     }
 
     /// Decisions of a throttle held at `P_drop = 0.5` (the cap) by a window of failures.

@@ -4,8 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::{BreakerConfig, BreakerOpen, BulkheadFull, OpenCause, Rejected};
 
 /// Slices of the window: the 10 s default slides in 1 s steps.
@@ -50,7 +50,10 @@ const OPEN_JITTER: f64 = 0.25;
 /// [`BreakerLayer`](crate::BreakerLayer) and the retry engine's `with_breaker` do both.
 ///
 /// Cloning is cheap (an `Arc`). In the closed state, asking and recording take no lock: they
-/// read and add to atomic counters. Opening, probing and closing take a short lock.
+/// read and add to atomic counters. Opening, probing and closing take a short lock. Under
+/// `--cfg stormguard_loom` the atomics and the lock are loom's models: `tests/loom.rs` explores
+/// every interleaving of racing failures, ratio reads, probe admissions, the bulkhead and a
+/// stall's cut.
 #[derive(Clone)]
 pub struct CircuitBreaker {
     shared: Arc<Shared>,
@@ -331,11 +334,15 @@ impl Shared {
 
     /// Whether an attempt may go now, and as what.
     fn admit(&self, now: Instant) -> Result<Role, BreakerOpen> {
+        // The generation before the state: a stall that opens the breaker after this read cuts
+        // the attempt, and one that bumped the generation before it had already written `closed`
+        // (`open` does it first), so the attempt is refused. Read after `closed`, a stall opening
+        // in between would let the attempt in with the new generation: in flight on an open
+        // breaker, and never cut.
+        let generation = self.generation.load(Ordering::Acquire);
         if self.closed.load(Ordering::Acquire) {
             if !self.stalled(now) {
-                return Ok(Role::Call {
-                    generation: self.generation.load(Ordering::Acquire),
-                });
+                return Ok(Role::Call { generation });
             }
             let mut control = self.lock();
             if matches!(control.phase, Phase::Closed) {

@@ -158,6 +158,7 @@ mod config;
 mod error;
 mod fallback;
 mod service;
+mod sync;
 
 pub use breaker::{BreakerPermit, BreakerSnapshot, CircuitBreaker, State};
 pub use config::BreakerConfig;

@@ -11,13 +11,36 @@
 //! budget's creation): the clock is not a loom object. Slice boundaries are covered by the
 //! threaded tests (tests/concurrency.rs, tests/robustness.rs), which move a paused clock under
 //! racing threads.
+//!
+//! loom can miss the interleavings in which a thread's plain load sees a write that another
+//! thread made after loading the same atomic itself (tokio-rs/loom#166): a withdrawal sums the
+//! window with plain loads, a deposit loads its counter and then adds to it. So each model with
+//! more than one outcome checks that its executions reached each ([`explore`]), and the thread
+//! that only reads is the spawned one, which loom runs second by default, where it sees the race.
 #![cfg(stormguard_loom)]
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loom::thread;
 use stormguard_budget::RetryBudget;
+
+/// Runs `model` under loom: the outcomes its executions returned, each once.
+fn explore<T, F>(model: F) -> BTreeSet<T>
+where
+    T: Ord + Send + 'static,
+    F: Fn() -> T + Sync + Send + 'static,
+{
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let record = Arc::clone(&seen);
+    loom::model(move || {
+        let outcome = model();
+        record.lock().unwrap().insert(outcome);
+    });
+    std::mem::take(&mut *seen.lock().unwrap())
+}
 
 /// A budget with exactly `retries` retries to give: ratio 1, no floor, `retries` successes.
 fn budget_of(retries: u32) -> RetryBudget {
@@ -30,7 +53,7 @@ fn budget_of(retries: u32) -> RetryBudget {
 
 #[test]
 fn two_threads_racing_for_the_last_retry_get_it_once() {
-    loom::model(|| {
+    let granted_here = explore(|| {
         let budget = budget_of(1);
         let other = budget.clone();
         let racer = thread::spawn(move || other.withdraw());
@@ -40,17 +63,19 @@ fn two_threads_racing_for_the_last_retry_get_it_once() {
         let snapshot = budget.snapshot();
         assert_eq!((snapshot.withdrawals, snapshot.rejected), (1, 1));
         assert_eq!(snapshot.balance, 0);
+        here
     });
+    assert_eq!(granted_here, BTreeSet::from([false, true]));
 }
 
 #[test]
 fn a_withdrawal_racing_a_deposit_is_granted_only_against_it() {
-    loom::model(|| {
+    let granted = explore(|| {
         let budget = budget_of(0);
-        let depositor = budget.clone();
-        let deposit = thread::spawn(move || depositor.deposit());
-        let granted = budget.withdraw();
-        deposit.join().unwrap();
+        let withdrawer = budget.clone();
+        let withdrawal = thread::spawn(move || withdrawer.withdraw());
+        budget.deposit();
+        let granted = withdrawal.join().unwrap();
         let snapshot = budget.snapshot();
         assert_eq!(snapshot.deposits, 1);
         // Granted: the deposit was seen and is now spent. Refused: it is still there.
@@ -59,12 +84,14 @@ fn a_withdrawal_racing_a_deposit_is_granted_only_against_it() {
             (snapshot.withdrawals, snapshot.rejected, snapshot.balance),
             expected
         );
+        granted
     });
+    assert_eq!(granted, BTreeSet::from([false, true]));
 }
 
 #[test]
 fn a_refund_racing_a_withdrawal_never_lets_two_retries_stand() {
-    loom::model(|| {
+    let granted = explore(|| {
         let budget = budget_of(1);
         let first = budget.try_withdraw().unwrap();
         let other = budget.clone();
@@ -77,12 +104,14 @@ fn a_refund_racing_a_withdrawal_never_lets_two_retries_stand() {
         assert_eq!(snapshot.withdrawals, u64::from(granted));
         assert_eq!(snapshot.rejected, u64::from(!granted));
         assert_eq!(snapshot.balance, u64::from(!granted));
+        granted
     });
+    assert_eq!(granted, BTreeSet::from([false, true]));
 }
 
 #[test]
 fn two_threads_withdrawing_two_each_from_three_get_exactly_three() {
-    loom::model(|| {
+    let here = explore(|| {
         let budget = budget_of(3);
         let other = budget.clone();
         let racer =
@@ -92,5 +121,7 @@ fn two_threads_withdrawing_two_each_from_three_get_exactly_three() {
         assert_eq!(here + there, 3);
         let snapshot = budget.snapshot();
         assert_eq!((snapshot.withdrawals, snapshot.rejected), (3, 1));
+        here
     });
+    assert_eq!(here, BTreeSet::from([1, 2]));
 }

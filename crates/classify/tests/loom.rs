@@ -8,16 +8,36 @@
 //! stormguard-classify --test loom --release`. Without the flag this file is empty.
 //!
 //! Epochs are passed in, not read from the clock: a model can put two threads in two slices.
+//!
+//! loom can miss the interleavings in which a thread's plain load sees a write that another
+//! thread made after loading the same atomic itself (tokio-rs/loom#166). So the model with more
+//! than one outcome checks that its executions reached each ([`explore`]).
 #![cfg(stormguard_loom)]
 #![allow(clippy::unwrap_used)]
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loom::thread;
 use stormguard_classify::window::SlidingWindow;
 
 const SLICES: usize = 4;
+
+/// Runs `model` under loom: the outcomes its executions returned, each once.
+fn explore<T, F>(model: F) -> BTreeSet<T>
+where
+    T: Ord + Send + 'static,
+    F: Fn() -> T + Sync + Send + 'static,
+{
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let record = Arc::clone(&seen);
+    loom::model(move || {
+        let outcome = model();
+        record.lock().unwrap().insert(outcome);
+    });
+    std::mem::take(&mut *seen.lock().unwrap())
+}
 
 fn window() -> Arc<SlidingWindow<1>> {
     Arc::new(SlidingWindow::new(Duration::from_secs(4), SLICES))
@@ -37,7 +57,7 @@ fn two_increments_in_one_slice_both_count() {
 
 #[test]
 fn a_rotation_racing_an_increment_loses_neither() {
-    loom::model(|| {
+    let new = explore(|| {
         // Slice 3 holds an old count; slice 7 reuses its slot. One thread counts late into slice
         // 3 while another opens slice 7: the late event counts in whichever slice the slot holds
         // when it lands, and the old count is gone.
@@ -54,7 +74,9 @@ fn a_rotation_racing_an_increment_loses_neither() {
         // or after it (counted in the new slice: 2).
         assert!(new == 1 || new == 2, "new slice holds {new}");
         assert_eq!(old, 0, "the old slice left the slot");
+        new
     });
+    assert_eq!(new, BTreeSet::from([1, 2]));
 }
 
 #[test]

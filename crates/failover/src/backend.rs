@@ -31,6 +31,7 @@ pub struct Backend {
     rate_limit: Option<RateLimit>,
     clocks: Option<AttemptClocks>,
     takes_prefill: bool,
+    weight: f64,
 }
 
 impl Backend {
@@ -60,6 +61,7 @@ impl Backend {
             rate_limit: None,
             clocks: None,
             takes_prefill: true,
+            weight: 1.0,
         }
     }
 
@@ -130,6 +132,25 @@ impl Backend {
         self.clocks = Some(clocks);
     }
 
+    /// Give this backend `weight` times a backend of weight 1's share of its rank's traffic
+    /// (default 1; see [`Failover::with_rank`](crate::Failover::with_rank)): its cost in the
+    /// balancer is divided by it. A weight that is not a positive number counts as 0: the
+    /// backend takes its rank's requests only when no other of the rank can.
+    #[must_use]
+    pub fn with_weight(mut self, weight: f64) -> Self {
+        self.weight = if weight > 0.0 && weight.is_finite() {
+            weight
+        } else {
+            0.0
+        };
+        self
+    }
+
+    /// Its weight in its rank.
+    pub fn weight(&self) -> f64 {
+        self.weight
+    }
+
     /// Pace this backend's attempts with `limit` (its quota: a provider's, a key's).
     #[must_use]
     pub fn with_rate_limit(mut self, limit: RateLimit) -> Self {
@@ -181,7 +202,7 @@ impl Backend {
             && self
                 .throttle
                 .as_ref()
-                .is_none_or(|throttle| throttle.snapshot().probability < 0.5)
+                .is_none_or(|throttle| throttle.drops_less_than(0.5))
     }
 }
 

@@ -34,10 +34,12 @@ use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::Backoff;
+use stormguard_rate_limit::RateLimit;
 use stormguard_retry::{ClientService, Error, FailedAnswer, GiveUpCause, ReplayBody};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
+use crate::balance::{Candidate, InFlight, rendezvous, two_choices};
 use crate::layer::Shared;
 use crate::marks::{Cure, NoBackend, mark};
 
@@ -176,6 +178,8 @@ pub(crate) struct Hop {
     pub(crate) calling: bool,
     /// It is a hedge.
     pub(crate) hedge: bool,
+    /// Counted in flight by its backend's balancer while with its engine.
+    pub(crate) in_flight: Option<InFlight>,
 }
 
 impl Hop {
@@ -186,6 +190,7 @@ impl Hop {
             withdrawal,
             calling: false,
             hedge: false,
+            in_flight: None,
         }
     }
 }
@@ -277,6 +282,8 @@ where
                 match (ready, request.take()) {
                     (Ok(()), Some(request)) => {
                         hops.hop.calling = true;
+                        hops.hop.in_flight =
+                            Some(hops.shared.routes[hops.hop.backend].load.start());
                         hops.hedge_by = hops.hedge_due();
                         let index = hops.hop.backend;
                         let future = (hops.call)(client, request, &hops.shared, index);
@@ -501,10 +508,18 @@ where
     {
         let took = self.hop.started.elapsed();
         self.hedge_by = None;
+        self.hop.in_flight = None;
         let (outcome, attempts) = judged(&result);
+        // The balancer learns how long the backend took to answer, or to time out.
+        if attempts > 0 && (outcome.is_success() || outcome.reason() == Reason::Timeout) {
+            self.shared.routes[self.hop.backend].load.observe(took);
+        }
         self.settle_withdrawal(attempts);
         if !outcome.is_success() && self.racing() {
             return Step::Withdrawn;
+        }
+        if !outcome.is_success() {
+            self.share_cooldown();
         }
         let route = &self.shared.routes[self.hop.backend];
         let result = result.map(|mut response| {
@@ -590,20 +605,56 @@ where
         (self.tried & (1 << index) == 0).then_some(*index)
     }
 
-    /// The first healthy backend not tried yet. For a continuation, one that takes an
-    /// assistant prefill, and the backend whose stream it continues only when no other can.
+    /// The next backend to take the request: in the first rank with a healthy backend not
+    /// tried yet, the one the balancer picks among those (see `balance`). For a continuation,
+    /// one that takes an assistant prefill, and the backend whose stream it continues only when
+    /// no other can.
     pub(crate) fn next_healthy(&self) -> Option<usize> {
         let continuation = self.continues_from.is_some();
         let takes = |index: usize| {
             let route = &self.shared.routes[index];
-            self.tried & (1 << index) == 0
+            index < MAX_BACKENDS
+                && self.tried & (1 << index) == 0
                 && route.backend.is_healthy()
                 && !(continuation && route.client.rejects_prefill())
+                && !self.cooling(index)
         };
-        let count = self.shared.routes.len().min(MAX_BACKENDS);
-        (0..count)
-            .find(|index| Some(*index) != self.continues_from && takes(*index))
+        self.choose(|index| Some(index) != self.continues_from && takes(index))
             .or_else(|| self.continues_from.filter(|from| takes(*from)))
+    }
+
+    /// The backend of the first rank that has one that `may` take the request: the only one,
+    /// or the balancer's pick (the sticky key's backend, else the cheaper of two drawn).
+    fn choose(&self, may: impl Fn(usize) -> bool) -> Option<usize> {
+        let shared = &*self.shared;
+        let routes = &shared.routes;
+        for rank in &shared.ranks {
+            let mut open = [Candidate::default(); MAX_BACKENDS];
+            let mut count = 0;
+            for index in rank.clone().filter(|index| may(*index)) {
+                let weight = routes[index].backend.weight();
+                open[count] = Candidate { index, weight };
+                count += 1;
+            }
+            let open = &open[..count];
+            match open {
+                [] => continue,
+                // A rank of one (an ordered failover's every rank) has nothing to weigh.
+                [only] => return Some(only.index),
+                _ => {}
+            }
+            let name = |index: usize| routes[index].backend.name();
+            if let Some(key) = shared.sticky.as_ref().and_then(|key| key(&self.head)) {
+                return rendezvous(key, open, name);
+            }
+            let cost = |index: usize| {
+                let backend = &routes[index].backend;
+                let headroom = backend.rate_limit().map_or(1.0, RateLimit::headroom);
+                routes[index].load.cost(backend.weight(), headroom)
+            };
+            return two_choices(open, cost, &shared.random);
+        }
+        None
     }
 
     /// Ready once the request's deadline has passed; never without one.

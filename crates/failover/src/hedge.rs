@@ -14,9 +14,11 @@
 //! body is sent once, a hop whose backend's engine is not ready at once when the hedge is due.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use http::Request;
 use http_body::Body;
+use stormguard_breaker::State;
 use stormguard_budget::Withdrawal;
 use stormguard_classify::Classify;
 use stormguard_deadline::clocks::Shape;
@@ -74,6 +76,7 @@ where
         let mut hop = Hop::new(index, Some(withdrawal));
         hop.calling = true;
         hop.hedge = true;
+        hop.in_flight = Some(self.shared.routes[index].load.start());
         self.aside = Some(hop);
         self.hedged(index, "sent");
     }
@@ -122,6 +125,37 @@ where
             if failed.hedge {
                 self.hedged(failed.backend, "failed");
             }
+        }
+    }
+
+    /// Whether backend `index` is left for a cooldown another replica (or this one) shared.
+    pub(crate) fn cooling(&self, index: usize) -> bool {
+        let shared = &self.shared;
+        shared
+            .cooldowns
+            .as_ref()
+            .is_some_and(|cooldowns| cooldowns.cooling(shared.routes[index].backend.name()))
+    }
+
+    /// After a failed hop: if its backend's breaker opened since its cooldown was last shared,
+    /// shares it, for as long as the breaker lets no probe through.
+    pub(crate) fn share_cooldown(&self) {
+        let Some(cooldowns) = &self.shared.cooldowns else {
+            return;
+        };
+        let route = &self.shared.routes[self.hop.backend];
+        let breaker = route.backend.breaker();
+        if breaker.state() != State::Open {
+            return;
+        }
+        let snapshot = breaker.snapshot();
+        let published = route
+            .published
+            .fetch_max(snapshot.opened, Ordering::Relaxed);
+        if let Some(wait) = snapshot.retry_after
+            && published < snapshot.opened
+        {
+            cooldowns.publish(route.backend.name(), wait);
         }
     }
 

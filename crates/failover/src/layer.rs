@@ -1,21 +1,26 @@
 //! [`Failover`]: the layer and its settings, and [`FailoverService`], what it makes of a service.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::task::{Context, Poll};
 
+use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_classify::body::{Prefix, ResponseBody};
+use stormguard_classify::random::RandomSource;
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
 use stormguard_retry::{ClientLayer, ClientService, Error, Hedging, ReplayBody, continuing_stream};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::balance::Load;
 use crate::future::{Call, ContinuesFrom, Hops, ResponseFuture};
-use crate::{Backend, Cure, Degraded};
+use crate::{Backend, Cooldowns, Cure, Degraded};
 use stormguard_stream::continuation::Format;
 use stormguard_stream::{ContinuationRequest, Continuer, Resumed};
 
@@ -29,10 +34,18 @@ use stormguard_stream::{ContinuationRequest, Continuer, Resumed};
 pub struct Failover<C = LlmClassifier, Bk = FullJitter> {
     layer: ClientLayer<C, Bk>,
     backends: Vec<Backend>,
+    /// Each backend's rank (as many as backends, in order, never decreasing).
+    ranks: Vec<usize>,
     cures: Vec<(Cure, Arc<str>)>,
     degraded: Option<Degraded>,
     hedging: Option<Hedging>,
+    sticky: Option<StickyKey>,
+    seed: Option<u64>,
+    cooldowns: Option<Cooldowns>,
 }
+
+/// What a sticky key is read with (see [`Failover::with_sticky_key`]).
+pub(crate) type StickyKey = Arc<dyn for<'a> Fn(&'a Parts) -> Option<&'a [u8]> + Send + Sync>;
 
 impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
     /// A failover with no backend yet, whose backends follow `layer`'s policy and share its
@@ -42,9 +55,13 @@ impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
         Self {
             layer,
             backends: Vec::new(),
+            ranks: Vec::new(),
             cures: Vec::new(),
             degraded: None,
             hedging,
+            sticky: None,
+            seed: None,
+            cooldowns: None,
         }
     }
 
@@ -69,22 +86,83 @@ impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
         self
     }
 
-    /// Add `backend` after those already added: the first healthy backend in this order takes
-    /// each request. A backend without a throttle gets its own here, with the layer's settings
-    /// (if the layer has a throttle), shared by every service this failover makes.
+    /// Add `backend` after those already added, as a rank of its own: the first healthy backend
+    /// in this order takes each request. A backend without a throttle gets its own here, with
+    /// the layer's settings (if the layer has a throttle), shared by every service this failover
+    /// makes.
     #[must_use]
-    pub fn with_backend(mut self, mut backend: Backend) -> Self {
-        if backend.throttle().is_none()
-            && let Some(template) = self.layer.throttle()
-        {
-            backend.set_throttle(AdaptiveThrottle::new(*template.config()));
+    pub fn with_backend(self, backend: Backend) -> Self {
+        self.with_rank([backend])
+    }
+
+    /// Add `backends` after those already added, as one rank: they share its traffic (several
+    /// keys, regions or deployments of one model), each request going to the one the balancer
+    /// picks among those of the rank that can take it (healthy, not tried yet), and to the next
+    /// rank when none can. The balancer weighs each backend's latency, its hops in flight, its
+    /// [weight](Backend::with_weight) and its rate limit's headroom, and picks the cheaper of two
+    /// drawn at random (see `balance`): a deployment near its quota, or slow, gets less. Each
+    /// backend gets a throttle and clocks of its own as in [`with_backend`](Self::with_backend).
+    #[must_use]
+    pub fn with_rank(mut self, backends: impl IntoIterator<Item = Backend>) -> Self {
+        let rank = self.ranks.last().map_or(0, |last| last + 1);
+        for mut backend in backends {
+            if backend.throttle().is_none()
+                && let Some(template) = self.layer.throttle()
+            {
+                backend.set_throttle(AdaptiveThrottle::new(*template.config()));
+            }
+            if backend.clocks().is_none()
+                && let Some(template) = self.layer.clocks()
+            {
+                backend.set_clocks(template.fresh());
+            }
+            self.backends.push(backend);
+            self.ranks.push(rank);
         }
-        if backend.clocks().is_none()
-            && let Some(template) = self.layer.clocks()
-        {
-            backend.set_clocks(template.fresh());
-        }
-        self.backends.push(backend);
+        self
+    }
+
+    /// Send the requests of one key to the same backend of a rank, while it can take them
+    /// (optional): `key` reads it from a request's head (a conversation's or a user's id, a
+    /// hash of a cached prompt), and a request without one is balanced as any. Providers cache
+    /// prompt prefixes per deployment (OpenAI's and Anthropic's prompt caching, Azure's): the
+    /// requests of one conversation that keep reaching the deployment that cached it keep its
+    /// cache hits. Weighted rendezvous hashing over the rank's backends that can take the
+    /// request: the same key goes to the same backend on every replica, and when one backend
+    /// cannot take it, only its own keys move.
+    ///
+    /// ```
+    /// use stormguard_failover::{Backend, Failover};
+    /// use stormguard_retry::ClientLayer;
+    ///
+    /// let failover = Failover::new(ClientLayer::default())
+    ///     .with_rank([Backend::new("east"), Backend::new("west")])
+    ///     .with_sticky_key(|head| head.headers.get("x-conversation-id").map(|v| v.as_bytes()));
+    /// # let _ = failover;
+    /// ```
+    #[must_use]
+    pub fn with_sticky_key<F>(mut self, key: F) -> Self
+    where
+        F: for<'a> Fn(&'a Parts) -> Option<&'a [u8]> + Send + Sync + 'static,
+    {
+        self.sticky = Some(Arc::new(key));
+        self
+    }
+
+    /// Share the backends' cooldowns with the other replicas of a fleet through `cooldowns`
+    /// (off by default): when a backend's breaker opens here, the others leave it until it lets
+    /// a probe through, and when it opens there, this one does, within one decision (see
+    /// [`Cooldowns`]). The backends are known by name: give each replica the same names.
+    #[must_use]
+    pub fn with_cooldowns(mut self, cooldowns: Cooldowns) -> Self {
+        self.cooldowns = Some(cooldowns);
+        self
+    }
+
+    /// Seed the balancer's random draws (unseeded by default): the same seed, the same draws.
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
         self
     }
 
@@ -173,9 +251,15 @@ where
                 if !backend.takes_prefill() {
                     client.reject_prefill();
                 }
-                Route { backend, client }
+                Route {
+                    backend,
+                    client,
+                    load: Arc::default(),
+                    published: AtomicU64::new(0),
+                }
             })
             .collect::<Vec<_>>();
+        let ranks = ranges(&self.ranks);
         let cures = self
             .cures
             .iter()
@@ -193,6 +277,10 @@ where
                 cures,
                 degraded: self.degraded.clone(),
                 hedging: self.hedging,
+                ranks,
+                sticky: self.sticky.clone(),
+                random: RandomSource::from_seed(self.seed),
+                cooldowns: self.cooldowns.clone(),
             }),
         }
     }
@@ -206,6 +294,9 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Failover<C, Bk> {
             .field("cures", &self.cures)
             .field("degraded", &self.degraded.is_some())
             .field("hedging", &self.hedging)
+            .field("ranks", &self.ranks)
+            .field("sticky", &self.sticky.is_some())
+            .field("cooldowns", &self.cooldowns)
             .finish()
     }
 }
@@ -223,12 +314,33 @@ pub(crate) struct Shared<S, C, Bk> {
     pub(crate) cures: Vec<(Cure, usize)>,
     pub(crate) degraded: Option<Degraded>,
     pub(crate) hedging: Option<Hedging>,
+    /// The routes of each rank, in order.
+    pub(crate) ranks: Vec<Range<usize>>,
+    pub(crate) sticky: Option<StickyKey>,
+    /// The balancer's draws.
+    pub(crate) random: RandomSource,
+    pub(crate) cooldowns: Option<Cooldowns>,
 }
 
-/// A backend and its engine.
+/// A backend, its engine, and what the balancer knows of it.
 pub(crate) struct Route<S, C, Bk> {
     pub(crate) backend: Backend,
     pub(crate) client: ClientService<S, C, Bk>,
+    pub(crate) load: Arc<Load>,
+    /// How many times its breaker had opened when its cooldown was last shared.
+    pub(crate) published: AtomicU64,
+}
+
+/// The routes of each rank, from each backend's rank (in order, never decreasing).
+fn ranges(ranks: &[usize]) -> Vec<Range<usize>> {
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    for (index, rank) in ranks.iter().enumerate() {
+        match ranges.last_mut() {
+            Some(last) if ranks.get(last.start) == Some(rank) => last.end = index + 1,
+            _ => ranges.push(index..index + 1),
+        }
+    }
+    ranges
 }
 
 impl<S, C, Bk> FailoverService<S, C, Bk> {

@@ -59,6 +59,16 @@
 //!    if there is one, its [`DegradedAnswer`] saying `Reason::DeadlineExceeded`, else the
 //!    engine's deadline error (504 from `error_response`).
 //!
+//! # Balancing
+//!
+//! Backends added together with [`Failover::with_rank`] (several keys, regions or deployments
+//! of one model) share their rank's traffic: each request goes to the one of them the balancer
+//! picks among those that can take it (see [`balance`]: the cheaper of two drawn, by latency,
+//! hops in flight, [weight](Backend::with_weight) and rate-limit headroom; or the backend of its
+//! [sticky key](Failover::with_sticky_key)). Ranks fail over in order, as single backends do.
+//! With [`Failover::with_cooldowns`], a backend's breaker opening is shared by the replicas of a
+//! fleet ([`Cooldowns`]).
+//!
 //! With [`Failover::with_hedging`] (or a layer that hedges), a hop that has produced no content
 //! after the hedge's delay gets a second hop on the next healthy backend, the same one when there
 //! is no other, under the same deadline and budget: the first to answer is handed back and the
@@ -107,12 +117,15 @@
 //! ```
 
 mod backend;
+pub mod balance;
+mod cooldowns;
 mod future;
 mod hedge;
 mod layer;
 mod marks;
 
 pub use backend::{Adapter, Backend};
+pub use cooldowns::Cooldowns;
 pub use future::ResponseFuture;
 pub use layer::{Failover, FailoverService};
 pub use marks::{Answered, Cure, Degraded, DegradedAnswer, NoBackend};

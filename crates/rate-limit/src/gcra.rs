@@ -1,8 +1,9 @@
 //! [`Gcra`]: one dimension of a rate limit (requests, or tokens), as the generic cell rate
 //! algorithm's virtual scheduling, lock-free.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::sync::{AtomicU64, Ordering};
 
 /// One dimension of a limit: `rate` units per second, a bucket of `burst` units.
 ///
@@ -15,7 +16,9 @@ use std::time::Duration;
 /// is *when*, and the caller decides whether that is soon enough.
 ///
 /// Instants are nanoseconds since the limit's origin; the TAT moves by compare-and-swap, so
-/// concurrent reservations are ordered (first come, first served) and never over-admit.
+/// concurrent reservations are ordered (first come, first served) and never over-admit. Under
+/// `--cfg stormguard_loom` the atomics are loom's models: `tests/loom.rs` explores every
+/// interleaving of racing reservations, give-backs, usage corrections and a learned rate.
 #[derive(Debug)]
 pub(crate) struct Gcra {
     /// Theoretical arrival time, in nanoseconds since the origin.

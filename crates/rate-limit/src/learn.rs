@@ -78,6 +78,18 @@ impl Stated {
 }
 
 impl Quota {
+    /// What the provider says is left, as a share of the limit (0 to 1), and for how long that
+    /// holds: until its reset, at most a minute (a limit is a minute's), a second without one.
+    pub(crate) fn left(&self) -> Option<(f64, Duration)> {
+        let (limit, remaining) = (self.limit?, self.remaining?);
+        let share = (remaining as f64 / limit as f64).clamp(0.0, 1.0);
+        let holds = self
+            .reset
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(60));
+        Some((share, holds))
+    }
+
     fn is_empty(&self) -> bool {
         *self == Self::default()
     }

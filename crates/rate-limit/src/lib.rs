@@ -132,6 +132,7 @@ mod gcra;
 mod learn;
 mod limit;
 mod service;
+mod sync;
 mod usage;
 
 pub use config::RateLimitConfig;

@@ -5,8 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
@@ -20,6 +19,7 @@ use tokio::time::Instant;
 use crate::fleet;
 use crate::gcra::{Gcra, Slot};
 use crate::learn::{Cubic, Stated, believed};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::{RateLimitCause, RateLimitConfig, RateLimited};
 
 /// Picks a request's key in a keyed limit.
@@ -70,6 +70,8 @@ struct Bucket {
     learned: Mutex<Learned>,
     /// When the bucket was last used, nanoseconds since the origin.
     used: AtomicU64,
+    /// What the provider last said was left of each quota (requests, tokens): see [`Left`].
+    left: [Left; 2],
     /// With a fleet: this replica's share of the limit (requests, tokens), which decides while
     /// Redis is away, and counts the slots Redis gives this replica while it answers.
     share: Option<[Gcra; 2]>,
@@ -349,6 +351,17 @@ impl RateLimit {
         })
     }
 
+    /// The share of its quota the limit could let go at once, from 0 (none: the quota is spent,
+    /// or the limit is pacing) to 1 (its whole bucket, or no limit known): the lower of its
+    /// dimensions, each the lower of its own bucket's level and what the provider last said was
+    /// left (`x-ratelimit-remaining-*` / `anthropic-ratelimit-*-remaining` over the limit, until
+    /// its reset). Of the unkeyed bucket. A balancer sends less to a backend with less headroom
+    /// before it meets a 429.
+    pub fn headroom(&self) -> f64 {
+        let at = self.shared.nanos(Instant::now());
+        self.shared.unkeyed.headroom(at)
+    }
+
     /// The limit of requests without a key (the only one of an unkeyed limit).
     pub fn snapshot(&self) -> RateLimitSnapshot {
         let shared = &*self.shared;
@@ -476,7 +489,19 @@ impl Bucket {
             adaptive: AtomicBool::new(false),
             learned: Mutex::new(Learned::default()),
             used: AtomicU64::new(at),
+            left: [Left::default(), Left::default()],
         }
+    }
+
+    /// The share of the bucket it could take at `at`, the lower of its dimensions, of its own
+    /// pacing and of what the provider last said was left (1: nothing known, or no limit).
+    fn headroom(&self, at: u64) -> f64 {
+        let paced = [&self.requests, &self.tokens].map(|gcra| match gcra.level(at) {
+            Some((burst, free)) if burst > 0 => free as f64 / burst as f64,
+            _ => 1.0,
+        });
+        let stated = self.left.each_ref().map(|left| left.at(at));
+        paced.into_iter().chain(stated).fold(1.0, f64::min)
     }
 
     /// With a fleet, this replica's share of the limit (requests, tokens), made to follow the
@@ -527,12 +552,16 @@ impl Bucket {
         let at = shared.nanos(Instant::now());
         let stated = Stated::read(headers, SystemTime::now());
         // Quotas the provider says are spent: nothing goes before they are whole again.
-        for (gcra, quota) in [
-            (&self.requests, stated.requests),
-            (&self.tokens, stated.tokens),
-        ] {
+        for ((gcra, left), quota) in [&self.requests, &self.tokens]
+            .into_iter()
+            .zip(&self.left)
+            .zip([stated.requests, stated.tokens])
+        {
             if let Some(spent_for) = quota.spent_for() {
                 gcra.block_until(at.saturating_add(nanos_of(spent_for)));
+            }
+            if let Some((share, holds)) = quota.left() {
+                left.set(share, at.saturating_add(nanos_of(holds)));
             }
         }
         let throttled = outcome.reason() == Reason::RateLimited;
@@ -576,6 +605,31 @@ impl Bucket {
         }
         self.adaptive
             .store(learned.cubic.is_some(), Ordering::Release);
+    }
+}
+
+/// What a provider last said was left of one quota, as a share of it (`f64` bits), and until
+/// when that holds (nanoseconds since the origin; 0: nothing said). Two atomics, written apart:
+/// a reader that meets one of two concurrent writes reads another recent figure, which is all a
+/// headroom needs.
+#[derive(Debug, Default)]
+struct Left {
+    share: AtomicU64,
+    until: AtomicU64,
+}
+
+impl Left {
+    fn set(&self, share: f64, until: u64) {
+        self.share.store(share.to_bits(), Ordering::Relaxed);
+        self.until.store(until, Ordering::Relaxed);
+    }
+
+    /// The share left at `at`: 1 once what was said no longer holds.
+    fn at(&self, at: u64) -> f64 {
+        if at >= self.until.load(Ordering::Relaxed) {
+            return 1.0;
+        }
+        f64::from_bits(self.share.load(Ordering::Relaxed))
     }
 }
 

@@ -476,3 +476,48 @@ proptest! {
         }
     }
 }
+
+/// The headroom a balancer reads: 1 with nothing known; what the provider says is left, until
+/// its reset; the limit's own pacing (its bucket's level), whichever is lower.
+#[tokio::test(start_paused = true)]
+async fn headroom_is_the_lower_of_the_quota_left_and_the_buckets_level() {
+    let limit = RateLimit::default();
+    assert_eq!(limit.headroom(), 1.0);
+    // 6,000 a minute (a bucket of 100), 10% left for 2 s.
+    answer(
+        &limit,
+        &headers(&[
+            ("x-ratelimit-limit-requests", "6000"),
+            ("x-ratelimit-remaining-requests", "600"),
+            ("x-ratelimit-reset-requests", "2s"),
+        ]),
+        &Outcome::success(),
+    );
+    assert!(
+        (limit.headroom() - 0.1).abs() < 1e-9,
+        "{}",
+        limit.headroom()
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(limit.headroom(), 1.0);
+    // Its own pacing: 75 of the bucket's 100 sent at once leave a quarter.
+    for _ in 0..75 {
+        next_wait(&limit);
+    }
+    assert!(
+        (limit.headroom() - 0.25).abs() < 1e-9,
+        "{}",
+        limit.headroom()
+    );
+    // A hostile remaining above the limit reads as all of it, never more.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    answer(
+        &limit,
+        &headers(&[
+            ("x-ratelimit-limit-requests", "6000"),
+            ("x-ratelimit-remaining-requests", "99999999999999"),
+        ]),
+        &Outcome::success(),
+    );
+    assert!(limit.headroom() <= 1.0);
+}

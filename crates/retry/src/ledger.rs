@@ -314,6 +314,10 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// The service failed to get ready for a retry, which therefore never went out.
     pub(crate) fn not_ready<F, B, RB: Body>(&mut self, error: BoxError) -> Step<F, B, RB, C> {
         let outcome = self.config.classifier.classify_error(&*error);
+        // A hedge is not sent; the attempt it was for goes on.
+        if self.attempt.hedge {
+            return Step::Next(self.hedge_not_sent(outcome.reason()));
+        }
         self.end(Err(Error::failed(outcome, error, self.sent)))
     }
 

@@ -493,6 +493,53 @@ async fn a_race_teaches_the_hedged_attempts_wait_and_never_the_losing_hedges() {
     assert_eq!(at(1.0), Some(1500 * MS));
 }
 
+/// A service below that fails to get ready for the hedge: the hedge is not sent, and the
+/// first attempt answers.
+#[tokio::test(start_paused = true)]
+async fn a_service_not_ready_for_the_hedge_leaves_the_first_attempt_to_answer() {
+    #[derive(Clone)]
+    struct ReadyOnce<S> {
+        inner: S,
+        readied: Arc<AtomicUsize>,
+    }
+    impl<S: Service<Request<Full<Bytes>>, Error = BoxError>> Service<Request<Full<Bytes>>>
+        for ReadyOnce<S>
+    {
+        type Response = S::Response;
+        type Error = BoxError;
+        type Future = S::Future;
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            match self.readied.fetch_add(1, Ordering::SeqCst) {
+                0 => self.inner.poll_ready(cx),
+                _ => Poll::Ready(Err("connection pool closed".into())),
+            }
+        }
+        fn call(&mut self, request: Request<Full<Bytes>>) -> S::Future {
+            self.inner.call(request)
+        }
+    }
+    let books = Books::default();
+    let budget = ten();
+    let inner = backend(&books, |_| answer(10 * SECOND));
+    let service = ReadyOnce {
+        inner,
+        readied: Arc::default(),
+    };
+    let start = Instant::now();
+    let response = hedged(SECOND, &budget)
+        .layer(service)
+        .oneshot(post(CHAT))
+        .await;
+    assert_eq!(response.unwrap().status(), 200);
+    assert_eq!(start.elapsed(), 10 * SECOND);
+    assert_eq!(books.log.len(), 1);
+    assert_eq!(
+        budget.snapshot().withdrawals,
+        0,
+        "the hedge's grant went back"
+    );
+}
+
 /// Nothing learned yet: a learned delay sends no hedge.
 #[tokio::test(start_paused = true)]
 async fn a_learned_delay_hedges_nothing_before_it_is_learned() {

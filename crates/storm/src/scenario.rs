@@ -248,7 +248,7 @@ pub const TAIL_START_SIGMA: f64 = 0.25;
 /// time to first token lies on the boundary between the fast first tokens and the slow ones, and a
 /// p99 target measures where that boundary falls, not the tail. Measured at 1% (12,000 req/s, seed
 /// 42): the `stormguard` row's p99 was 896 ms (the top of the fast ones) and `stormguard+hedge`'s
-/// 983 ms (its hedged requests wait their delay, then a first token: 0.91x), while the p99.9 went
+/// 971 ms (its hedged requests wait their delay, then a first token: 0.92x), while the p99.9 went
 /// from 6,132 ms to 1,352 ms (4.54x lower). The outage adds to it: an attempt in flight when the
 /// provider goes down is lost, and a slow one is in flight ten times as long, so fewer of the
 /// requests that succeed are slow than were drawn. At 1.1% the p99 was still on the boundary
@@ -256,7 +256,7 @@ pub const TAIL_START_SIGMA: f64 = 0.25;
 /// and 99), but not yet at the scale of the simulator's test (1,500 req/s for 30 s: 0.94x, and
 /// 0.81x with seed 99), nor at 1.3% there (3.15x, 3.25x and 0.94x with seeds 42, 7 and 99); at
 /// 1.4%, 3.41x to 3.48x. 1.5% puts the p99 inside the slow tail at every scale and seed tried
-/// (3.87x at the full scale, 3.50x to 3.69x at the test's over five seeds), and keeps the tail a
+/// (3.86x at the full scale, 3.50x to 3.69x at the test's over five seeds), and keeps the tail a
 /// heavy tail of rare attempts: one in about seventy, ten times slower.
 pub const TAIL_SLOW_SHARE: f64 = 0.015;
 

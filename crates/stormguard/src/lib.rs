@@ -235,9 +235,10 @@ pub mod sse {
 /// Failover across providers ([`stormguard_failover`]): ordered backends with their own guards,
 /// per-error cures, one deadline and one retry budget per request, a degraded answer.
 pub mod failover {
+    pub use stormguard_failover::balance;
     pub use stormguard_failover::{
-        Adapter, Answered, Backend, Cure, Degraded, DegradedAnswer, Failover, FailoverService,
-        NoBackend, ResponseFuture,
+        Adapter, Answered, Backend, Cooldowns, Cure, Degraded, DegradedAnswer, Failover,
+        FailoverService, NoBackend, ResponseFuture,
     };
 }
 

@@ -1,10 +1,13 @@
 //! [`Fleet`]: a rate limit's state in Redis, so that every replica of a gateway paces at one
-//! provider quota between them.
+//! provider quota between them; and the cooldowns of the replicas' failovers (`cooldowns`).
 
+mod cooldowns;
+
+use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -82,6 +85,10 @@ struct State {
     health: Mutex<Health>,
     fleet_decisions: AtomicU64,
     local_decisions: AtomicU64,
+    /// The fleet's cooldowns as this replica last read them (see `cooldowns`).
+    cooldowns: Mutex<HashMap<String, Instant>>,
+    /// A read of the cooldowns is in flight.
+    reading: AtomicBool,
 }
 
 /// Whether Redis answers, and when to ask again if not.
@@ -163,6 +170,8 @@ impl Fleet {
                 health: Mutex::new(Health::default()),
                 fleet_decisions: AtomicU64::new(0),
                 local_decisions: AtomicU64::new(0),
+                cooldowns: Mutex::new(HashMap::new()),
+                reading: AtomicBool::new(false),
             }),
         })
     }
@@ -346,7 +355,7 @@ impl Fleet {
         if was_away {
             tracing::info!(
                 prefix = %self.prefix,
-                "the rate limit's fleet state in Redis is back: decisions are shared again"
+                "the fleet's state in Redis is back: decisions are shared again"
             );
         }
     }
@@ -363,8 +372,9 @@ impl Fleet {
             tracing::warn!(
                 prefix = %self.prefix,
                 replicas = self.share(),
-                "the rate limit's fleet state in Redis is unreachable ({error}): deciding on a \
-                 local share of the quota until it is back"
+                "the fleet's state in Redis is unreachable ({error}): deciding on a local share \
+                 of the quota, and leaving backends by this replica's own breakers, until it is \
+                 back"
             );
         }
     }
