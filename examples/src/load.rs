@@ -25,6 +25,9 @@ pub const TOKENS: u32 = 16;
 /// How long after its deadline a caller waits before it calls its call hung and drops it.
 pub const HUNG_AFTER: Duration = Duration::from_secs(10);
 
+/// Connections to the gateway the callers keep open while idle.
+const IDLE_CONNECTIONS: usize = 64;
+
 /// What a caller asks for: a whole or a streamed answer, from OpenAI's or Anthropic's route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Ask {
@@ -143,7 +146,12 @@ impl Load {
     /// task panicked never reaches `seen`.
     pub async fn run(&self, base: &str, mut seen: impl FnMut(Call)) -> u64 {
         let (calls, mut ended) = mpsc::unbounded_channel();
-        let client = reqwest::Client::new();
+        // Many users, each with a connection or two: a burst's extra connections are closed once
+        // it has passed, as its users would leave.
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(IDLE_CONNECTIONS)
+            .build()
+            .unwrap_or_default();
         let (load, base) = (*self, base.to_owned());
         let sender = tokio::spawn(async move {
             let started = Instant::now();
@@ -263,6 +271,23 @@ impl Call {
     }
 }
 
+/// The bounds of [`Tally::took`]'s buckets: how long calls took, in a fixed space however long
+/// the load runs.
+pub const LATENCY_BOUNDS: [Duration; 12] = [
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(3),
+    Duration::from_secs(4),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+];
+
 /// The calls of a load, counted.
 #[derive(Clone, Debug, Default)]
 pub struct Tally {
@@ -274,6 +299,9 @@ pub struct Tally {
     pub late: u64,
     /// The longest call.
     pub longest: Duration,
+    /// Calls by how long they took: `took[i]` those within [`LATENCY_BOUNDS`]`[i]` and over the
+    /// bound before, the last those over every bound.
+    pub took: [u64; LATENCY_BOUNDS.len() + 1],
     /// Words read in streamed answers, words shown again or out of order, words missing.
     pub words: u64,
     /// See [`Call::repeated`].
@@ -291,6 +319,8 @@ impl Tally {
         *self.seen.entry(call.seen).or_default() += 1;
         self.late += u64::from(call.took > deadline + slack);
         self.longest = self.longest.max(call.took);
+        let bucket = LATENCY_BOUNDS.partition_point(|bound| *bound < call.took);
+        self.took[bucket] += 1;
         self.words += call.words;
         self.repeated += call.repeated;
         self.missing += call.missing;
@@ -301,10 +331,25 @@ impl Tally {
     pub fn of(&self, seen: Seen) -> u64 {
         self.seen.get(&seen).copied().unwrap_or(0)
     }
+
+    /// The bound of [`LATENCY_BOUNDS`] within which a share `q` of the calls ended (the
+    /// longest call, past the last bound); zero with no calls.
+    pub fn quantile(&self, q: f64) -> Duration {
+        let wanted = (q.clamp(0.0, 1.0) * self.calls as f64).ceil() as u64;
+        let mut ended = 0;
+        for (bucket, count) in self.took.iter().enumerate() {
+            ended += count;
+            if ended >= wanted.max(1) {
+                return LATENCY_BOUNDS.get(bucket).copied().unwrap_or(self.longest);
+            }
+        }
+        Duration::ZERO
+    }
 }
 
 impl fmt::Display for Tally {
-    /// `1000 calls: 700 answered, 180 streamed whole, ...; longest 4.01 s, 0 late; 2880 words, 0 repeated, 0 missing`.
+    /// `1000 calls: 700 answered, 180 streamed whole, ...; p50 within 50ms, p99 within 250ms,
+    /// longest 4.01s, 0 late; 2880 words read in streams, 0 repeated, 0 missing, 0 foreign`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} calls:", self.calls)?;
         for (n, (seen, count)) in self.seen.iter().enumerate() {
@@ -313,9 +358,16 @@ impl fmt::Display for Tally {
         }
         write!(
             f,
-            "; longest {:.2?}, {} late; {} words read in streams, {} repeated, {} missing, {} \
-             foreign",
-            self.longest, self.late, self.words, self.repeated, self.missing, self.foreign
+            "; p50 within {:?}, p99 within {:?}, longest {:.2?}, {} late; {} words read in \
+             streams, {} repeated, {} missing, {} foreign",
+            self.quantile(0.5),
+            self.quantile(0.99),
+            self.longest,
+            self.late,
+            self.words,
+            self.repeated,
+            self.missing,
+            self.foreign
         )
     }
 }
@@ -353,5 +405,24 @@ mod tests {
         assert_eq!(short.missing, 14);
         assert_eq!(call(Seen::Interrupted, "w0 w1").missing, 0);
         assert_eq!(call(Seen::Interrupted, "w0 This w1").foreign, 1);
+    }
+
+    #[test]
+    fn the_tally_says_within_which_bound_a_share_of_calls_ended() {
+        let mut tally = Tally::default();
+        assert_eq!(tally.quantile(0.5), Duration::ZERO);
+        let millis = Duration::from_millis;
+        for (took, times) in [(millis(5), 50), (millis(40), 49), (millis(12_000), 1)] {
+            for _ in 0..times {
+                let mut ended = call(Seen::Answered, "");
+                ended.took = took;
+                tally.count(&ended, millis(4_000), millis(500));
+            }
+        }
+        assert_eq!((tally.calls, tally.late), (100, 1));
+        assert_eq!(tally.quantile(0.5), millis(10));
+        assert_eq!(tally.quantile(0.99), millis(50));
+        assert_eq!(tally.quantile(1.0), millis(12_000));
+        assert_eq!(tally.took.iter().sum::<u64>(), 100);
     }
 }

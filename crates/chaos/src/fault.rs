@@ -179,12 +179,12 @@ impl Fault {
     }
 
     /// Whether it is on `elapsed` after the layer's origin: from its start (included) to its
-    /// end (excluded).
+    /// end (excluded). An end past what a `Duration` holds never comes.
     pub fn is_on(&self, elapsed: Duration) -> bool {
-        let ended = self
+        let end = self
             .duration
-            .is_some_and(|duration| elapsed >= self.start.saturating_add(duration));
-        elapsed >= self.start && !ended
+            .and_then(|duration| self.start.checked_add(duration));
+        elapsed >= self.start && end.is_none_or(|end| elapsed < end)
     }
 
     /// The calls it was injected into so far.

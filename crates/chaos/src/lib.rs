@@ -47,6 +47,37 @@
 //! [`ChaosLayer::snapshot`] says what was injected, fault by fault, and how many calls are still
 //! in flight through the layer (a silence or a stall until its caller gives up).
 //!
+//! ```
+//! use std::convert::Infallible;
+//!
+//! use axum::Router;
+//! use axum::routing::post;
+//! use stormguard_chaos::{ChaosLayer, ErrorAnswer, Fault, FaultKind};
+//! use tower::ServiceBuilder;
+//!
+//! let overloaded = Fault::new(FaultKind::Answer(ErrorAnswer::Overloaded), 0.05);
+//!
+//! // Under a client: the layers above it (stormguard's `ClientLayer` in a gateway) meet a
+//! // provider that fails; the client below it never hears of the calls answered in its place.
+//! # let hyper_client = tower::service_fn(|_: http::Request<String>| async {
+//! #     Ok::<_, Infallible>(http::Response::new(String::new()))
+//! # });
+//! let client = ServiceBuilder::new()
+//!     // .layer(stormguard::ClientLayer::default())
+//!     .layer(ChaosLayer::new().with_fault(overloaded.clone()))
+//!     .service(hyper_client);
+//!
+//! // In front of a server: its callers meet a server that fails.
+//! let app: Router = Router::new()
+//!     .route("/v1/messages", post(|| async { "an answer" }))
+//!     .layer(ChaosLayer::for_server().with_fault(overloaded));
+//! # let _ = (client, app);
+//! ```
+//!
+//! A stormguard gateway (an axum server calling a provider through `ClientLayer`) takes it in
+//! the first place for a game day: the provider fails, and the gateway's guards are what is
+//! tested. In front of the gateway, it tests the gateway's own callers instead.
+//!
 //! # Example: a provider that goes bad for 30 s
 //!
 //! ```

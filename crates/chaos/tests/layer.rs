@@ -413,3 +413,95 @@ const ANSWERS: [ErrorAnswer; 7] = [
     ErrorAnswer::Unavailable,
     ErrorAnswer::Overloaded,
 ];
+
+/// The calls of [`run`] that a reset at 10% hit, with `seed`.
+async fn resets_with(seed: u64) -> Vec<usize> {
+    let chaos = ChaosLayer::new()
+        .with_seed(seed)
+        .with_fault(Fault::new(FaultKind::Reset, 0.1));
+    hits(
+        FaultKind::Reset,
+        CHAT,
+        false,
+        &run(&chaos, CHAT, false).await,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_seed_replays_the_same_calls_and_another_seed_other_calls() {
+    let (first, again, other) = (
+        resets_with(42).await,
+        resets_with(42).await,
+        resets_with(43).await,
+    );
+    assert_eq!(first, again);
+    assert_eq!(first.len(), HIT_AT_SEED_42);
+    assert_ne!(first, other);
+    // Another seed, another sample of the same rate: within two standard deviations of 100.
+    assert!((81..=119).contains(&other.len()), "{}", other.len());
+    let shared = first.iter().filter(|n| other.contains(n)).count();
+    // Two independent samples of 10% share about 10% of their calls.
+    assert!(shared < 30, "{shared} calls hit with both seeds");
+}
+
+#[tokio::test(start_paused = true)]
+async fn odd_settings_are_brought_to_safe_ones_and_never_panic() {
+    // Rates outside 0..=1, infinite or not a number.
+    for (rate, brought) in [
+        (f64::INFINITY, 1.0),
+        (f64::NEG_INFINITY, 0.0),
+        (f64::NAN, 0.0),
+        (2.0, 1.0),
+        (-0.5, 0.0),
+        (f64::MIN_POSITIVE, f64::MIN_POSITIVE),
+    ] {
+        assert_eq!(Fault::new(FaultKind::Reset, rate).rate(), brought, "{rate}");
+    }
+    // Schedules at the ends of time: a start no run reaches, an end past `Duration::MAX`
+    // (for ever), a duration of nothing (never on).
+    let unreached = Fault::new(FaultKind::Reset, 1.0).with_start(Duration::MAX);
+    let for_ever = Fault::new(FaultKind::Reset, 1.0)
+        .with_start(Duration::from_secs(1))
+        .with_duration(Some(Duration::MAX));
+    let empty = Fault::new(FaultKind::Reset, 1.0).with_duration(Some(Duration::ZERO));
+    assert!(!unreached.is_on(Duration::from_secs(100 * 365 * 86_400)));
+    assert!(!for_ever.is_on(Duration::ZERO) && for_ever.is_on(Duration::MAX));
+    assert!(!empty.is_on(Duration::ZERO) && !empty.is_on(Duration::MAX));
+
+    // Through a layer, with the lowest seed: none of them acts, nor a cut after more events than
+    // any stream has.
+    let chaos = ChaosLayer::new()
+        .with_seed(0)
+        .with_fault(unreached)
+        .with_fault(empty)
+        .with_fault(Fault::new(FaultKind::CutAfter(u32::MAX), 1.0));
+    for call in run(&chaos, CHAT, true).await {
+        assert!(untouched(true, &call), "{call:?}");
+    }
+    assert_eq!(chaos.snapshot().injected(), 0);
+
+    // The longest latency there is, with the highest seed: the call waits, like a silence, until
+    // its caller gives up, and is let go of then.
+    let chaos = ChaosLayer::new()
+        .with_seed(u64::MAX)
+        .with_fault(Fault::new(FaultKind::Latency(Duration::MAX), 1.0));
+    let mut client = chaos.layer(provider());
+    let (seen, took) = call(&mut client, request(CHAT, false)).await;
+    assert!(matches!(seen, Seen::Silence) && took == HOUR, "{seen:?}");
+    assert_eq!(
+        (chaos.snapshot().in_flight, chaos.snapshot().injected()),
+        (0, 1)
+    );
+
+    // An origin a century away: nothing is on before it.
+    let origin = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
+    let chaos = ChaosLayer::new()
+        .with_origin(origin)
+        .with_fault(Fault::new(FaultKind::Silence, 1.0));
+    let mut client = chaos.layer(provider());
+    assert!(untouched(
+        false,
+        &call(&mut client, request(CHAT, false)).await
+    ));
+    assert!(!chaos.snapshot().faults[0].on);
+}

@@ -6,16 +6,16 @@
 //! a game day, never in production (it is behind `stormguard`'s `chaos` feature, off by default).
 //!
 //! Callers are plain HTTP clients (no retries of their own) sending 200 requests a second for
-//! 40 s, each with a 3 s deadline (`x-request-timeout-ms`), whole and streamed answers on OpenAI's
+//! 30 s, each with a 3 s deadline (`x-request-timeout-ms`), whole and streamed answers on OpenAI's
 //! and Anthropic's routes. The provider, a healthy mock, is made to fail by the schedule:
 //!
 //! | from | for | what the provider does |
 //! |---|---|---|
-//! | 5 s | 10 s | overloaded: 20% 529 `overloaded_error`, 10% answers 800 ms late, 5% of streams fail before their first token |
-//! | 15 s | 5 s | rate limited: 25% 429 with `Retry-After: 1`, 5% 429 `insufficient_quota` |
-//! | 20 s | 5 s | a black hole: 90% of calls are never answered |
-//! | 25 s | 10 s | streams break: 20% cut after 5 events, 5% stall after 5 events, 5% a malformed event |
-//! | 35 s | | healthy again |
+//! | 5 s | 5 s | overloaded: 20% 529 `overloaded_error`, 10% answers 800 ms late, 5% of streams fail before their first token |
+//! | 10 s | 5 s | rate limited: 25% 429 with `Retry-After: 1`, 5% 429 `insufficient_quota` |
+//! | 15 s | 5 s | a black hole: 90% of calls are never answered |
+//! | 20 s | 5 s | streams break: 20% cut after 5 events, 5% stall after 5 events, 5% a malformed event |
+//! | 25 s | | healthy again |
 //!
 //! ```text
 //! cargo run -p stormguard-examples --bin game_day
@@ -39,7 +39,7 @@ use stormguard_examples::mock::MockConfig;
 /// Requests a second.
 const RATE: u32 = 200;
 /// How long the callers call.
-const DURATION: Duration = Duration::from_secs(40);
+const DURATION: Duration = Duration::from_secs(30);
 /// Every request's deadline.
 const DEADLINE: Duration = Duration::from_secs(3);
 /// The width of a row of the table.
@@ -58,15 +58,15 @@ fn schedule() -> ChaosLayer {
         retry_after: Some(secs(1)),
     };
     [
-        during(answer(ErrorAnswer::Overloaded), 0.2, 5, 10),
-        during(FaultKind::Latency(Duration::from_millis(800)), 0.1, 5, 10),
-        during(FaultKind::ErrorBeforeContent, 0.05, 5, 10),
-        during(answer(rate_limited), 0.25, 15, 5),
-        during(answer(ErrorAnswer::QuotaExhausted), 0.05, 15, 5),
-        during(FaultKind::Silence, 0.9, 20, 5),
-        during(FaultKind::CutAfter(5), 0.2, 25, 10),
-        during(FaultKind::StallAfter(5), 0.05, 25, 10),
-        during(FaultKind::MalformedAfter(5), 0.05, 25, 10),
+        during(answer(ErrorAnswer::Overloaded), 0.2, 5, 5),
+        during(FaultKind::Latency(Duration::from_millis(800)), 0.1, 5, 5),
+        during(FaultKind::ErrorBeforeContent, 0.05, 5, 5),
+        during(answer(rate_limited), 0.25, 10, 5),
+        during(answer(ErrorAnswer::QuotaExhausted), 0.05, 10, 5),
+        during(FaultKind::Silence, 0.9, 15, 5),
+        during(FaultKind::CutAfter(5), 0.2, 20, 5),
+        during(FaultKind::StallAfter(5), 0.05, 20, 5),
+        during(FaultKind::MalformedAfter(5), 0.05, 20, 5),
     ]
     .into_iter()
     .fold(ChaosLayer::new().with_seed(7), ChaosLayer::with_fault)

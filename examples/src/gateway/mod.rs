@@ -196,6 +196,12 @@ impl Running {
 
 type Upstream = BoxCloneSyncService<Request, Response<Body>, stormguard::Error>;
 
+/// Connections to a provider kept open while idle, for the next requests. A burst opens as many
+/// as it needs; past the burst, all but these are closed rather than kept for the pool's 90 s, so
+/// that the gateway's memory follows its load, not the largest burst of the last minute and a
+/// half.
+const IDLE_CONNECTIONS: usize = 64;
+
 /// What the gateway's `ClientLayer` calls: the hyper client, under the chaos layer.
 type ProviderClient = ChaosService<Client<HttpConnector, Body>>;
 
@@ -216,7 +222,10 @@ async fn upstream(
             Duration::from_millis(200),
         ))
         .with_timeout(Duration::from_secs(5));
-    let hyper = chaos.layer(Client::builder(TokioExecutor::new()).build(HttpConnector::new()));
+    let client = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(IDLE_CONNECTIONS)
+        .build(HttpConnector::new());
+    let hyper = chaos.layer(client);
     Ok(match route {
         Route::Direct => {
             let (upstream, health) = direct(provider, client_layer, None, hyper);
