@@ -17,6 +17,7 @@
 
 pub mod fleet;
 pub mod gateway;
+pub mod load;
 pub mod mock;
 
 /// Whether a reqwest client's own stormguard engine dropped its request locally: stormguard's

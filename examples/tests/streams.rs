@@ -197,7 +197,10 @@ async fn the_stream_faults_fail_a_plain_clients_stream_after_its_200() {
     assert_eq!(read.role.as_deref(), Some("assistant"));
     assert!(read.content.is_empty() && !read.done, "{text}");
     assert_eq!(read.errors, 1);
-    assert!(text.ends_with("\"type\":\"server_error\"}}\n\n"), "{text}");
+    assert!(
+        text.ends_with("\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n"),
+        "{text}"
+    );
     assert_eq!((stats.streams, stats.stream_errors), (1, 1));
     assert_eq!(stats.content_chunks, 0);
 
@@ -492,4 +495,23 @@ async fn a_stream_cut_after_content_is_continued_and_the_caller_reads_every_word
         assert_eq!((stats.streams_cut, stats.prefilled), (1, 1), "{api}");
         assert_eq!(stats.content_chunks, 6, "{api}");
     }
+}
+
+#[tokio::test]
+async fn numbered_words_say_their_place_across_a_continuation() {
+    let server = mock::spawn(MockConfig {
+        first_faults: vec![Fault::CutMidStream],
+        numbered: true,
+        ..MockConfig::healthy()
+    })
+    .await
+    .unwrap();
+    let (status, text, error) = guarded_stream(&server.url(), STREAM, true).await;
+    server.shutdown().await;
+    assert_eq!(status, 200);
+    assert!(error.is_none(), "{error:?}");
+    // w0 to w2 before the cut, w3 to w5 from the continuation.
+    let read = Transcript::parse(&text);
+    assert_eq!(read.text(), "w0 w1 w2 w3 w4 w5", "{text}");
+    assert_eq!(mock::word_numbers(&read.text()), Some((0..6).collect()));
 }

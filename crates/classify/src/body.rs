@@ -501,6 +501,24 @@ fn lock(body: &Mutex<BoxedBody>) -> std::sync::MutexGuard<'_, BoxedBody> {
     body.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Whether a response is an event stream: `content-type: text/event-stream`, with or without
+/// parameters (`; charset=utf-8`), in any case. Read here, by every crate that treats an event
+/// stream apart (the stream guard, the engine, fault injection).
+// Asked of every response the engine judges: inlined there, its header lookup folds in.
+#[inline]
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    const EVENT_STREAM: &[u8] = b"text/event-stream";
+    let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
+        return false;
+    };
+    let value = value.as_bytes().trim_ascii_start();
+    let Some((media_type, rest)) = value.split_at_checked(EVENT_STREAM.len()) else {
+        return false;
+    };
+    media_type.eq_ignore_ascii_case(EVENT_STREAM)
+        && matches!(rest.trim_ascii_start(), [] | [b';', ..])
+}
+
 /// Classifies `response` the way every stormguard layer does: from its head alone when the
 /// classifier says so ([`Classify::needs_body`]: every success, every gRPC response), else from
 /// the head and the first [`ERROR_BODY_LIMIT`] bytes of its body. The future resolves to the
@@ -719,5 +737,36 @@ mod tests {
                 "cap {cap}"
             );
         }
+    }
+
+    #[test]
+    fn an_event_stream_is_known_by_its_media_type_in_any_case_and_with_any_parameters() {
+        let content_type = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(value),
+            );
+            headers
+        };
+        for value in [
+            "text/event-stream",
+            "Text/Event-Stream",
+            "text/event-stream;charset=utf-8",
+            "text/event-stream ; charset=utf-8",
+            " text/event-stream",
+        ] {
+            assert!(is_event_stream(&content_type(value)), "{value}");
+        }
+        for value in [
+            "application/json",
+            "text/event",
+            "text/event-streams",
+            "text/event-stream x",
+            "text/plain; profile=text/event-stream",
+        ] {
+            assert!(!is_event_stream(&content_type(value)), "{value}");
+        }
+        assert!(!is_event_stream(&HeaderMap::new()));
     }
 }

@@ -119,6 +119,7 @@ pub mod usage;
 pub mod window;
 
 pub use self::admission::Permit;
+pub use self::body::is_event_stream;
 pub use self::classify::{ClassifiedError, ClassifyLayer, ClassifyService, ResponseFuture};
 pub use self::failure::{Failure, MAX_CHAIN, chain, outcome_of};
 pub use self::grpc::{GrpcClassifier, GrpcCode, is_grpc};

@@ -25,6 +25,7 @@
 //! | a backend that can stop answering, or a local answer better than an error | [`ClientLayer::with_breaker`] with a [`breaker::CircuitBreaker`] (and [`ClientLayer::with_fallback`]) |
 //! | two providers or more (or models, or keys) | [`failover::Failover::new`]`(ClientLayer::default())` with a [`failover::Backend`] each, `.layer(client)` |
 //! | one provider quota for several gateway replicas | [`rate_limit::RateLimitConfig`]`::with_fleet` (feature `redis`) |
+//! | a game day in staging: a provider that fails on a schedule | `chaos::ChaosLayer` under the client (feature `chaos`, never in production) |
 //!
 //! The modules hold the pieces, each from its own crate, for changing one part of the pipeline
 //! or using it alone: [`classify`], [`jitter`], [`budget`], [`deadline`], [`throttle`],
@@ -132,7 +133,11 @@
 //!
 //! * `axum`: replay of axum request bodies, and `IntoResponse` for [`Error`];
 //! * `tonic`: replay of tonic request bodies (a tonic `Channel`);
-//! * `reqwest`: the [`reqwest`] module, the same engine as reqwest-middleware middleware.
+//! * `reqwest`: the [`reqwest`] module, the same engine as reqwest-middleware middleware;
+//! * `chaos`: the `chaos` module, fault injection for staging and game days, **never for
+//!   production**. It is a feature, off by default, rather than a module always there, so that
+//!   injecting faults is a choice made in the build: a binary built without it cannot contain a
+//!   chaos layer, whatever its configuration says.
 
 mod ext;
 mod server;
@@ -250,6 +255,17 @@ pub mod retry {
 /// name, type, unit and label ([`stormguard_retry::metrics`]).
 #[cfg(feature = "metrics")]
 pub use stormguard_retry::metrics;
+
+/// Fault injection for staging and game days ([`stormguard_chaos`]; feature `chaos`, never for
+/// production): the providers' error answers, latency, silence, resets, and event streams cut,
+/// stalled or broken, by rate and schedule, seeded.
+#[cfg(feature = "chaos")]
+pub mod chaos {
+    pub use stormguard_chaos::{
+        ChaosBody, ChaosLayer, ChaosService, ChaosSnapshot, ErrorAnswer, Fault, FaultKind,
+        FaultSnapshot, Provider, ResponseFuture, placement,
+    };
+}
 
 /// The client engine as reqwest-middleware middleware ([`stormguard_reqwest`]).
 #[cfg(feature = "reqwest")]

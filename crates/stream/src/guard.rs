@@ -115,23 +115,6 @@ impl Default for StreamPolicy {
     }
 }
 
-/// Whether a response is an event stream: `content-type: text/event-stream`, with or without
-/// parameters (`; charset=utf-8`), in any case.
-// Asked of every response the engine judges: inlined there, its header lookup folds in.
-#[inline]
-pub fn is_event_stream(headers: &http::HeaderMap) -> bool {
-    const EVENT_STREAM: &[u8] = b"text/event-stream";
-    let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
-        return false;
-    };
-    let value = value.as_bytes().trim_ascii_start();
-    let Some((media_type, rest)) = value.split_at_checked(EVENT_STREAM.len()) else {
-        return false;
-    };
-    media_type.eq_ignore_ascii_case(EVENT_STREAM)
-        && matches!(rest.trim_ascii_start(), [] | [b';', ..])
-}
-
 /// Why a stream that had delivered content stopped early.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -1082,42 +1065,5 @@ impl<RB: Body> fmt::Debug for GuardedStream<RB> {
 impl stormguard_classify::AsError for StreamInterrupted {
     fn as_error(&self) -> &(dyn std::error::Error + 'static) {
         self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use http::header::CONTENT_TYPE;
-    use http::{HeaderMap, HeaderValue};
-
-    use super::is_event_stream;
-
-    fn content_type(value: &'static str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
-        headers
-    }
-
-    #[test]
-    fn an_event_stream_is_known_by_its_media_type_in_any_case_and_with_any_parameters() {
-        for value in [
-            "text/event-stream",
-            "Text/Event-Stream",
-            "text/event-stream;charset=utf-8",
-            "text/event-stream ; charset=utf-8",
-            " text/event-stream",
-        ] {
-            assert!(is_event_stream(&content_type(value)), "{value}");
-        }
-        for value in [
-            "application/json",
-            "text/event",
-            "text/event-streams",
-            "text/event-stream x",
-            "text/plain; profile=text/event-stream",
-        ] {
-            assert!(!is_event_stream(&content_type(value)), "{value}");
-        }
-        assert!(!is_event_stream(&HeaderMap::new()));
     }
 }

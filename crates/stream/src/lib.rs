@@ -113,5 +113,6 @@ pub mod sse;
 pub use self::continued::{Continuation, ContinuationRequest, Continuer};
 pub use self::guard::{
     GuardedStream, InterruptCause, OpenStream, Opening, Received, Resume, Resumed, ResumedBody,
-    StreamEnd, StreamInterrupted, StreamPolicy, is_event_stream, open,
+    StreamEnd, StreamInterrupted, StreamPolicy, open,
 };
+pub use stormguard_classify::is_event_stream;

@@ -13,6 +13,11 @@
 //! Both sit outside the `ServerLayer` (a health check is never shed) and outside the client
 //! pipeline (they answer from memory).
 //!
+//! Under the `ClientLayer`, between it and the hyper client, sits a `stormguard::chaos` layer:
+//! it injects nothing ([`ChaosLayer::new`]) unless the gateway is started with faults
+//! ([`Running::start_with`]), as the `game_day` example and the soak test do, so that the
+//! provider fails the way providers fail, on a schedule.
+//!
 //! ```no_run
 //! use stormguard_examples::gateway::{Route, Running};
 //! use stormguard_examples::mock::MockConfig;
@@ -46,13 +51,14 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use stormguard::ClientLayer;
 use stormguard::breaker::CircuitBreaker;
+use stormguard::chaos::{ChaosLayer, ChaosService};
 use stormguard::classify::Reason;
 use stormguard::classify::headers::X_STORMGUARD_BACKEND;
 use stormguard::failover::{Adapter, Backend, Degraded, Failover};
 use stormguard::jitter::FullJitter;
 use stormguard::rate_limit::{Fleet, RateLimit};
 use tower::util::BoxCloneSyncService;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Layer, ServiceBuilder, ServiceExt};
 
 pub use health::{DEGRADED_DROP_PROBABILITY, Health, ProviderHealth};
 
@@ -87,6 +93,8 @@ pub struct Running {
     pub refused: Arc<Refused>,
     /// What `/healthz` reports.
     pub health: Health,
+    /// The faults injected into the upstream calls, and what they injected so far.
+    pub chaos: ChaosLayer,
     backend: MockHandle,
     backup: Option<MockHandle>,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -117,9 +125,22 @@ impl Running {
         config: MockConfig,
         route: Route,
     ) -> Result<Self, Box<dyn std::error::Error>> {
+        Self::start_with(listen, provider, config, route, ChaosLayer::new()).await
+    }
+
+    /// [`start_on`](Self::start_on), with `chaos` under the gateway's upstream client: the
+    /// provider (and the backup) fail as its faults say, on their schedule. For staging and
+    /// tests only.
+    pub async fn start_with(
+        listen: SocketAddr,
+        provider: &str,
+        config: MockConfig,
+        route: Route,
+        chaos: ChaosLayer,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
         let metrics = prometheus::install()?;
         let backend = mock::spawn(config).await?;
-        let (upstream, health, backup) = upstream(provider, route).await?;
+        let (upstream, health, backup) = upstream(provider, route, chaos.clone()).await?;
         let received = Arc::new(AtomicU64::new(0));
         let refused = Arc::new(Refused::default());
         let (addr, stop, task) = serve(
@@ -140,6 +161,7 @@ impl Running {
             received,
             refused,
             health,
+            chaos,
             backend,
             backup,
             stop,
@@ -174,11 +196,22 @@ impl Running {
 
 type Upstream = BoxCloneSyncService<Request, Response<Body>, stormguard::Error>;
 
-/// The upstream client `route` asks for, what `/healthz` reports of it, and, behind a failover,
-/// the backup provider it started. `provider` names the `ClientLayer` of the direct routes.
+/// Connections to a provider kept open while idle, for the next requests. A burst opens as many
+/// as it needs; past the burst, all but these are closed rather than kept for the pool's 90 s, so
+/// that the gateway's memory follows its load, not the largest burst of the last minute and a
+/// half.
+const IDLE_CONNECTIONS: usize = 64;
+
+/// What the gateway's `ClientLayer` calls: the hyper client, under the chaos layer.
+type ProviderClient = ChaosService<Client<HttpConnector, Body>>;
+
+/// The upstream client `route` asks for, with `chaos` under it, what `/healthz` reports of it,
+/// and, behind a failover, the backup provider it started. `provider` names the `ClientLayer` of
+/// the direct routes.
 async fn upstream(
     provider: &str,
     route: Route,
+    chaos: ChaosLayer,
 ) -> Result<(Upstream, Health, Option<MockHandle>), Box<dyn std::error::Error>> {
     // Delays are scaled down from the defaults (500 ms .. 8 s) so that the example ends in
     // seconds.
@@ -189,7 +222,10 @@ async fn upstream(
             Duration::from_millis(200),
         ))
         .with_timeout(Duration::from_secs(5));
-    let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let client = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(IDLE_CONNECTIONS)
+        .build(HttpConnector::new());
+    let hyper = chaos.layer(client);
     Ok(match route {
         Route::Direct => {
             let (upstream, health) = direct(provider, client_layer, None, hyper);
@@ -212,7 +248,7 @@ fn direct(
     provider: &str,
     client_layer: ClientLayer,
     fleet: Option<Fleet>,
-    hyper: Client<HttpConnector, Body>,
+    hyper: ProviderClient,
 ) -> (Upstream, Health) {
     let client_layer = client_layer.with_breaker(CircuitBreaker::default());
     let health = Health::new(client_layer.budget().clone(), fleet)
@@ -232,7 +268,7 @@ fn direct(
 async fn failover(
     client_layer: ClientLayer,
     config: MockConfig,
-    hyper: Client<HttpConnector, Body>,
+    hyper: ProviderClient,
 ) -> Result<(Upstream, Health, MockHandle), Box<dyn std::error::Error>> {
     let server = mock::spawn(config).await?;
     let origin = format!("http://{}", server.addr).parse()?;

@@ -4,7 +4,7 @@
 use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Value, json};
-use stormguard::classify::headers::RETRY_AFTER_MS;
+use stormguard::chaos::ErrorAnswer;
 
 use super::request::{Api, ChatRequest};
 use super::{Fault, MOCK_FAULT};
@@ -46,21 +46,23 @@ pub(super) fn completion(api: Api, chat: &ChatRequest, max_tokens: u32) -> Respo
     json_response(StatusCode::OK, &body)
 }
 
-/// The answer of a request that fails with `fault` before any body: the fault's status, its
-/// error body and, for a rate limit, the providers' hints.
+/// The answer of a request that fails with `fault` before any body: the provider's error
+/// answer ([`ErrorAnswer`], the one copy of each body, shared with `stormguard::chaos`), named
+/// in [`MOCK_FAULT`].
 pub(super) fn fault_response(api: Api, fault: Fault) -> Response<Body> {
-    let status = StatusCode::from_u16(fault.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    let mut response = json_response(status, &error_body(api, fault));
+    let answer = match fault {
+        Fault::RateLimited { retry_after } => ErrorAnswer::RateLimited {
+            retry_after: Some(retry_after),
+        },
+        Fault::QuotaExhausted => ErrorAnswer::QuotaExhausted,
+        Fault::Overloaded => ErrorAnswer::Overloaded,
+        // The stream faults fail in the body; a 503 if one is ever answered here.
+        Fault::Unavailable | Fault::ErrorBeforeContent | Fault::CutMidStream => {
+            ErrorAnswer::Unavailable
+        }
+    };
+    let mut response = answer.response(api.provider()).map(Body::from);
     mark_fault(&mut response, fault);
-    if let Fault::RateLimited { retry_after } = fault {
-        let millis = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
-        let secs = retry_after
-            .as_secs()
-            .saturating_add(u64::from(retry_after.subsec_nanos() > 0));
-        let headers = response.headers_mut();
-        headers.insert(RETRY_AFTER_MS, HeaderValue::from(millis));
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
     response
 }
 
@@ -70,51 +72,6 @@ pub(super) fn mark_fault<B>(response: &mut Response<B>, fault: Fault) {
     response
         .headers_mut()
         .insert(MOCK_FAULT, HeaderValue::from_static(fault.name()));
-}
-
-/// The provider's error JSON for `fault`. OpenAI: a stream fault's error frame is a 503's body;
-/// a 529 is Anthropic's own error, so it is Anthropic's shape on either API. Anthropic: its
-/// `{"type": "error", "error": {"type": ..., "message": ...}}`, an error event's data too.
-pub(super) fn error_body(api: Api, fault: Fault) -> Value {
-    match api {
-        Api::Chat => chat_error(fault),
-        Api::Messages => {
-            let (kind, message) = match fault {
-                Fault::RateLimited { .. } => ("rate_limit_error", "Number of requests exceeded"),
-                Fault::QuotaExhausted => ("billing_error", "Your credit balance is too low"),
-                Fault::Unavailable | Fault::CutMidStream => ("api_error", "Internal server error"),
-                Fault::Overloaded | Fault::ErrorBeforeContent => ("overloaded_error", "Overloaded"),
-            };
-            json!({ "type": "error", "error": { "type": kind, "message": message } })
-        }
-    }
-}
-
-/// OpenAI's error JSON for `fault`.
-fn chat_error(fault: Fault) -> Value {
-    match fault {
-        Fault::RateLimited { .. } => json!({ "error": {
-            "message": "Rate limit reached for requests. Please try again shortly.",
-            "type": "requests",
-            "code": "rate_limit_exceeded",
-        }}),
-        Fault::QuotaExhausted => json!({ "error": {
-            "message": "You exceeded your current quota, please check your plan and billing details.",
-            "type": "insufficient_quota",
-            "code": "insufficient_quota",
-        }}),
-        Fault::Unavailable | Fault::ErrorBeforeContent | Fault::CutMidStream => {
-            json!({ "error": {
-                "message": "The server is overloaded or not ready yet.",
-                "type": "server_error",
-                "code": null,
-            }})
-        }
-        Fault::Overloaded => json!({
-            "type": "error",
-            "error": { "type": "overloaded_error", "message": "Overloaded" },
-        }),
-    }
 }
 
 /// 400 `invalid_request_error`, in the API's shape.

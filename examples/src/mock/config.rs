@@ -88,6 +88,13 @@ pub struct MockConfig {
     pub capacity: usize,
     /// Seed of the fault draws, so that a run can be repeated.
     pub seed: u64,
+    /// Streamed answers number their words (`w0 w1 w2 ...`, see
+    /// [`word_numbers`](super::word_numbers)) instead of repeating the mock's sentence, so that a
+    /// reader can tell a word shown twice or missing wherever a stream was cut.
+    pub numbered: bool,
+    /// Keep every `Idempotency-Key` seen ([`StatsSnapshot::idempotency_keys`](super::StatsSnapshot::idempotency_keys)).
+    /// A long run turns it off: the keys would grow its memory by one per attempt.
+    pub keep_idempotency_keys: bool,
 }
 
 impl Default for MockConfig {
@@ -112,6 +119,8 @@ impl Default for MockConfig {
             default_max_tokens: 16,
             capacity: 64,
             seed: 7,
+            numbered: false,
+            keep_idempotency_keys: true,
         }
     }
 }

@@ -22,13 +22,13 @@
 //! data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" is"}}
 //! ```
 //!
-//! Every token is a word of the mock's sentence, repeated as long as `max_tokens` asks.
+//! Every token is a word of the mock's sentence, repeated as long as `max_tokens` asks; or,
+//! with [`MockConfig::numbered`](super::MockConfig::numbered), a word that says its place in the
+//! answer (`w0`, `w1`, ...), so that a reader can tell a word shown twice or missing.
 
 use axum::body::Bytes;
 use serde_json::{Value, json};
 
-use super::Fault;
-use super::answers::error_body;
 use super::request::Api;
 
 /// The mock's sentence: a streamed answer's n-th token is its n-th word, counted from the start
@@ -46,18 +46,40 @@ const WORDS: [&str; 5] = ["This", "is", "the", "mock", "speaking."];
 /// );
 /// ```
 pub fn streamed_text(tokens: u32) -> String {
-    (0..u64::from(tokens)).map(token).collect()
+    (0..u64::from(tokens))
+        .map(|index| token(index, false))
+        .collect()
 }
 
 /// The text of the answer's token at `index` (counted from the start of the whole answer): its
-/// word, after a space unless it is the first.
-pub(super) fn token(index: u64) -> String {
-    let word = WORDS[usize::try_from(index % WORDS.len() as u64).unwrap_or(0)];
-    if index == 0 {
-        word.to_owned()
+/// word (numbered: `w{index}`), after a space unless it is the first.
+pub(super) fn token(index: u64, numbered: bool) -> String {
+    let space = if index == 0 { "" } else { " " };
+    if numbered {
+        format!("{space}w{index}")
     } else {
-        format!(" {word}")
+        let word = WORDS[usize::try_from(index % WORDS.len() as u64).unwrap_or(0)];
+        format!("{space}{word}")
     }
+}
+
+/// The numbers of the words of a numbered answer's text ([`MockConfig::numbered`](super::MockConfig::numbered)),
+/// in the order they came; `None` if a word is not one of the mock's numbered words.
+///
+/// ```
+/// use stormguard_examples::mock::word_numbers;
+///
+/// assert_eq!(word_numbers("w0 w1 w2"), Some(vec![0, 1, 2]));
+/// assert_eq!(word_numbers("w0 w1 w1"), Some(vec![0, 1, 1])); // a word shown twice
+/// assert_eq!(word_numbers("This is"), None);
+/// ```
+pub fn word_numbers(text: &str) -> Option<Vec<u64>> {
+    text.split_whitespace().map(word_number).collect()
+}
+
+/// The number of one of a numbered answer's words (`w7`: 7), `None` if it is not one.
+pub fn word_number(word: &str) -> Option<u64> {
+    word.strip_prefix('w')?.parse().ok()
 }
 
 /// Writes the events of one streamed answer in its API's format.
@@ -123,14 +145,11 @@ impl Events {
         }
     }
 
-    /// The error event of [`Fault::ErrorBeforeContent`]: OpenAI's error frame (a 503's body),
-    /// Anthropic's `event: error` with an `overloaded_error`.
+    /// The error event of [`Fault::ErrorBeforeContent`](super::Fault::ErrorBeforeContent):
+    /// OpenAI's error frame (a 503's body), Anthropic's `event: error` with an
+    /// `overloaded_error` (the provider's own, shared with `stormguard::chaos`).
     pub(super) fn error(&self) -> Bytes {
-        let error = error_body(self.api, Fault::ErrorBeforeContent);
-        match self.api {
-            Api::Chat => Bytes::from(format!("data: {error}\n\n")),
-            Api::Messages => Bytes::from(format!("event: error\ndata: {error}\n\n")),
-        }
+        self.api.provider().error_event()
     }
 
     /// What says the answer is complete, after `tokens` content events: OpenAI's chunk with the

@@ -51,7 +51,7 @@ use request::{Api, ChatRequest};
 use stats::InFlight;
 
 pub use config::{Fault, MockConfig};
-pub use events::streamed_text;
+pub use events::{streamed_text, word_number, word_numbers};
 pub use stats::{MockStats, StatsSnapshot};
 pub use transcript::Transcript;
 
@@ -252,6 +252,7 @@ async fn answer(api: Api, shared: &Shared, headers: &HeaderMap, body: &[u8]) -> 
         .get(&IDEMPOTENCY_KEY)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
+    let key = key.filter(|_| shared.config.keep_idempotency_keys);
     let request = shared.stats.arrive(attempt, key);
     match serde_json::from_slice::<ChatRequest>(body) {
         Err(error) => {
@@ -286,6 +287,7 @@ async fn serve(api: Api, shared: &Shared, chat: ChatRequest, request: InFlight) 
                 first_word: u64::try_from(chat.prefill_words()).unwrap_or(u64::MAX),
                 events: Events::new(api, chat.prompt_tokens(), chat.model),
                 tokens: max_tokens,
+                numbered: config.numbered,
                 fault,
                 pace: config.token_latency(request.load()),
             };

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use stormguard::chaos::Provider;
 
 /// The API a request came to. Both take the same members the mock reads (`model`, `messages`,
 /// `max_tokens`, `stream`); they differ in how the answer and its errors are written.
@@ -12,6 +13,16 @@ pub(super) enum Api {
     Chat,
     /// Anthropic Messages (`POST /v1/messages`).
     Messages,
+}
+
+impl Api {
+    /// Whose API it is, which shapes its errors ([`Provider`]'s bodies are the mock's).
+    pub(super) fn provider(self) -> Provider {
+        match self {
+            Api::Chat => Provider::OpenAi,
+            Api::Messages => Provider::Anthropic,
+        }
+    }
 }
 
 /// A chat request of either API.

@@ -42,8 +42,12 @@ pub struct StatsSnapshot {
     pub by_status: BTreeMap<u16, u64>,
     /// Requests by the value of their `x-retry-attempt` header (absent or unreadable: not counted).
     pub by_attempt_header: BTreeMap<u32, u64>,
-    /// `Idempotency-Key` values, in arrival order (one per attempt that carried one).
+    /// `Idempotency-Key` values, in arrival order (one per attempt that carried one), unless
+    /// [`MockConfig::keep_idempotency_keys`](super::MockConfig::keep_idempotency_keys) is off.
     pub idempotency_keys: Vec<String>,
+    /// Requests being served now (a streamed answer is served until its stream ends or its
+    /// client goes away).
+    pub in_flight: usize,
     /// Most requests served at once (a streamed answer is served until its stream ends).
     pub peak_in_flight: usize,
     /// Streamed answers begun (`200`, `text/event-stream`; also counted in `by_status`), the
@@ -97,6 +101,7 @@ impl MockStats {
             by_status: seen.by_status.clone(),
             by_attempt_header: seen.by_attempt_header.clone(),
             idempotency_keys: seen.idempotency_keys.clone(),
+            in_flight: self.inner.in_flight.load(Ordering::Relaxed),
             peak_in_flight: self.inner.peak_in_flight.load(Ordering::Relaxed),
             streams: self.inner.streams.load(Ordering::Relaxed),
             stream_errors: self.inner.stream_errors.load(Ordering::Relaxed),

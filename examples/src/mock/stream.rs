@@ -28,6 +28,8 @@ pub(super) struct Answer {
     /// from.
     pub(super) first_word: u64,
     pub(super) tokens: u32,
+    /// Whether its words are numbered ([`MockConfig::numbered`](super::MockConfig::numbered)).
+    pub(super) numbered: bool,
     pub(super) fault: Option<Fault>,
     pub(super) pace: Duration,
 }
@@ -109,7 +111,9 @@ impl ChunkStream {
         self.next = Step::Pace(n.saturating_add(1));
         self.request.streamed(Streamed::Content);
         let index = self.answer.first_word.saturating_add(u64::from(n));
-        self.answer.events.content(&token(index))
+        self.answer
+            .events
+            .content(&token(index, self.answer.numbered))
     }
 }
 
