@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::grpc::GrpcCode;
+use crate::grpc::code::GrpcCode;
 
 /// The first two questions an [`Outcome`] answers: did it work, and if not, can a retry help?
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,7 +10,7 @@ use std::error::Error;
 
 use http::{HeaderValue, Response, StatusCode, header};
 
-use crate::grpc::GrpcCode;
+use crate::grpc::code::GrpcCode;
 use crate::headers::{APPLICATION_GRPC, GRPC_MESSAGE, GRPC_STATUS, RETRY_AFTER, mark_do_not_retry};
 use crate::outcome::{Outcome, Reason};
 

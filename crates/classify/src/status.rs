@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode};
 
-use crate::grpc::GrpcCode;
+use crate::grpc::code::GrpcCode;
 use crate::headers;
 use crate::hint;
 use crate::outcome::{Outcome, Reason, Verdict};

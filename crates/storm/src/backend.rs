@@ -100,6 +100,7 @@ use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 use crate::event_stream::{ErrorForm, EventStream, StreamFate, StreamPlan, first_token};
+use crate::json_body::{ERROR_BODY, OK_BODY, OVERLOADED_BODY, RATE_LIMITED_BODY, UNAVAILABLE_BODY};
 use crate::scenario::{FaultKind, Scenario, StreamShape, StreamStart};
 
 /// Request header carrying the logical request's id (the same on every attempt).
@@ -119,18 +120,6 @@ pub const FINE_BUCKET: Duration = Duration::from_millis(100);
 
 /// Ids above this are not tracked per request (a bound on memory, far above any run).
 const MAX_TRACKED_IDS: usize = 1 << 27;
-
-const OK_BODY: &[u8] =
-    br#"{"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"ok"}}]}"#;
-/// The body of a 500 (and, in a stream, of OpenAI's error frame).
-pub(crate) const ERROR_BODY: &[u8] =
-    br#"{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}"#;
-/// The body of a 529 (and, in a stream, of Anthropic's error event).
-pub(crate) const OVERLOADED_BODY: &[u8] =
-    br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-const UNAVAILABLE_BODY: &[u8] =
-    br#"{"error":{"message":"The service is temporarily unavailable.","type":"service_unavailable"}}"#;
-const RATE_LIMITED_BODY: &[u8] = br#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#;
 
 /// What the provider did with one second of attempts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

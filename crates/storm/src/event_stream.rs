@@ -60,7 +60,7 @@ use serde::Deserialize;
 use stormguard::sse::{Event, EventKind, Frame as SseFrame, FrameKind, Parser, classify_event};
 use tokio::time::{Instant, Sleep};
 
-use crate::backend::{ERROR_BODY, OVERLOADED_BODY, OpenAttempt};
+use crate::json_body::{ERROR_BODY, OVERLOADED_BODY};
 use crate::scenario::StreamShape;
 
 /// The opening chunk: the role, no content (stormguard's classifier reads it as control).
@@ -274,8 +274,10 @@ pin_project! {
         sent: u32,
         #[pin]
         timer: Option<Sleep>,
-        // The client's attempt, open until the stream ends.
-        open: Option<OpenAttempt>,
+        // The client's attempt (the provider's `OpenAttempt`), open until the stream ends:
+        // dropping it closes it in the provider's count. Boxed as any value, so that the stream
+        // does not import the provider, which builds it.
+        open: Option<Box<dyn Send + Sync>>,
     }
 }
 
@@ -291,9 +293,9 @@ impl EventStream {
         }
     }
 
-    /// Hold the client's attempt open until the stream ends.
-    pub(crate) fn hold_open(&mut self, open: Option<OpenAttempt>) {
-        self.open = open;
+    /// Hold the client's attempt open until the stream ends, when `open` is dropped.
+    pub(crate) fn hold_open<A: Send + Sync + 'static>(&mut self, open: Option<A>) {
+        self.open = open.map(|open| Box::new(open) as Box<dyn Send + Sync>);
     }
 
     /// What the stream will send.

@@ -80,6 +80,7 @@ pub mod backend;
 pub mod chart;
 pub mod dashboard;
 pub mod event_stream;
+mod json_body;
 pub mod metrics;
 pub mod naive_hedge;
 pub mod pipeline;
