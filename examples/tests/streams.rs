@@ -88,18 +88,25 @@ async fn guarded_stream(
     Option<Box<dyn std::error::Error + Send + Sync>>,
 ) {
     let hyper = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let client = ClientLayer::default()
-        .with_backoff(FullJitter::new(
-            Duration::from_millis(1),
-            Duration::from_millis(10),
-        ))
-        .with_continuation(continuation)
-        .layer(hyper);
+    let layer = ClientLayer::default().with_backoff(FullJitter::new(
+        Duration::from_millis(1),
+        Duration::from_millis(10),
+    ));
     let request = http::Request::post(url)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Body::from(body))
         .unwrap();
-    let response = client.oneshot(request).await.unwrap();
+    let response = match continuation {
+        true => layer.layer(hyper).oneshot(request).await,
+        false => {
+            layer
+                .without_continuation()
+                .layer(hyper)
+                .oneshot(request)
+                .await
+        }
+    };
+    let response = response.unwrap();
     let status = response.status().as_u16();
     let (text, error) = read_all(response.into_body()).await;
     (status, text, error)

@@ -384,7 +384,7 @@ async fn without_the_clocks_a_stalled_stream_waits_out_the_idle_limit() {
     .await;
     let layer = ClientLayer::default()
         .without_clocks()
-        .with_continuation(false);
+        .without_continuation();
     let client = layer.layer(fresh_client());
     let started = Instant::now();
     let response = client.oneshot(post(&provider.origin())).await.unwrap();
@@ -569,7 +569,7 @@ async fn a_reqwest_client_reads_the_in_band_error_of_a_stream_that_cannot_be_com
     })
     .await;
     let client = ClientLayer::default()
-        .with_continuation(false)
+        .without_continuation()
         .layer(hyper_client());
     let gateway = serve_gateway(client, provider.origin()).await;
     let answer = reqwest_read(&gateway).await;

@@ -72,7 +72,7 @@ async fn a_stream_cut_after_three_content_events_is_never_restarted() {
     // This provider answers a prefill from the start again: no continuation (see
     // `incidents.rs` for a stream continued), the in-band error event and the typed error.
     let client = fast_client_layer(outage_budget())
-        .with_continuation(false)
+        .without_continuation()
         .layer(hyper_client());
     let response = client
         .oneshot(chat_post(&provider.url(PATH)))
@@ -103,7 +103,7 @@ async fn a_stream_that_stalls_after_two_events_ends_at_the_idle_timeout() {
         stormguard::stream::StreamPolicy::default().with_idle(Some(Duration::from_secs(30)));
     let client = fast_client_layer(outage_budget())
         .with_stream_policy(policy)
-        .with_continuation(false)
+        .without_continuation()
         .layer(hyper_client());
     let response = client
         .oneshot(chat_post(&provider.url(PATH)))

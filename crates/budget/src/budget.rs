@@ -107,9 +107,6 @@ struct Shared {
     deposit_units: u128,
     /// Units the floor grants per window (`min_per_sec × ttl × UNIT`).
     reserve_units: u128,
-    /// This budget's number among all budgets the process created: a refund is taken only by the
-    /// budget that granted it (an address could be reused by a later budget).
-    id: u64,
     /// The latest epoch any withdrawal has worked in. Only moves forward. A withdrawal that finds
     /// it moved past its own epoch after counting itself takes the withdrawal back (see
     /// `withdraw`).
@@ -119,18 +116,55 @@ struct Shared {
     ratio: f32,
 }
 
-/// Numbers budgets for [`Withdrawal`]s (std's atomic even under loom: it is no part of the model).
-static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A granted retry ([`RetryBudget::try_withdraw`]): spent when dropped, given back with
-/// [`RetryBudget::refund`].
-#[derive(Debug)]
-#[must_use = "dropping a withdrawal spends it; refund it if the retry is not sent"]
-pub struct Withdrawal {
+/// A retry the budget granted ([`RetryBudget::ticket`]): any attempt of a request after its
+/// first, whether a retry, a hedge, a stream's continuation or a failover's move to another
+/// backend. One rule: dropped, it is given back unless the attempt it paid for was sent, exactly
+/// as if it had never been granted.
+///
+/// [`send`](Self::send) marks the attempt handed on to be sent (from then on the ticket is
+/// spent); [`settle`](Self::settle) says, once the attempt ended, whether it left the process at
+/// all (a layer below that refused it locally never sent it).
+#[must_use = "a ticket dropped unsent is given back: hold it until the attempt is sent"]
+pub struct Ticket {
+    budget: RetryBudget,
     /// The slice the grant was counted in.
     epoch: u64,
-    /// Which budget granted it ([`Shared::id`]).
-    budget: u64,
+    sent: bool,
+}
+
+impl Ticket {
+    /// The attempt it paid for is handed on to be sent: the ticket is spent from now on.
+    pub fn send(&mut self) {
+        self.sent = true;
+    }
+
+    /// The attempt ended; `sent`: whether it left the process (one refused locally below the
+    /// layer that holds the ticket did not). Spent if so, given back if not.
+    pub fn settle(mut self, sent: bool) {
+        self.sent = sent;
+    }
+
+    /// Whether the attempt it paid for was sent.
+    pub fn is_sent(&self) -> bool {
+        self.sent
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.sent {
+            self.budget.give_back(self.epoch);
+        }
+    }
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("epoch", &self.epoch)
+            .field("sent", &self.sent)
+            .finish()
+    }
 }
 
 impl RetryBudget {
@@ -155,7 +189,6 @@ impl RetryBudget {
             window: SlidingWindow::new(ttl, SLICES),
             deposit_units,
             reserve_units,
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             latest: AtomicU64::new(0),
             ttl,
             min_per_sec,
@@ -175,25 +208,32 @@ impl RetryBudget {
         self.0.withdraw().is_some()
     }
 
-    /// [`withdraw`](Self::withdraw), keeping the receipt: a retry that is granted but then not
-    /// sent (the caller gave up during the backoff, the service failed before the retry went out)
-    /// can be given back with [`refund`](Self::refund). Dropping the receipt spends the retry.
-    pub fn try_withdraw(&self) -> Option<Withdrawal> {
+    /// [`withdraw`](Self::withdraw), as a [`Ticket`]: a retry that is granted but then not sent
+    /// (the caller gave up during the backoff, the service failed before the retry went out) is
+    /// given back when its ticket is dropped.
+    pub fn ticket(&self) -> Option<Ticket> {
         let epoch = self.0.withdraw()?;
-        Some(Withdrawal {
+        Some(Ticket {
+            budget: self.clone(),
             epoch,
-            budget: self.0.id,
+            sent: false,
         })
     }
 
-    /// Give back a retry that was granted and not sent: it no longer counts against the window,
-    /// exactly as if it had never been granted. A receipt whose slice has left the window already
-    /// counts for nothing and is ignored, as is one from another budget.
-    pub fn refund(&self, withdrawal: Withdrawal) {
-        if withdrawal.budget != self.0.id {
-            return;
-        }
-        let epoch = withdrawal.epoch;
+    /// Whether [`withdraw`](Self::withdraw) would grant a retry now: a question, which withdraws
+    /// nothing and counts no refusal.
+    pub fn would_grant(&self) -> bool {
+        let shared = &*self.0;
+        let window = &shared.window;
+        let epoch = window.epoch_now().max(shared.latest.load(Ordering::SeqCst));
+        let deposits = window.sum(epoch, DEPOSITS);
+        let withdrawals = window.sum(epoch, WITHDRAWALS);
+        shared.available_units(deposits, withdrawals) >= UNIT
+    }
+
+    /// Gives back the retry granted in `epoch`: it no longer counts against the window. A grant
+    /// whose slice has left the window already counts for nothing and is left alone.
+    fn give_back(&self, epoch: u64) {
         // Only the slice the grant was counted in, and only while it still holds that epoch: a
         // refund can never lower another slice's count, so it can never let the window hold more
         // than it granted.
@@ -377,31 +417,64 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_refund_gives_back_exactly_one_retry_while_its_slice_is_in_the_window() {
+    async fn a_ticket_dropped_unsent_gives_back_exactly_one_retry_while_its_slice_is_in_the_window()
+    {
         let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
-        let first = budget.try_withdraw().unwrap();
-        let second = budget.try_withdraw().unwrap();
+        let first = budget.ticket().unwrap();
+        let second = budget.ticket().unwrap();
         assert_eq!(budget.snapshot().balance, 8);
-        budget.refund(first);
+        drop(first);
         let snap = budget.snapshot();
         assert_eq!((snap.balance, snap.withdrawals), (9, 1));
 
-        // A receipt from another budget changes nothing in this one.
+        // Another budget's ticket changes nothing in this one.
         let other = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
-        let foreign = other.try_withdraw().unwrap();
-        budget.refund(foreign);
+        let foreign = other.ticket().unwrap();
+        drop(foreign);
         assert_eq!(budget.snapshot().balance, 9);
 
-        // Once its slice has left the window the grant counts for nothing: refunding it then
+        // Once its slice has left the window the grant counts for nothing: giving it back then
         // must not lower the count of whatever the slot holds now.
         advance(Duration::from_secs(10)).await;
-        let now = budget.try_withdraw().unwrap();
+        let now = budget.ticket().unwrap();
         assert_eq!(budget.snapshot().withdrawals, 1);
-        budget.refund(second);
+        drop(second);
         assert_eq!(budget.snapshot().withdrawals, 1);
-        budget.refund(now);
+        drop(now);
         assert_eq!(budget.snapshot().withdrawals, 0);
         assert_eq!(drain(&budget), 10);
+    }
+
+    /// A ticket sent is spent; one that ends up not sent after all (refused below) goes back.
+    #[tokio::test(start_paused = true)]
+    async fn a_ticket_sent_is_spent_and_one_settled_unsent_goes_back() {
+        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        let mut sent = budget.ticket().unwrap();
+        sent.send();
+        drop(sent);
+        assert_eq!(budget.snapshot().withdrawals, 1);
+        let mut refused = budget.ticket().unwrap();
+        refused.send();
+        refused.settle(false);
+        assert_eq!(budget.snapshot().withdrawals, 1);
+        let mut answered = budget.ticket().unwrap();
+        answered.send();
+        answered.settle(true);
+        assert_eq!(budget.snapshot().withdrawals, 2);
+    }
+
+    /// Asking whether a retry would be granted withdraws nothing and counts no refusal.
+    #[tokio::test(start_paused = true)]
+    async fn would_grant_is_a_question() {
+        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        assert!(budget.would_grant());
+        assert_eq!(drain(&budget), 10);
+        let before = budget.snapshot();
+        assert!(!budget.would_grant());
+        assert_eq!(budget.snapshot(), before);
+        advance(Duration::from_secs(10)).await;
+        assert!(budget.would_grant());
+        assert_eq!(budget.snapshot().withdrawals, 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -31,9 +31,11 @@
 //! appears at once.
 //!
 //! A retry that is granted but then never sent (its caller gave up during the backoff) is given
-//! back: [`RetryBudget::try_withdraw`] returns a receipt, and [`RetryBudget::refund`] takes it out
-//! of the slice it was counted in, as if it had never been granted. The retry engine and the
-//! reqwest middleware do this when a request is dropped between the grant and the retry.
+//! back: [`RetryBudget::ticket`] grants it as a [`Ticket`], which, dropped before the attempt it
+//! paid for was sent, takes the grant out of the slice it was counted in, as if it had never been
+//! granted. The retry engine holds one for every attempt after a request's first (retries,
+//! hedges, continuations, a failover's moves). Whether the budget would grant a retry is asked
+//! with [`RetryBudget::would_grant`], which withdraws nothing.
 //!
 //! **Why deposits are per success, not per request.** Finagle, Linkerd and tower deposit on every
 //! request. Then a backend that fails every request still earns its clients `ratio` retries per
@@ -112,6 +114,6 @@ mod sync;
 
 pub use attempt::previous_attempts;
 pub use budget::{
-    BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget, Withdrawal,
+    BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget, Ticket,
 };
 pub use shed::{ShedRetries, ShedRetriesLayer};

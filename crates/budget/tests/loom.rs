@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loom::thread;
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{RetryBudget, Ticket};
 
 /// Runs `model` under loom: the outcomes its executions returned, each once.
 fn explore<T, F>(model: F) -> BTreeSet<T>
@@ -43,6 +43,11 @@ where
 }
 
 /// A budget with exactly `retries` retries to give: ratio 1, no floor, `retries` successes.
+/// A granted retry that is sent: its ticket spent.
+fn spend(mut ticket: Ticket) {
+    ticket.send();
+}
+
 fn budget_of(retries: u32) -> RetryBudget {
     let budget = RetryBudget::new(Duration::from_secs(3600), 0, 1.0);
     for _ in 0..retries {
@@ -90,13 +95,13 @@ fn a_withdrawal_racing_a_deposit_is_granted_only_against_it() {
 }
 
 #[test]
-fn a_refund_racing_a_withdrawal_never_lets_two_retries_stand() {
+fn a_ticket_given_back_racing_a_withdrawal_never_lets_two_retries_stand() {
     let granted = explore(|| {
         let budget = budget_of(1);
-        let first = budget.try_withdraw().unwrap();
+        let first = budget.ticket().unwrap();
         let other = budget.clone();
-        let racer = thread::spawn(move || other.try_withdraw().is_some());
-        budget.refund(first);
+        let racer = thread::spawn(move || other.ticket().map(spend).is_some());
+        drop(first);
         let granted = racer.join().unwrap();
         let snapshot = budget.snapshot();
         // The racer got the retry only if it came after the refund; either way one retry at most

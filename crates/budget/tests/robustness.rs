@@ -50,12 +50,14 @@ fn mixed_run(ratio: f32, refund_every: Option<u64>) -> (BudgetSnapshot, Tally) {
                         budget.deposit();
                         tally.deposits += 1;
                         if round % 2 == 0 {
-                            match budget.try_withdraw() {
-                                Some(withdrawal) => {
+                            match budget.ticket() {
+                                Some(mut ticket) => {
                                     tally.granted += 1;
                                     if refund_every.is_some_and(|n| tally.granted % n == 0) {
-                                        budget.refund(withdrawal);
+                                        // Dropped unsent: given back.
                                         tally.refunded += 1;
+                                    } else {
+                                        ticket.send();
                                     }
                                 }
                                 None => tally.refused += 1,

@@ -284,6 +284,19 @@ impl Reason {
         }
     }
 
+    /// Whether a guard on this side refused the request before it left the process (the
+    /// adaptive throttle, the circuit breaker or its bulkhead, the rate limit): it never reached
+    /// the backend, cost it nothing, and says nothing about it.
+    pub const fn is_local_refusal(self) -> bool {
+        matches!(
+            self,
+            Reason::Throttled
+                | Reason::BreakerOpen
+                | Reason::BulkheadFull
+                | Reason::RateLimitedLocally
+        )
+    }
+
     /// The reason in a few lowercase words (its `Display`, but for gRPC codes).
     pub(crate) const fn description(self) -> &'static str {
         match self {

@@ -75,6 +75,16 @@ impl Deadline {
         Instant::now() >= self.instant
     }
 
+    /// Whether an attempt that starts after `delay` and takes `attempt` ends before the deadline:
+    /// what a retry, a hedge or a move to another backend must fit, so that a request never
+    /// sleeps past its deadline and never starts an attempt it cannot finish.
+    pub fn fits(&self, delay: Duration, attempt: Duration) -> bool {
+        Instant::now()
+            .checked_add(delay)
+            .and_then(|start| start.checked_add(attempt))
+            .is_some_and(|finish| finish < self.instant)
+    }
+
     /// The earlier of two deadlines.
     pub fn min(self, other: Deadline) -> Deadline {
         Ord::min(self, other)

@@ -1,38 +1,37 @@
 //! [`Failover`]: the layer and its settings, and [`FailoverService`], what it makes of a service.
 
 use std::fmt;
-use std::ops::Range;
+use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
-use stormguard_classify::body::{Prefix, ResponseBody};
+use stormguard_classify::body::ResponseBody;
 use stormguard_classify::random::RandomSource;
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
-use stormguard_retry::{ClientLayer, ClientService, Error, Hedging, ReplayBody, continuing_stream};
+use stormguard_retry::{ClientLayer, Continuing, Error, Hedging, NotContinuing, ReplayBody};
+use stormguard_stream::{Continuer, Resumed, ResumedBody, is_event_stream};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::balance::Load;
-use crate::future::{Call, ContinuesFrom, Hops, ResponseFuture};
+use crate::future::ResponseFuture;
+use crate::shared::{Engine, Shared, StickyKey, ranges};
 use crate::{Backend, Cooldowns, Cure, Degraded};
-use stormguard_stream::continuation::Format;
-use stormguard_stream::{ContinuationRequest, Continuer, Resumed};
 
 /// Failover over an ordered list of backends, each request under one deadline and one retry
 /// budget: see the [crate docs](crate).
 ///
 /// Made from the [`ClientLayer`] whose policy every backend follows (deadline, attempts,
 /// backoff, classification, and its retry budget, which all backends share); each backend adds
-/// its own breaker, throttle and rate limit.
-#[derive(Clone)]
-pub struct Failover<C = LlmClassifier, Bk = FullJitter> {
-    layer: ClientLayer<C, Bk>,
+/// its own breaker, throttle and rate limit. `K` says whether the event streams a backend hands
+/// back are continued through the failover (see [`without_continuation`](Self::without_continuation)).
+pub struct Failover<C = LlmClassifier, Bk = FullJitter, K = Continuing> {
+    layer: ClientLayer<C, Bk, K>,
     backends: Vec<Backend>,
     /// Each backend's rank (as many as backends, in order, never decreasing).
     ranks: Vec<usize>,
@@ -44,13 +43,12 @@ pub struct Failover<C = LlmClassifier, Bk = FullJitter> {
     cooldowns: Option<Cooldowns>,
 }
 
-/// What a sticky key is read with (see [`Failover::with_sticky_key`]).
-pub(crate) type StickyKey = Arc<dyn for<'a> Fn(&'a Parts) -> Option<&'a [u8]> + Send + Sync>;
-
-impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
+impl<C: Classify, Bk: Backoff, K> Failover<C, Bk, K> {
     /// A failover with no backend yet, whose backends follow `layer`'s policy and share its
-    /// retry budget; it hedges as `layer` does (see [`with_hedging`](Self::with_hedging)).
-    pub fn new(layer: ClientLayer<C, Bk>) -> Self {
+    /// retry budget; it hedges as `layer` does (see [`with_hedging`](Self::with_hedging)), and
+    /// continues streams if `layer` does (through its next backend that takes a prefill, the one
+    /// that served the stream only when none other can).
+    pub fn new(layer: ClientLayer<C, Bk, K>) -> Self {
         let hedging = layer.hedging().copied();
         Self {
             layer,
@@ -190,9 +188,26 @@ impl<C: Classify, Bk: Backoff> Failover<C, Bk> {
     }
 }
 
-impl<C, Bk> Failover<C, Bk> {
+impl<C, Bk, K> Failover<C, Bk, K> {
+    /// Never continue a stream through the failover: a stream cut after content ends with its
+    /// in-band error event, then `StreamInterrupted`; the services need no more of the service
+    /// below than `Clone` (see [`ClientLayer::without_continuation`]).
+    pub fn without_continuation(self) -> Failover<C, Bk, NotContinuing> {
+        Failover {
+            layer: self.layer.without_continuation(),
+            backends: self.backends,
+            ranks: self.ranks,
+            cures: self.cures,
+            degraded: self.degraded,
+            hedging: self.hedging,
+            sticky: self.sticky,
+            seed: self.seed,
+            cooldowns: self.cooldowns,
+        }
+    }
+
     /// The policy every backend follows.
-    pub fn policy(&self) -> &ClientLayer<C, Bk> {
+    pub fn policy(&self) -> &ClientLayer<C, Bk, K> {
         &self.layer
     }
 
@@ -212,32 +227,28 @@ impl<C, Bk> Failover<C, Bk> {
     }
 }
 
-impl<S, C, Bk> Layer<S> for Failover<C, Bk>
+impl<S, C, Bk, K> Layer<S> for Failover<C, Bk, K>
 where
     S: Clone,
     C: Classify + Clone,
     Bk: Backoff + Clone,
 {
-    type Service = FailoverService<S, C, Bk>;
+    type Service = FailoverService<S, C, Bk, K>;
 
     /// One engine per backend over clones of `service`: the failover's layer with the
     /// backend's breaker, throttle and rate limit. The budget stays the layer's, shared by all.
     fn layer(&self, service: S) -> Self::Service {
-        let backends = self
+        let engines = self
             .backends
             .iter()
             .map(|backend| {
                 let backend = backend.clone();
-                // A fired clock hands the request on to the next backend instead of retrying
-                // where it fired.
                 let mut layer = (self.layer.clone())
+                    .without_continuation()
                     .with_name(backend.name())
                     .with_breaker(backend.breaker().clone())
-                    .with_hand_off(true)
                     // The failover hedges across its backends in their engines' place.
-                    .without_hedging()
-                    // Its own memory of whether it takes an assistant prefill.
-                    .with_continuation(self.layer.continues());
+                    .without_hedging();
                 if let Some(clocks) = backend.clocks() {
                     layer = layer.with_clocks(clocks.clone());
                 }
@@ -248,45 +259,53 @@ where
                     layer = layer.with_rate_limit(limit.clone());
                 }
                 let client = layer.layer(service.clone());
-                if !backend.takes_prefill() {
-                    client.reject_prefill();
-                }
-                Route {
-                    backend,
-                    client,
-                    load: Arc::default(),
-                    published: AtomicU64::new(0),
-                }
+                Engine::new(backend, client)
             })
             .collect::<Vec<_>>();
-        let ranks = ranges(&self.ranks);
         let cures = self
             .cures
             .iter()
             .filter_map(|(cure, name)| {
-                let index = backends
+                let index = engines
                     .iter()
-                    .position(|route| route.backend.name() == &**name)?;
+                    .position(|engine| engine.backend.name() == &**name)?;
                 Some((*cure, index))
             })
             .collect();
         FailoverService {
             shared: Arc::new(Shared {
-                layer: self.layer.clone(),
-                routes: backends,
+                layer: self.layer.clone().without_continuation(),
+                engines,
                 cures,
                 degraded: self.degraded.clone(),
                 hedging: self.hedging,
-                ranks,
+                ranks: ranges(&self.ranks),
                 sticky: self.sticky.clone(),
                 random: RandomSource::from_seed(self.seed),
                 cooldowns: self.cooldowns.clone(),
             }),
+            continues: PhantomData,
         }
     }
 }
 
-impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Failover<C, Bk> {
+impl<C, Bk, K> Clone for Failover<C, Bk, K> {
+    fn clone(&self) -> Self {
+        Self {
+            layer: self.layer.clone(),
+            backends: self.backends.clone(),
+            ranks: self.ranks.clone(),
+            cures: self.cures.clone(),
+            degraded: self.degraded.clone(),
+            hedging: self.hedging,
+            sticky: self.sticky.clone(),
+            seed: self.seed,
+            cooldowns: self.cooldowns.clone(),
+        }
+    }
+}
+
+impl<C: fmt::Debug, Bk: fmt::Debug, K> fmt::Debug for Failover<C, Bk, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Failover")
             .field("layer", &self.layer)
@@ -303,123 +322,47 @@ impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Failover<C, Bk> {
 
 /// A service that sends each request to the first healthy of its backends, each through the
 /// engine with its own guards, and on to the next when one fails: see the [crate docs](crate).
-pub struct FailoverService<S, C = LlmClassifier, Bk = FullJitter> {
+/// `K` says whether it continues the event streams its backends hand back ([`Continuing`]),
+/// which asks the service below to be `Send`, `Sync` and `'static`, or not ([`NotContinuing`]).
+pub struct FailoverService<S, C = LlmClassifier, Bk = FullJitter, K = Continuing> {
     shared: Arc<Shared<S, C, Bk>>,
+    continues: PhantomData<fn() -> K>,
 }
 
-/// What every clone of a [`FailoverService`] shares.
-pub(crate) struct Shared<S, C, Bk> {
-    pub(crate) layer: ClientLayer<C, Bk>,
-    pub(crate) routes: Vec<Route<S, C, Bk>>,
-    pub(crate) cures: Vec<(Cure, usize)>,
-    pub(crate) degraded: Option<Degraded>,
-    pub(crate) hedging: Option<Hedging>,
-    /// The routes of each rank, in order.
-    pub(crate) ranks: Vec<Range<usize>>,
-    pub(crate) sticky: Option<StickyKey>,
-    /// The balancer's draws.
-    pub(crate) random: RandomSource,
-    pub(crate) cooldowns: Option<Cooldowns>,
-}
-
-/// A backend, its engine, and what the balancer knows of it.
-pub(crate) struct Route<S, C, Bk> {
-    pub(crate) backend: Backend,
-    pub(crate) client: ClientService<S, C, Bk>,
-    pub(crate) load: Arc<Load>,
-    /// How many times its breaker had opened when its cooldown was last shared.
-    pub(crate) published: AtomicU64,
-}
-
-/// The routes of each rank, from each backend's rank (in order, never decreasing).
-fn ranges(ranks: &[usize]) -> Vec<Range<usize>> {
-    let mut ranges: Vec<Range<usize>> = Vec::new();
-    for (index, rank) in ranks.iter().enumerate() {
-        match ranges.last_mut() {
-            Some(last) if ranks.get(last.start) == Some(rank) => last.end = index + 1,
-            _ => ranges.push(index..index + 1),
-        }
-    }
-    ranges
-}
-
-impl<S, C, Bk> FailoverService<S, C, Bk> {
+impl<S, C, Bk, K> FailoverService<S, C, Bk, K> {
     /// The backends, in order, with their guards as in use.
     pub fn backends(&self) -> impl Iterator<Item = &Backend> {
-        self.shared.routes.iter().map(|route| &route.backend)
+        self.shared.engines.iter().map(|engine| &engine.backend)
     }
 }
 
-impl<S, C, Bk> Clone for FailoverService<S, C, Bk> {
+impl<S, C, Bk, K> Clone for FailoverService<S, C, Bk, K> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
+            continues: PhantomData,
         }
     }
 }
 
-impl<S, C, Bk> fmt::Debug for FailoverService<S, C, Bk> {
+impl<S, C, Bk, K> fmt::Debug for FailoverService<S, C, Bk, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list()
-            .entries(self.shared.routes.iter().map(|route| &route.backend))
-            .finish()
-    }
-}
-
-impl<S, C, Bk> FailoverService<S, C, Bk> {
-    /// Routes `request` as [`Service::call`] does, except that an event stream cut after
-    /// content is never continued (it ends with its in-band error event and
-    /// `StreamInterrupted`): for a service below that lives only as long as the call (the
-    /// reqwest adapter's middleware chain). Always ready, like the service.
-    pub fn call_without_continuation<B, RB>(
-        &mut self,
-        request: Request<B>,
-    ) -> ResponseFuture<S, B, RB, C, Bk>
-    where
-        S: Service<Request<B>, Response = Response<RB>> + Clone,
-        B: ReplayBody,
-        RB: Body,
-        C: Classify + Clone,
-        Bk: Backoff + Clone,
-    {
-        self.route(request, |client, request, _, _| {
-            client.call_without_continuation(request)
-        })
-    }
-
-    fn route<B, RB>(
-        &mut self,
-        request: Request<B>,
-        call: Call<S, B, RB, C, Bk>,
-    ) -> ResponseFuture<S, B, RB, C, Bk>
-    where
-        S: Service<Request<B>, Response = Response<RB>> + Clone,
-        B: ReplayBody,
-        RB: Body,
-        C: Classify + Clone,
-        Bk: Backoff + Clone,
-    {
-        let (head, body) = request.into_parts();
-        let cap = self.shared.layer.max_replay_body();
-        ResponseFuture::new(
-            Hops::new(Arc::clone(&self.shared), head, call),
-            Prefix::new(body, cap),
-        )
+        f.debug_list().entries(self.backends()).finish()
     }
 }
 
 /// An event stream a backend hands back is continued through the failover itself (its next
 /// healthy backend that takes a prefill first, the backend that served it last), which a
 /// continuation, sent later, must be able to own: hence `'static`, `Send` and `Sync` (see
-/// [`call_without_continuation`](FailoverService::call_without_continuation)).
-impl<S, B, RB, C, Bk> Service<Request<B>> for FailoverService<S, C, Bk>
+/// [`Failover::without_continuation`] for a failover that does not continue).
+impl<S, B, RB, C, Bk> Service<Request<B>> for FailoverService<S, C, Bk, Continuing>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: ReplayBody + Send + 'static,
     B::Error: Into<BoxError>,
-    RB: Body<Data = bytes::Bytes> + Send + 'static,
+    RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError> + Send,
     C: Classify + Clone + Send + Sync + 'static,
     Bk: Backoff + Clone + Send + Sync + 'static,
@@ -435,69 +378,68 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        self.route(request, hop_continuing::<S, B, RB, C, Bk>)
+        let continuer = continuer::<S, B, RB, C, Bk>;
+        ResponseFuture::new(Arc::clone(&self.shared), request, Some(continuer), None)
     }
 }
 
-/// A hop whose streams, if its request is in a format the engine continues, are continued
-/// through the failover (see [`FailoverService`]'s `Service` impl).
-fn hop_continuing<S, B, RB, C, Bk>(
-    client: &mut ClientService<S, C, Bk>,
-    request: Request<B>,
-    shared: &Arc<Shared<S, C, Bk>>,
-    from: usize,
-) -> stormguard_retry::ResponseFuture<S, B, RB, C, Bk>
+/// An event stream cut after content ends with its in-band error event: nothing is sent later,
+/// so the service below needs no more than `Clone`.
+impl<S, B, RB, C, Bk> Service<Request<B>> for FailoverService<S, C, Bk, NotContinuing>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    C: Classify + Clone,
+    Bk: Backoff + Clone,
+{
+    type Response = Response<ResponseBody<RB>>;
+    type Error = Error;
+    type Future = ResponseFuture<S, B, RB, C, Bk>;
+
+    /// Always ready: each backend's engine is readied when the request reaches it.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        ResponseFuture::new(Arc::clone(&self.shared), request, None, None)
+    }
+}
+
+/// Sends each continuation of a stream backend `from` served through the failover, paid for
+/// with a ticket of the shared retry budget: the answer's body if it is an event stream.
+fn continuer<S, B, RB, C, Bk>(shared: &Arc<Shared<S, C, Bk>>, from: usize) -> Continuer
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: ReplayBody + Send + 'static,
     B::Error: Into<BoxError>,
-    RB: Body<Data = bytes::Bytes> + Send + 'static,
+    RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError> + Send,
     C: Classify + Clone + Send + Sync + 'static,
     Bk: Backoff + Clone + Send + Sync + 'static,
     Bk::Schedule: Send + 'static,
 {
-    let (head, body) = request.into_parts();
-    let continues = Format::of_request(&head).is_some()
-        && head.extensions.get::<ContinuationRequest>().is_none();
-    let request = Request::from_parts(head, body);
-    if !continues {
-        return client.call_without_continuation(request);
-    }
-    let continuer = continuer::<S, B, RB, C, Bk>(Arc::clone(shared), from);
-    client.call_continuing_with(request, continuer)
-}
-
-/// Sends each continuation of a stream backend `from` served through the failover, under the
-/// shared retry budget: the answer's body if it is an event stream.
-fn continuer<S, B, RB, C, Bk>(shared: Arc<Shared<S, C, Bk>>, from: usize) -> Continuer
-where
-    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: ReplayBody + Send + 'static,
-    B::Error: Into<BoxError>,
-    RB: Body<Data = bytes::Bytes> + Send + 'static,
-    RB::Error: Into<BoxError> + Send,
-    C: Classify + Clone + Send + Sync + 'static,
-    Bk: Backoff + Clone + Send + Sync + 'static,
-    Bk::Schedule: Send + 'static,
-{
-    Box::new(move |mut request: Request<bytes::Bytes>| -> Resumed {
-        let Some(withdrawal) = shared.layer.budget().try_withdraw() else {
+    let shared = Arc::clone(shared);
+    Box::new(move |request: Request<Bytes>| -> Resumed {
+        let Some(ticket) = shared.layer.budget().ticket() else {
             return Box::pin(std::future::ready(None));
         };
-        request.extensions_mut().insert(ContinuesFrom(from));
-        let mut failover = FailoverService {
-            shared: Arc::clone(&shared),
-        };
+        let request = request.map(B::from_bytes);
+        let continues = Some((from, ticket));
+        let future = ResponseFuture::new(Arc::clone(&shared), request, None, continues);
         Box::pin(async move {
-            // Spent once sent, like a retry's.
-            let _withdrawal = withdrawal;
-            let response = failover.call(request.map(B::from_bytes)).await.ok()?;
-            continuing_stream(response)
+            let response = future.await.ok()?;
+            if !response.status().is_success() || !is_event_stream(response.headers()) {
+                return None;
+            }
+            let body: ResumedBody = Box::pin(response.into_body());
+            Some(body)
         })
     })
 }

@@ -120,9 +120,10 @@ mod backend;
 pub mod balance;
 mod cooldowns;
 mod future;
-mod hedge;
+mod hops;
 mod layer;
 mod marks;
+mod shared;
 
 pub use backend::{Adapter, Backend};
 pub use cooldowns::Cooldowns;

@@ -62,8 +62,9 @@ use stormguard_classify::{Classify, LlmClassifier, Reason};
 use stormguard_deadline::Deadline;
 use stormguard_failover::Failover;
 use stormguard_jitter::{Backoff, FullJitter};
-use stormguard_retry::ClientLayer;
+use stormguard_retry::{ClientLayer, NotContinuing};
 use tower_layer::Layer;
+use tower_service::Service;
 
 use crate::next::{NextService, RequestBody};
 
@@ -77,11 +78,13 @@ pub struct StormguardMiddleware<C = LlmClassifier, Bk = FullJitter> {
     engine: Engine<C, Bk>,
 }
 
-/// What drives each request: one engine, or a failover over several backends.
+/// What drives each request: one engine, or a failover over several backends. Neither continues
+/// a stream: the chain below lives only as long as the call, so a stream that cannot be completed
+/// ends with its in-band error event.
 #[derive(Clone, Debug)]
 enum Engine<C, Bk> {
-    One(ClientLayer<C, Bk>),
-    Failover(Failover<C, Bk>),
+    One(ClientLayer<C, Bk, NotContinuing>),
+    Failover(Failover<C, Bk, NotContinuing>),
 }
 
 impl Default for StormguardMiddleware {
@@ -92,24 +95,24 @@ impl Default for StormguardMiddleware {
 
 impl<C, Bk> StormguardMiddleware<C, Bk> {
     /// Middleware driving `layer`.
-    pub fn new(layer: ClientLayer<C, Bk>) -> Self {
+    pub fn new<K>(layer: ClientLayer<C, Bk, K>) -> Self {
         Self {
-            engine: Engine::One(layer),
+            engine: Engine::One(layer.without_continuation()),
         }
     }
 
     /// Middleware driving `failover`: each request goes to its first healthy backend (the
     /// backend's adapter rewrites its URL), each backend through the engine with its own guards,
     /// under one deadline and one retry budget.
-    pub fn failover(failover: Failover<C, Bk>) -> Self {
+    pub fn failover<K>(failover: Failover<C, Bk, K>) -> Self {
         Self {
-            engine: Engine::Failover(failover),
+            engine: Engine::Failover(failover.without_continuation()),
         }
     }
 
     /// The engine's configuration (its budget and throttle, for their snapshots); a failover's
     /// policy.
-    pub fn layer(&self) -> &ClientLayer<C, Bk> {
+    pub fn layer(&self) -> &ClientLayer<C, Bk, NotContinuing> {
         match &self.engine {
             Engine::One(layer) => layer,
             Engine::Failover(failover) => failover.policy(),
@@ -132,22 +135,15 @@ impl<C: Classify + Clone, Bk: Backoff + Clone> StormguardMiddleware<C, Bk> {
         }
         let shared = Arc::new(Mutex::new(std::mem::take(extensions)));
         let next = NextService::new(next, Arc::clone(&shared), timeout);
-        // The chain below lives only as long as this call: a stream is never continued through
-        // it later (it ends with its in-band error event when it cannot be completed).
         let result = match &self.engine {
             Engine::One(layer) => {
                 let mut client = layer.layer(next);
-                match poll_fn(|cx| client.poll_engine_ready(cx)).await {
-                    Ok(()) => client.call_without_continuation(request).await,
+                match poll_fn(|cx| client.poll_ready(cx)).await {
+                    Ok(()) => client.call(request).await,
                     Err(error) => Err(error),
                 }
             }
-            Engine::Failover(failover) => {
-                failover
-                    .layer(next)
-                    .call_without_continuation(request)
-                    .await
-            }
+            Engine::Failover(failover) => failover.layer(next).call(request).await,
         };
         *extensions = std::mem::take(&mut *shared.lock().unwrap_or_else(PoisonError::into_inner));
         match result {

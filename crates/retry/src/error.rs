@@ -20,8 +20,8 @@ pub enum GiveUpCause {
     Deadline,
     /// The server asked for a delay above the hint policy's maximum.
     HintTooLong,
-    /// An attempt's clock fired, and the request goes on elsewhere: under a failover, to its
-    /// next backend ([`ClientLayer::with_hand_off`](crate::ClientLayer::with_hand_off)).
+    /// An attempt's clock fired, and the request goes on elsewhere: under a router, to its
+    /// next backend ([`Route::with_hand_off`](crate::Route::with_hand_off)).
     HandedOn,
 }
 
@@ -151,7 +151,8 @@ impl Error {
     }
 
     /// Whether the server answered 429 to every attempt sent (at least one): see
-    /// [`FailedAnswer::rate_limited_throughout`]. An error built outside the engine says `false`.
+    /// [`Report::rate_limited_throughout`](crate::Report::rate_limited_throughout). An error
+    /// built outside the engine says `false`.
     pub fn rate_limited_throughout(&self) -> bool {
         self.rate_limited_throughout
     }
@@ -253,6 +254,15 @@ impl stormguard_classify::AsError for Error {
     }
 }
 
+/// Tells the engine's [`Error`] in `output`, if that is what it hands back, whether the server
+/// answered 429 to every attempt: known only once the request ends, as it is counted across
+/// attempts.
+pub(crate) fn mark_rate_limited<B>(output: &mut Result<Response<B>, Error>, throughout: bool) {
+    if let Err(error) = output {
+        error.rate_limited_throughout = throughout;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use stormguard_classify::{chain, outcome_of};
@@ -297,25 +307,10 @@ mod tests {
         );
     }
 
-    /// The run of 429s is told to the failed answer or the error; a success, which carries no
-    /// failed answer, is left as it is.
+    /// The run of 429s is told to the error; a response is left as it is.
     #[test]
-    fn the_run_of_429s_is_told_to_what_is_handed_back() {
+    fn the_run_of_429s_is_told_to_the_error() {
         let limited = Outcome::retryable(Reason::RateLimited);
-        let mut answer = Response::new(());
-        answer
-            .extensions_mut()
-            .insert(FailedAnswer::new(limited, 3));
-        let mut answered: Result<Response<()>, Error> = Ok(answer);
-        mark_rate_limited(&mut answered, true);
-        let failed = answered
-            .ok()
-            .and_then(|r| r.extensions().get::<FailedAnswer>().copied());
-        assert_eq!(
-            failed.map(|f| (f.attempts(), f.rate_limited_throughout())),
-            Some((3, true))
-        );
-
         let refused = Error::refused(limited, "no slot".into(), 2);
         let mut errored: Result<Response<()>, Error> = Err(refused);
         assert!(
@@ -331,64 +326,6 @@ mod tests {
 
         let mut success: Result<Response<()>, Error> = Ok(Response::new(()));
         mark_rate_limited(&mut success, true);
-        assert!(success.is_ok_and(|r| r.extensions().get::<FailedAnswer>().is_none()));
-    }
-}
-
-/// In the extensions of a failed response the engine hands back (fatal, or a retryable failure
-/// it gave up on or could not retry): how it judged it, how many attempts it sent and whether
-/// the server answered every one of them 429, for a layer above (a failover) to decide what
-/// comes next.
-///
-/// A 429 on every attempt says the backend is rate-limiting this request whatever the retries
-/// do: a failover sends it to the next backend at once, where a backend that failed once and is
-/// still healthy keeps its failure as the answer. Its breaker cannot say so (a 429 is no health
-/// failure), nor can its throttle at a few requests a second.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FailedAnswer {
-    outcome: Outcome,
-    attempts: u32,
-    rate_limited_throughout: bool,
-}
-
-impl FailedAnswer {
-    /// The 429 run is set as the request ends ([`mark_rate_limited`]).
-    pub(crate) fn new(outcome: Outcome, attempts: u32) -> Self {
-        Self {
-            outcome,
-            attempts,
-            rate_limited_throughout: false,
-        }
-    }
-
-    /// The outcome of the last attempt.
-    pub fn outcome(&self) -> Outcome {
-        self.outcome
-    }
-
-    /// Attempts sent for the request.
-    pub fn attempts(&self) -> u32 {
-        self.attempts
-    }
-
-    /// Whether the server answered 429 (`Reason::RateLimited`) to every attempt sent, the last
-    /// one included: a refusal of this side's rate limit (`RateLimitedLocally`) is not a 429
-    /// from the server, and a run broken by any other answer does not count.
-    pub fn rate_limited_throughout(&self) -> bool {
-        self.rate_limited_throughout
-    }
-}
-
-/// Tells what the engine hands back (`output`: its [`FailedAnswer`], or its [`Error`]) whether
-/// the server answered 429 to every attempt: known only once the request ends, as it is
-/// counted across attempts.
-pub(crate) fn mark_rate_limited<B>(output: &mut Result<Response<B>, Error>, throughout: bool) {
-    match output {
-        Ok(response) => {
-            if let Some(failed) = response.extensions_mut().get_mut::<FailedAnswer>() {
-                failed.rate_limited_throughout = throughout;
-            }
-        }
-        Err(error) => error.rate_limited_throughout = throughout,
+        assert!(success.is_ok());
     }
 }

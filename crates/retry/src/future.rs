@@ -1,31 +1,24 @@
 //! [`ResponseFuture`]: one request through the engine, as a path of states.
 //!
 //! ```text
-//! Buffering ──▶ [Reserving] ─▶ [Pacing] ──▶ Calling ──▶ Classifying | Opening ──▶ (output)
-//!   (body)            ▲                         │ error     │ retryable (an error event)
-//!                     │                         └──────┬────┘
-//!                   Ready ◀─────────────────────── Backoff
+//! Buffering ──▶ [Admitting] ──▶ Calling ──▶ Classifying | Opening ──▶ (output)
+//!   (body)            ▲   the guards   │ error     │ retryable (an error event)
+//!                     │                └─────┬─────┘
+//!                   Ready ◀──────────────── Backoff
 //! ```
 //!
-//! The states only wait, each for one thing, and hold what they wait with (the request waiting
-//! for its rate-limit slot, the call in flight, the answer being read). The attempt itself
-//! (`Attempt`: its retry grant, its slot, its guards' permits) is a value the ledger holds, not
-//! a state's: the state moves at every step, the attempt stays where it is; and whatever the
-//! request is dropped in, the attempt settles by its parts' own rules. Between two states, the
-//! `Ledger` (the request's bookkeeping) takes one step, asking the guards (`admission`) whether
-//! an attempt goes, the policy (`policy`) whether a failure is retried, and telling the `Watch`
-//! what happened. The deadline is enforced over every state by one
-//! timer, and over the body handed back.
-//!
-//! A hedge (see `hedge`) is a second path beside the request's own, from `Ready` to its answer:
-//! each path is a *lane*, polled in turn, with its attempt in the ledger's place while it is
-//! stepped (the other's set aside). The first lane to hand back an answer ends the request and
-//! cancels the other; a lane whose attempt fails while the other is in flight is withdrawn, and
-//! the other goes on alone.
+//! Each attempt moves along a lane ([`AttemptLane`]): its state, which waits for one thing and holds what it
+//! waits with, beside the [`Attempt`] itself (its ticket, its guards' passes, its clocks), which
+//! stays where it is while the state moves at every step. A request has one lane, and a second
+//! while a hedge races the first; the [`Race`] polls them and ends the request with the first to
+//! finish. Between two states a lane asks the request's books ([`Ledger`]): the guards whether the
+//! attempt goes, the policy whether a failure is retried, and the `Watch` what happened. Only
+//! this module calls the service. One timer enforces the deadline over every lane, and wakes the
+//! request for its attempts' head clocks and its hedge.
 
 use std::fmt;
 use std::future::Future;
-use std::ops::ControlFlow;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -36,42 +29,39 @@ use http::request::Parts;
 use http::{HeaderMap, Request, Response, response};
 use http_body::Body;
 use pin_project_lite::pin_project;
-use stormguard_breaker::{BreakerOpen, Rejected};
-use stormguard_classify::body::{ClassifyResponse, Prefix, ResponseBody, classify_response};
+use stormguard_breaker::Rejected;
+use stormguard_classify::body::{ClassifyResponse, Prefix, ResponseBody, Tail, classify_response};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_jitter::Backoff;
-use stormguard_rate_limit::{Acquire, RateLimited, Reservation};
-use stormguard_stream::{Continuer, OpenStream, Opening, is_event_stream};
+use stormguard_stream::{OpenStream, Opening, is_event_stream};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::admission::Refusal;
-use crate::attempt::Due;
+use crate::admission::{Admit, Ask, Refusal, Wait};
+use crate::attempt::{Attempt, Due};
 use crate::body::ReplayBody;
-use crate::clock::AttemptTimedOut;
-use crate::continuing::ContinueBy;
-use crate::error::{Error, FailedAnswer};
-use crate::layer::Config;
-use crate::ledger::{Begin, Ledger, settle_on_usage};
+use crate::clock::{AttemptTimedOut, attempt_timeout};
+use crate::config::Config;
+use crate::continuing::Continue;
+use crate::error::Error;
+use crate::ledger::{Begin, Ledger, Output, settle_on_usage};
 use crate::policy::Decision;
+use crate::race::{Lap, Race};
+use crate::route::{Report, Route};
 use crate::template::{Clock, Origin};
-
-/// What the future hands back.
-pub(crate) type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
 
 pin_project! {
     /// The response future of [`ClientService`](crate::ClientService).
     ///
     /// Dropping it cancels the request wherever it is: an attempt in flight is dropped with its
-    /// permits (the throttle counts it as not accepted, the breaker frees its place), a backoff
-    /// simply ends, nothing further is sent, and a retry or hedge the budget granted but that was
-    /// never sent, or a rate-limit slot never used, is given back. A hedge in flight is dropped
-    /// the same way.
+    /// passes (the throttle counts it as not accepted, the breaker frees its place), a backoff
+    /// simply ends, nothing further is sent, and a ticket the budget granted for an attempt never
+    /// sent, or a rate-limit slot never used, is given back. A hedge in flight is dropped the
+    /// same way.
     ///
     /// # Panics
     ///
     /// When polled after it completed, as a future may (tokio's `JoinHandle` does too).
-    #[project = FutureProj]
     pub struct ResponseFuture<S, B, RB, C, Bk>
     where
         S: Service<Request<B>>,
@@ -79,24 +69,39 @@ pin_project! {
         Bk: Backoff,
     {
         #[pin]
-        state: State<S::Future, B, RB, C>,
+        race: Race<AttemptLane<S::Future, B, RB, C>>,
         // The deadline's timer, made the first time the request has to wait: a call that answers
         // at once never touches the timer wheel. The attempts' clocks and the hedge's share it.
         #[pin]
         timer: Option<Sleep>,
-        service: S,
-        ledger: Ledger<C, Bk>,
-        // How a stream handed back is continued, if it may be.
-        continuer: Option<ContinueBy<S, C, Bk>>,
-        // The hedge's lane while one is out: boxed, so that a request never hedged carries a
-        // pointer and no second state.
-        hedge: Option<Pin<Box<State<S::Future, B, RB, C>>>>,
+        books: Books<S, B, C, Bk>,
+    }
+}
+
+/// What the lanes of a request share: the service, the request's books, and who continues the
+/// stream it hands back (taken when one is). `B`: the request body's type.
+pub(crate) struct Books<S, B, C, Bk: Backoff> {
+    service: S,
+    ledger: Ledger<C, Bk>,
+    continue_by: Option<Continue<S, C, Bk>>,
+    body: PhantomData<fn(B)>,
+}
+
+pin_project! {
+    /// One attempt's path: what it waits for, and the attempt.
+    pub(crate) struct AttemptLane<F, B, RB, C>
+    where
+        RB: Body,
+    {
+        #[pin]
+        state: State<F, B, RB, C>,
+        attempt: Attempt,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    pub(crate) enum State<F, B, RB, C>
+    enum State<F, B, RB, C>
     where
         RB: Body,
     {
@@ -106,34 +111,24 @@ pin_project! {
         Backoff { #[pin] sleep: Sleep },
         // Waiting for the service to be ready for a retry, or a hedge.
         Ready,
-        // Waiting for the rate limit's fleet (in Redis) to decide on the attempt's slot. The
-        // request waits in a box (here and in `Pacing`): inline, it would make every state as
-        // large as itself and a timer, and the state moves at every step of every request.
-        Reserving { acquire: Acquire, request: Option<Box<Request<B>>> },
-        // Waiting for the rate limit's slot; the readied service sends the attempt then.
-        Pacing { #[pin] sleep: Sleep, request: Option<Box<Request<B>>> },
-        // An attempt is in flight.
+        // Waiting for a guard (the rate limit's fleet, or its slot) with the attempt's request,
+        // boxed: inline, it would make every state as large as itself.
+        Admitting { wait: Box<Wait>, request: Option<Box<Request<B>>> },
+        // The attempt is in flight.
         Calling { #[pin] future: F },
         // Classifying the answer, reading the start of a failed response's body if need be.
         Classifying { answer: ClassifyResponse<RB, C> },
-        // Reading an event stream up to its first content event.
-        // (With when it began: the first-content clock learns how long it took.)
+        // Reading an event stream up to its first content event (with when it began: the
+        // first-content clock learns how long it took).
         Opening { open: Box<(OpenStream<RB>, Instant)>, head: Option<response::Parts> },
-        // Ended before an attempt was sent: the output (an error, or the breaker's fallback)
-        // waits for the first poll.
+        // Ended before an attempt was sent: the output waits for the first poll.
         Refused { output: Option<Output<RB>> },
-        // The request's attempt failed while its hedge was in flight: the hedge's lane is the
-        // request's now.
-        Hedged,
-        // A hedge not sent (a guard refused it): its lane ends at the next poll.
-        Withdrawn,
-        // The output was handed back.
         Done,
     }
 }
 
 impl<F, B, RB: Body, C> State<F, B, RB, C> {
-    /// Whether an attempt of the lane is with the backend: sent, and its answer not judged yet.
+    /// Whether the lane's attempt is with the backend: sent, and its answer not judged yet.
     fn with_backend(&self) -> bool {
         matches!(
             self,
@@ -141,35 +136,30 @@ impl<F, B, RB: Body, C> State<F, B, RB, C> {
         )
     }
 
-    /// Whether an attempt of the lane waits for its first content: its head, or a stream's
-    /// first content event. A hedge goes only then.
+    /// Whether the lane's attempt waits for its first content: its head, or a stream's first
+    /// content event. A hedge goes only then.
     fn waits_for_content(&self) -> bool {
         matches!(self, Self::Calling { .. } | Self::Opening { .. })
     }
 }
 
-/// What comes after a state: another state, or the end.
+/// A request's lanes.
+type Lanes<F, B, RB, C> = Race<AttemptLane<F, B, RB, C>>;
+
+/// What comes after a state.
 // Only ever returned, into the caller's slot: boxing the state would allocate at every step.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Step<F, B, RB: Body, C> {
+enum Step<F, B, RB: Body, C> {
     Next(State<F, B, RB, C>),
     Finish(Output<RB>),
-    /// What the state waits for is not ready (from `poll_state` only: a step that is itself the
-    /// poll's answer is made where it is matched, not made and then wrapped in a `Poll`).
+    /// The lane's attempt is out of the race (it failed while the other was in flight, or it is
+    /// a hedge that was not sent).
+    Out,
+    /// What the state waits for is not ready.
     Wait,
-    /// The lane's attempt is out of the request: it failed while the other attempt was in
-    /// flight, or it was a hedge that was not sent. The other goes on.
-    Withdrawn,
 }
 
-/// Which path of the request a step is on: its own, or its hedge's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Lane {
-    Lead,
-    Hedge,
-}
-
-/// `ready!` for `poll_state`: what is not ready makes the step a [`Step::Wait`].
+/// `ready!` for a step: what is not ready makes the step a [`Step::Wait`].
 macro_rules! wait {
     ($poll:expr) => {
         match $poll {
@@ -193,48 +183,50 @@ where
     Bk: Backoff,
 {
     /// `service` must be ready: it serves the first attempt (now, or once the body is read).
+    /// `route`: what a router above handed with the request, if one did.
     pub(crate) fn new(
-        mut service: S,
+        service: S,
         config: Arc<Config<C, Bk>>,
         request: Request<B>,
-        continuer: Option<ContinueBy<S, C, Bk>>,
+        continue_by: Continue<S, C, Bk>,
+        route: Option<Route>,
     ) -> Self {
         let (head, body) = request.into_parts();
-        let mut ledger = Ledger::new(config, head);
+        let mut books = Books {
+            service,
+            ledger: Ledger::new(config, head),
+            continue_by: Some(continue_by),
+            body: PhantomData,
+        };
+        let mut attempt = Attempt::default();
+        if let Some(route) = route {
+            books.routed(route, &mut attempt);
+        }
         let mut clock = Clock::default();
-        let state = match ledger.begin(body, &mut clock) {
+        let state = match books.ledger.begin(body, &mut clock) {
             Begin::Buffer(read) => State::Buffering { read },
-            Begin::Send(request) => ledger.start(&mut service, request, &mut clock),
-            Begin::Failed(error) => ledger.refuse(error),
+            Begin::Send(request) => books.start(&mut attempt, request, &mut clock).into_state(),
+            Begin::Failed(error) => books.end(Err(error)).into_state(),
         };
         Self {
-            state,
+            race: Race::new(AttemptLane { state, attempt }),
             timer: None,
-            service,
-            ledger,
-            continuer,
-            hedge: None,
+            books,
         }
     }
 }
 
-impl<S, B, RB, C, Bk> ResponseFuture<S, B, RB, C, Bk>
-where
-    S: Service<Request<B>>,
-    RB: Body,
-    C: Classify,
-    Bk: Backoff,
-{
-    /// Ends the request as the loser of a race for the same answer (a failover's hedge on
-    /// another backend answered first): each of its attempts in flight is cancelled as a loser
-    /// (the throttle forgets it, the breaker frees its place, its budget withdrawal and rate-limit
-    /// slot stay spent: it was sent), not as one its caller abandoned, and what it waited teaches
-    /// its backend's time to first content. Polling the future afterwards panics.
-    pub fn lose(self: Pin<&mut Self>) {
-        let mut this = self.project();
-        this.ledger.lose_all();
-        this.state.set(State::Done);
-        *this.hedge = None;
+impl<F, B, RB: Body, C> Step<F, B, RB, C> {
+    /// The state a request starts in, from its first step (taken before its first poll: an
+    /// ending waits for it).
+    fn into_state(self) -> State<F, B, RB, C> {
+        match self {
+            Self::Next(state) => state,
+            Self::Finish(output) => State::Refused {
+                output: Some(output),
+            },
+            Self::Out | Self::Wait => State::Done,
+        }
     }
 }
 
@@ -254,60 +246,31 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            // The request's own lane: its attempt is in the ledger's place. Each arm takes its
-            // step in place: a step bound first and matched after would move the state once
-            // more, at every step of every request.
-            {
-                let _in = this.ledger.enter();
-                let state = this.state.as_mut();
-                let continuer = &mut *this.continuer;
-                match poll_state::<_, _, _, _, _, true>(
-                    state,
-                    this.service,
-                    this.ledger,
-                    continuer,
-                    cx,
-                ) {
-                    Step::Next(state) => {
-                        this.state.set(state);
-                        // No longer with the backend: a hedge not sent yet has nothing to race.
-                        if this.hedge.is_some() && !this.state.as_ref().get_ref().with_backend() {
-                            this.drop_hedge();
-                        }
-                        continue;
-                    }
-                    Step::Finish(output) => {
-                        this.state.set(State::Done);
-                        if this.hedge.is_some() {
-                            this.end_race();
-                        }
-                        return Poll::Ready(output);
-                    }
-                    Step::Withdrawn => {
-                        this.ledger.withdraw();
-                        this.state.set(State::Hedged);
-                        continue;
-                    }
-                    Step::Wait => {}
-                }
-            }
-            // The hedge's lane, if one is out.
-            match this.poll_hedge(cx) {
-                Some(ControlFlow::Break(output)) => return Poll::Ready(output),
-                Some(ControlFlow::Continue(())) => continue,
-                None => {}
-            }
-            // Waiting: the deadline bounds the wait, whatever the request waits for, and each
-            // attempt in flight has its head clock, and the request its hedge's.
-            ready!(this.poll_timer(cx));
-            if let ControlFlow::Break(output) = this.clocks_fired() {
+            if let Poll::Ready(output) = this.race.as_mut().poll(this.books, cx) {
                 return Poll::Ready(output);
             }
+            // Waiting: the deadline bounds the wait, whatever the request waits for; each
+            // attempt in flight has its head clock (its lane checks it when polled), and the
+            // request its hedge's.
+            let wake = this.books.wake_at(this.race.as_mut());
+            match wake {
+                Some(wake) => ready!(stormguard_deadline::poll_until(
+                    this.timer.as_mut(),
+                    wake,
+                    cx
+                )),
+                None => return Poll::Pending,
+            }
+            if let Some(output) = this.books.expired(this.race.as_mut()) {
+                return Poll::Ready(output);
+            }
+            this.books.hedge_if_due(this.race.as_mut());
         }
     }
 }
 
-impl<S, B, RB, C, Bk> FutureProj<'_, S, B, RB, C, Bk>
+/// The lanes' side of the race: one step at a time, the hedge's like the request's own.
+impl<S, B, RB, C, Bk> crate::race::Lane<Books<S, B, C, Bk>> for AttemptLane<S::Future, B, RB, C>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
@@ -318,204 +281,75 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    /// Polls what the hedge's attempt waits for, if one is out, and takes the step it leads to:
-    /// `None` while it waits, else whether the request ends.
-    fn poll_hedge(&mut self, cx: &mut Context<'_>) -> Option<ControlFlow<Output<RB>>> {
-        let switched = self.enter_lane(Lane::Hedge)?;
-        let state = self.hedge.as_mut()?.as_mut();
-        let _in = self.ledger.enter();
-        let polled = poll_state::<_, _, _, _, _, false>(
-            state,
-            self.service,
-            self.ledger,
-            self.continuer,
-            cx,
-        );
-        drop(_in);
-        match polled {
-            Step::Wait => {
-                self.leave_lane(switched);
-                None
-            }
-            step => Some(self.take_step(Lane::Hedge, step, switched)),
-        }
-    }
+    type Output = Output<RB>;
 
-    /// Puts the attempt of `lane` in the ledger's place: whether it had to be switched in
-    /// (`None`: no hedge is out). The lead's attempt is there already; the hedge's is, once the
-    /// lead's failed.
-    fn enter_lane(&mut self, lane: Lane) -> Option<bool> {
-        match lane {
-            Lane::Lead => Some(false),
-            Lane::Hedge => {
-                self.hedge.as_ref()?;
-                let switch = self.ledger.aside.is_some();
-                if switch {
-                    self.ledger.switch();
+    fn poll_lap(
+        self: Pin<&mut Self>,
+        books: &mut Books<S, B, C, Bk>,
+        racing: bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<Lap<Output<RB>>> {
+        let mut this = self.project();
+        let _in = books.ledger.enter(this.attempt);
+        let step = match books.poll_state(this.state.as_mut(), this.attempt, racing, cx) {
+            // Waiting for its head: its clock may have fired.
+            Step::Wait => match this.attempt.head_by {
+                Due::At(at) if this.state.waits_for_head() && Instant::now() >= at => {
+                    books.clock_fired(this.attempt, racing)
                 }
-                Some(switch)
-            }
-        }
-    }
-
-    /// Puts the lead's attempt back in the ledger's place, if the hedge's was `switched` in.
-    fn leave_lane(&mut self, switched: bool) {
-        if switched {
-            self.ledger.switch();
-        }
-    }
-
-    /// Takes `step`, which the attempt on `lane` (in the ledger's place, `switched` there) led
-    /// to: the request ends (the other attempt cancelled), the lane is withdrawn, or it moves.
-    /// (The request's own lane takes its steps in `poll`, in place; its fired clocks here.)
-    fn take_step(
-        &mut self,
-        lane: Lane,
-        step: Step<S::Future, B, RB, C>,
-        switched: bool,
-    ) -> ControlFlow<Output<RB>> {
-        let state = match step {
-            Step::Finish(output) => {
-                self.state.set(State::Done);
-                self.end_race();
-                return ControlFlow::Break(output);
-            }
-            Step::Withdrawn => {
-                self.ledger.withdraw();
-                match lane {
-                    Lane::Lead => self.state.set(State::Hedged),
-                    Lane::Hedge => *self.hedge = None,
-                }
-                return ControlFlow::Continue(());
-            }
-            Step::Next(state) => state,
-            Step::Wait => {
-                self.leave_lane(switched);
-                return ControlFlow::Continue(());
-            }
+                _ => Step::Wait,
+            },
+            step => step,
         };
-        let with_backend = state.with_backend();
-        match (lane, self.hedge.as_mut()) {
-            (Lane::Lead, Some(_)) if !with_backend => {
-                self.drop_hedge();
-                self.state.set(state);
+        Poll::Ready(match step {
+            Step::Wait => return Poll::Pending,
+            Step::Next(state) => {
+                this.state.set(state);
+                Lap::Stepped
             }
-            (Lane::Lead, _) => self.state.set(state),
-            // The hedge is the request's only attempt, and failed: its retry is the request's
-            // path.
-            (Lane::Hedge, Some(_)) if !switched && !with_backend => {
-                *self.hedge = None;
-                self.state.set(state);
+            Step::Finish(output) => {
+                this.state.set(State::Done);
+                Lap::Finished(output)
             }
-            (Lane::Hedge, Some(hedge)) => hedge.set(state),
-            (Lane::Hedge, None) => {}
-        }
-        self.leave_lane(switched);
-        ControlFlow::Continue(())
-    }
-
-    /// The request ended while a hedge was out: the other attempt of the race lost.
-    fn end_race(&mut self) {
-        self.ledger.cancel_aside();
-        *self.hedge = None;
-    }
-
-    /// Drops the hedge's lane, not sent yet: its grant and its slot go back.
-    fn drop_hedge(&mut self) {
-        self.ledger.aside = None;
-        *self.hedge = None;
-    }
-
-    /// Ready when the earliest of the deadline, the attempts' head clocks and the hedge's clock
-    /// has come; never without any.
-    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let deadline = self.ledger.deadline.map(|deadline| deadline.instant());
-        let [lead, hedge] = self.head_clocks();
-        let hedge_by = self.hedge_clock();
-        match [deadline, lead, hedge, hedge_by]
-            .into_iter()
-            .flatten()
-            .min()
-        {
-            Some(wake) => stormguard_deadline::poll_until(self.timer.as_mut(), wake, cx),
-            None => Poll::Pending,
-        }
-    }
-
-    /// When each lane's attempt is abandoned for want of its head, if it waits for one.
-    fn head_clocks(&mut self) -> [Option<Instant>; 2] {
-        [Lane::Lead, Lane::Hedge].map(|lane| {
-            let switched = self.enter_lane(lane)?;
-            let calling = match lane {
-                Lane::Lead => self.state.as_ref().get_ref(),
-                Lane::Hedge => self.hedge.as_ref()?.as_ref().get_ref(),
-            };
-            let head_by = matches!(calling, State::Calling { .. })
-                .then(|| self.ledger.head_clock())
-                .flatten();
-            self.leave_lane(switched);
-            head_by
+            Step::Out => Lap::Out,
         })
     }
 
-    /// When the request's attempt is hedged, if it waits for its content and no hedge is out.
-    fn hedge_clock(&mut self) -> Option<Instant> {
-        let waits = self.state.as_ref().get_ref().waits_for_content();
-        (waits && self.hedge.is_none())
-            .then(|| self.ledger.hedge_clock())
-            .flatten()
+    fn in_flight(&self) -> bool {
+        self.state.with_backend()
     }
 
-    /// The timer fired: the deadline passed (the request ends, every attempt in flight timed
-    /// out), or an attempt's head clock fired, or the hedge is due.
-    fn clocks_fired(&mut self) -> ControlFlow<Output<RB>> {
-        let now = Instant::now();
-        if self
-            .ledger
-            .deadline
-            .is_some_and(|deadline| now >= deadline.instant())
-        {
-            // Dropping the states cancels what is in flight.
-            self.state.set(State::Done);
-            *self.hedge = None;
-            return ControlFlow::Break(self.ledger.expired());
+    /// Cancelled as a loser: the breaker frees its place and counts nothing, the throttle
+    /// forgets it, its ticket and slot stay spent (it was sent: it cost what it cost). A hedge
+    /// not sent yet is dropped when vacated, its ticket and slot given back.
+    fn lose(self: Pin<&mut Self>, books: &mut Books<S, B, C, Bk>) {
+        let attempt = self.project().attempt;
+        if !attempt.sent {
+            return;
         }
-        for (lane, head_by) in [Lane::Lead, Lane::Hedge]
-            .into_iter()
-            .zip(self.head_clocks())
-        {
-            if head_by.is_none_or(|head_by| now < head_by) {
-                continue;
-            }
-            let Some(switched) = self.enter_lane(lane) else {
-                continue;
-            };
-            match self.ledger.clock_fired() {
-                Some(step) => return self.take_step(lane, step, switched),
-                // Kept: it may still answer.
-                None => self.leave_lane(switched),
-            }
+        let ledger = &mut books.ledger;
+        ledger.watch.hedge_raced(!attempt.hedge);
+        ledger.learn_lost(attempt);
+        if ledger.watch.cancelled(&mut attempt.watch) {
+            attempt.permits.forget();
         }
-        if self.hedge_clock().is_some_and(|hedge_by| now >= hedge_by) && self.ledger.hedge() {
-            *self.hedge = Some(Box::pin(State::Ready));
-        }
-        ControlFlow::Continue(())
+    }
+
+    fn vacate(self: Pin<&mut Self>) {
+        let mut this = self.project();
+        this.state.set(State::Done);
+        *this.attempt = Attempt::default();
     }
 }
 
-/// Polls what the request waits for, and takes the step that follows (`LEAD`: on the request's
-/// own lane; a hedge's never reads the request body, being made from the buffered template).
-// Inlined into both lanes' polls, and the hedge's without the body's reading: called from two
-// places, it was left out of line, and the body's reader with it, which cost the success path
-// 230 instructions of calls and copies (callgrind).
-#[inline(always)]
-fn poll_state<S, B, RB, C, Bk, const LEAD: bool>(
-    state: Pin<&mut State<S::Future, B, RB, C>>,
-    service: &mut S,
-    ledger: &mut Ledger<C, Bk>,
-    continuer: &mut Option<ContinueBy<S, C, Bk>>,
-    cx: &mut Context<'_>,
-) -> Step<S::Future, B, RB, C>
+impl<F, B, RB: Body, C> State<F, B, RB, C> {
+    /// Whether the attempt waits for its answer's head (what its head clock bounds).
+    fn waits_for_head(&self) -> bool {
+        matches!(self, Self::Calling { .. })
+    }
+}
+
+impl<S, B, RB, C, Bk> Books<S, B, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
@@ -526,262 +360,284 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    match state.project() {
-        StateProj::Buffering { read } if LEAD => {
-            let (bytes, tail, rest) = wait!(Pin::new(read).poll(cx));
-            ledger.buffered(service, bytes, tail, rest)
-        }
-        StateProj::Buffering { .. } => polled_again(),
-        StateProj::Backoff { sleep } => {
-            wait!(sleep.poll(cx));
-            Step::Next(State::Ready)
-        }
-        StateProj::Ready => match wait!(service.poll_ready(cx)) {
-            Ok(()) => Step::Next(ledger.retry(service)),
-            Err(error) => ledger.not_ready(error.into()),
-        },
-        StateProj::Reserving { acquire, request } => {
-            let decision = wait!(Pin::new(acquire).poll(cx));
-            let request = *request.take().unwrap_or_else(polled_again);
-            Step::Next(ledger.reserved(service, request, decision, &mut Clock::default()))
-        }
-        StateProj::Pacing { sleep, request } => {
-            wait!(sleep.poll(cx));
-            let request = *request.take().unwrap_or_else(polled_again);
-            Step::Next(ledger.send(service, request, true, &mut Clock::default()))
-        }
-        StateProj::Calling { future } => match future.poll(cx) {
-            Poll::Ready(result) => ledger.answered(result),
-            Poll::Pending => wait!(ledger.poll_cut(cx)),
-        },
-        StateProj::Classifying { answer } => match Pin::new(answer).poll(cx) {
-            Poll::Ready((response, outcome)) => ledger.judged(response, outcome),
-            Poll::Pending => wait!(ledger.poll_cut(cx)),
-        },
-        StateProj::Opening { open, head } => match Pin::new(&mut open.0).poll(cx) {
-            Poll::Ready(opening) => {
-                let head = head.take().unwrap_or_else(polled_again);
-                let config = Arc::clone(&ledger.config);
-                let given = continuer.as_ref().is_some_and(ContinueBy::is_given);
-                let continuer = move || Some(continuer.take()?.continuer(service, &config));
-                ledger.opened(head, opening, open.1, (given, continuer))
+    /// Polls what `state` waits for, and takes the step that follows (`racing`: the other lane's
+    /// attempt is in flight).
+    // Inlined into the lane's poll, the one place it is called: out of line, the body's reader
+    // went with it, which cost the success path calls and copies (callgrind).
+    #[inline(always)]
+    fn poll_state(
+        &mut self,
+        state: Pin<&mut State<S::Future, B, RB, C>>,
+        attempt: &mut Attempt,
+        racing: bool,
+        cx: &mut Context<'_>,
+    ) -> Step<S::Future, B, RB, C> {
+        match state.project() {
+            StateProj::Buffering { read } => {
+                let (bytes, tail, rest) = wait!(Pin::new(read).poll(cx));
+                self.buffered(attempt, bytes, tail, rest)
             }
-            Poll::Pending => wait!(ledger.poll_cut(cx)),
-        },
-        StateProj::Refused { output } => Step::Finish(output.take().unwrap_or_else(polled_again)),
-        // The hedge's lane answers for the request.
-        StateProj::Hedged => Step::Wait,
-        StateProj::Withdrawn => Step::Withdrawn,
-        StateProj::Done => polled_again(),
+            StateProj::Backoff { sleep } => {
+                wait!(sleep.poll(cx));
+                Step::Next(State::Ready)
+            }
+            StateProj::Ready => match wait!(self.service.poll_ready(cx)) {
+                Ok(()) => self.retry(attempt),
+                Err(error) => self.not_ready(attempt, error.into()),
+            },
+            StateProj::Admitting { wait, request } => {
+                let ledger = &self.ledger;
+                let watch = &ledger.watch;
+                let on_slot = &mut |start, limit: &_| watch.slot_reserved(start, limit);
+                let guards = &ledger.config.guards;
+                let admit = wait!(guards.poll_wait(wait, &mut attempt.permits, on_slot, cx));
+                let request = *request.take().unwrap_or_else(polled_again);
+                self.admitted(attempt, request, admit, true, &mut Clock::default())
+            }
+            StateProj::Calling { future } => match future.poll(cx) {
+                Poll::Ready(result) => self.answered(attempt, racing, result),
+                Poll::Pending => wait!(self.poll_cut(attempt, cx)),
+            },
+            StateProj::Classifying { answer } => match Pin::new(answer).poll(cx) {
+                Poll::Ready((response, outcome)) => self.judged(attempt, racing, response, outcome),
+                Poll::Pending => wait!(self.poll_cut(attempt, cx)),
+            },
+            StateProj::Opening { open, head } => match Pin::new(&mut open.0).poll(cx) {
+                Poll::Ready(opening) => {
+                    let head = head.take().unwrap_or_else(polled_again);
+                    self.opened(attempt, racing, head, opening, open.1)
+                }
+                Poll::Pending => wait!(self.poll_cut(attempt, cx)),
+            },
+            StateProj::Refused { output } => {
+                Step::Finish(output.take().unwrap_or_else(polled_again))
+            }
+            StateProj::Done => polled_again(),
+        }
     }
 }
 
-/// The steps before an attempt is sent: the deadline, the guards.
-impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
-    /// The service is ready: the retry goes out, rebuilt from the template.
-    fn retry<S, B, F, RB>(&mut self, service: &mut S) -> State<F, B, RB, C>
+/// The steps before an attempt is sent: its request, the deadline, the guards.
+impl<S, B, RB, C, Bk> Books<S, B, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    B: ReplayBody,
+    RB: Body,
+    C: Classify,
+    Bk: Backoff,
+{
+    /// A router above handed the request with `route`: its ticket is the first attempt's.
+    fn routed(&mut self, route: Route, attempt: &mut Attempt) {
+        self.ledger.routed(route.hand_off, route.continuation);
+        attempt.ticket = route.ticket;
+        self.continue_by = Some(match (route.continuation, route.continuer) {
+            (false, Some(continuer)) => Continue::By(continuer),
+            _ => Continue::Never,
+        });
+    }
+
+    /// The request body was read up to the replay cap: the first attempt, made from it, goes.
+    fn buffered(
+        &mut self,
+        attempt: &mut Attempt,
+        bytes: Bytes,
+        tail: Tail<B::Error>,
+        rest: B,
+    ) -> Step<S::Future, B, RB, C>
     where
-        S: Service<Request<B>, Future = F>,
-        B: ReplayBody,
-        RB: Body,
+        B::Error: Into<BoxError>,
     {
-        let request = match &self.origin {
+        let mut clock = Clock::default();
+        match self.ledger.buffered(bytes, tail, rest, &mut clock) {
+            Ok(request) => self.start(attempt, request, &mut clock),
+            Err(error) => self.end(Err(error)),
+        }
+    }
+
+    /// The service is ready: the retry, or the hedge, goes out, rebuilt from the template.
+    fn retry(&mut self, attempt: &mut Attempt) -> Step<S::Future, B, RB, C> {
+        let request = match &self.ledger.origin {
             Origin::Replay(template) => template.request(),
             Origin::Once(_) => {
-                return self.refuse(Error::unreadable_body("no request to send".into()));
+                return self.end(Err(Error::unreadable_body("no request to send".into())));
             }
         };
-        self.start(service, request, &mut Clock::default())
+        self.start(attempt, request, &mut Clock::default())
     }
 
-    /// Starts an attempt, if the deadline lets it: at once, or after the rate limit's wait.
-    pub(crate) fn start<S, B, F, RB>(
+    /// Starts `attempt` with `request`, if the deadline lets it: past its guards, at once or
+    /// after a wait.
+    fn start(
         &mut self,
-        service: &mut S,
+        attempt: &mut Attempt,
         request: Request<B>,
         clock: &mut Clock,
-    ) -> State<F, B, RB, C>
-    where
-        S: Service<Request<B>, Future = F>,
-        RB: Body,
-    {
-        let deadline = self.deadline.map(|deadline| deadline.instant());
-        if deadline.is_some_and(|deadline| clock.now() >= deadline) {
-            if self.attempt.hedge {
-                return self.hedge_not_sent(Reason::DeadlineExceeded);
+    ) -> Step<S::Future, B, RB, C> {
+        let ledger = &mut self.ledger;
+        if ledger.out_of_time(clock) {
+            if attempt.hedge {
+                return self.hedge_not_sent(attempt, Reason::DeadlineExceeded);
             }
-            self.watch.out_of_time();
-            return self.refuse(Error::deadline_exceeded(self.sent));
+            ledger.watch.out_of_time();
+            let sent = ledger.sent;
+            return self.end(Err(Error::deadline_exceeded(sent)));
         }
-        if self.config.guards.rate_limit.is_none() {
-            return self.send(service, request, false, clock);
-        }
+        let deadline = ledger.deadline.map(|deadline| deadline.instant());
         let (head, body) = request.into_parts();
-        let origin = &mut self.origin;
-        let reserved = (self.config.guards).reserve(&head, || origin.tokens(), deadline);
-        let request = Request::from_parts(head, body);
-        let Some(mut acquire) = reserved else {
-            return self.send(service, request, false, clock);
+        let (origin, watch) = (&mut ledger.origin, &ledger.watch);
+        let ask = Ask {
+            head: &head,
+            tokens: || origin.tokens(),
+            deadline,
         };
-        match acquire.now() {
-            Some(decision) => self.reserved(service, request, decision, clock),
-            None => State::Reserving {
-                acquire,
-                request: Some(Box::new(request)),
-            },
-        }
-    }
-
-    /// The rate limit decided on the attempt's slot: it goes at once, after a wait, or not at
-    /// all.
-    fn reserved<S, B, F, RB>(
-        &mut self,
-        service: &mut S,
-        request: Request<B>,
-        decision: Result<Reservation, RateLimited>,
-        clock: &mut Clock,
-    ) -> State<F, B, RB, C>
-    where
-        S: Service<Request<B>, Future = F>,
-        RB: Body,
-    {
-        let slot = match decision {
-            Ok(slot) => slot,
-            Err(_) if self.attempt.hedge => {
-                return self.hedge_not_sent(Reason::RateLimitedLocally);
-            }
-            Err(limited) => {
-                let attempt = &self.attempt.watch;
-                self.watch
-                    .refused(attempt, Reason::RateLimitedLocally, self.sent);
-                return self.refuse(Error::refused(
-                    limited.outcome(),
-                    Box::new(limited),
-                    self.sent,
-                ));
-            }
-        };
-        let start = slot.start();
-        self.watch.slot_reserved(start, &self.config.guards);
-        self.attempt.slot = Some(slot);
-        // Read after the reservation: a slot free now starts at the limit's own reading of the
-        // clock, later than this step's, and waiting for it would still cost a timer rounded up
-        // to the next millisecond.
-        if start > Instant::now() {
-            return State::Pacing {
-                sleep: tokio::time::sleep_until(start),
-                request: Some(Box::new(request)),
-            };
-        }
-        self.send(service, request, false, clock)
-    }
-
-    /// Sends the attempt, if the breaker and the throttle let it go (`waited`: for its
-    /// rate-limit slot, so the time left it carries is stale).
-    fn send<S, B, F, RB>(
-        &mut self,
-        service: &mut S,
-        mut request: Request<B>,
-        waited: bool,
-        clock: &mut Clock,
-    ) -> State<F, B, RB, C>
-    where
-        S: Service<Request<B>, Future = F>,
-        RB: Body,
-    {
-        let attempt = &mut self.attempt;
-        let admitted = self
+        let on_slot = &mut |start, limit: &_| watch.slot_reserved(start, limit);
+        let admit = ledger
             .config
             .guards
-            .admit(attempt.slot.take(), &mut attempt.permits);
-        if let Err(refusal) = admitted {
-            return self.refused(&request.into_parts().0, refusal);
+            .admit(&mut attempt.permits, ask, on_slot);
+        self.admitted(
+            attempt,
+            Request::from_parts(head, body),
+            admit,
+            false,
+            clock,
+        )
+    }
+
+    /// The guards decided on `attempt` (`waited`: for a slot, so the time left it carries is
+    /// stale): it goes, waits, or ends the request.
+    fn admitted(
+        &mut self,
+        attempt: &mut Attempt,
+        mut request: Request<B>,
+        admit: Admit,
+        waited: bool,
+        clock: &mut Clock,
+    ) -> Step<S::Future, B, RB, C> {
+        match admit {
+            Admit::Admitted => {}
+            Admit::Wait(wait) => {
+                let request = Some(Box::new(request));
+                return Step::Next(State::Admitting { wait, request });
+            }
+            Admit::Refused(refusal) => {
+                return self.refused(attempt, &request.into_parts().0, refusal);
+            }
         }
+        let ledger = &mut self.ledger;
         // A first attempt built from the template is stamped already (unless it waited since).
-        if self.sent > 0 || !self.origin.is_replay() || waited {
-            self.stamp().write(request.headers_mut(), clock);
+        if ledger.sent > 0 || !ledger.origin.is_replay() || waited {
+            ledger.stamp().write(request.headers_mut(), clock);
         }
-        if let Some(grant) = &mut self.attempt.grant {
-            grant.send();
-        }
-        let attempt = &mut self.attempt;
-        attempt.started = self.deadline.is_some().then(|| clock.now());
-        attempt.head_by = Due::Unset;
-        attempt.hedge_by = Due::Unset;
-        attempt.sent = true;
-        self.sent = self.sent.saturating_add(1);
-        let name = self.config.name.as_deref();
-        (self.watch).sending(&mut attempt.watch, self.sent, name, attempt.hedge);
-        let _in = self.watch.span(&self.attempt.watch).enter();
-        State::Calling {
-            future: service.call(request),
-        }
+        ledger.sending(attempt, clock);
+        let _in = ledger.watch.span(&attempt.watch).enter();
+        Step::Next(State::Calling {
+            future: self.service.call(request),
+        })
     }
 
-    /// A guard refused the attempt: the request ends with the breaker's fallback or the error.
-    fn refused<F, B, RB: Body>(&mut self, head: &Parts, refusal: Refusal) -> State<F, B, RB, C> {
-        if self.attempt.hedge {
-            return self.hedge_not_sent(refusal.reason());
+    /// A guard refused `attempt`: the request ends with the breaker's fallback or the error (a
+    /// hedge is only not sent).
+    fn refused(
+        &mut self,
+        attempt: &mut Attempt,
+        head: &Parts,
+        refusal: Refusal,
+    ) -> Step<S::Future, B, RB, C> {
+        if attempt.hedge {
+            return self.hedge_not_sent(attempt, refusal.reason());
         }
-        self.watch
-            .refused(&self.attempt.watch, refusal.reason(), self.sent);
-        self.watch.health(&self.config.guards);
+        let ledger = &mut self.ledger;
+        let sent = ledger.sent;
+        ledger.watch.refused(&attempt.watch, refusal.reason(), sent);
+        ledger.watch.health(&ledger.config.guards);
         let output = match refusal {
-            Refusal::Breaker(rejected) => self.breaker_answer(head, rejected),
-            Refusal::Throttled => Err(Error::throttled(self.sent)),
+            Refusal::Breaker(rejected) => ledger.breaker_answer(head, rejected),
+            Refusal::Throttled => Err(Error::throttled(sent)),
+            Refusal::RateLimited(limited) => {
+                Err(Error::refused(limited.outcome(), Box::new(limited), sent))
+            }
         };
-        self.refused_with(output)
+        self.end(output)
     }
 
-    /// The request ends before an attempt is sent, with `error`.
-    fn refuse<F, B, RB: Body>(&mut self, error: Error) -> State<F, B, RB, C> {
-        self.refused_with(Err(error))
+    /// A hedge not sent: a guard refused it (`reason`), or the deadline came first. The
+    /// request's attempt goes on alone.
+    fn hedge_not_sent(&mut self, attempt: &Attempt, reason: Reason) -> Step<S::Future, B, RB, C> {
+        self.ledger
+            .watch
+            .hedge_refused(&attempt.watch, Some(reason));
+        Step::Out
     }
 
-    /// The request ends before an attempt is sent, with `output`, handed back at the next poll
-    /// (finished already: see `Ledger::end`).
-    fn refused_with<F, B, RB: Body>(&mut self, mut output: Output<RB>) -> State<F, B, RB, C> {
-        self.finish(&mut output);
-        State::Refused {
-            output: Some(output),
+    /// The service failed to get ready for a retry, which therefore never went out (a hedge is
+    /// only not sent).
+    fn not_ready(&mut self, attempt: &mut Attempt, error: BoxError) -> Step<S::Future, B, RB, C> {
+        let outcome = self.ledger.config.classifier.classify_error(&*error);
+        if attempt.hedge {
+            return self.hedge_not_sent(attempt, outcome.reason());
         }
+        let sent = self.ledger.sent;
+        self.end(Err(Error::failed(outcome, error, sent)))
+    }
+
+    /// The request ends with `output`: every ending of the path goes through here.
+    fn end(&mut self, mut output: Output<RB>) -> Step<S::Future, B, RB, C> {
+        self.ledger.finish(&mut output);
+        Step::Finish(output)
     }
 }
 
 /// The steps after an attempt comes back: judging it, and retrying or handing it back.
-impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
-    /// An attempt came back: a response is classified next, an error is judged now.
-    fn answered<F, B, RB, E>(&mut self, result: Result<Response<RB>, E>) -> Step<F, B, RB, C>
-    where
-        RB: Body<Data = Bytes>,
-        RB::Error: Into<BoxError>,
-        E: Into<BoxError>,
-    {
+impl<S, B, RB, C, Bk> Books<S, B, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    C: Classify,
+    Bk: Backoff,
+{
+    /// `attempt` came back: a response is classified next, an error is judged now.
+    fn answered(
+        &mut self,
+        attempt: &mut Attempt,
+        racing: bool,
+        result: Result<Response<RB>, S::Error>,
+    ) -> Step<S::Future, B, RB, C> {
         let response = match result {
             Ok(response) => response,
-            Err(error) => return self.failed(error.into()),
+            Err(error) => {
+                let error = error.into();
+                let outcome = self.ledger.config.classifier.classify_error(&*error);
+                return self.failed(attempt, racing, outcome, error);
+            }
         };
         let (head, body) = response.into_parts();
-        if self.config.classifier.needs_body(&head) {
-            self.timed();
+        let ledger = &mut self.ledger;
+        let config = &ledger.config;
+        if config.classifier.needs_body(&head) {
+            ledger.timed(attempt);
             let response = Response::from_parts(head, body);
-            let answer = classify_response(&self.config.classifier, response);
+            let answer = classify_response(&ledger.config.classifier, response);
             return Step::Next(State::Classifying { answer });
         }
         // Judged on its head alone (every success): at once; an event stream once its first
         // content event came.
-        let outcome = self.config.classifier.classify_http(&head, &[]);
+        let outcome = config.classifier.classify_http(&head, &[]);
         let streaming = outcome.is_success() && is_event_stream(&head.headers);
-        if outcome.is_success() && self.attempt.head_by != Due::Unset {
-            self.learn_head(streaming);
+        if outcome.is_success() && attempt.head_by != Due::Unset {
+            ledger.learn_head(attempt, streaming);
         }
         // `streaming` first: the policy is copied out only for a stream.
-        if streaming && let Some(policy) = self.config.streams {
-            let mut open = stormguard_stream::open(body, self.stream_policy(policy));
-            if self.watch.counts_usage() {
+        if streaming && let Some(policy) = config.streams {
+            let mut open = stormguard_stream::open(body, ledger.stream_policy(policy));
+            if ledger.watch.counts_usage() {
                 open = open.counting_usage();
             }
-            if self.config.resume.is_some() && self.origin.is_replay() {
+            if config.resume.is_some() && ledger.origin.is_replay() {
                 open = open.keeping_content();
             }
             return Step::Next(State::Opening {
@@ -789,51 +645,46 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 head: Some(head),
             });
         }
-        self.judged(Response::from_parts(head, ResponseBody::new(body)), outcome)
+        let response = Response::from_parts(head, ResponseBody::new(body));
+        self.judged(attempt, racing, response, outcome)
     }
 
-    /// The attempt failed without a response: fatal, given up on, or retried.
-    fn failed<F, B, RB: Body>(&mut self, error: BoxError) -> Step<F, B, RB, C> {
-        let outcome = self.config.classifier.classify_error(&*error);
-        self.failed_as(outcome, error)
-    }
-
-    /// The attempt failed without a response, with `outcome`.
-    fn failed_as<F, B, RB: Body>(
+    /// `attempt` failed without a response, with `outcome`: fatal, given up on, or retried (out
+    /// of the race, while the other attempt is in flight).
+    fn failed(
         &mut self,
+        attempt: &mut Attempt,
+        racing: bool,
         outcome: Outcome,
         error: BoxError,
-    ) -> Step<F, B, RB, C> {
-        self.timed();
-        self.record(&outcome, &HeaderMap::new(), None);
-        if self.racing() {
-            return Step::Withdrawn;
+    ) -> Step<S::Future, B, RB, C> {
+        let ledger = &mut self.ledger;
+        ledger.timed(attempt);
+        ledger.record(attempt, &outcome, &HeaderMap::new(), None);
+        if racing {
+            return self.out(attempt);
         }
+        let sent = ledger.sent;
         if !outcome.is_retryable() {
-            return self.end(Err(Error::failed(outcome, error, self.sent)));
+            return self.end(Err(Error::failed(outcome, error, sent)));
         }
-        match self.decide(&outcome) {
-            Decision::Retry { delay, .. } => Step::Next(wait(delay)),
-            Decision::NotReplayable => self.end(Err(Error::failed(outcome, error, self.sent))),
-            Decision::GiveUp(cause) => {
-                self.end(Err(Error::given_up(outcome, error, self.sent, cause)))
-            }
+        match ledger.decide(attempt, &outcome) {
+            Decision::Retry { delay, ticket } => retry_after(attempt, delay, ticket),
+            Decision::NotReplayable => self.end(Err(Error::failed(outcome, error, sent))),
+            Decision::GiveUp(cause) => self.end(Err(Error::given_up(outcome, error, sent, cause))),
         }
     }
 
-    /// An event stream was read up to its first content event (handed back, the breaker told
-    /// how it ends when it ends), or failed before it (judged like a failed response).
-    fn opened<F, B, RB>(
+    /// An event stream was read up to its first content event (handed back, its guards told how
+    /// it ends when it ends), or failed before it (judged like a failed response).
+    fn opened(
         &mut self,
+        attempt: &mut Attempt,
+        racing: bool,
         head: response::Parts,
         opening: Opening<RB>,
         since: Instant,
-        continuer: (bool, impl FnOnce() -> Option<Continuer>),
-    ) -> Step<F, B, RB, C>
-    where
-        RB: Body<Data = Bytes> + Send + 'static,
-        RB::Error: Into<BoxError>,
-    {
+    ) -> Step<S::Future, B, RB, C> {
         let stream = match opening {
             Opening::Open(stream) => stream,
             Opening::Failed {
@@ -841,129 +692,310 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 read,
                 rest,
             } => {
-                self.watch.stream_failed();
+                self.ledger.watch.stream_failed();
                 let response = Response::from_parts(head, ResponseBody::from_read(read, rest));
-                return self.judged(response, outcome);
+                return self.judged(attempt, racing, response, outcome);
             }
         };
-        if let Some(clocks) = self.clocks()
+        let ledger = &mut self.ledger;
+        if let Some(clocks) = &ledger.config.clocks
             && stream.events() > 0
         {
             clocks.record_first_content(since.elapsed());
-            if let Some(took) = self.attempt.in_flight() {
+            if let Some(took) = attempt.in_flight() {
                 clocks.record_to_first_content(true, took);
             }
         }
-        let body = self.guard_stream(stream, continuer);
+        let continue_by = &mut self.continue_by;
+        let given = matches!(continue_by, Some(Continue::By(_)));
+        let service = &self.service;
+        let continuer = |config: &_| continue_by.take()?.continuer(service, config);
+        let body = ledger.guard_stream(attempt, stream, continuer, given);
         let response = Response::from_parts(head, body);
-        self.judged(response, Outcome::success())
+        self.judged(attempt, racing, response, Outcome::success())
     }
 
     /// A response was classified: hand it back, or retry.
-    fn judged<F, B, RB: Body>(
+    fn judged(
         &mut self,
+        attempt: &mut Attempt,
+        racing: bool,
         mut response: Response<ResponseBody<RB>>,
         outcome: Outcome,
-    ) -> Step<F, B, RB, C> {
-        let usage = self.record(&outcome, response.headers(), Some(response.status()));
+    ) -> Step<S::Future, B, RB, C> {
+        let ledger = &mut self.ledger;
+        let usage = ledger.record(
+            attempt,
+            &outcome,
+            response.headers(),
+            Some(response.status()),
+        );
         if outcome.is_success() {
             // A success ends the request: how long it took matters only before a retry.
-            self.config.policy.succeeded();
-            // A stream's usage is recorded when it ends, by its guard.
-            let recorder = (self.watch.counts_usage() && !is_event_stream(response.headers()))
-                .then(|| self.watch.usage_recorder())
-                .flatten();
+            ledger.config.policy.succeeded();
+            let recorder = ledger.usage_recorder(&response);
             if usage.is_some() || recorder.is_some() {
                 response = settle_on_usage(response, usage, recorder);
             }
             return self.end(Ok(response));
         }
-        self.timed();
-        if self.racing() {
-            return Step::Withdrawn;
+        ledger.timed(attempt);
+        if racing {
+            return self.out(attempt);
         }
-        if !outcome.is_retryable() {
-            // Fatal: no retry helps, here or above. Marked when this layer could have retried.
-            if self.origin.is_replay() && self.config.policy.may_retry() {
-                self.mark_final(&mut response);
-            }
-        } else {
-            match self.decide(&outcome) {
+        let cause = match outcome.is_retryable() {
+            false => None,
+            true => match ledger.decide(attempt, &outcome) {
                 // The retry answers instead: this response is dropped.
-                Decision::Retry { delay, .. } => return Step::Next(wait(delay)),
-                Decision::NotReplayable => {}
-                Decision::GiveUp(cause) => {
-                    self.mark_final(&mut response);
-                    response.extensions_mut().insert(cause);
-                }
-            }
-        }
-        // A failure handed back carries its verdict, for a layer above (a failover) to judge.
-        response
-            .extensions_mut()
-            .insert(FailedAnswer::new(outcome, self.sent));
+                Decision::Retry { delay, ticket } => return retry_after(attempt, delay, ticket),
+                Decision::NotReplayable => None,
+                Decision::GiveUp(cause) => Some(cause),
+            },
+        };
+        ledger.hand_back_failure(&mut response, outcome, cause);
         self.end(Ok(response))
     }
-}
 
-/// The endings that are not an answer: a cut, the deadline, a service that failed to get ready.
-impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
-    /// Ready when a stall opened the breaker and cut the attempt in flight (waiting for its
+    /// `attempt` failed while the other attempt of the request was in flight: it leaves the
+    /// race, and the other goes on alone.
+    fn out(&mut self, attempt: &Attempt) -> Step<S::Future, B, RB, C> {
+        if attempt.hedge {
+            self.ledger.watch.hedge_failed();
+        }
+        Step::Out
+    }
+
+    /// Ready when a stall opened the breaker and cut `attempt` in flight (waiting for its
     /// answer, or for the error body it is read to be classified by): then the request ends as
     /// if refused.
-    fn poll_cut<F, B, RB: Body>(&mut self, cx: &mut Context<'_>) -> Poll<Step<F, B, RB, C>> {
-        let open: BreakerOpen = ready!(self.attempt.permits.poll_cut(cx));
-        (self.watch).unanswered(&mut self.attempt.watch, Reason::BreakerOpen);
+    fn poll_cut(
+        &mut self,
+        attempt: &mut Attempt,
+        cx: &mut Context<'_>,
+    ) -> Poll<Step<S::Future, B, RB, C>> {
+        let open = ready!(attempt.permits.poll_cut(cx));
+        let ledger = &mut self.ledger;
+        (ledger.watch).unanswered(&mut attempt.watch, Reason::BreakerOpen);
         let rejected = Rejected::Open(open);
-        let output = match (self.origin.head(), &self.config.fallback) {
-            (Some(head), Some(_)) => self.breaker_answer(head, rejected),
+        let output = match (ledger.origin.head(), &ledger.config.fallback) {
+            (Some(head), Some(_)) => ledger.breaker_answer(head, rejected),
             _ => Err(Error::refused(
                 rejected.outcome(),
                 rejected.into_error(),
-                self.sent,
+                ledger.sent,
             )),
         };
         Poll::Ready(self.end(output))
     }
 
-    /// The attempt's head clock fired while it waited for its answer: if the request can go on
-    /// (see `Ledger::may_go_on`), the attempt is abandoned (dropped with the state this step
-    /// replaces), a timeout for its guards, and the request goes on as after any failure of its
-    /// attempt; if not, it keeps the attempt, which may still answer within the deadline
-    /// (`None`: wait on, with no clock).
-    fn clock_fired<F, B, RB: Body>(&mut self) -> Option<Step<F, B, RB, C>> {
-        if !self.may_go_on() {
-            self.attempt.head_by = Due::Never;
-            return None;
+    /// `attempt`'s head clock fired while it waited for its answer: if the request can go on
+    /// (see `RetryPolicy::may_go_on`), the attempt is abandoned (dropped with the state this
+    /// step replaces), a timeout for its guards, and the request goes on as after any failure of
+    /// its attempt; if not, it keeps the attempt, which may still answer within the deadline.
+    fn clock_fired(&mut self, attempt: &mut Attempt, racing: bool) -> Step<S::Future, B, RB, C> {
+        if !self.ledger.may_go_on(racing) {
+            attempt.head_by = Due::Never;
+            return Step::Wait;
         }
-        let after = self.attempt.in_flight().unwrap_or_default();
-        let error = Box::new(AttemptTimedOut::new(after));
-        Some(self.failed_as(crate::clock::attempt_timeout(), error))
-    }
-
-    /// The deadline passed while the request waited: an attempt in flight timed out, which the
-    /// breaker counts as a health failure.
-    fn expired<RB: Body>(&mut self) -> Output<RB> {
-        let aside = self.aside.as_deref_mut();
-        for attempt in std::iter::once(&mut self.attempt).chain(aside) {
-            attempt.permits.timed_out();
-            (self.watch).unanswered(&mut attempt.watch, Reason::DeadlineExceeded);
-        }
-        let mut output = Err(Error::deadline_exceeded(self.sent));
-        self.finish(&mut output);
-        output
+        let after = attempt.in_flight().unwrap_or_default();
+        self.failed(
+            attempt,
+            racing,
+            attempt_timeout(),
+            Box::new(AttemptTimedOut::new(after)),
+        )
     }
 }
 
-/// Waits `delay` before the retry; a zero delay skips the timer (tokio rounds every sleep up
-/// to its next 1 ms tick, so `sleep(0)` would still wait).
-fn wait<F, B, RB: Body, C>(delay: Duration) -> State<F, B, RB, C> {
-    if delay.is_zero() {
+/// The request's clocks: when it wakes, what the deadline ends, when a hedge goes.
+impl<S, B, RB, C, Bk> Books<S, B, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    RB: Body,
+    C: Classify,
+    Bk: Backoff,
+{
+    /// When the request is woken if nothing else wakes it: the earliest of the deadline, the
+    /// head clocks of its attempts waiting for their heads, and its hedge's; never without any.
+    fn wake_at(&mut self, mut race: Pin<&mut Lanes<S::Future, B, RB, C>>) -> Option<Instant> {
+        let mut wake = self.ledger.deadline.map(|deadline| deadline.instant());
+        let ledger = &mut self.ledger;
+        race.as_mut().for_each(|lane| {
+            let lane = lane.project();
+            if lane.state.waits_for_head() {
+                wake = earliest(wake, ledger.head_clock(lane.attempt));
+            }
+        });
+        earliest(wake, self.hedge_clock(race))
+    }
+
+    /// When the request's path is hedged, if it waits for its content and no hedge is out:
+    /// worked out once per attempt, the first time it waits.
+    fn hedge_clock(&mut self, mut race: Pin<&mut Lanes<S::Future, B, RB, C>>) -> Option<Instant> {
+        let hedging = self.ledger.config.hedging?;
+        let (Some(path), None) = race.lanes() else {
+            return None;
+        };
+        if !path.state.waits_for_content() || !self.ledger.origin.is_replay() {
+            return None;
+        }
+        match path.attempt.hedge_by {
+            Due::At(at) => return Some(at),
+            Due::Never => return None,
+            Due::Unset => {}
+        }
+        // Sent in this same poll, if no deadline timed it already.
+        let started = path.attempt.started.unwrap_or_else(Instant::now);
+        let streaming = self.ledger.streaming();
+        let clocks = self.ledger.config.clocks.as_ref();
+        let due = race.hedge_due(&hedging, started, clocks, streaming);
+        let attempt = race.as_mut().path()?.project().attempt;
+        attempt.started = Some(started);
+        attempt.hedge_by = due.map_or(Due::Never, Due::At);
+        due
+    }
+
+    /// If the path's hedge is due: a hedge goes beside it, when the request has attempts left
+    /// and the race's rules grant it. Asked once per attempt.
+    fn hedge_if_due(&mut self, mut race: Pin<&mut Lanes<S::Future, B, RB, C>>) {
+        let Some(hedging) = self.ledger.config.hedging else {
+            return;
+        };
+        let Some(path) = race.as_mut().path() else {
+            return;
+        };
+        let attempt = path.project().attempt;
+        if !matches!(attempt.hedge_by, Due::At(at) if Instant::now() >= at) {
+            return;
+        }
+        attempt.hedge_by = Due::Never;
+        let ledger = &self.ledger;
+        if ledger.sent >= ledger.config.policy.max_attempts {
+            return;
+        }
+        let waited = attempt.in_flight().unwrap_or_default();
+        let deadline = ledger.deadline.map(|deadline| deadline.instant());
+        let budget = &ledger.config.policy.budget;
+        match race.grant_hedge(&hedging, waited, deadline, budget) {
+            Ok(ticket) => {
+                let hedge = AttemptLane {
+                    state: State::Ready,
+                    attempt: Attempt::hedge(ticket),
+                };
+                race.start_hedge(hedge);
+            }
+            Err(crate::hedge::NoHedge::Budget) => {
+                let path = race.lanes().0.map(|path| &path.attempt.watch);
+                if let Some(watch) = path {
+                    ledger.watch.hedge_refused(watch, None);
+                }
+            }
+            Err(crate::hedge::NoHedge::Spent) => {}
+        }
+    }
+
+    /// If the deadline has passed: the request ends, every attempt in flight timed out (a health
+    /// failure for the breaker), and dropping the lanes cancels what is in flight.
+    fn expired(&mut self, mut race: Pin<&mut Lanes<S::Future, B, RB, C>>) -> Option<Output<RB>> {
+        let deadline = self.ledger.deadline?;
+        if Instant::now() < deadline.instant() {
+            return None;
+        }
+        let watch = &mut self.ledger.watch;
+        race.as_mut().for_each(|lane| {
+            let mut lane = lane.project();
+            lane.attempt.permits.time_out();
+            watch.unanswered(&mut lane.attempt.watch, Reason::DeadlineExceeded);
+            lane.state.set(State::Done);
+        });
+        let mut output = Err(Error::deadline_exceeded(self.ledger.sent));
+        self.ledger.finish(&mut output);
+        Some(output)
+    }
+}
+
+/// The failed attempt's retry goes after `delay`, paid for with `ticket`: it takes the lane's
+/// attempt's place. A zero delay skips the timer (tokio rounds every sleep up to its next 1 ms
+/// tick, so `sleep(0)` would still wait).
+fn retry_after<F, B, RB: Body, C>(
+    attempt: &mut Attempt,
+    delay: Duration,
+    ticket: Option<stormguard_budget::Ticket>,
+) -> Step<F, B, RB, C> {
+    *attempt = Attempt::paid(ticket);
+    Step::Next(if delay.is_zero() {
         State::Ready
     } else {
         State::Backoff {
             sleep: tokio::time::sleep(delay),
         }
+    })
+}
+
+/// The earlier of two instants, either of which may be missing.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+pin_project! {
+    /// The future of [`ClientService::route`](crate::ClientService::route): the engine's answer
+    /// to a router above, with its [`Report`].
+    pub struct Routed<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>>,
+        RB: Body,
+        Bk: Backoff,
+    {
+        #[pin]
+        inner: ResponseFuture<S, B, RB, C, Bk>,
+    }
+}
+
+impl<S, B, RB, C, Bk> Routed<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
+    pub(crate) fn new(inner: ResponseFuture<S, B, RB, C, Bk>) -> Self {
+        Self { inner }
+    }
+
+    /// Ends the turn as the loser of a race for the same answer (another backend answered
+    /// first): each of its attempts in flight is cancelled as a loser (the throttle forgets it,
+    /// the breaker frees its place, its ticket and slot stay spent: it was sent), not as one
+    /// its caller abandoned. Polling it afterwards panics.
+    pub fn lose(self: Pin<&mut Self>) {
+        let inner = self.project().inner.project();
+        let watch = &inner.books.ledger.watch;
+        inner.race.for_each(|lane| {
+            let mut lane = lane.project();
+            if watch.cancelled(&mut lane.attempt.watch) {
+                lane.attempt.permits.forget();
+            }
+            lane.state.set(State::Done);
+        });
+    }
+}
+
+impl<S, B, RB, C, Bk> Future for Routed<S, B, RB, C, Bk>
+where
+    ResponseFuture<S, B, RB, C, Bk>: Future<Output = Output<RB>>,
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+    C: Classify,
+{
+    type Output = (Output<RB>, Report);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut inner = self.project().inner;
+        let output = ready!(inner.as_mut().poll(cx));
+        let report = inner.project().books.ledger.report(&output);
+        Poll::Ready((output, report))
     }
 }
 
@@ -974,25 +1006,34 @@ where
     Bk: Backoff,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.state {
-            State::Buffering { .. } => "buffering the request body",
-            State::Backoff { .. } => "backing off",
-            State::Ready => "waiting for the service",
-            State::Reserving { .. } => "asking the rate limit's fleet",
-            State::Pacing { .. } => "waiting for the rate limit",
-            State::Calling { .. } => "calling",
-            State::Classifying { .. } => "classifying the answer",
-            State::Opening { .. } => "reading a stream up to its first content",
-            State::Refused { .. } => "refused",
-            State::Hedged => "waiting for the hedge",
-            State::Withdrawn => "a hedge not sent",
-            State::Done => "done",
+        let (path, hedge) = self.race.lanes();
+        let state = match path.map(|lane| &lane.state) {
+            Some(State::Buffering { .. }) => "buffering the request body",
+            Some(State::Backoff { .. }) => "backing off",
+            Some(State::Ready) => "waiting for the service",
+            Some(State::Admitting { .. }) => "waiting for the guards",
+            Some(State::Calling { .. }) => "calling",
+            Some(State::Classifying { .. }) => "classifying the answer",
+            Some(State::Opening { .. }) => "reading a stream up to its first content",
+            Some(State::Refused { .. }) => "refused",
+            Some(State::Done) | None => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
-            .field("attempts", &self.ledger.sent)
-            .field("hedged", &self.hedge.is_some())
-            .field("deadline", &self.ledger.deadline)
+            .field("attempts", &self.books.ledger.sent)
+            .field("hedged", &hedge.is_some())
+            .field("deadline", &self.books.ledger.deadline)
             .finish()
+    }
+}
+
+impl<S, B, RB, C, Bk> fmt::Debug for Routed<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Routed").field(&self.inner).finish()
     }
 }

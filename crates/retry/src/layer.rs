@@ -1,6 +1,7 @@
 //! [`ClientLayer`]: the engine's configuration, applied to a service.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{CircuitBreaker, Fallback};
 use stormguard_budget::RetryBudget;
 use stormguard_classify::{Classify, LlmClassifier};
-use stormguard_deadline::client::{FromFn, TimeoutSource};
+use stormguard_deadline::client::FromFn;
 use stormguard_deadline::clocks::AttemptClocks;
 use stormguard_deadline::propagate::DEFAULT_MARGIN;
 use stormguard_deadline::{DEFAULT_TIMEOUT, LlmDeadline};
@@ -18,11 +19,12 @@ use stormguard_rate_limit::RateLimit;
 use stormguard_stream::{Resume, StreamPolicy};
 use tower_layer::Layer;
 
-use crate::ClientService;
-use crate::admission::Guards;
-use crate::continuing::Prefill;
+use crate::admission::{Guard, Guards};
+use crate::config::Config;
+use crate::continuing::{Continuing, NotContinuing};
 use crate::hedge::Hedging;
 use crate::policy::RetryPolicy;
+use crate::service::ClientService;
 
 /// Default number of attempts per request, the first one included: 3, the per-request limit of
 /// the Google SRE book ("Handling Overload": "implement a per-request retry budget of up to three
@@ -35,38 +37,6 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// with long prompts fit (a 128k-token context is about 0.5 MB of text); uploads and streams
 /// bigger than this are sent once, untouched, and never retried.
 pub const DEFAULT_MAX_REPLAY_BODY: usize = 1024 * 1024;
-
-/// Where a request's deadline comes from, shared by every service a layer makes.
-pub(crate) type SharedTimeout = Arc<dyn TimeoutSource + Send + Sync>;
-
-/// What every [`ClientService`] made by one layer shares.
-#[derive(Clone)]
-pub(crate) struct Config<C, Bk> {
-    pub(crate) classifier: C,
-    /// Whether and when a failure is retried.
-    pub(crate) policy: RetryPolicy<Bk>,
-    /// What admits each attempt.
-    pub(crate) guards: Guards,
-    pub(crate) max_replay_body: usize,
-    pub(crate) fallback: Option<Fallback>,
-    pub(crate) timeout: Option<SharedTimeout>,
-    pub(crate) margin: Duration,
-    pub(crate) propagation: bool,
-    pub(crate) streams: Option<StreamPolicy>,
-    pub(crate) resume: Option<Resume>,
-    pub(crate) name: Option<Arc<str>>,
-    /// Each attempt's own clocks, learned from this backend's answers.
-    pub(crate) clocks: Option<AttemptClocks>,
-    /// A fired clock ends the request here instead of retrying on this backend: set by a
-    /// failover, which takes the request to the next backend.
-    pub(crate) hand_off: bool,
-    /// Event streams cut after content are continued (formats the engine knows).
-    pub(crate) continuation: bool,
-    /// Whether this layer's backend was found to reject an assistant prefill.
-    pub(crate) prefill: Arc<Prefill>,
-    /// When a request waiting for its content is hedged; none: never.
-    pub(crate) hedging: Option<Hedging>,
-}
 
 /// The whole client pipeline for `http::Request<B>` services, as one [`Layer`] (see the
 /// [crate docs](crate) for what it does to each request):
@@ -100,7 +70,9 @@ pub(crate) struct Config<C, Bk> {
 ///   [`DEFAULT_MARGIN`] (50 ms) safety margin.
 ///
 /// Each `with_*` method changes one thing; each setting can be read back by the method of the
-/// same name without `with_`. The layer is a cheap `Clone` (its configuration sits in an `Arc`),
+/// same name without `with_`. `K` says whether the engine continues the event streams it hands
+/// back through itself ([`Continuing`], the default; see
+/// [`without_continuation`](Self::without_continuation)). The layer is a cheap `Clone` (its configuration sits in an `Arc`),
 /// and the budget and the throttle are shared by every clone and every service it builds: hand
 /// the same ones to several layers when several clients call one backend.
 ///
@@ -141,8 +113,9 @@ pub(crate) struct Config<C, Bk> {
 /// assert_eq!(layer.margin(), Duration::from_millis(50));
 /// assert!(layer.propagation());
 /// ```
-pub struct ClientLayer<C = LlmClassifier, Bk = FullJitter> {
+pub struct ClientLayer<C = LlmClassifier, Bk = FullJitter, K = Continuing> {
     config: Arc<Config<C, Bk>>,
+    continues: PhantomData<fn() -> K>,
 }
 
 impl ClientLayer {
@@ -162,11 +135,7 @@ impl Default for ClientLayer {
                 hint_policy: HintPolicy::default(),
                 max_attempts: DEFAULT_MAX_ATTEMPTS,
             },
-            guards: Guards {
-                rate_limit: None,
-                breaker: None,
-                throttle: Some(AdaptiveThrottle::default()),
-            },
+            guards: Guards::default().with(Guard::Throttle(AdaptiveThrottle::default())),
             max_replay_body: DEFAULT_MAX_REPLAY_BODY,
             fallback: None,
             timeout: Some(Arc::new(DEFAULT_TIMEOUT)),
@@ -176,18 +145,17 @@ impl Default for ClientLayer {
             resume: None,
             name: None,
             clocks: Some(AttemptClocks::default()),
-            hand_off: false,
-            continuation: true,
             prefill: Arc::default(),
             hedging: None,
         })
     }
 }
 
-impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
+impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
     fn from_config(config: Config<C, Bk>) -> Self {
         Self {
             config: Arc::new(config),
+            continues: PhantomData,
         }
     }
 
@@ -209,14 +177,14 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
 
     /// Decide what succeeded, what may be retried and what the backend accepted with
     /// `classifier` (for the retry decision and the throttle alike).
-    pub fn with_classifier<C2: Classify>(self, classifier: C2) -> ClientLayer<C2, Bk> {
+    pub fn with_classifier<C2: Classify>(self, classifier: C2) -> ClientLayer<C2, Bk, K> {
         let config = Arc::unwrap_or_clone(self.config);
         let backoff = config.policy.backoff.clone();
         ClientLayer::from_config(config.retyped(classifier, backoff))
     }
 
     /// Wait between attempts as `backoff` schedules, when the server gives no hint.
-    pub fn with_backoff<Bk2: Backoff>(self, backoff: Bk2) -> ClientLayer<C, Bk2> {
+    pub fn with_backoff<Bk2: Backoff>(self, backoff: Bk2) -> ClientLayer<C, Bk2, K> {
         let config = Arc::unwrap_or_clone(self.config);
         let classifier = config.classifier.clone();
         ClientLayer::from_config(config.retyped(classifier, backoff))
@@ -246,12 +214,18 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
 
     /// Throttle every attempt with `throttle` (shared state: one per backend).
     pub fn with_throttle(self, throttle: AdaptiveThrottle) -> Self {
-        self.change(|config| config.guards.throttle = Some(throttle))
+        self.with_guard(Guard::Throttle(throttle))
     }
 
     /// No adaptive throttle: every attempt the retry rules allow is sent.
     pub fn without_throttle(self) -> Self {
-        self.change(|config| config.guards.throttle = None)
+        let throttle = |guard: &Guard| matches!(guard, Guard::Throttle(_));
+        self.change(|config| config.guards = std::mem::take(&mut config.guards).without(throttle))
+    }
+
+    /// The guards with `guard` in its place.
+    fn with_guard(self, guard: Guard) -> Self {
+        self.change(|config| config.guards = std::mem::take(&mut config.guards).with(guard))
     }
 
     /// Ask `breaker` (shared state: one per backend) before every attempt, after the deadline and
@@ -262,7 +236,7 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// with it, an attempt in flight when the deadline passes as a timeout, and an attempt a
     /// stall cuts ends the request the same way as a refusal.
     pub fn with_breaker(self, breaker: CircuitBreaker) -> Self {
-        self.change(|config| config.guards.breaker = Some(breaker))
+        self.with_guard(Guard::Breaker(breaker))
     }
 
     /// Answer the requests the breaker refuses or cuts with `fallback` (its response has a
@@ -280,7 +254,7 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// tokens by their buffered body (prompt and `max_tokens`) when the limit counts tokens, and
     /// every answer is shown to it, so that it learns the provider's limits.
     pub fn with_rate_limit(self, limit: RateLimit) -> Self {
-        self.change(|config| config.guards.rate_limit = Some(limit))
+        self.with_guard(Guard::RateLimit(limit))
     }
 
     /// One fixed deadline of `timeout` for each request, across all its attempts.
@@ -349,40 +323,6 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// The per-attempt clocks, if on.
     pub fn clocks(&self) -> Option<&AttemptClocks> {
         self.config.clocks.as_ref()
-    }
-
-    /// Whether an attempt whose clock fired ends the request with
-    /// [`GiveUpCause::HandedOn`](crate::GiveUpCause::HandedOn) (`true`: a failover above takes
-    /// it to its next backend) instead of being retried here (`false`, the default).
-    pub fn with_hand_off(self, hand_off: bool) -> Self {
-        self.change(|config| config.hand_off = hand_off)
-    }
-
-    /// Continue event streams cut after content (`true`, the default) for the formats the engine
-    /// knows, OpenAI Chat Completions and Anthropic Messages: when a stream is cut, stalls past
-    /// its gap clock, sends an error event after content, or ends before its answer is complete,
-    /// the same backend (under a failover: its next healthy backend that takes a prefill, the
-    /// one that served the stream only when none other can) is asked for the rest (the text received as an assistant prefill,
-    /// `max_tokens` reduced by what was received; a retry's withdrawal from the budget), and its
-    /// answer is spliced into the caller's stream: every token once, in order, one terminal
-    /// event, usage summed (see `stormguard_stream::continuation`). At most `max_attempts - 1`
-    /// continuations per stream. A backend that answers a continuation 400 rejects prefills: it
-    /// is not asked again (each layer, each failover backend, learns it for itself). A stream
-    /// that cannot be completed ends with its provider's in-band error event, then
-    /// `StreamInterrupted`, so that SDKs raise. `false`: no continuation, the in-band error
-    /// only. Requests whose body was not buffered are not continued; a resume hook
-    /// ([`with_stream_resume`](Self::with_stream_resume)) takes the place of the built-in
-    /// continuation.
-    pub fn with_continuation(self, on: bool) -> Self {
-        self.change(|config| {
-            config.continuation = on;
-            config.prefill = Arc::default();
-        })
-    }
-
-    /// Whether event streams are continued.
-    pub fn continues(&self) -> bool {
-        self.config.continuation
     }
 
     /// Hedge requests as `hedging` says (off by default; see [`Hedging`]): when an attempt has
@@ -475,18 +415,18 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     /// The adaptive throttle, shared by every service this layer builds (for its
     /// [`snapshot`](AdaptiveThrottle::snapshot)); `None` without one.
     pub fn throttle(&self) -> Option<&AdaptiveThrottle> {
-        self.config.guards.throttle.as_ref()
+        self.config.guards.throttle()
     }
 
     /// The circuit breaker, shared by every service this layer builds (for its
     /// [`snapshot`](CircuitBreaker::snapshot)); `None` without one.
     pub fn breaker(&self) -> Option<&CircuitBreaker> {
-        self.config.guards.breaker.as_ref()
+        self.config.guards.breaker()
     }
 
     /// The rate limit, shared by every service this layer builds; `None` without one.
     pub fn rate_limit(&self) -> Option<&RateLimit> {
-        self.config.guards.rate_limit.as_ref()
+        self.config.guards.rate_limit()
     }
 
     /// The fallback for refused requests, if any.
@@ -505,83 +445,58 @@ impl<C: Classify, Bk: Backoff> ClientLayer<C, Bk> {
     }
 }
 
-impl<C, Bk> Config<C, Bk> {
-    /// The same configuration with another classifier and backoff (and so, maybe, other types).
-    fn retyped<C2, Bk2>(self, classifier: C2, backoff: Bk2) -> Config<C2, Bk2> {
-        let RetryPolicy {
-            budget,
-            hint_policy,
-            max_attempts,
-            ..
-        } = self.policy;
-        Config {
-            classifier,
-            policy: RetryPolicy {
-                budget,
-                backoff,
-                hint_policy,
-                max_attempts,
-            },
-            guards: self.guards,
-            max_replay_body: self.max_replay_body,
-            fallback: self.fallback,
-            timeout: self.timeout,
-            margin: self.margin,
-            propagation: self.propagation,
-            streams: self.streams,
-            resume: self.resume,
-            name: self.name,
-            clocks: self.clocks,
-            hand_off: self.hand_off,
-            continuation: self.continuation,
-            prefill: self.prefill,
-            hedging: self.hedging,
+impl<C, Bk, K> ClientLayer<C, Bk, K> {
+    /// Continue event streams cut after content (the default) for the formats the engine knows,
+    /// OpenAI Chat Completions and Anthropic Messages: when a stream is cut, stalls past its gap
+    /// clock, sends an error event after content, or ends before its answer is complete, the
+    /// same backend is asked for the rest (the text received as an assistant prefill,
+    /// `max_tokens` reduced by what was received; a ticket of the retry budget), and its answer
+    /// is spliced into the caller's stream: every token once, in order, one terminal event, usage
+    /// summed (see `stormguard_stream::continuation`). At most `max_attempts - 1` continuations
+    /// per stream. A backend that answers a continuation 400 rejects prefills: it is not asked
+    /// again. A stream that cannot be completed ends with its provider's in-band error event,
+    /// then `StreamInterrupted`, so that SDKs raise. Requests whose body was not buffered are not
+    /// continued; a resume hook ([`with_stream_resume`](Self::with_stream_resume)) takes the
+    /// place of the built-in continuation. The services of such a layer ask their inner service
+    /// to be `Send` and `'static`: a continuation is sent after the answer was handed back.
+    pub fn with_continuation(self) -> ClientLayer<C, Bk, Continuing> {
+        ClientLayer {
+            config: self.config,
+            continues: PhantomData,
+        }
+    }
+
+    /// Never continue a stream through this engine: a stream cut after content ends with its
+    /// in-band error event, then `StreamInterrupted`. Its services ask no more of the inner
+    /// service than `Clone` (tower's retry asks the same): for a service that lives only as long
+    /// as one call (the reqwest adapter's middleware chain), or that is not `Send`.
+    pub fn without_continuation(self) -> ClientLayer<C, Bk, NotContinuing> {
+        ClientLayer {
+            config: self.config,
+            continues: PhantomData,
         }
     }
 }
 
-impl<C, Bk> Clone for ClientLayer<C, Bk> {
+impl<C, Bk, K> Clone for ClientLayer<C, Bk, K> {
     fn clone(&self) -> Self {
         Self {
             config: Arc::clone(&self.config),
+            continues: PhantomData,
         }
     }
 }
 
-impl<S, C, Bk> Layer<S> for ClientLayer<C, Bk> {
-    type Service = ClientService<S, C, Bk>;
+impl<S, C, Bk, K> Layer<S> for ClientLayer<C, Bk, K> {
+    type Service = ClientService<S, C, Bk, K>;
 
-    fn layer(&self, inner: S) -> ClientService<S, C, Bk> {
+    fn layer(&self, inner: S) -> ClientService<S, C, Bk, K> {
         ClientService::from_config(inner, Arc::clone(&self.config))
     }
 }
 
-impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for ClientLayer<C, Bk> {
+impl<C: fmt::Debug, Bk: fmt::Debug, K> fmt::Debug for ClientLayer<C, Bk, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.config.fmt(f)
-    }
-}
-
-impl<C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for Config<C, Bk> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("name", &self.name)
-            .field("classifier", &self.classifier)
-            .field("budget", &self.policy.budget)
-            .field("backoff", &self.policy.backoff)
-            .field("hint_policy", &self.policy.hint_policy)
-            .field("max_attempts", &self.policy.max_attempts)
-            .field("max_replay_body", &self.max_replay_body)
-            .field("throttle", &self.guards.throttle)
-            .field("breaker", &self.guards.breaker)
-            .field("fallback", &self.fallback.is_some())
-            .field("rate_limit", &self.guards.rate_limit)
-            .field("timeout", &self.timeout.is_some())
-            .field("margin", &self.margin)
-            .field("propagation", &self.propagation)
-            .field("clocks", &self.clocks)
-            .field("hand_off", &self.hand_off)
-            .field("hedging", &self.hedging)
-            .finish()
     }
 }

@@ -1,7 +1,8 @@
-//! [`Ledger`]: the bookkeeping of one request across its attempts, and what it knows how to do
-//! without moving the request: stamp an attempt, tell the guards and the budget how one ended,
-//! ask the policy about a failure, and finish what is handed back. The path that moves the
-//! request from state to state is the [future](crate::ResponseFuture)'s.
+//! [`Ledger`]: the books of one request across its attempts, and what it knows how to do without
+//! moving the request: make each attempt from the request, stamp it, tell an attempt's guards and
+//! the budget how it ended, ask the policy about a failure, and finish what is handed back. It
+//! neither calls the service nor makes the path's states: that is the
+//! [future](crate::ResponseFuture)'s, which hands it each attempt it asks about.
 
 use std::sync::Arc;
 
@@ -13,23 +14,26 @@ use stormguard_breaker::Rejected;
 use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::usage::TokenCounts;
-use stormguard_classify::{BoxError, Classify, Outcome, Permit, Reason, is_grpc};
+use stormguard_classify::{BoxError, Classify, Outcome, is_grpc};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::Usage;
 use stormguard_stream::continuation::Format;
-use stormguard_stream::{Continuation, ContinuationRequest, Continuer, GuardedStream};
-use tower_service::Service;
+use stormguard_stream::{Continuation, Continuer, GuardedStream, StreamPolicy, is_event_stream};
+use tokio::time::Instant;
 
-use crate::attempt::Attempt;
+use crate::attempt::{Attempt, Due};
 use crate::body::ReplayBody;
+use crate::config::Config;
 use crate::error::{Error, GiveUpCause, deadline_failure, mark_rate_limited};
-use crate::future::{Output, Step};
 use crate::headers::{ensure_idempotency_key, is_idempotent};
-use crate::layer::Config;
 use crate::observe::{UsageRecorder, Watch};
 use crate::policy::{Decision, Failed, Retries};
+use crate::route::Report;
 use crate::template::{Clock, Origin, Stamp, Template, deadline_of};
+
+/// What the engine hands back.
+pub(crate) type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
 
 /// What a request starts with ([`Ledger::begin`]).
 pub(crate) enum Begin<B> {
@@ -41,7 +45,7 @@ pub(crate) enum Begin<B> {
     Failed(Error),
 }
 
-/// The bookkeeping of one request across its attempts.
+/// The books of one request across its attempts.
 pub(crate) struct Ledger<C, Bk: Backoff> {
     pub(crate) config: Arc<Config<C, Bk>>,
     /// What each attempt is made from.
@@ -49,25 +53,23 @@ pub(crate) struct Ledger<C, Bk: Backoff> {
     /// Attempts handed to the service so far.
     pub(crate) sent: u32,
     pub(crate) deadline: Option<Deadline>,
-    pub(crate) grpc: bool,
+    grpc: bool,
     /// What the retry policy remembers between attempts.
-    pub(crate) retries: Retries<Bk::Schedule>,
+    retries: Retries<Bk::Schedule>,
     /// Its spans, log lines and metrics.
     pub(crate) watch: Watch,
-    /// The attempt the path steps: its retry grant and rate-limit slot before it goes, its
-    /// guards' permits while it is in flight.
-    pub(crate) attempt: Attempt,
-    /// The request's other attempt while a hedge is out, set aside while the path steps the
-    /// one in [`attempt`](Self::attempt): the hedge's while it steps the request's own, the
-    /// other way round while it steps the hedge's. Boxed: a request never hedged carries a
-    /// pointer, not a second attempt, in a future that is moved whole.
-    pub(crate) aside: Option<Box<Attempt>>,
-    /// Hedges sent, or granted and on their way.
-    pub(crate) hedges: u32,
+    /// A router above takes the request elsewhere when an attempt times out (see
+    /// [`Route::with_hand_off`](crate::Route::with_hand_off)).
+    hand_off: bool,
+    /// The request continues another's stream.
+    pub(crate) continuation: bool,
+    /// The last failure handed back, and why the engine gave up on it: for the [`Report`].
+    failed: Option<Outcome>,
+    gave_up: Option<GiveUpCause>,
 }
 
 impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
-    /// The ledger of the request with head `head`, made a template until [`begin`](Self::begin)
+    /// The books of the request with head `head`, made a template until [`begin`](Self::begin)
     /// decides whether the request can be sent again.
     pub(crate) fn new(config: Arc<Config<C, Bk>>, head: Parts) -> Self {
         // The calls come before the struct: a call between its fields, were it to unwind, would
@@ -82,17 +84,24 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             deadline: None,
             grpc,
             retries: Retries::new(),
-            attempt: Attempt::default(),
-            aside: None,
-            hedges: 0,
+            hand_off: false,
+            continuation: false,
+            failed: None,
+            gave_up: None,
         }
     }
 
-    /// The span of the attempt the path steps (the request's before one), entered: see
-    /// [`Watch::enter`].
+    /// The request is routed (see [`Route`](crate::Route)): a timeout is handed on, and it may be
+    /// a continuation.
+    pub(crate) fn routed(&mut self, hand_off: bool, continuation: bool) {
+        self.hand_off = hand_off;
+        self.continuation = continuation;
+    }
+
+    /// The span of `attempt` (the request's before one is sent), entered: see [`Watch::enter`].
     #[inline]
-    pub(crate) fn enter(&self) -> Option<tracing::span::EnteredSpan> {
-        self.watch.enter(&self.attempt.watch)
+    pub(crate) fn enter(&self, attempt: &Attempt) -> Option<tracing::span::EnteredSpan> {
+        self.watch.enter(&attempt.watch)
     }
 
     /// What the request starts with, its deadline set: reading its body, to buffer what could
@@ -134,66 +143,48 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         };
         let mut head = template.head;
         if deadline {
-            self.set_deadline(&mut head, None, clock);
+            self.deadline = deadline_of(self.config.timeout.as_ref(), &mut head, None, clock);
         }
-        self.keep_head(&head);
+        // A request sent once keeps its head if a breaker's fallback may have to answer from it.
+        if self.config.guards.breaker().is_some() && self.config.fallback.is_some() {
+            self.origin = Origin::Once(Some(Box::new(head.clone())));
+        }
         Some(head)
     }
 
-    /// The request body was read up to the replay cap: the first attempt, built from it, goes
-    /// out.
-    pub(crate) fn buffered<S, B, RB>(
+    /// The request body was read up to the replay cap: the first attempt, made from it.
+    pub(crate) fn buffered<B>(
         &mut self,
-        service: &mut S,
         bytes: Bytes,
         tail: Tail<B::Error>,
         rest: B,
-    ) -> Step<S::Future, B, RB, C>
+        clock: &mut Clock,
+    ) -> Result<Request<B>, Error>
     where
-        S: Service<Request<B>>,
         B: ReplayBody,
         B::Error: Into<BoxError>,
-        RB: Body,
     {
-        let mut clock = Clock::default();
         let read_twice = || Error::unreadable_body("request body read twice".into());
         let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
         let trailers = match tail {
             Tail::Ended => None,
             Tail::Trailers(trailers) => Some(trailers),
-            Tail::Failed(error) => return self.end(Err(Error::unreadable_body(error.into()))),
+            Tail::Failed(error) => return Err(Error::unreadable_body(error.into())),
             // Longer than the cap: sent once, untouched, what was read followed by the rest.
             Tail::Open => {
-                let Some(head) = self.once(reads_body, &mut clock) else {
-                    return self.end(Err(read_twice()));
-                };
+                let head = self.once(reads_body, clock).ok_or_else(read_twice)?;
                 let body = B::from_partial(PartialBody::new(bytes, Tail::Open, rest));
-                let request = Request::from_parts(head, body);
-                return Step::Next(self.start(service, request, &mut clock));
+                return Ok(Request::from_parts(head, body));
             }
         };
         let timeout = self.config.timeout.as_ref();
         let Origin::Replay(template) = &mut self.origin else {
-            return self.end(Err(read_twice()));
+            return Err(read_twice());
         };
         if reads_body {
-            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), &mut clock);
+            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), clock);
         }
-        let request = self.seal(bytes, trailers, &mut clock);
-        Step::Next(self.start(service, request, &mut clock))
-    }
-
-    /// Sets the request's deadline from the layer's timeout (`body`: the buffered body, for a
-    /// timeout that reads it); a tighter deadline already on the request wins.
-    fn set_deadline(&mut self, head: &mut Parts, body: Option<&[u8]>, clock: &mut Clock) {
-        self.deadline = deadline_of(self.config.timeout.as_ref(), head, body, clock);
-    }
-
-    /// A request sent once keeps its head if a breaker's fallback may have to answer from it.
-    fn keep_head(&mut self, head: &Parts) {
-        if self.config.guards.breaker.is_some() && self.config.fallback.is_some() {
-            self.origin = Origin::Once(Some(Box::new(head.clone())));
-        }
+        Ok(self.seal(bytes, trailers, clock))
     }
 
     /// Completes the template with the buffered body and builds the first attempt from it: a
@@ -232,71 +223,94 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         }
     }
 
-    /// Times the attempt that just ended (under a deadline), for the retry decision.
-    pub(crate) fn timed(&mut self) {
-        if let Some(took) = self.attempt.took() {
+    /// Whether the request's deadline has passed.
+    pub(crate) fn out_of_time(&self, clock: &mut Clock) -> bool {
+        self.deadline
+            .is_some_and(|deadline| clock.now() >= deadline.instant())
+    }
+
+    /// `attempt` is handed to the service: counted, timed under a deadline, and watched.
+    pub(crate) fn sending(&mut self, attempt: &mut Attempt, clock: &mut Clock) {
+        attempt.send(self.deadline.is_some().then(|| clock.now()));
+        self.sent = self.sent.saturating_add(1);
+        let name = self.config.name.as_deref();
+        (self.watch).sending(&mut attempt.watch, self.sent, name, attempt.hedge);
+    }
+
+    /// Times `attempt`, which just ended (under a deadline), for the retry decision.
+    pub(crate) fn timed(&mut self, attempt: &mut Attempt) {
+        if let Some(took) = attempt.took() {
             self.retries.attempt_took(took);
         }
     }
 
-    /// Tells the guards and the budget how the attempt ended (and what a rate limit corrects
-    /// its token weight from, for a success).
+    /// Tells `attempt`'s guards and ticket how it ended (and what a rate limit corrects its token
+    /// weight from, for a success).
     #[inline]
     pub(crate) fn record(
         &mut self,
+        attempt: &mut Attempt,
         outcome: &Outcome,
         headers: &HeaderMap,
         status: Option<StatusCode>,
     ) -> Option<Usage> {
-        (self.watch).answered(&mut self.attempt.watch, outcome, status);
-        let usage = self.attempt.permits.record(outcome, headers);
-        if let Some(grant) = self.attempt.grant.take() {
-            grant.settle(outcome);
-        }
+        (self.watch).answered(&mut attempt.watch, outcome, status);
+        let usage = attempt.settle(outcome, headers);
         self.watch.health(&self.config.guards);
         usage
     }
 
-    /// Asks the policy whether the retryable failure with `outcome` is retried: each retry is
-    /// logged at WARN with the attempt number and the reason, a give-up as `log` says.
-    pub(crate) fn decide(&mut self, outcome: &Outcome) -> Decision {
-        // Under a failover, an attempt that timed out is not tried again here: the next backend
-        // takes the request, at once.
-        if self.config.hand_off && outcome.reason() == Reason::Timeout && !outcome.is_accepted() {
-            let cause = GiveUpCause::HandedOn;
-            let attempt = &self.attempt.watch;
-            (self.watch).giving_up(attempt, self.sent, outcome.reason(), cause);
-            return Decision::GiveUp(cause);
-        }
+    /// Asks the policy whether the retryable failure of `attempt`, with `outcome`, is retried:
+    /// each retry is logged at WARN with the attempt number and the reason, a give-up as `log`
+    /// says.
+    pub(crate) fn decide(&mut self, attempt: &Attempt, outcome: &Outcome) -> Decision {
         let failed = Failed {
             outcome,
             sent: self.sent,
             replayable: self.origin.is_replay(),
             breaker_open: self.config.guards.breaker_open(),
-            deadline: self.deadline.map(|deadline| deadline.instant()),
+            deadline: self.deadline,
+            hand_off: self.hand_off,
         };
-        let mut decision = self.config.policy.decide(&mut self.retries, &failed);
-        match &mut decision {
-            Decision::Retry { delay, grant } => {
-                // The next attempt's, until it is sent or given back. (The failed attempt may
-                // have been a hedge; its retry is none.)
-                self.attempt.grant = grant.take();
-                self.attempt.hedge = false;
-                let attempt = &self.attempt.watch;
-                (self.watch).retrying(attempt, self.sent, outcome.reason(), *delay);
+        let decision = self.config.policy.decide(&mut self.retries, &failed);
+        let reason = outcome.reason();
+        match &decision {
+            Decision::Retry { delay, .. } => {
+                (self.watch).retrying(&attempt.watch, self.sent, reason, *delay);
             }
             Decision::GiveUp(cause) => {
-                let attempt = &self.attempt.watch;
-                (self.watch).giving_up(attempt, self.sent, outcome.reason(), *cause);
+                (self.watch).giving_up(&attempt.watch, self.sent, reason, *cause);
+                self.gave_up = Some(*cause);
             }
             Decision::NotReplayable => {}
         }
         decision
     }
 
-    pub(crate) fn mark_final<RB>(&self, response: &mut Response<RB>) {
-        let grpc = self.grpc || is_grpc(response.headers());
-        mark_do_not_retry(response.headers_mut(), grpc);
+    /// Whether a request whose attempt's clock fired can go on without it (`racing`: its other
+    /// attempt is in flight): see `RetryPolicy::may_go_on`.
+    pub(crate) fn may_go_on(&self, racing: bool) -> bool {
+        let replayable = self.origin.is_replay();
+        (self.config.policy).may_go_on(racing, replayable, self.sent, self.hand_off)
+    }
+
+    /// A failed `response` is handed back with `outcome`: marked "do not retry" where this
+    /// layer could have retried it (`cause`: why it gave up, if it did), for a layer above.
+    pub(crate) fn hand_back_failure<RB>(
+        &mut self,
+        response: &mut Response<RB>,
+        outcome: Outcome,
+        cause: Option<GiveUpCause>,
+    ) {
+        let may_retry = self.origin.is_replay() && self.config.policy.may_retry();
+        if cause.is_some() || (!outcome.is_retryable() && may_retry) {
+            let grpc = self.grpc || is_grpc(response.headers());
+            mark_do_not_retry(response.headers_mut(), grpc);
+        }
+        if let Some(cause) = cause {
+            response.extensions_mut().insert(cause);
+        }
+        self.failed = Some(outcome);
     }
 
     /// The answer for a request the breaker refused or cut: the fallback's, or the error.
@@ -311,33 +325,15 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         }
     }
 
-    /// The service failed to get ready for a retry, which therefore never went out.
-    pub(crate) fn not_ready<F, B, RB: Body>(&mut self, error: BoxError) -> Step<F, B, RB, C> {
-        let outcome = self.config.classifier.classify_error(&*error);
-        // A hedge is not sent; the attempt it was for goes on.
-        if self.attempt.hedge {
-            return Step::Next(self.hedge_not_sent(outcome.reason()));
-        }
-        self.end(Err(Error::failed(outcome, error, self.sent)))
-    }
-
-    /// The request ends with `output`: every ending of the path goes through here (a refusal's
-    /// on its way into the `Refused` state), so that it is observed once, and a response's body
-    /// bounded by the deadline, to its last byte.
-    pub(crate) fn end<F, B, RB: Body>(&mut self, mut output: Output<RB>) -> Step<F, B, RB, C> {
-        self.finish(&mut output);
-        Step::Finish(output)
-    }
-
-    /// What [`end`](Self::end) does to the output.
+    /// What every ending of the request does to its output, once: the run of 429s told, the
+    /// ending observed, and a response's body bounded by the deadline, to its last byte.
     pub(crate) fn finish<RB: Body>(&mut self, output: &mut Output<RB>) {
-        // A retry granted and never sent goes back now, not when the future is dropped.
-        self.attempt.grant = None;
         // Told only when so: what is handed back says `false` unless marked.
         if self.retries.rate_limited_throughout(self.sent) {
             mark_rate_limited(output, true);
         }
-        self.watch.finished(output, self.sent);
+        let failed = self.failed.map(|outcome| outcome.reason());
+        self.watch.finished(output, failed, self.sent);
         if let (Ok(response), Some(deadline)) = (output, self.deadline) {
             response
                 .body_mut()
@@ -345,77 +341,96 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         }
     }
 
-    /// The event stream handed back: the breaker learns how it ends, the metrics count it, and
-    /// the resume hook (if any) may continue it from the template.
-    pub(crate) fn guard_stream<RB>(
-        &mut self,
-        mut stream: Box<GuardedStream<RB>>,
-        continuer: (bool, impl FnOnce() -> Option<Continuer>),
-    ) -> ResponseBody<RB>
-    where
-        RB: Body<Data = Bytes> + Send + 'static,
-        RB::Error: Into<BoxError>,
-    {
-        let breaker = self.attempt.permits.take_breaker();
-        let end = self.watch.stream_end();
-        let clocks = self.clocks().cloned();
-        let continuation = self
-            .origin
-            .head()
-            .is_some_and(|head| head.extensions.get::<ContinuationRequest>().is_some());
-        if breaker.is_some() || end.counts() || clocks.is_some() {
-            *stream = (*stream).with_at_end(move |ending| {
-                let outcome = ending.outcome();
-                if let Some(breaker) = breaker {
-                    breaker.record(outcome, &HeaderMap::new());
-                }
-                // The gap clock learns from streams that ended well.
-                if let (Some(clocks), Some(gap), true) =
-                    (clocks, ending.longest_gap(), outcome.is_success())
-                {
-                    clocks.record_gap(gap);
-                }
-                end.ended(outcome, ending.usage(), continuation);
-            });
+    /// What the request came to, for a router above, once it ended with `output`.
+    pub(crate) fn report<RB: Body>(&self, output: &Output<RB>) -> Report {
+        match output {
+            Err(error) => Report::of_error(error),
+            Ok(_) => Report {
+                outcome: self.failed.unwrap_or_else(Outcome::success),
+                attempts: self.sent,
+                gave_up: self.failed.and(self.gave_up),
+                rate_limited_throughout: self.retries.rate_limited_throughout(self.sent),
+            },
         }
-        if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {
-            let (head, body) = (template.head.clone(), template.body.clone());
-            *stream = (*stream).with_resume(resume.clone(), head, body);
-        } else if let Some(continuation) = self.continuation(continuer) {
-            *stream = (*stream).with_continuation(continuation);
-        }
-        ResponseBody::boxed(*stream)
     }
 
-    /// How the stream of a request in a format the engine knows is continued, or at least
-    /// ended with its in-band error; none for a continuation request itself (the stream it
-    /// continues goes on from its whole transcript) or a request sent once.
-    /// `continuer`: whether a layer above continues the request's streams (it knows where a
-    /// prefill is taken), and the continuer.
-    fn continuation(
-        &self,
-        (given, continuer): (bool, impl FnOnce() -> Option<Continuer>),
-    ) -> Option<Continuation> {
-        let Origin::Replay(template) = &self.origin else {
-            return None;
-        };
-        let format = Format::of_request(&template.head)?;
-        if template
-            .head
-            .extensions
-            .get::<ContinuationRequest>()
-            .is_some()
-        {
-            return None;
+    /// When `attempt`, in flight, is abandoned for want of its head, worked out once per
+    /// attempt, the first time it waits (an answer that comes at once never reads the clock).
+    pub(crate) fn head_clock(&mut self, attempt: &mut Attempt) -> Option<Instant> {
+        match attempt.head_by {
+            Due::At(at) => return Some(at),
+            Due::Never => return None,
+            Due::Unset => {}
         }
-        let config = &self.config;
-        let left = match config.continuation && (given || !config.prefill.rejected()) {
-            true => config.policy.max_attempts.saturating_sub(1),
-            false => 0,
+        let at = match &self.config.clocks {
+            Some(clocks) => {
+                // Sent in this same poll, if no deadline timed it already.
+                let started = *attempt.started.get_or_insert_with(Instant::now);
+                let shape = self.origin.shape(&clocks.settings().whole);
+                clocks
+                    .head(shape)
+                    .and_then(|wait| started.checked_add(wait))
+            }
+            None => None,
         };
-        let continuer = if left > 0 { continuer() } else { None };
-        let (head, body) = (template.head.clone(), template.body.clone());
-        Some(Continuation::new(format, head, body, continuer, left))
+        attempt.head_by = at.map_or(Due::Never, Due::At);
+        at
+    }
+
+    /// Whether the request asks for an event stream, as its clocks read it.
+    pub(crate) fn streaming(&mut self) -> bool {
+        let clocks = self.config.clocks.as_ref();
+        clocks.is_some_and(|clocks| self.origin.shape(&clocks.settings().whole).streaming)
+    }
+
+    /// The head of a healthy answer `attempt` waited for came: its backend's head clock learns
+    /// how long it took.
+    pub(crate) fn learn_head(&self, attempt: &Attempt, streaming: bool) {
+        if let (Some(clocks), Some(took)) = (&self.config.clocks, attempt.in_flight()) {
+            clocks.record_head(streaming, took);
+        }
+    }
+
+    /// `attempt`, which had waited for its first content, lost a race: if it is not a hedge, what
+    /// it waited teaches the backend's time to first content as a lower bound (it waited past
+    /// the hedge's delay, and would have taken longer still); a hedge's own wait is no such bound.
+    pub(crate) fn learn_lost(&mut self, attempt: &Attempt) {
+        if attempt.hedge {
+            return;
+        }
+        if let (Some(waited), true) = (attempt.in_flight(), self.config.clocks.is_some()) {
+            let streaming = self.streaming();
+            if let Some(clocks) = &self.config.clocks {
+                clocks.record_to_first_content(streaming, waited);
+            }
+        }
+    }
+
+    /// The stream guard's policy for an attempt's stream: the layer's, with the backend's
+    /// learned first-content clock, and its gap clock where it is tighter than the progress
+    /// limit.
+    pub(crate) fn stream_policy(&self, policy: StreamPolicy) -> StreamPolicy {
+        let Some(clocks) = &self.config.clocks else {
+            return policy;
+        };
+        let first_content = clocks.first_content().or(policy.first_content());
+        let progress = match (clocks.gap(), policy.progress()) {
+            (Some(gap), Some(limit)) => Some(gap.min(limit)),
+            (gap, limit) => gap.or(limit),
+        };
+        policy
+            .with_first_content(first_content)
+            .with_progress(progress)
+    }
+
+    /// Whether a success's usage is recorded when its body is read (a stream's is recorded when
+    /// it ends, by its guard).
+    pub(crate) fn usage_recorder<RB>(&self, response: &Response<RB>) -> Option<UsageRecorder> {
+        if self.watch.counts_usage() && !is_event_stream(response.headers()) {
+            self.watch.usage_recorder()
+        } else {
+            None
+        }
     }
 }
 
@@ -445,4 +460,75 @@ pub(crate) fn settle_on_usage<RB: Body>(
             }
         })
     })
+}
+
+/// An event stream handed back: how it ends is told to the guards that wait for a body's end, to
+/// the metrics and to the clocks, and it is continued or resumed if it may be.
+impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
+    /// The guarded event stream of `attempt`, as the body handed back (`continue_by`: who
+    /// continues it, if anyone does; `given`: a router above, which knows where a prefill is
+    /// taken).
+    pub(crate) fn guard_stream<RB>(
+        &mut self,
+        attempt: &mut Attempt,
+        mut stream: Box<GuardedStream<RB>>,
+        continuer: impl FnOnce(&Arc<Config<C, Bk>>) -> Option<Continuer>,
+        given: bool,
+    ) -> ResponseBody<RB>
+    where
+        RB: Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        let mut body_end = attempt.permits.take_body_end();
+        let end = self.watch.stream_end();
+        let clocks = self.config.clocks.clone();
+        let continuation = self.continuation;
+        if !body_end.is_empty() || end.counts() || clocks.is_some() {
+            *stream = (*stream).with_at_end(move |ending| {
+                let outcome = ending.outcome();
+                body_end.record(outcome, &HeaderMap::new());
+                // The gap clock learns from streams that ended well.
+                if let (Some(clocks), Some(gap), true) =
+                    (clocks, ending.longest_gap(), outcome.is_success())
+                {
+                    clocks.record_gap(gap);
+                }
+                end.ended(outcome, ending.usage(), continuation);
+            });
+        }
+        if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {
+            let (head, body) = (template.head.clone(), template.body.clone());
+            *stream = (*stream).with_resume(resume.clone(), head, body);
+        } else if let Some(continued) = self.continuation(continuer, given) {
+            *stream = (*stream).with_continuation(continued);
+        }
+        ResponseBody::boxed(*stream)
+    }
+
+    /// How the stream of a request in a format the engine knows is continued, or at least
+    /// ended with its in-band error; none for a continuation itself (the stream it continues
+    /// goes on from its whole transcript) or a request sent once.
+    fn continuation(
+        &self,
+        continuer: impl FnOnce(&Arc<Config<C, Bk>>) -> Option<Continuer>,
+        given: bool,
+    ) -> Option<Continuation> {
+        let Origin::Replay(template) = &self.origin else {
+            return None;
+        };
+        let format = Format::of_request(&template.head)?;
+        if self.continuation {
+            return None;
+        }
+        let prefill = given || !self.config.prefill.rejected();
+        let left = self.config.policy.continuations(true, prefill);
+        let continuer = if left > 0 {
+            continuer(&self.config)
+        } else {
+            None
+        };
+        let left = if continuer.is_some() { left } else { 0 };
+        let (head, body) = (template.head.clone(), template.body.clone());
+        Some(Continuation::new(format, head, body, continuer, left))
+    }
 }

@@ -17,12 +17,13 @@ use http::{Response, StatusCode};
 use stormguard_breaker::FallbackAnswer;
 use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{Outcome, Reason};
+use stormguard_rate_limit::RateLimit;
 use tracing::Span;
 use tracing::field::Empty;
 use tracing::span::EnteredSpan;
 
 use crate::admission::Guards;
-use crate::error::{Error, FailedAnswer, GiveUpCause};
+use crate::error::{Error, GiveUpCause};
 use crate::log::{self, Quiet};
 
 /// One request's spans and, with the `metrics` feature, its meter.
@@ -256,17 +257,22 @@ impl Watch {
         self.meter.refused("deadline");
     }
 
-    /// The request ended with `output` after `attempts` attempts.
-    pub(crate) fn finished<B>(&self, output: &Result<Response<B>, Error>, attempts: u32) {
+    /// The request ended with `output` (`failed`: a failed answer's reason) after `attempts`
+    /// attempts.
+    pub(crate) fn finished<B>(
+        &self,
+        output: &Result<Response<B>, Error>,
+        failed: Option<Reason>,
+        attempts: u32,
+    ) {
         if self.request.is_disabled() && !cfg!(feature = "metrics") {
             return;
         }
         let (outcome, error_type) = match output {
             Ok(response) => {
-                let extensions = response.extensions();
-                if let Some(failed) = extensions.get::<FailedAnswer>() {
-                    ("failure", Some(failed.outcome().reason()))
-                } else if let Some(fallback) = extensions.get::<FallbackAnswer>() {
+                if failed.is_some() {
+                    ("failure", failed)
+                } else if let Some(fallback) = response.extensions().get::<FallbackAnswer>() {
                     // The breaker refused or cut an attempt, before or after others were sent.
                     ("fallback", Some(fallback.outcome().reason()))
                 } else {
@@ -290,21 +296,20 @@ impl Watch {
     /// drop probability and the breaker's state, for the metrics.
     pub(crate) fn health(&self, guards: &Guards) {
         #[cfg(feature = "metrics")]
-        self.meter
-            .health(guards.throttle.as_ref(), guards.breaker.as_ref());
+        self.meter.health(guards.throttle(), guards.breaker());
         #[cfg(not(feature = "metrics"))]
         let _ = guards;
     }
 
-    /// The rate limit gave the attempt a slot that starts at `start`.
-    pub(crate) fn slot_reserved(&self, start: tokio::time::Instant, guards: &Guards) {
+    /// The rate limit `limit` gave the attempt a slot that starts at `start`.
+    pub(crate) fn slot_reserved(&self, start: tokio::time::Instant, limit: &RateLimit) {
         #[cfg(feature = "metrics")]
-        if let Some(limit) = &guards.rate_limit {
+        {
             let wait = start.saturating_duration_since(tokio::time::Instant::now());
             self.meter.slot_reserved(wait, limit);
         }
         #[cfg(not(feature = "metrics"))]
-        let _ = (start, guards);
+        let _ = (start, limit);
     }
 
     /// An attempt's event stream failed before its first content.

@@ -15,19 +15,28 @@
 //!    request), else the next delay of the backoff schedule;
 //! 5. the deadline: the retry must start after its delay and still have as long as the last
 //!    attempt took;
-//! 6. the budget grants a withdrawal ([`Grant`]).
+//! 6. the budget grants a [`Ticket`].
+//!
+//! Under a router that can take the request elsewhere (a failover), an attempt that timed out
+//! without an answer is not retried here: the request is handed on at once
+//! ([`GiveUpCause::HandedOn`]).
 //!
 //! Whatever it decides, the policy counts the failures the server answered 429: a request
 //! answered 429 on every attempt comes back saying so
-//! ([`FailedAnswer::rate_limited_throughout`](crate::FailedAnswer::rate_limited_throughout)),
-//! for a failover above to move it to another backend at once.
+//! ([`Report::rate_limited_throughout`](crate::Report::rate_limited_throughout)), for a failover
+//! above to move it to another backend at once.
+//!
+//! The other decisions of a request are here too, as plain functions: whether it can go on
+//! without an attempt whose clock fired ([`RetryPolicy::may_go_on`]), and how many continuations
+//! its stream may send ([`RetryPolicy::continuations`]). When a hedge goes is
+//! [`Hedging`](crate::Hedging)'s.
 
 use std::time::Duration;
 
-use stormguard_budget::{RetryBudget, Withdrawal};
+use stormguard_budget::{RetryBudget, Ticket};
 use stormguard_classify::{Outcome, Reason};
+use stormguard_deadline::Deadline;
 use stormguard_jitter::{Backoff, HintDecision, HintPolicy};
-use tokio::time::Instant;
 
 use crate::error::GiveUpCause;
 
@@ -63,21 +72,35 @@ pub(crate) struct Failed<'a> {
     pub(crate) replayable: bool,
     /// Whether the backend's breaker is open now.
     pub(crate) breaker_open: bool,
-    pub(crate) deadline: Option<Instant>,
+    pub(crate) deadline: Option<Deadline>,
+    /// Whether a router above can take the request elsewhere (a failover's next backend).
+    pub(crate) hand_off: bool,
 }
 
 /// The policy's answer.
 pub(crate) enum Decision {
-    /// Retry after `delay`, with the budget's grant for it (none when the breaker is open: the
+    /// Retry after `delay`, with the budget's ticket for it (none when the breaker is open: the
     /// retry is sent only to be refused).
     Retry {
         delay: Duration,
-        grant: Option<Grant>,
+        ticket: Option<Ticket>,
     },
     /// This layer cannot send the request again: the decision is the caller's.
     NotReplayable,
     /// Not retried, for this cause: the failure is final.
     GiveUp(GiveUpCause),
+}
+
+impl<Bk> RetryPolicy<Bk> {
+    /// The same policy with another backoff.
+    pub(crate) fn with_backoff<Bk2>(self, backoff: Bk2) -> RetryPolicy<Bk2> {
+        RetryPolicy {
+            budget: self.budget,
+            backoff,
+            hint_policy: self.hint_policy,
+            max_attempts: self.max_attempts,
+        }
+    }
 }
 
 impl<Bk: Backoff> RetryPolicy<Bk> {
@@ -98,6 +121,10 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         failed: &Failed<'_>,
     ) -> Decision {
         retries.tally(failed.outcome);
+        let outcome = failed.outcome;
+        if failed.hand_off && outcome.reason() == Reason::Timeout && !outcome.is_accepted() {
+            return Decision::GiveUp(GiveUpCause::HandedOn);
+        }
         if !failed.replayable || !self.may_retry() {
             return Decision::NotReplayable;
         }
@@ -106,7 +133,10 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         }
         if failed.breaker_open {
             let delay = Duration::ZERO;
-            return Decision::Retry { delay, grant: None };
+            return Decision::Retry {
+                delay,
+                ticket: None,
+            };
         }
         let delay = match failed.outcome.retry_after() {
             Some(hint) => match self.hint_policy.apply(hint) {
@@ -115,15 +145,49 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
             },
             None => retries.next_delay(&self.backoff),
         };
-        if !fits(failed.deadline, delay, retries.last_attempt) {
+        let attempt = retries.last_attempt;
+        if !failed
+            .deadline
+            .is_none_or(|deadline| deadline.fits(delay, attempt))
+        {
             return Decision::GiveUp(GiveUpCause::Deadline);
         }
-        match self.budget.try_withdraw() {
-            Some(withdrawal) => Decision::Retry {
+        match self.budget.ticket() {
+            Some(ticket) => Decision::Retry {
                 delay,
-                grant: Some(Grant::new(self.budget.clone(), withdrawal)),
+                ticket: Some(ticket),
             },
             None => Decision::GiveUp(GiveUpCause::BudgetExhausted),
+        }
+    }
+
+    /// Whether a request whose attempt's clock fired can go on without that attempt: its other
+    /// attempt in flight (`racing`), another attempt here (the request can be sent again, has
+    /// attempts left after `sent`, and the budget would grant a retry), or, under a router
+    /// (`hand_off`), another backend (the budget would grant the move). Else abandoning the
+    /// attempt would only end the request early, when the attempt may still answer. The budget
+    /// is asked, not drawn on: the retry or the move draws on it itself.
+    pub(crate) fn may_go_on(
+        &self,
+        racing: bool,
+        replayable: bool,
+        sent: u32,
+        hand_off: bool,
+    ) -> bool {
+        if racing {
+            return true;
+        }
+        let here = replayable && sent < self.max_attempts;
+        (hand_off || here) && self.budget.would_grant()
+    }
+
+    /// How many continuations the stream of a request may send: a retry's worth of attempts
+    /// (`max_attempts - 1`) when continuation is `on` and the backend is asked (`prefill`: it
+    /// takes an assistant prefill, as far as is known), none otherwise.
+    pub(crate) fn continuations(&self, on: bool, prefill: bool) -> u32 {
+        match on && prefill {
+            true => self.max_attempts.saturating_sub(1),
+            false => 0,
         }
     }
 }
@@ -165,75 +229,6 @@ impl<S> Retries<S> {
     }
 }
 
-/// Whether an attempt that starts after `delay` and takes `attempt` ends before `deadline`: the
-/// engine never sleeps past the deadline and never starts an attempt it cannot finish.
-fn fits(deadline: Option<Instant>, delay: Duration, attempt: Duration) -> bool {
-    let Some(deadline) = deadline else {
-        return true;
-    };
-    Instant::now()
-        .checked_add(delay)
-        .and_then(|start| start.checked_add(attempt))
-        .is_some_and(|finish| finish < deadline)
-}
-
-/// A retry the budget granted. Dropped before it is [sent](Self::send) (the caller gave up
-/// during the backoff, the service failed to get ready, a guard refused the retry), it is given
-/// back; once sent it is spent, unless the attempt's outcome shows that a layer below refused it
-/// locally ([`settle`](Self::settle)): it never reached the backend.
-pub(crate) struct Grant {
-    budget: RetryBudget,
-    /// Taken when the grant is spent or given back.
-    withdrawal: Option<Withdrawal>,
-    sent: bool,
-}
-
-impl Grant {
-    pub(crate) fn new(budget: RetryBudget, withdrawal: Withdrawal) -> Self {
-        Self {
-            budget,
-            withdrawal: Some(withdrawal),
-            sent: false,
-        }
-    }
-
-    /// The retry was handed to the service.
-    pub(crate) fn send(&mut self) {
-        self.sent = true;
-    }
-
-    /// The retry's attempt ended with `outcome`: given back if a layer below refused it on its
-    /// side of the network, spent otherwise.
-    pub(crate) fn settle(mut self, outcome: &Outcome) {
-        if refused_below(outcome) {
-            self.give_back();
-        }
-        self.withdrawal = None;
-    }
-
-    fn give_back(&mut self) {
-        if let Some(withdrawal) = self.withdrawal.take() {
-            self.budget.refund(withdrawal);
-        }
-    }
-}
-
-impl Drop for Grant {
-    fn drop(&mut self) {
-        if !self.sent {
-            self.give_back();
-        }
-    }
-}
-
-/// Whether `outcome` is a layer below refusing the attempt before it left the process.
-fn refused_below(outcome: &Outcome) -> bool {
-    matches!(
-        outcome.reason(),
-        Reason::Throttled | Reason::BreakerOpen | Reason::BulkheadFull | Reason::RateLimitedLocally
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use stormguard_jitter::{Constant, FullJitter};
@@ -259,6 +254,7 @@ mod tests {
             replayable: true,
             breaker_open: false,
             deadline: None,
+            hand_off: false,
         }
     }
 
@@ -327,7 +323,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_retry_must_fit_its_delay_and_the_last_attempt_before_the_deadline() {
         let policy = policy(3);
-        let deadline = Some(Instant::now() + Duration::from_secs(10));
+        let deadline = Some(Deadline::after(Duration::from_secs(10)));
         let mut retries = Retries::new();
         retries.attempt_took(Duration::from_secs(8));
         let within = Failed {
@@ -342,9 +338,9 @@ mod tests {
 
     /// An open breaker: the retry goes at once and draws nothing, even from a spent budget.
     #[tokio::test(start_paused = true)]
-    async fn an_open_breaker_sends_the_retry_at_once_without_a_grant() {
+    async fn an_open_breaker_sends_the_retry_at_once_without_a_ticket() {
         let policy = policy(3);
-        while policy.budget.try_withdraw().is_some() {}
+        while policy.budget.withdraw() {}
         let mut retries = Retries::new();
         let open = Failed {
             breaker_open: true,
@@ -355,7 +351,7 @@ mod tests {
             decision,
             Decision::Retry {
                 delay: Duration::ZERO,
-                grant: None
+                ticket: None
             }
         ));
         let closed = policy.decide(&mut retries, &failed(&UNAVAILABLE, 1));
@@ -376,30 +372,76 @@ mod tests {
         drop(granted);
     }
 
-    /// A grant is given back unless it was sent, and, sent, unless a layer below refused it.
+    /// A ticket granted is given back unless its retry is sent.
     #[tokio::test(start_paused = true)]
-    async fn a_grant_is_given_back_unsent_or_refused_below_and_spent_otherwise() {
+    async fn a_ticket_is_given_back_unless_its_retry_is_sent() {
         let policy = policy(3);
         let mut retries = Retries::new();
-        let mut grant = || match policy.decide(&mut retries, &failed(&UNAVAILABLE, 1)) {
-            Decision::Retry { grant, .. } => grant.expect("a grant"),
+        let mut ticket = || match policy.decide(&mut retries, &failed(&UNAVAILABLE, 1)) {
+            Decision::Retry { ticket, .. } => ticket.expect("a ticket"),
             _ => panic!("not retried"),
         };
-        drop(grant());
+        drop(ticket());
         assert_eq!(policy.budget.snapshot().withdrawals, 0);
-
-        let mut refused = grant();
-        refused.send();
-        refused.settle(&Outcome::fatal(Reason::Throttled).with_accepted(false));
-        assert_eq!(policy.budget.snapshot().withdrawals, 0);
-
-        let mut sent = grant();
+        let mut sent = ticket();
         sent.send();
         drop(sent);
-        let mut answered = grant();
-        answered.send();
-        answered.settle(&UNAVAILABLE);
-        assert_eq!(policy.budget.snapshot().withdrawals, 2);
+        assert_eq!(policy.budget.snapshot().withdrawals, 1);
+    }
+
+    const TIMED_OUT: Outcome = Outcome::retryable(Reason::Timeout).with_accepted(false);
+
+    /// Under a router, an attempt that timed out unaccepted is handed on at once, with nothing
+    /// drawn; a timeout the backend accepted and every other failure are retried here.
+    #[tokio::test(start_paused = true)]
+    async fn under_a_router_a_timeout_is_handed_on() {
+        let policy = policy(3);
+        let mut retries = Retries::new();
+        let routed = |outcome| Failed {
+            hand_off: true,
+            ..failed(outcome, 1)
+        };
+        let decision = policy.decide(&mut retries, &routed(&TIMED_OUT));
+        assert_eq!(cause(&decision), Some(GiveUpCause::HandedOn));
+        assert_eq!(policy.budget.snapshot().withdrawals, 0);
+        let answered = Outcome::retryable(Reason::Timeout).with_accepted(true);
+        assert_eq!(
+            delay(&policy.decide(&mut retries, &routed(&answered))),
+            Some(SECOND)
+        );
+        assert_eq!(
+            delay(&policy.decide(&mut retries, &routed(&UNAVAILABLE))),
+            Some(SECOND)
+        );
+        assert_eq!(
+            delay(&policy.decide(&mut retries, &failed(&TIMED_OUT, 1))),
+            Some(SECOND)
+        );
+    }
+
+    /// An attempt whose clock fired is abandoned only if the request can go on without it: a
+    /// race, attempts left here, or a router, and the budget would grant; asking draws nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_fired_clock_abandons_its_attempt_only_if_the_request_can_go_on() {
+        let policy = policy(3);
+        assert!(policy.may_go_on(false, true, 1, false));
+        assert!(!policy.may_go_on(false, true, 3, false));
+        assert!(!policy.may_go_on(false, false, 1, false));
+        assert!(policy.may_go_on(false, false, 3, true));
+        assert!(policy.may_go_on(true, false, 3, false));
+        while policy.budget.withdraw() {}
+        let rejected = policy.budget.snapshot().rejected;
+        assert!(!policy.may_go_on(false, true, 1, true));
+        assert!(policy.may_go_on(true, true, 1, false));
+        assert_eq!(policy.budget.snapshot().rejected, rejected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_may_send_a_retrys_worth_of_continuations() {
+        assert_eq!(policy(3).continuations(true, true), 2);
+        assert_eq!(policy(1).continuations(true, true), 0);
+        assert_eq!(policy(3).continuations(false, true), 0);
+        assert_eq!(policy(3).continuations(true, false), 0);
     }
 
     const RATE_LIMITED: Outcome = Outcome::retryable(Reason::RateLimited).with_accepted(false);

@@ -1,34 +1,45 @@
 //! [`ClientService`]: the engine wrapped around a service.
 
 use std::fmt;
+use std::future::poll_fn;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use http_body::Body;
 use stormguard_classify::body::ResponseBody;
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
+use stormguard_stream::{Continuer, Resumed};
 use tower_service::Service;
 
 use crate::body::ReplayBody;
-use crate::continuing::{ContinueBy, make_continuer};
+use crate::config::Config;
+use crate::continuing::{Continue, Continuing, NotContinuing, continued_body};
 use crate::error::Error;
-use crate::future::ResponseFuture;
-use crate::layer::Config;
-use stormguard_stream::Continuer;
+use crate::future::{ResponseFuture, Routed};
+use crate::route::Route;
 
 /// The client pipeline around `S`: made by [`ClientLayer`](crate::ClientLayer), which says what
-/// it does to each request.
-pub struct ClientService<S, C = LlmClassifier, Bk = FullJitter> {
+/// it does to each request. `K` says whether it continues the event streams it hands back
+/// through itself ([`Continuing`], the default), which asks its inner service to be `Send` and
+/// `'static` (a continuation is sent after the answer was handed back), or not
+/// ([`NotContinuing`]), which asks no more than any tower retry does.
+pub struct ClientService<S, C = LlmClassifier, Bk = FullJitter, K = Continuing> {
     inner: S,
     config: Arc<Config<C, Bk>>,
+    continues: PhantomData<fn() -> K>,
 }
 
-impl<S, C, Bk> ClientService<S, C, Bk> {
+impl<S, C, Bk, K> ClientService<S, C, Bk, K> {
     pub(crate) fn from_config(inner: S, config: Arc<Config<C, Bk>>) -> Self {
-        Self { inner, config }
+        Self {
+            inner,
+            config,
+            continues: PhantomData,
+        }
     }
 
     /// The inner service.
@@ -45,11 +56,9 @@ impl<S, C, Bk> ClientService<S, C, Bk> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-}
 
-impl<S, C, Bk> ClientService<S, C, Bk> {
-    /// Readies the inner service (what [`Service::poll_ready`] does).
-    pub fn poll_engine_ready<B>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>
+    /// Readies the inner service: what [`Service::poll_ready`] does.
+    fn poll_inner_ready<B>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>
     where
         S: Service<Request<B>>,
         S::Error: Into<BoxError>,
@@ -62,60 +71,20 @@ impl<S, C, Bk> ClientService<S, C, Bk> {
         })
     }
 
-    /// Sends `request` through the engine, as [`Service::call`] does, except that an event
-    /// stream cut after content is never continued (it ends with its in-band error event and
-    /// `StreamInterrupted`): for an inner service that lives only as long as the call (the
-    /// reqwest adapter's middleware chain), which a continuation, sent later, could not use.
-    pub fn call_without_continuation<B, RB>(
-        &mut self,
-        request: Request<B>,
-    ) -> ResponseFuture<S, B, RB, C, Bk>
-    where
-        S: Service<Request<B>, Response = Response<RB>> + Clone,
-        RB: Body,
-        B: ReplayBody,
-        C: Classify,
-        Bk: Backoff,
-    {
-        self.ready_call(request, None)
-    }
-
-    /// Sends `request` through the engine, its event streams continued by `continuer` instead
-    /// of through this engine: for a layer above that chooses where a continuation goes (a
-    /// failover sends it to its next backend). Needs no `'static` service, like
-    /// [`call_without_continuation`](Self::call_without_continuation).
-    pub fn call_continuing_with<B, RB>(
-        &mut self,
-        request: Request<B>,
-        continuer: Continuer,
-    ) -> ResponseFuture<S, B, RB, C, Bk>
-    where
-        S: Service<Request<B>, Response = Response<RB>> + Clone,
-        RB: Body,
-        B: ReplayBody,
-        C: Classify,
-        Bk: Backoff,
-    {
-        self.ready_call(request, Some(ContinueBy::Given(continuer)))
-    }
-
-    /// Whether this engine's backend was found to reject an assistant prefill (it answered a
-    /// continuation 400): a layer that sends continuations itself asks before sending one here.
-    pub fn rejects_prefill(&self) -> bool {
-        self.config.prefill.rejected()
-    }
-
-    /// Tells this engine that its backend rejected an assistant prefill.
-    pub fn reject_prefill(&self) {
-        self.config.prefill.reject();
-    }
-
+    /// The readied service for a request; its clone stays for the next.
     #[inline]
-    fn ready_call<B, RB>(
-        &mut self,
-        request: Request<B>,
-        continuer: Option<ContinueBy<S, C, Bk>>,
-    ) -> ResponseFuture<S, B, RB, C, Bk>
+    fn take_ready(&mut self) -> S
+    where
+        S: Clone,
+    {
+        let fresh = self.inner.clone();
+        std::mem::replace(&mut self.inner, fresh)
+    }
+
+    /// Sends `request` through the engine for a router above it (a failover over several
+    /// backends): as [`Service::call`] does (the service must be ready), with what `route`
+    /// says, and the engine's [`Report`](crate::Report) handed back with the answer.
+    pub fn route<B, RB>(&mut self, request: Request<B>, route: Route) -> Routed<S, B, RB, C, Bk>
     where
         S: Service<Request<B>, Response = Response<RB>> + Clone,
         RB: Body,
@@ -123,17 +92,18 @@ impl<S, C, Bk> ClientService<S, C, Bk> {
         C: Classify,
         Bk: Backoff,
     {
-        // The readied service serves the request; its clone stays for the next call.
-        let fresh = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, fresh);
-        ResponseFuture::new(ready, Arc::clone(&self.config), request, continuer)
+        let ready = self.take_ready();
+        let config = Arc::clone(&self.config);
+        let future = ResponseFuture::new(ready, config, request, Continue::Never, Some(route));
+        Routed::new(future)
     }
 }
 
 /// Event streams cut after content are continued through a clone of the inner service (see
-/// [`ClientLayer::with_continuation`](crate::ClientLayer::with_continuation)), which a
-/// continuation sent later must be able to own: hence `'static` and `Send`.
-impl<S, C, Bk, B, RB> Service<Request<B>> for ClientService<S, C, Bk>
+/// [`ClientLayer::without_continuation`](crate::ClientLayer::without_continuation) for a layer
+/// that does not), which a continuation, sent later, must be able to own: hence `'static` and
+/// `Send`.
+impl<S, C, Bk, B, RB> Service<Request<B>> for ClientService<S, C, Bk, Continuing>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -151,28 +121,100 @@ where
     type Future = ResponseFuture<S, B, RB, C, Bk>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.poll_engine_ready(cx)
+        self.poll_inner_ready(cx)
     }
 
     // Inlined where it is called, so that the future is built in its caller's place rather
     // than returned and moved.
     #[inline]
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let continuer = ContinueBy::Engine(make_continuer::<S, B, RB, C, Bk>);
-        self.ready_call(request, Some(continuer))
+        let continuer = Continue::Engine(make_continuer::<S, B, RB, C, Bk>);
+        let ready = self.take_ready();
+        ResponseFuture::new(ready, Arc::clone(&self.config), request, continuer, None)
     }
 }
 
-impl<S: Clone, C, Bk> Clone for ClientService<S, C, Bk> {
+/// Event streams cut after content end with their in-band error event and `StreamInterrupted`:
+/// nothing is sent later, so the inner service needs no more than `Clone`.
+impl<S, C, Bk, B, RB> Service<Request<B>> for ClientService<S, C, Bk, NotContinuing>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    C: Classify,
+    Bk: Backoff,
+{
+    type Response = Response<ResponseBody<RB>>;
+    type Error = Error;
+    type Future = ResponseFuture<S, B, RB, C, Bk>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.poll_inner_ready(cx)
+    }
+
+    #[inline]
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let ready = self.take_ready();
+        ResponseFuture::new(
+            ready,
+            Arc::clone(&self.config),
+            request,
+            Continue::Never,
+            None,
+        )
+    }
+}
+
+/// A continuer that sends each continuation request through the engine over a clone of
+/// `service`: paid for with a ticket of the retry budget (a spent budget continues nothing), the
+/// answer's body if it is an event stream. A 400 teaches the layer that its backend takes no
+/// prefill; the caller is told the original interruption, never the 400.
+fn make_continuer<S, B, RB, C, Bk>(service: &S, config: &Arc<Config<C, Bk>>) -> Continuer
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: ReplayBody + Send + 'static,
+    B::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError> + Send,
+    C: Classify + Send + Sync + 'static,
+    Bk: Backoff + Send + Sync + 'static,
+    Bk::Schedule: Send + 'static,
+{
+    let service = service.clone();
+    let config = Arc::clone(config);
+    Box::new(move |request: Request<Bytes>| -> Resumed {
+        let Some(ticket) = config.policy.budget.ticket() else {
+            return Box::pin(std::future::ready(None));
+        };
+        let mut client: ClientService<S, C, Bk, NotContinuing> =
+            ClientService::from_config(service.clone(), Arc::clone(&config));
+        let prefill = Arc::clone(&config.prefill);
+        Box::pin(async move {
+            poll_fn(|cx| client.poll_inner_ready(cx)).await.ok()?;
+            let route = Route::new().with_ticket(ticket).as_continuation();
+            let (answer, _) = client.route(request.map(B::from_bytes), route).await;
+            let response = answer.ok()?;
+            if response.status() == StatusCode::BAD_REQUEST {
+                prefill.reject();
+                return None;
+            }
+            continued_body(response)
+        })
+    })
+}
+
+impl<S: Clone, C, Bk, K> Clone for ClientService<S, C, Bk, K> {
     fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            config: Arc::clone(&self.config),
-        }
+        Self::from_config(self.inner.clone(), Arc::clone(&self.config))
     }
 }
 
-impl<S: fmt::Debug, C: fmt::Debug, Bk: fmt::Debug> fmt::Debug for ClientService<S, C, Bk> {
+impl<S: fmt::Debug, C: fmt::Debug, Bk: fmt::Debug, K> fmt::Debug for ClientService<S, C, Bk, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientService")
             .field("inner", &self.inner)

@@ -10,8 +10,8 @@ use stormguard_deadline::{Deadline, LlmDeadline, TokenEstimate, propagate};
 use tokio::time::Instant;
 
 use crate::body::ReplayBody;
+use crate::config::SharedTimeout;
 use crate::headers::stamp_attempt;
-use crate::layer::SharedTimeout;
 
 /// How a request's attempts are made.
 // One per request, never moved once made: the template stays inline, the rarer head is boxed.

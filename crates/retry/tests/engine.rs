@@ -24,7 +24,7 @@ use stormguard_classify::random::RandomSource;
 use stormguard_classify::{BoxError, Reason, chain};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::{Constant, FullJitter, HintPolicy};
-use stormguard_retry::{ClientLayer, FailedAnswer, GiveUpCause};
+use stormguard_retry::{ClientLayer, GiveUpCause, Route};
 use support::{Log, Reply, body_bytes, instant, post, reply, retries_only, scripted, status};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
@@ -582,22 +582,21 @@ async fn transport_errors_are_retried_then_given_up() {
     assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
 }
 
-/// The failed answer says whether the server answered 429 to every attempt: what a failover
-/// reads to leave a backend that rate-limits the request whatever the retries do.
+/// The report a router gets with a failed answer says whether the server answered 429 to every
+/// attempt: what a failover reads to leave a backend that rate-limits the request whatever the
+/// retries do.
 #[tokio::test(start_paused = true)]
-async fn the_failed_answer_says_whether_every_attempt_was_answered_429() {
+async fn the_report_says_whether_every_attempt_was_answered_429() {
     let throughout = |respond: fn(usize) -> Reply| async move {
         let (log, backend) = instant(move |n, _| Ok(respond(n)));
-        let response = retries_only().layer(backend).oneshot(post(CHAT)).await;
-        let failed = *response
-            .unwrap()
-            .extensions()
-            .get::<FailedAnswer>()
-            .unwrap();
+        let mut client = retries_only().layer(backend);
+        let ready = client.ready().await.unwrap();
+        let (answer, report) = ready.route(post(CHAT), Route::new()).await;
+        assert!(answer.is_ok());
         (
             log.len(),
-            failed.attempts(),
-            failed.rate_limited_throughout(),
+            report.attempts(),
+            report.rate_limited_throughout(),
         )
     };
     assert_eq!(throughout(|_| status(429)).await, (3, 3, true));

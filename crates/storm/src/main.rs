@@ -178,7 +178,7 @@ fn pipeline_help(pipeline: Pipeline) -> &'static str {
              alone: a stream's head, not its first content."
         }
         Pipeline::Stormguard => {
-            "stormguard::ClientLayer::default().with_continuation(false): one deadline across all\n\
+            "stormguard::ClientLayer::default().without_continuation(): one deadline across all\n\
              attempts, a retry budget, adaptive throttling, jitter and the provider's hints, and\n\
              event streams retried before their first content, never restarted after it: a stream\n\
              cut after content ends with StreamInterrupted. Continuation is off in every scenario\n\

@@ -8,9 +8,9 @@
 //! | `naive-hedge` | [`NaiveHedge`](crate::naive_hedge::NaiveHedge): every request sent twice at once, the first attempt to produce content answers, the other is dropped |
 //! | `tower` | `tower::retry::Retry` with [`TowerPolicy`]: `ExponentialBackoff` and `TpsBudget` (10 s, 10/s, 20%) |
 //! | `tower-hedge` | `tower::hedge::Hedge` with [`TowerHedgePolicy`]: a second attempt once the first has waited the 95th percentile of the latencies it recorded (20 at least, over 2 s) |
-//! | `stormguard` | `stormguard::ClientLayer::default().with_continuation(false)`: the stream guard alone, a stream cut after content ends with `StreamInterrupted` |
+//! | `stormguard` | `stormguard::ClientLayer::default().without_continuation()`: the stream guard alone, a stream cut after content ends with `StreamInterrupted` |
 //! | `stormguard+continuation` | `stormguard::ClientLayer::default()`: a stream cut after content is continued |
-//! | `stormguard+hedge` | `stormguard::ClientLayer::default().with_continuation(false).with_hedging(Hedging::default())`: a hedge once an attempt has waited the 95th percentile of the backend's time to first content |
+//! | `stormguard+hedge` | `stormguard::ClientLayer::default().without_continuation().with_hedging(Hedging::default())`: a hedge once an attempt has waited the 95th percentile of the backend's time to first content |
 //! | `stormguard+breaker` | `ClientLayer::default()`, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
 //! | `stormguard+rate-limit` | the same, with a [`RateLimit`] configured with the provider's quota ([`Scenario::quota_per_minute`]) |
 //! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
@@ -124,12 +124,12 @@ pub enum Pipeline {
     /// tower's hedge: a second attempt after the 95th percentile of the response futures'
     /// latency.
     TowerHedge,
-    /// stormguard's `ClientLayer::default().with_continuation(false)`: streams guarded, never
+    /// stormguard's `ClientLayer::default().without_continuation()`: streams guarded, never
     /// continued.
     Stormguard,
     /// stormguard's `ClientLayer::default()`, which continues a stream cut after content.
     StormguardContinuation,
-    /// stormguard's `ClientLayer::default().with_continuation(false)` with hedging at the 95th
+    /// stormguard's `ClientLayer::default().without_continuation()` with hedging at the 95th
     /// percentile of the backend's time to first content.
     StormguardHedge,
     /// stormguard's `ClientLayer::default()` with a circuit breaker and a local fallback.
@@ -689,28 +689,32 @@ fn client_layer(scenario: &Scenario) -> ClientLayer {
     }
 }
 
+/// The engine around the provider without continuation: a stream cut after content ends with
+/// its in-band error event and `StreamInterrupted`.
+pub type NotContinuing = stormguard::ClientService<
+    Backend,
+    stormguard::classify::LlmClassifier,
+    stormguard::jitter::FullJitter,
+    stormguard::retry::NotContinuing,
+>;
+
 /// stormguard's client pipeline around the provider, its stream guard alone:
-/// `ClientLayer::default().with_continuation(false)`, seeded. A stream cut after content ends
+/// `ClientLayer::default().without_continuation()`, seeded. A stream cut after content ends
 /// with the in-band error event and `StreamInterrupted`; nothing else differs from the default
 /// (see the [module docs](self) for why in every scenario).
-pub fn stormguard(backend: Backend, scenario: &Scenario) -> stormguard::ClientService<Backend> {
-    client_layer(scenario)
-        .with_continuation(false)
-        .layer(backend)
+pub fn stormguard(backend: Backend, scenario: &Scenario) -> NotContinuing {
+    client_layer(scenario).without_continuation().layer(backend)
 }
 
 /// stormguard's client pipeline around the provider with hedging:
-/// `ClientLayer::default().with_continuation(false).with_hedging(Hedging::default())`, seeded.
+/// `ClientLayer::default().without_continuation().with_hedging(Hedging::default())`, seeded.
 /// An attempt that has produced no content (no first content event, for a stream) after the
 /// backend's learned 95th percentile of the time to it is hedged, once, with the retry budget's
 /// grant; the first to produce content answers, the other is cancelled. Continuation is off,
 /// as in [`stormguard()`]'s row, so that the two rows differ in hedging alone.
-pub fn stormguard_hedge(
-    backend: Backend,
-    scenario: &Scenario,
-) -> stormguard::ClientService<Backend> {
+pub fn stormguard_hedge(backend: Backend, scenario: &Scenario) -> NotContinuing {
     client_layer(scenario)
-        .with_continuation(false)
+        .without_continuation()
         .with_hedging(Hedging::default())
         .layer(backend)
 }
@@ -1193,10 +1197,10 @@ mod tests {
         );
         assert!(Pipeline::StormguardContinuation.uses_stormguard());
         assert!(!Pipeline::StormguardContinuation.fails_over());
-        // `stormguard+continuation` is the layer as the scenario builds it, which continues.
+        // `stormguard+continuation` is the layer as the scenario builds it, which continues (its
+        // type says so).
         let scenario = Scenario::builtin(ScenarioKind::Streams);
-        assert!(client_layer(&scenario).continues());
-        assert!(!client_layer(&scenario).with_continuation(false).continues());
+        let _: ClientLayer<_, _, stormguard::retry::Continuing> = client_layer(&scenario);
         for pipeline in Pipeline::ALL {
             let restarts = if pipeline == Pipeline::Naive { 3 } else { 0 };
             assert_eq!(pipeline.stream_restarts(), restarts, "{pipeline}");

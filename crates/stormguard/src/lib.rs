@@ -244,10 +244,11 @@ pub mod failover {
 
 /// The client engine's parts ([`stormguard_retry`]): what [`ClientLayer`] is made of.
 pub mod retry {
+    pub use stormguard_retry::race;
     pub use stormguard_retry::{
-        DEFAULT_HEDGE_PERCENTILE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_HEDGES,
-        DEFAULT_MAX_REPLAY_BODY, HedgeDelay, Hedging, NoHedge, PartialBody, ReplayBody,
-        ensure_idempotency_key, is_idempotent, stamp_attempt,
+        Continuing, DEFAULT_HEDGE_PERCENTILE, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_HEDGES,
+        DEFAULT_MAX_REPLAY_BODY, HedgeDelay, Hedging, NoHedge, NotContinuing, PartialBody,
+        ReplayBody, Report, Route, Routed, ensure_idempotency_key, is_idempotent, stamp_attempt,
     };
 }
 
