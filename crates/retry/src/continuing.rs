@@ -13,7 +13,7 @@ use http_body::Body;
 use stormguard_classify::body::ResponseBody;
 use stormguard_classify::{BoxError, Classify};
 use stormguard_jitter::Backoff;
-use stormguard_stream::{Continuer, Resumed, ResumedBody, is_event_stream};
+use stormguard_stream::{AnswerBody, ContinuationFuture, Continuer, is_event_stream};
 use tower_service::Service;
 
 use crate::body::ReplayBody;
@@ -84,7 +84,7 @@ where
 {
     let service = service.clone();
     let config = Arc::clone(config);
-    Box::new(move |request: Request<Bytes>| -> Resumed {
+    Box::new(move |request: Request<Bytes>| -> ContinuationFuture {
         let Some(withdrawal) = config.policy.budget.try_withdraw() else {
             return Box::pin(std::future::ready(None));
         };
@@ -107,7 +107,7 @@ where
 /// The body of a continuation's answer, for the stream it continues: a success that is an event
 /// stream, else `None` (the stream ends with its first interruption). What every continuer,
 /// the engine's and a failover's, makes of the answer it got.
-pub fn continuing_stream<RB>(response: Response<ResponseBody<RB>>) -> Option<ResumedBody>
+pub fn continuing_stream<RB>(response: Response<ResponseBody<RB>>) -> Option<AnswerBody>
 where
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError> + Send,

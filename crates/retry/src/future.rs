@@ -781,9 +781,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             if self.watch.counts_usage() {
                 open = open.counting_usage();
             }
-            if self.config.resume.is_some() && self.origin.is_replay() {
-                open = open.keeping_content();
-            }
             return Step::Next(State::Opening {
                 open: Box::new((open, Instant::now())),
                 head: Some(head),

@@ -17,8 +17,8 @@ use stormguard_classify::{BoxError, Classify, Outcome, Permit, Reason, is_grpc};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::Usage;
-use stormguard_stream::continuation::Format;
-use stormguard_stream::{Continuation, ContinuationRequest, Continuer, GuardedStream};
+use stormguard_stream::continuation::{Continuations, Format};
+use stormguard_stream::{ContinuationRequest, Continuer, GuardedStream};
 use tower_service::Service;
 
 use crate::attempt::Attempt;
@@ -379,10 +379,11 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             });
         }
         if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {
-            let (head, body) = (template.head.clone(), template.body.clone());
-            *stream = (*stream).with_resume(resume.clone(), head, body);
-        } else if let Some(continuation) = self.continuation(continuer) {
-            *stream = (*stream).with_continuation(continuation);
+            if let Some(resume) = resume.make_resume(&template.head, &template.body) {
+                *stream = (*stream).with_resume(resume);
+            }
+        } else if let Some(continuations) = self.continuation(continuer) {
+            *stream = (*stream).with_resume(Box::new(continuations));
         }
         ResponseBody::boxed(*stream)
     }
@@ -395,7 +396,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     fn continuation(
         &self,
         (given, continuer): (bool, impl FnOnce() -> Option<Continuer>),
-    ) -> Option<Continuation> {
+    ) -> Option<Continuations> {
         let Origin::Replay(template) = &self.origin else {
             return None;
         };
@@ -415,7 +416,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         };
         let continuer = if left > 0 { continuer() } else { None };
         let (head, body) = (template.head.clone(), template.body.clone());
-        Some(Continuation::new(format, head, body, continuer, left))
+        Some(Continuations::new(format, head, body, continuer, left))
     }
 }
 

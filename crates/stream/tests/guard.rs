@@ -14,11 +14,10 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use stormguard_classify::{BoxError, Reason};
-use stormguard_stream::continuation::Format;
+use stormguard_stream::continuation::{Continuations, Format};
 use stormguard_stream::sse::{Event, FrameKind, Parser};
 use stormguard_stream::{
-    Continuation, Continuer, InterruptCause, Opening, ResumedBody, StreamInterrupted, StreamPolicy,
-    open,
+    AnswerBody, Continuer, InterruptCause, Opening, Resume, StreamInterrupted, StreamPolicy, open,
 };
 use tokio::time::{Instant, Sleep};
 
@@ -233,8 +232,9 @@ fn events(text: &str) -> Vec<Event> {
         .collect()
 }
 
-/// A chat request's continuation, answered by `answer` (none: the stream cannot be continued).
-fn chat_continuation(answer: Option<String>) -> Continuation {
+/// The resume hook of a chat request, its continuation answered by `answer` (none: the stream
+/// cannot be resumed).
+fn chat_continuations(answer: Option<String>) -> Box<dyn Resume> {
     let head = http::Request::builder()
         .uri("/v1/chat/completions")
         .body(())
@@ -245,11 +245,11 @@ fn chat_continuation(answer: Option<String>) -> Continuation {
     let continuer = answer.map(|answer| -> Continuer {
         Box::new(move |_| {
             let body = scripted(vec![Step::Send(answer.clone())]).map_err(BoxError::from);
-            let body: ResumedBody = Box::pin(body);
+            let body: AnswerBody = Box::pin(body);
             Box::pin(async move { Some(body) })
         })
     });
-    Continuation::new(Format::OpenAiChat, head, body, continuer, 1)
+    Box::new(Continuations::new(Format::OpenAiChat, head, body, continuer, 1))
 }
 
 /// A stream cut after the first line of an event and a keep-alive comment: the comment ends a
@@ -268,7 +268,7 @@ async fn a_comment_inside_an_event_is_no_place_to_join_a_continuation() {
         panic!("opened");
     };
     let answer = format!("{}data: [DONE]\n\n", content(" world"));
-    let stream = stream.with_continuation(chat_continuation(Some(answer)));
+    let stream = stream.with_resume(chat_continuations(Some(answer)));
     let (text, error) = drain(stream).await;
     assert!(error.is_none(), "{error:?}");
     let data: Vec<String> = events(&text).into_iter().map(|event| event.data).collect();
@@ -291,7 +291,7 @@ async fn a_comment_inside_an_event_is_no_place_to_end_a_stream_with_its_error_ev
     let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
         panic!("opened");
     };
-    let stream = stream.with_continuation(chat_continuation(None));
+    let stream = stream.with_resume(chat_continuations(None));
     let (text, error) = drain(stream).await;
     assert!(error.unwrap().downcast_ref::<StreamInterrupted>().is_some());
     let events = events(&text);
