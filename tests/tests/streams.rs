@@ -7,9 +7,7 @@
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use stormguard::stream::{
-    AnswerBody, ContinuationFuture, InterruptCause, ResumeFn, StreamInterrupted,
-};
+use stormguard::stream::{AnswerBody, AnswerFuture, InterruptCause, ResumeFn, StreamInterrupted};
 use stormguard_tests::{
     ANTHROPIC_OVERLOADED, ANTHROPIC_START, OPENAI_DONE, OPENAI_ROLE, Sse, StreamingProvider,
     chat_post, fast_client_layer, hyper_client, openai_chunk, outage_budget, send,
@@ -208,7 +206,7 @@ async fn a_resumed_stream_continues_after_what_was_delivered_with_nothing_twice(
             let response = client.oneshot(request).await.ok()?;
             let body: AnswerBody = Box::pin(response.into_body());
             Some(body)
-        }) as ContinuationFuture)
+        }) as AnswerFuture)
     });
     let client = layer.with_stream_resume(resume).layer(hyper_client());
     let response = client

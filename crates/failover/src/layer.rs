@@ -22,7 +22,7 @@ use crate::balance::Load;
 use crate::future::{Call, ContinuesFrom, Hops, ResponseFuture};
 use crate::{Backend, Cooldowns, Cure, Degraded};
 use stormguard_stream::continuation::Format;
-use stormguard_stream::{ContinuationFuture, ContinuationRequest, Continuer};
+use stormguard_stream::{AnswerFuture, ContinuationRequest, Continuer};
 
 /// Failover over an ordered list of backends, each request under one deadline and one retry
 /// budget: see the [crate docs](crate).
@@ -485,7 +485,7 @@ where
     Bk: Backoff + Clone + Send + Sync + 'static,
     Bk::Schedule: Send + 'static,
 {
-    Box::new(move |mut request: Request<bytes::Bytes>| -> ContinuationFuture {
+    Box::new(move |mut request: Request<bytes::Bytes>| -> AnswerFuture {
         let Some(withdrawal) = shared.layer.budget().try_withdraw() else {
             return Box::pin(std::future::ready(None));
         };

@@ -13,7 +13,7 @@ use http_body::Body;
 use stormguard_classify::body::ResponseBody;
 use stormguard_classify::{BoxError, Classify};
 use stormguard_jitter::Backoff;
-use stormguard_stream::{AnswerBody, ContinuationFuture, Continuer, is_event_stream};
+use stormguard_stream::{AnswerBody, AnswerFuture, Continuer, is_event_stream};
 use tower_service::Service;
 
 use crate::body::ReplayBody;
@@ -84,7 +84,7 @@ where
 {
     let service = service.clone();
     let config = Arc::clone(config);
-    Box::new(move |request: Request<Bytes>| -> ContinuationFuture {
+    Box::new(move |request: Request<Bytes>| -> AnswerFuture {
         let Some(withdrawal) = config.policy.budget.try_withdraw() else {
             return Box::pin(std::future::ready(None));
         };

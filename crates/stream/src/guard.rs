@@ -19,7 +19,7 @@ use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{BoxError, Outcome, Reason};
 
 use crate::interrupted::{InterruptCause, StreamInterrupted};
-use crate::resume::{AnswerBody, ContinuationFuture, Resume, Resumption};
+use crate::resume::{AnswerBody, AnswerFuture, Resume, Resumption};
 use crate::sse::{self, EventKind, FrameKind, Parser};
 
 /// The stream guard's settings: see the [crate docs](crate).
@@ -497,7 +497,7 @@ enum Stage {
     Original,
     /// Waiting for a continuation's answer; `cause`: the first interruption.
     Waiting {
-        answer: Mutex<ContinuationFuture>,
+        answer: Mutex<AnswerFuture>,
         cause: InterruptCause,
     },
     /// Reading a continuation's answer.
@@ -717,7 +717,10 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
         let (event, events) = match self.resume.as_mut() {
             Some(resume) => {
                 let resume = lock(resume);
-                (resume.error_event(&cause, self.bytes), resume.content_events())
+                (
+                    resume.error_event(&cause, self.bytes),
+                    resume.content_events(),
+                )
             }
             None => (None, self.guard.events),
         };
@@ -867,7 +870,9 @@ where
                         None => continue,
                     },
                     Poll::Ready(Chunk::Trailers(trailers)) => {
-                        return ControlFlow::Break(Poll::Ready(Some(Ok(Frame::trailers(trailers)))));
+                        return ControlFlow::Break(Poll::Ready(Some(Ok(Frame::trailers(
+                            trailers,
+                        )))));
                     }
                     Poll::Ready(Chunk::End) => {
                         self.ended();

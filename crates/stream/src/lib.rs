@@ -67,8 +67,7 @@
 //! - **resume**: go on with an interrupted stream, as its hook ([`Resume`]) says; the hook is
 //!   made per stream by a [`MakeResume`].
 //! - **continuation**: the request that asks for the rest of an answer
-//!   ([`ContinuationRequest`] marks it), and its answer ([`ContinuationFuture`],
-//!   [`AnswerBody`]).
+//!   ([`ContinuationRequest`] marks it), and its answer ([`AnswerFuture`], [`AnswerBody`]).
 //! - **continuer**: what sends a continuation and returns the future of its answer
 //!   ([`Continuer`]); the engine's goes through the engine, a failover's to its next backend.
 //! - **prefill**: the text received, sent as the assistant message the model goes on from
@@ -141,6 +140,6 @@ pub use self::continuation::ContinuationRequest;
 pub use self::guard::{GuardedStream, OpenStream, Opening, StreamEnd, StreamPolicy, open};
 pub use self::interrupted::{InterruptCause, StreamInterrupted};
 pub use self::resume::{
-    AnswerBody, ContinuationFuture, Continuer, MakeResume, Received, Resume, ResumeFn, Resumption,
+    AnswerBody, AnswerFuture, Continuer, MakeResume, Received, Resume, ResumeFn, Resumption,
 };
 pub use stormguard_classify::is_event_stream;

@@ -249,7 +249,13 @@ fn chat_continuations(answer: Option<String>) -> Box<dyn Resume> {
             Box::pin(async move { Some(body) })
         })
     });
-    Box::new(Continuations::new(Format::OpenAiChat, head, body, continuer, 1))
+    Box::new(Continuations::new(
+        Format::OpenAiChat,
+        head,
+        body,
+        continuer,
+        1,
+    ))
 }
 
 /// A stream cut after the first line of an event and a keep-alive comment: the comment ends a

@@ -6,7 +6,7 @@ use http::header::{CONTENT_LENGTH, HeaderName};
 
 use super::{Format, Splice, Transcript, continuation_body, error_event, terminal_event};
 use crate::interrupted::InterruptCause;
-use crate::resume::{ContinuationFuture, Continuer, Resume, Resumption};
+use crate::resume::{AnswerFuture, Continuer, Resume, Resumption};
 use crate::sse::{Event, FrameKind};
 
 /// In the extensions of a continuation request: it continues another stream. The engine does
@@ -56,7 +56,7 @@ impl Continuations {
     }
 
     /// Sends the request that asks for the rest of what the transcript read, if one may be sent.
-    fn send(&mut self) -> Option<ContinuationFuture> {
+    fn send(&mut self) -> Option<AnswerFuture> {
         if self.left == 0 || self.continuer.is_none() || self.transcript.continuable().is_err() {
             return None;
         }

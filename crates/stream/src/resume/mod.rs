@@ -86,12 +86,12 @@ pub type AnswerBody = Pin<Box<dyn Body<Data = Bytes, Error = BoxError> + Send + 
 
 /// The future of a continuation's answer: its body, or `None` when it could not be had (refused,
 /// failed, not an event stream).
-pub type ContinuationFuture = Pin<Box<dyn Future<Output = Option<AnswerBody>> + Send + 'static>>;
+pub type AnswerFuture = Pin<Box<dyn Future<Output = Option<AnswerBody>> + Send + 'static>>;
 
 /// The continuer: what sends a continuation request and returns the future of its answer. The
 /// retry engine makes one that sends through itself, under the retry budget; a failover, one that
 /// sends to its next backend.
-pub type Continuer = Box<dyn FnMut(http::Request<Bytes>) -> ContinuationFuture + Send>;
+pub type Continuer = Box<dyn FnMut(http::Request<Bytes>) -> AnswerFuture + Send>;
 
 /// A stream's resume hook: learns what the caller was shown, and says what follows when the
 /// stream stops before its answer is complete (see the [module docs](self)).
@@ -132,7 +132,7 @@ pub trait Resume: Send {
 /// What follows a stream's stop, as its [`Resume`] hook says.
 pub enum Resumption {
     /// A continuation was sent: the stream goes on with its answer.
-    Continuation(ContinuationFuture),
+    Continuation(AnswerFuture),
     /// The answer is complete: the stream ends cleanly, after these bytes (a terminal event it
     /// lost), if any.
     Complete(Option<Bytes>),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::request::Parts;
 
-use super::{ContinuationFuture, MakeResume, Resume, Resumption};
+use super::{AnswerFuture, MakeResume, Resume, Resumption};
 use crate::interrupted::InterruptCause;
 use crate::sse::{Event, EventKind, classify_event};
 
@@ -40,7 +40,7 @@ impl Received {
 /// Most bytes of content kept for the closure: 1 MiB (a long answer's text is far less).
 const MAX_KEPT: usize = 1 << 20;
 
-type Hook = dyn Fn(&Received, &Parts, &Bytes) -> Option<ContinuationFuture> + Send + Sync;
+type Hook = dyn Fn(&Received, &Parts, &Bytes) -> Option<AnswerFuture> + Send + Sync;
 
 /// A resume hook made of a closure, for the formats the built-in
 /// [`Continuations`](crate::continuation::Continuations) does not know: given what was received,
@@ -73,7 +73,7 @@ impl ResumeFn {
     /// A resume hook that calls `hook`.
     pub fn new<F>(hook: F) -> Self
     where
-        F: Fn(&Received, &Parts, &Bytes) -> Option<ContinuationFuture> + Send + Sync + 'static,
+        F: Fn(&Received, &Parts, &Bytes) -> Option<AnswerFuture> + Send + Sync + 'static,
     {
         Self {
             hook: Arc::new(hook),
