@@ -668,7 +668,7 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
             self.stage = ending(Some(self.held.split().freeze()));
             return;
         }
-        let outcome = match self.resume(InterruptCause::Unfinished, None) {
+        let outcome = match self.go_on(InterruptCause::Unfinished, None) {
             true => Outcome::success(),
             false => InterruptCause::Unfinished.outcome(),
         };
@@ -680,17 +680,16 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
         // This attempt ended as it did, whatever its resume hook does.
         self.report(&cause.outcome());
         self.held.clear();
-        match self.resume.is_some() {
-            true => {
-                self.resume(cause, None);
-            }
-            false => self.stage = self.interrupted(cause),
+        if self.resume.is_some() {
+            self.go_on(cause, None);
+        } else {
+            self.stage = self.interrupted(cause);
         }
     }
 
     /// The stream or its continuation stopped for `cause` (`first`: the interruption before it,
-    /// if any): what its resume hook makes of it. Whether the answer was complete.
-    fn resume(&mut self, cause: InterruptCause, first: Option<InterruptCause>) -> bool {
+    /// if any): it goes on as its resume hook says. Whether the answer was complete.
+    fn go_on(&mut self, cause: InterruptCause, first: Option<InterruptCause>) -> bool {
         let resumption = match self.resume.as_mut() {
             Some(resume) => lock(resume).resume(&cause, self.bytes),
             None => Resumption::Interrupted,
@@ -817,7 +816,7 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
         let Stage::Reading(reading) = std::mem::replace(&mut self.stage, Stage::Done) else {
             return;
         };
-        self.resume(cause, Some(reading.cause));
+        self.go_on(cause, Some(reading.cause));
     }
 
     /// Hands on `data` (the chunk that began at byte `start` of the stream), up to `upto`: all of
