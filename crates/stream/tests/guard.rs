@@ -18,7 +18,7 @@ use stormguard_stream::continuation::{Continuations, Format};
 use stormguard_stream::sse::{Event, FrameKind, Parser};
 use stormguard_stream::{
     AnswerBody, AnswerFuture, Continuer, GuardedStream, InterruptCause, MakeResume, Opening,
-    Resume, ResumeFn, StreamInterrupted, StreamPolicy, open,
+    Received, Resume, ResumeFn, StreamInterrupted, StreamPolicy, open,
 };
 use tokio::time::{Instant, Sleep};
 
@@ -308,18 +308,14 @@ async fn a_comment_inside_an_event_is_no_place_to_end_a_stream_with_its_error_ev
     assert_eq!(error["error"]["type"], "stream_interrupted");
 }
 
-/// A closure's resume hook for a chat request, its continuation answered by `steps`; `seen`
-/// gets what it was given.
-fn chat_resume_fn(
-    steps: Vec<Step>,
-    seen: std::sync::Arc<std::sync::Mutex<Vec<(u64, u64, Vec<String>)>>>,
-) -> Box<dyn Resume> {
+/// What a closure was given, each time it was called.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Received>>>;
+
+/// A closure's resume hook for a chat request, its continuation answered by `steps`.
+fn chat_resume_fn(steps: Vec<Step>, seen: Seen) -> Box<dyn Resume> {
     let steps = std::sync::Mutex::new(Some(steps));
     let hook = ResumeFn::new(move |received, _, _| {
-        let content = received.content().to_vec();
-        seen.lock()
-            .unwrap()
-            .push((received.events(), received.bytes(), content));
+        seen.lock().unwrap().push(received.clone());
         let body = scripted(steps.lock().unwrap().take()?).map_err(BoxError::from);
         let body: AnswerBody = Box::pin(body);
         Some(Box::pin(async move { Some(body) }) as AnswerFuture)
@@ -351,8 +347,8 @@ async fn a_closure_resumes_a_cut_stream_with_its_continuation_as_it_came() {
         Step::Send(format!("{KEEP_ALIVE}{}", &content(" world")[..20])),
         Step::Send(format!("{}data: [DONE]\n\n", &content(" world")[20..])),
     ];
-    let seen = std::sync::Arc::default();
-    let stream = stream.with_resume(chat_resume_fn(answer, std::sync::Arc::clone(&seen)));
+    let seen = Seen::default();
+    let stream = stream.with_resume(chat_resume_fn(answer, Seen::clone(&seen)));
     let (text, error) = drain(stream).await;
     assert!(error.is_none(), "{error:?}");
     let delivered = format!("{ROLE}{}", content("Hello"));
@@ -365,8 +361,9 @@ async fn a_closure_resumes_a_cut_stream_with_its_continuation_as_it_came() {
     );
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 1);
-    let (events, bytes, content) = &seen[0];
-    assert_eq!((*events, *bytes), (1, delivered.len() as u64));
+    assert_eq!(seen[0].events(), 1);
+    assert_eq!(seen[0].bytes(), delivered.len() as u64);
+    let content = seen[0].content();
     assert_eq!(content.len(), 1);
     assert!(content[0].contains("Hello"), "{content:?}");
 }
@@ -383,8 +380,8 @@ async fn a_closure_s_failed_continuation_ends_the_stream_with_the_first_interrup
         panic!("opened");
     };
     let answer = vec![Step::Send(content(" world")), Step::Fail];
-    let seen = std::sync::Arc::default();
-    let stream = stream.with_resume(chat_resume_fn(answer, std::sync::Arc::clone(&seen)));
+    let seen = Seen::default();
+    let stream = stream.with_resume(chat_resume_fn(answer, Seen::clone(&seen)));
     let (text, error) = drain(stream).await;
     assert_eq!(
         text,
