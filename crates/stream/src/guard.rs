@@ -661,7 +661,7 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
     /// (it ended without a terminal event).
     fn ended(&mut self) {
         // A terminal event of any format ends it: a stream whose request's path named another
-        // format is not taken for a cut one.
+        // format is not taken for an interrupted one.
         if self.resume.is_none() || self.guard.terminal {
             self.report(&Outcome::success());
             // A last event without its blank line, held back: it ends the stream.
