@@ -20,9 +20,9 @@
 //!
 //! Two hooks are ready: [`Continuations`](crate::continuation::Continuations), for OpenAI Chat
 //! Completions and Anthropic Messages (a prefill, a splice), which the retry engine gives every
-//! stream in those formats; and [`ResumeFn`], a closure given what was received, which the
-//! engine gives every stream in their place when one is set (`ClientLayer::with_stream_resume`
-//! takes any [`MakeResume`]).
+//! stream in those formats; and [`ResumeFn`], a closure given what was received. A hook set on
+//! the engine (`ClientLayer::with_stream_resume`, any [`MakeResume`], a `ResumeFn` among them)
+//! takes the built-in one's place on every stream.
 //!
 //! ```
 //! use bytes::Bytes;
