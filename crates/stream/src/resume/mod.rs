@@ -108,7 +108,8 @@ pub trait Resume: Send {
 
     /// The stream, or the continuation being read, stopped for `cause`
     /// ([`Unfinished`](InterruptCause::Unfinished): it ended without a terminal event), `bytes`
-    /// having been handed on: what follows.
+    /// having been handed on: what follows. A hook for a format without a terminal event answers
+    /// `Unfinished` with [`Complete`](Resumption::Complete).
     fn resume(&mut self, cause: &InterruptCause, bytes: u64) -> Resumption;
 
     /// One frame of a continuation's answer (`raw`: its bytes as they came, from the end of the
