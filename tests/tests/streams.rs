@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use stormguard::stream::{InterruptCause, Resume, Resumed, ResumedBody, StreamInterrupted};
+use stormguard::stream::{AnswerBody, AnswerFuture, InterruptCause, ResumeFn, StreamInterrupted};
 use stormguard_tests::{
     ANTHROPIC_OVERLOADED, ANTHROPIC_START, OPENAI_DONE, OPENAI_ROLE, Sse, StreamingProvider,
     chat_post, fast_client_layer, hyper_client, openai_chunk, outage_budget, send,
@@ -181,7 +181,7 @@ async fn a_resumed_stream_continues_after_what_was_delivered_with_nothing_twice(
     let layer = fast_client_layer(outage_budget());
     // The continuation goes through the same policy and budget.
     let continuation = layer.clone().layer(hyper_client());
-    let resume = Resume::new(move |received, head, body| {
+    let resume = ResumeFn::new(move |received, head, body| {
         // The partial answer, from the content events' deltas, as an assistant prefix.
         let prefix: String = received
             .content()
@@ -204,9 +204,9 @@ async fn a_resumed_stream_continues_after_what_was_delivered_with_nothing_twice(
         let client = continuation.clone();
         Some(Box::pin(async move {
             let response = client.oneshot(request).await.ok()?;
-            let body: ResumedBody = Box::pin(response.into_body());
+            let body: AnswerBody = Box::pin(response.into_body());
             Some(body)
-        }) as Resumed)
+        }) as AnswerFuture)
     });
     let client = layer.with_stream_resume(resume).layer(hyper_client());
     let response = client

@@ -15,7 +15,7 @@ use stormguard_classify::random::RandomSource;
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
 use stormguard_retry::{ClientLayer, Continuing, Error, Hedging, NotContinuing, ReplayBody};
-use stormguard_stream::{Continuer, Resumed, ResumedBody, is_event_stream};
+use stormguard_stream::{AnswerBody, AnswerFuture, Continuer, is_event_stream};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -426,7 +426,7 @@ where
     Bk::Schedule: Send + 'static,
 {
     let shared = Arc::clone(shared);
-    Box::new(move |request: Request<Bytes>| -> Resumed {
+    Box::new(move |request: Request<Bytes>| -> AnswerFuture {
         let Some(ticket) = shared.layer.budget().ticket() else {
             return Box::pin(std::future::ready(None));
         };
@@ -438,7 +438,7 @@ where
             if !response.status().is_success() || !is_event_stream(response.headers()) {
                 return None;
             }
-            let body: ResumedBody = Box::pin(response.into_body());
+            let body: AnswerBody = Box::pin(response.into_body());
             Some(body)
         })
     })

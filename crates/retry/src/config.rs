@@ -8,7 +8,7 @@ use std::time::Duration;
 use stormguard_breaker::Fallback;
 use stormguard_deadline::client::TimeoutSource;
 use stormguard_deadline::clocks::AttemptClocks;
-use stormguard_stream::{Resume, StreamPolicy};
+use stormguard_stream::{MakeResume, StreamPolicy};
 
 use crate::admission::Guards;
 use crate::hedge::Hedging;
@@ -31,7 +31,7 @@ pub(crate) struct Config<C, Bk> {
     pub(crate) margin: Duration,
     pub(crate) propagation: bool,
     pub(crate) streams: Option<StreamPolicy>,
-    pub(crate) resume: Option<Resume>,
+    pub(crate) resume: Option<Arc<dyn MakeResume>>,
     pub(crate) name: Option<Arc<str>>,
     /// Each attempt's own clocks, learned from this backend's answers.
     pub(crate) clocks: Option<AttemptClocks>,

@@ -9,7 +9,7 @@ use http::Response;
 use http_body::Body;
 use stormguard_classify::BoxError;
 use stormguard_classify::body::ResponseBody;
-use stormguard_stream::{Continuer, ResumedBody, is_event_stream};
+use stormguard_stream::{AnswerBody, Continuer, is_event_stream};
 
 use crate::config::Config;
 
@@ -40,7 +40,7 @@ impl<S, C, Bk> Continue<S, C, Bk> {
 
 /// The body of a continuation's answer, for the stream it continues: a success that is an event
 /// stream, else `None` (the stream ends with its first interruption).
-pub(crate) fn continued_body<RB>(response: Response<ResponseBody<RB>>) -> Option<ResumedBody>
+pub(crate) fn continued_body<RB>(response: Response<ResponseBody<RB>>) -> Option<AnswerBody>
 where
     RB: Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError> + Send,

@@ -637,9 +637,6 @@ where
             if ledger.watch.counts_usage() {
                 open = open.counting_usage();
             }
-            if config.resume.is_some() && ledger.origin.is_replay() {
-                open = open.keeping_content();
-            }
             return Step::Next(State::Opening {
                 open: Box::new((open, Instant::now())),
                 head: Some(head),

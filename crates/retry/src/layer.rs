@@ -16,7 +16,7 @@ use stormguard_deadline::propagate::DEFAULT_MARGIN;
 use stormguard_deadline::{DEFAULT_TIMEOUT, LlmDeadline};
 use stormguard_jitter::{Backoff, FullJitter, HintPolicy};
 use stormguard_rate_limit::RateLimit;
-use stormguard_stream::{Resume, StreamPolicy};
+use stormguard_stream::{MakeResume, StreamPolicy};
 use tower_layer::Layer;
 
 use crate::admission::{Guard, Guards};
@@ -293,12 +293,14 @@ impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
         self.change(|config| config.streams = Some(policy))
     }
 
-    /// Continue an event stream interrupted after its first content with `resume` instead of
-    /// ending it (opt-in; see `stormguard_stream::Resume`): the hook gets what was
-    /// received and the request (its head carries the deadline), and may send a continuation
-    /// through a client sharing this layer's budget. Requests whose body was not buffered (larger
-    /// than the replay cap) are not resumed.
-    pub fn with_stream_resume(self, resume: Resume) -> Self {
+    /// Resume an event stream interrupted after its first content with the hook `resume` makes
+    /// for it instead of ending it (opt-in; see `stormguard_stream::resume`;
+    /// `stormguard_stream::ResumeFn` makes one of a closure, which gets what was received and
+    /// the request, its head carrying the deadline, and may send a continuation through a
+    /// client sharing this layer's budget). Requests whose body was not buffered (larger than
+    /// the replay cap) are not resumed.
+    pub fn with_stream_resume(self, resume: impl MakeResume + 'static) -> Self {
+        let resume: Arc<dyn MakeResume> = Arc::new(resume);
         self.change(|config| config.resume = Some(resume))
     }
 

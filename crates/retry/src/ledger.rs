@@ -18,8 +18,8 @@ use stormguard_classify::{BoxError, Classify, Outcome, is_grpc};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::Usage;
-use stormguard_stream::continuation::Format;
-use stormguard_stream::{Continuation, Continuer, GuardedStream, StreamPolicy, is_event_stream};
+use stormguard_stream::continuation::{Continuations, Format};
+use stormguard_stream::{Continuer, GuardedStream, StreamPolicy, is_event_stream};
 use tokio::time::Instant;
 
 use crate::attempt::{Attempt, Due};
@@ -497,10 +497,11 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             });
         }
         if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {
-            let (head, body) = (template.head.clone(), template.body.clone());
-            *stream = (*stream).with_resume(resume.clone(), head, body);
-        } else if let Some(continued) = self.continuation(continuer, given) {
-            *stream = (*stream).with_continuation(continued);
+            if let Some(resume) = resume.make_resume(&template.head, &template.body) {
+                *stream = (*stream).with_resume(resume);
+            }
+        } else if let Some(continuations) = self.continuation(continuer, given) {
+            *stream = (*stream).with_resume(Box::new(continuations));
         }
         ResponseBody::boxed(*stream)
     }
@@ -512,7 +513,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         &self,
         continuer: impl FnOnce(&Arc<Config<C, Bk>>) -> Option<Continuer>,
         given: bool,
-    ) -> Option<Continuation> {
+    ) -> Option<Continuations> {
         let Origin::Replay(template) = &self.origin else {
             return None;
         };
@@ -529,6 +530,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         };
         let left = if continuer.is_some() { left } else { 0 };
         let (head, body) = (template.head.clone(), template.body.clone());
-        Some(Continuation::new(format, head, body, continuer, left))
+        Some(Continuations::new(format, head, body, continuer, left))
     }
 }

@@ -12,7 +12,7 @@ use http_body::Body;
 use stormguard_classify::body::ResponseBody;
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
-use stormguard_stream::{Continuer, Resumed};
+use stormguard_stream::{AnswerFuture, Continuer};
 use tower_service::Service;
 
 use crate::body::ReplayBody;
@@ -187,7 +187,7 @@ where
 {
     let service = service.clone();
     let config = Arc::clone(config);
-    Box::new(move |request: Request<Bytes>| -> Resumed {
+    Box::new(move |request: Request<Bytes>| -> AnswerFuture {
         let Some(ticket) = config.policy.budget.ticket() else {
             return Box::pin(std::future::ready(None));
         };

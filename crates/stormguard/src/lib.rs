@@ -218,8 +218,8 @@ pub mod stream {
         Event, EventKind, Frame, FrameKind, Parser, SseError, classify_event,
     };
     pub use stormguard_stream::{
-        GuardedStream, InterruptCause, Received, Resume, Resumed, ResumedBody, StreamInterrupted,
-        StreamPolicy, is_event_stream,
+        AnswerBody, AnswerFuture, GuardedStream, InterruptCause, MakeResume, Received, Resume,
+        ResumeFn, Resumption, StreamInterrupted, StreamPolicy, is_event_stream,
     };
 }
 

@@ -1,11 +1,13 @@
 //! The stream guard: [`open`] reads an event stream up to its first content event, and a
-//! [`GuardedStream`] hands it on, ending with [`StreamInterrupted`] if it breaks after that. The
-//! rules and the timeouts are in the [crate docs](crate).
+//! [`GuardedStream`] hands it on, ending with [`StreamInterrupted`] if it breaks after that, or
+//! going on as its [`Resume`] hook says. The rules and the timeouts are in the
+//! [crate docs](crate).
 
-use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -14,9 +16,10 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use stormguard_classify::usage::TokenCounts;
-use stormguard_classify::{BoxError, Failure, Outcome, Reason};
+use stormguard_classify::{BoxError, Outcome, Reason};
 
-use crate::continued::Continued;
+use crate::interrupted::{InterruptCause, StreamInterrupted};
+use crate::resume::{AnswerBody, AnswerFuture, Resume, Resumption};
 use crate::sse::{self, EventKind, FrameKind, Parser};
 
 /// The stream guard's settings: see the [crate docs](crate).
@@ -115,217 +118,6 @@ impl Default for StreamPolicy {
     }
 }
 
-/// Why a stream that had delivered content stopped early.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum InterruptCause {
-    /// The provider sent an error event; its outcome.
-    ErrorEvent(Outcome),
-    /// The connection failed (reset, cut): the body's error.
-    Reset(BoxError),
-    /// Nothing came for the idle timeout.
-    Idle(Duration),
-    /// No content came for the progress timeout (after content) or the first-content timeout
-    /// (before it), whatever else did.
-    NoProgress(Duration),
-    /// The stream broke the event-stream format's limits (a line or an event too large).
-    Malformed(sse::SseError),
-    /// The stream ended without its terminal event, before its answer said it was complete
-    /// (read for the formats a stream can be continued in, `continuation::Format`).
-    Unfinished,
-}
-
-impl InterruptCause {
-    /// A short snake_case name, for logs and metrics.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::ErrorEvent(_) => "error_event",
-            Self::Reset(_) => "reset",
-            Self::Idle(_) => "idle",
-            Self::NoProgress(_) => "no_progress",
-            Self::Malformed(_) => "malformed",
-            Self::Unfinished => "unfinished",
-        }
-    }
-
-    /// What the interruption is in stormguard's vocabulary: the error event's outcome, or a
-    /// failure the backend did not accept (a transport error, a timeout).
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            Self::ErrorEvent(outcome) => *outcome,
-            Self::Reset(_) | Self::Malformed(_) | Self::Unfinished => {
-                Outcome::retryable(Reason::Transport).with_accepted(false)
-            }
-            Self::Idle(_) | Self::NoProgress(_) => {
-                Outcome::retryable(Reason::Timeout).with_accepted(false)
-            }
-        }
-    }
-}
-
-/// A stream that stopped after it had delivered content: never restarted (the caller has seen
-/// part of the answer), it ends with this error, which says how much was delivered and why.
-///
-/// Its source chain holds a [`Failure`] with the interruption's outcome
-/// ([`outcome_of`](stormguard_classify::outcome_of) reads it).
-pub struct StreamInterrupted {
-    events: u64,
-    bytes: u64,
-    cause: InterruptCause,
-    failure: Failure,
-}
-
-impl StreamInterrupted {
-    pub(crate) fn new(events: u64, bytes: u64, cause: InterruptCause) -> Self {
-        let failure = Failure::new(cause.outcome());
-        Self {
-            events,
-            bytes,
-            cause,
-            failure,
-        }
-    }
-
-    /// Content events delivered before the interruption.
-    pub fn events(&self) -> u64 {
-        self.events
-    }
-
-    /// Bytes of the stream delivered before the interruption.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// Why it stopped.
-    pub fn cause(&self) -> &InterruptCause {
-        &self.cause
-    }
-}
-
-impl fmt::Debug for StreamInterrupted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StreamInterrupted")
-            .field("events", &self.events)
-            .field("bytes", &self.bytes)
-            .field("cause", &self.cause)
-            .finish()
-    }
-}
-
-impl fmt::Display for StreamInterrupted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "stream interrupted after {} content events ({} bytes): ",
-            self.events, self.bytes
-        )?;
-        match &self.cause {
-            InterruptCause::ErrorEvent(outcome) => write!(f, "error event ({outcome})"),
-            InterruptCause::Reset(error) => write!(f, "connection failed ({error})"),
-            InterruptCause::Idle(after) => write!(f, "nothing for {after:?}"),
-            InterruptCause::NoProgress(after) => write!(f, "no content for {after:?}"),
-            InterruptCause::Malformed(error) => write!(f, "malformed stream ({error})"),
-            InterruptCause::Unfinished => f.write_str("ended before its answer was complete"),
-        }
-    }
-}
-
-impl StdError for StreamInterrupted {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&self.failure)
-    }
-}
-
-/// What a stream delivered before it was interrupted, for a [`Resume`] hook.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Received {
-    events: u64,
-    bytes: u64,
-    content: Vec<String>,
-}
-
-impl Received {
-    /// Content events delivered.
-    pub fn events(&self) -> u64 {
-        self.events
-    }
-
-    /// Bytes of the stream delivered (whole events only, when a resume hook is set).
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// The `data` of each content event delivered, in order (an OpenAI chunk's JSON, an
-    /// Anthropic `content_block_delta`'s JSON): what the caller has seen of the answer.
-    pub fn content(&self) -> &[String] {
-        &self.content
-    }
-}
-
-/// The body of a continuation, as a [`Resume`] hook's future yields it.
-pub type ResumedBody = Pin<Box<dyn Body<Data = Bytes, Error = BoxError> + Send + 'static>>;
-
-/// The future a [`Resume`] hook returns: the continuation's body, or `None` (it failed: the
-/// stream ends with [`StreamInterrupted`]).
-pub type Resumed = Pin<Box<dyn Future<Output = Option<ResumedBody>> + Send + 'static>>;
-
-type ResumeFn = dyn Fn(&Received, &http::request::Parts, &Bytes) -> Option<Resumed> + Send + Sync;
-
-/// An opt-in hook that continues an interrupted stream instead of ending it: given what was
-/// received, the original request's head (with its deadline) and body, it may send a
-/// continuation request (for example the partial answer as an assistant prefix) through a client
-/// that shares the same retry budget, and return the future of its answer's body. The stream
-/// then goes on with that body's bytes after the last whole event delivered; if the hook
-/// declines (`None`), or the continuation fails, the stream ends with [`StreamInterrupted`].
-///
-/// The head is the original request's: it carries the deadline, and its `Idempotency-Key`,
-/// which a continuation (another request) should not reuse: remove it (and `content-length`)
-/// before sending. `tests/tests/streams.rs` has a hook that adds the partial answer as an
-/// assistant prefix to an OpenAI chat request.
-///
-/// While a hook is set, a stream is handed on in whole events (a partial event is held back
-/// until its end arrives), so that the continuation never joins half an event. The content kept
-/// for the hook is bounded (1 MiB); beyond it, the stream is not resumed.
-#[derive(Clone)]
-pub struct Resume {
-    hook: std::sync::Arc<ResumeFn>,
-}
-
-impl Resume {
-    /// A resume hook.
-    pub fn new<F>(hook: F) -> Self
-    where
-        F: Fn(&Received, &http::request::Parts, &Bytes) -> Option<Resumed> + Send + Sync + 'static,
-    {
-        Self {
-            hook: std::sync::Arc::new(hook),
-        }
-    }
-}
-
-impl fmt::Debug for Resume {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Resume")
-    }
-}
-
-/// A resume hook with the request it would continue.
-struct Resumable {
-    resume: Resume,
-    head: http::request::Parts,
-    body: Bytes,
-}
-
-/// Where a resumed stream stands: waiting for the continuation, or reading it. Behind a mutex
-/// only so that the stream stays `Sync`; it is reached with `get_mut`, never locked.
-enum Spliced {
-    Waiting {
-        resumed: std::sync::Mutex<Resumed>,
-        cause: Option<InterruptCause>,
-    },
-    Reading(std::sync::Mutex<ResumedBody>),
-}
-
 /// Called once with how a guarded stream ended.
 type AtEnd = Box<dyn FnOnce(&StreamEnd) + Send + Sync>;
 
@@ -418,16 +210,6 @@ impl<RB: Body> OpenStream<RB> {
         }
         self
     }
-
-    /// Keeps the data of the content events, for a [`Resume`] hook
-    /// ([`GuardedStream::with_resume`]).
-    #[must_use]
-    pub fn keeping_content(mut self) -> Self {
-        if let Some(guard) = self.guard.as_mut() {
-            guard.keep = true;
-        }
-        self
-    }
 }
 
 impl<RB: Body> Unpin for OpenStream<RB> {}
@@ -517,7 +299,7 @@ enum Scan {
 struct Guard<RB: Body> {
     body: Pin<Box<RB>>,
     parser: Parser,
-    /// The frames the last chunk completed, read by `scan`.
+    /// The frames the last chunk completed, read by `scan` (and shown to a resume hook).
     frames: Vec<sse::Frame>,
     policy: StreamPolicy,
     /// Content events seen.
@@ -533,30 +315,15 @@ struct Guard<RB: Body> {
     sleep: Option<Pin<Box<Sleep>>>,
     /// An interruption found ahead of what was delivered, handed out after it.
     interrupted: Option<InterruptCause>,
-    done: bool,
     /// Where the stream can be cut after the last complete frame, in bytes of the stream: its
     /// end, or for a comment inside an event, that event's start ([`Frame::boundary`](sse::Frame::boundary)).
     last_end: u64,
-    /// Whether the data of content events is kept (for a resume hook), and what was kept.
-    keep: bool,
-    kept: Kept,
     /// Whether the usage events are read, and the most they reported.
     count_usage: bool,
     usage: Option<TokenCounts>,
     /// Whether a terminal event came (`[DONE]`, `message_stop`: any format's).
     terminal: bool,
 }
-
-/// The data of the content events seen, kept for a resume hook, up to [`MAX_KEPT`] bytes.
-#[derive(Default)]
-struct Kept {
-    content: Vec<String>,
-    size: usize,
-    overflowed: bool,
-}
-
-/// Most bytes of content kept for a resume hook: 1 MiB (a long answer's text is far less).
-const MAX_KEPT: usize = 1 << 20;
 
 impl<RB: Body<Data = Bytes>> Guard<RB> {
     fn new(body: Pin<Box<RB>>, policy: StreamPolicy, now: Instant) -> Self {
@@ -572,10 +339,7 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             events: 0,
             sleep: None,
             interrupted: None,
-            done: false,
             last_end: 0,
-            keep: false,
-            kept: Kept::default(),
             count_usage: false,
             usage: None,
             terminal: false,
@@ -603,7 +367,7 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                 Some(Err(error)) => Chunk::Failed(error),
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) if data.is_empty() => continue,
-                    Ok(data) => match self.parser.feed(&data, &mut self.frames) {
+                    Ok(data) => match self.feed(&data) {
                         Ok(()) => Chunk::Data(data),
                         Err(error) => Chunk::Malformed(error),
                     },
@@ -616,15 +380,21 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
         }
     }
 
+    /// Parses a chunk: the frames it completed replace the last chunk's.
+    fn feed(&mut self, data: &[u8]) -> Result<(), sse::SseError> {
+        self.frames.clear();
+        self.parser.feed(data, &mut self.frames)
+    }
+
     /// Reads the frames the last chunk completed (it started at byte `start` of the stream),
     /// moving the timers.
     fn scan(&mut self, start: u64) -> Scan {
         let now = Instant::now();
         let mut scan = Scan::Nothing;
         let mut boundary = start;
-        // Taken out while they are read (and put back, with their room, after).
-        let mut frames = std::mem::take(&mut self.frames);
-        for frame in frames.drain(..) {
+        // Taken out while they are read (and put back after, for the resume hook).
+        let frames = std::mem::take(&mut self.frames);
+        for frame in &frames {
             self.alive = self.policy.idle.map(|timeout| now + timeout);
             let kind = match frame.kind {
                 FrameKind::Comment => EventKind::Control,
@@ -642,15 +412,6 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                         self.longest_gap = Some(self.longest_gap.map_or(gap, |at| at.max(gap)));
                     }
                     scan = Scan::Content;
-                    if let (true, FrameKind::Event(event)) = (self.keep, &frame.kind) {
-                        let kept = &mut self.kept;
-                        if kept.size + event.data.len() <= MAX_KEPT {
-                            kept.size += event.data.len();
-                            kept.content.push(event.data.clone());
-                        } else {
-                            kept.overflowed = true;
-                        }
-                    }
                 }
                 // What follows an error is not read: the stream ends there.
                 EventKind::Error(outcome) => {
@@ -710,7 +471,8 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
 
 /// An event stream after its first content event, handed on whole from its first byte: yields
 /// what was read to open it, then the rest, counting content events and bytes, and ends with
-/// [`StreamInterrupted`] if it breaks (an error event, a failure, a timeout).
+/// [`StreamInterrupted`] if it breaks (an error event, a failure, a timeout), unless its
+/// [`Resume`] hook completes it.
 pub struct GuardedStream<RB: Body> {
     guard: Guard<RB>,
     /// What was read to open it, not yet handed on.
@@ -718,14 +480,69 @@ pub struct GuardedStream<RB: Body> {
     /// Bytes handed on.
     bytes: u64,
     at_end: Option<AtEnd>,
-    /// With a resume hook: the hook, and the bytes after the last whole event, held back.
-    resumable: Option<Box<Resumable>>,
+    /// Its resume hook, if it has one. Behind a mutex only so that the stream stays `Sync`: it
+    /// is reached with `get_mut`, never locked.
+    resume: Option<Mutex<Box<dyn Resume>>>,
+    /// With a resume hook: the bytes after the last whole event, held back.
     held: BytesMut,
-    spliced: Option<Spliced>,
-    /// Handed on in whole events only (a resume hook or a continuation is set).
-    whole: bool,
-    /// With a continuation: its state.
-    pub(crate) continued: Option<Box<Continued>>,
+    stage: Stage,
+}
+
+/// Where a guarded stream stands: handing on its own stream, then, once that stopped, waiting
+/// for a continuation's answer and reading it (as often as its resume hook sends one), then
+/// ending. The futures and bodies are behind mutexes only so that the stream stays `Sync`; they
+/// are reached with `get_mut`, never locked.
+enum Stage {
+    /// Handing on the stream's own events.
+    Original,
+    /// Waiting for a continuation's answer; `cause`: the first interruption.
+    Waiting {
+        answer: Mutex<AnswerFuture>,
+        cause: InterruptCause,
+    },
+    /// Reading a continuation's answer.
+    Reading(Box<Reading>),
+    /// Ending: these bytes (a last event without its blank line, a terminal event, an in-band
+    /// error event), then the error, if any.
+    Ending(Option<Bytes>, Option<BoxError>),
+    /// The in-band error event was handed on: one poll's pause for it to be written, then the
+    /// error.
+    Flushing(Option<BoxError>),
+    Done,
+}
+
+/// A continuation's answer being read: its frames, and where the held bytes start in it.
+struct Reading {
+    body: Mutex<AnswerBody>,
+    parser: Parser,
+    frames: Vec<sse::Frame>,
+    at: u64,
+    /// The first interruption.
+    cause: InterruptCause,
+}
+
+/// Where a continuation's answer stands after a chunk of it.
+enum Read {
+    /// More is to come.
+    More,
+    /// Its terminal event was handed on: the last of it.
+    Last,
+    /// It stopped for this cause: its error event, or a chunk the parser refused.
+    Stopped(InterruptCause),
+}
+
+/// The stage that hands on `bytes`, if there are any, and ends the stream cleanly.
+fn ending(bytes: Option<Bytes>) -> Stage {
+    match bytes.filter(|bytes| !bytes.is_empty()) {
+        Some(bytes) => Stage::Ending(Some(bytes), None),
+        None => Stage::Done,
+    }
+}
+
+fn lock<T>(mutex: &mut Mutex<T>) -> &mut T {
+    mutex
+        .get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
@@ -735,17 +552,36 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
             opening: Some(opening).filter(|bytes| !bytes.is_empty()),
             bytes: 0,
             at_end: None,
-            resumable: None,
+            resume: None,
             held: BytesMut::new(),
-            spliced: None,
-            whole: false,
-            continued: None,
+            stage: Stage::Original,
         }
     }
 
+    /// Goes on as `resume` says when the stream stops before its answer is complete: when it is
+    /// interrupted after content, or ends without a terminal event (see [`Resume`]). Handed on in
+    /// whole events from now on (a partial event is held back until its end arrives), so that a
+    /// continuation never joins half an event.
+    #[must_use]
+    pub fn with_resume(mut self, mut resume: Box<dyn Resume>) -> Self {
+        self.whole_events();
+        // What the opening showed the caller: every whole event of it.
+        if let Some(opening) = &self.opening {
+            let mut frames = Vec::new();
+            if Parser::new().feed(opening, &mut frames).is_ok() {
+                for frame in &frames {
+                    if let FrameKind::Event(event) = &frame.kind {
+                        resume.shown(event);
+                    }
+                }
+            }
+        }
+        self.resume = Some(Mutex::new(resume));
+        self
+    }
+
     /// From now on, whole events only: what follows the last one waits for its end.
-    pub(crate) fn whole_events(&mut self) {
-        self.whole = true;
+    fn whole_events(&mut self) {
         if let Some(mut opening) = self.opening.take() {
             let whole = usize::try_from(self.guard.last_end)
                 .unwrap_or(usize::MAX)
@@ -753,22 +589,6 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
             self.held.extend_from_slice(&opening.split_off(whole));
             self.opening = Some(opening).filter(|bytes| !bytes.is_empty());
         }
-    }
-
-    /// What was read to open the stream and is handed on first (whole events, once
-    /// [`whole_events`](Self::whole_events) was called).
-    pub(crate) fn opening_bytes(&self) -> Bytes {
-        self.opening.clone().unwrap_or_default()
-    }
-
-    /// Continues the stream with `resume` if it is interrupted, as a continuation of the request
-    /// with head `head` and body `body` (see [`Resume`]). Meant for a stream opened
-    /// [`keeping_content`](OpenStream::keeping_content).
-    #[must_use]
-    pub fn with_resume(mut self, resume: Resume, head: http::request::Parts, body: Bytes) -> Self {
-        self.whole_events();
-        self.resumable = Some(Box::new(Resumable { resume, head, body }));
-        self
     }
 
     /// Calls `at_end` once, with how the stream ended: success when it ends cleanly, the
@@ -793,11 +613,6 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
         self.bytes
     }
 
-    fn end(&mut self, outcome: &Outcome) {
-        self.guard.done = true;
-        self.report(outcome);
-    }
-
     /// Tells `at_end`, once, how this stream ended.
     fn report(&mut self, outcome: &Outcome) {
         if let Some(at_end) = self.at_end.take() {
@@ -810,142 +625,210 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
         }
     }
 
-    fn interrupted(&mut self, cause: InterruptCause) -> BoxError {
-        self.end(&cause.outcome());
-        Box::new(StreamInterrupted::new(self.guard.events, self.bytes, cause))
-    }
-
-    /// The stream broke: continued by the resume hook if there is one and it takes it (then
-    /// `None`, the continuation is being waited for), else ended with [`StreamInterrupted`].
-    fn stop(&mut self, cause: InterruptCause) -> Option<BoxError> {
-        if self.continued.is_some() {
-            // This attempt ended as it did, whatever the continuation does.
-            self.report(&cause.outcome());
-            self.held.clear();
-            if let Some(continued) = self.continued.as_mut() {
-                continued.interrupted(cause, self.bytes);
+    /// A chunk of the stream's own: its resume hook is shown its events, and it is handed on up
+    /// to an error event (the interruption, handed out after it).
+    fn read_own(&mut self, data: Bytes) -> Option<Bytes> {
+        let start = self.guard.parser.consumed() - data.len() as u64;
+        let upto = match self.guard.scan(start) {
+            Scan::Error { outcome, at } => {
+                self.guard.interrupt(InterruptCause::ErrorEvent(outcome));
+                Some(at)
             }
-            return None;
-        }
-        let resumed = self.resumable.take().and_then(|resumable| {
-            if self.guard.kept.overflowed {
-                return None;
-            }
-            let received = Received {
-                events: self.guard.events,
-                bytes: self.bytes,
-                content: std::mem::take(&mut self.guard.kept.content),
-            };
-            (resumable.resume.hook)(&received, &resumable.head, &resumable.body)
-        });
-        let Some(resumed) = resumed else {
-            return Some(self.interrupted(cause));
+            _ => None,
         };
-        // This attempt ended as it did, whatever the continuation does.
-        self.report(&cause.outcome());
-        self.held.clear();
-        self.spliced = Some(Spliced::Waiting {
-            resumed: std::sync::Mutex::new(resumed),
-            cause: Some(cause),
-        });
-        None
+        self.show(upto);
+        self.deliver(data, start, upto)
     }
 
-    /// A continuation's transcript reads the events the last chunk completed, up to an error
-    /// event (what follows one is never handed on).
-    fn transcribe(&mut self) {
-        let Some(continued) = self.continued.as_mut() else {
+    /// The resume hook is shown the events the last chunk completed, up to `upto`, where an
+    /// error event starts (what follows one is never handed on).
+    fn show(&mut self, upto: Option<u64>) {
+        let Some(resume) = self.resume.as_mut() else {
             return;
         };
+        let resume = lock(resume);
         for frame in &self.guard.frames {
-            let FrameKind::Event(event) = &frame.kind else {
-                continue;
-            };
-            if matches!(sse::classify_event(event), EventKind::Error(_)) {
+            if upto.is_some_and(|at| frame.boundary > at) {
                 break;
             }
-            continued.transcript().read(event);
+            if let FrameKind::Event(event) = &frame.kind {
+                resume.shown(event);
+            }
         }
     }
 
-    /// The original stream ended: whether a continuation takes it from here, because it ended
-    /// without its terminal event (its answer incomplete, or complete and the terminal event
-    /// lost).
-    fn unfinished(&mut self) -> bool {
-        let Some(continued) = self.continued.as_mut() else {
-            return false;
-        };
+    /// The stream's own events ended cleanly: complete, unless its resume hook says otherwise
+    /// (it ended without a terminal event).
+    fn ended(&mut self) {
         // A terminal event of any format ends it: a stream whose request's path named another
-        // format is not taken for a cut one.
-        if !continued.original() || continued.transcript().terminal_seen() || self.guard.terminal {
-            return false;
+        // format is not taken for an interrupted one.
+        if self.resume.is_none() || self.guard.terminal {
+            self.report(&Outcome::success());
+            // A last event without its blank line, held back: it ends the stream.
+            self.stage = ending(Some(self.held.split().freeze()));
+            return;
         }
-        let outcome = match continued.transcript().finished() {
+        let outcome = match self.go_on(InterruptCause::Unfinished, None) {
             true => Outcome::success(),
             false => InterruptCause::Unfinished.outcome(),
         };
-        continued.interrupted(InterruptCause::Unfinished, self.bytes);
         self.report(&outcome);
-        self.held.clear();
-        true
     }
 
-    /// Hands on the continuation of a resumed stream.
-    fn poll_spliced(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        loop {
-            match self.spliced.as_mut() {
-                None => return Poll::Ready(None),
-                Some(Spliced::Waiting { resumed, cause }) => {
-                    let resumed = resumed
-                        .get_mut()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    match ready!(resumed.as_mut().poll(cx)) {
-                        Some(body) => {
-                            self.spliced = Some(Spliced::Reading(std::sync::Mutex::new(body)));
-                        }
-                        None => {
-                            let cause =
-                                cause.take().unwrap_or(InterruptCause::Idle(Duration::ZERO));
-                            self.spliced = None;
-                            self.guard.done = true;
-                            let error =
-                                StreamInterrupted::new(self.guard.events, self.bytes, cause);
-                            return Poll::Ready(Some(Err(Box::new(error))));
-                        }
-                    }
-                }
-                Some(Spliced::Reading(body)) => {
-                    let body = body
-                        .get_mut()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let frame = ready!(body.as_mut().poll_frame(cx));
-                    if let Some(Ok(frame)) = &frame
-                        && let Some(data) = frame.data_ref()
-                    {
-                        self.bytes += data.len() as u64;
-                    }
-                    if frame.is_none() {
-                        self.spliced = None;
-                        self.guard.done = true;
-                    }
-                    return Poll::Ready(frame);
-                }
+    /// The stream broke: resumed if its hook can, else ended with [`StreamInterrupted`].
+    fn stop(&mut self, cause: InterruptCause) {
+        // This attempt ended as it did, whatever its resume hook does.
+        self.report(&cause.outcome());
+        self.held.clear();
+        if self.resume.is_some() {
+            self.go_on(cause, None);
+        } else {
+            self.stage = self.interrupted(cause);
+        }
+    }
+
+    /// The stream or its continuation stopped for `cause` (`first`: the interruption before it,
+    /// if any): it goes on as its resume hook says. Whether the answer was complete.
+    fn go_on(&mut self, cause: InterruptCause, first: Option<InterruptCause>) -> bool {
+        let resumption = match self.resume.as_mut() {
+            Some(resume) => lock(resume).resume(&cause, self.bytes),
+            None => Resumption::Interrupted,
+        };
+        let cause = first.unwrap_or(cause);
+        let (stage, complete) = match resumption {
+            Resumption::Continuation(answer) => {
+                let answer = Mutex::new(answer);
+                (Stage::Waiting { answer, cause }, false)
+            }
+            // Held bytes are left only by a clean end: a last event without its blank line.
+            Resumption::Complete(None) => (ending(Some(self.held.split().freeze())), true),
+            Resumption::Complete(end) => (ending(end), true),
+            Resumption::Interrupted => (self.interrupted(cause), false),
+        };
+        self.held.clear();
+        self.stage = stage;
+        complete
+    }
+
+    /// The stage that ends a stream that cannot be completed: its resume hook's in-band error
+    /// event, if any, then [`StreamInterrupted`] with the first interruption.
+    fn interrupted(&mut self, cause: InterruptCause) -> Stage {
+        let (event, events) = match self.resume.as_mut() {
+            Some(resume) => {
+                let resume = lock(resume);
+                (
+                    resume.error_event(&cause, self.bytes),
+                    resume.content_events(),
+                )
+            }
+            None => (None, self.guard.events),
+        };
+        let error = StreamInterrupted::new(events, self.bytes, cause);
+        Stage::Ending(event, Some(Box::new(error)))
+    }
+
+    /// A continuation's answer came (`None`: it could not be had, and whoever sent it retried it
+    /// already: no other is asked for).
+    fn answered(&mut self, answer: Option<AnswerBody>) {
+        let Stage::Waiting { cause, .. } = std::mem::replace(&mut self.stage, Stage::Done) else {
+            return;
+        };
+        self.stage = match answer {
+            Some(body) => Stage::Reading(Box::new(Reading {
+                body: Mutex::new(body),
+                parser: Parser::new(),
+                frames: Vec::new(),
+                at: 0,
+                cause,
+            })),
+            None => self.interrupted(cause),
+        };
+    }
+
+    /// One frame of a continuation's answer: the spliced bytes to hand on, if any.
+    fn read_answer(&mut self, frame: Option<Result<Frame<Bytes>, BoxError>>) -> Option<Bytes> {
+        let data = match frame {
+            Some(Ok(frame)) => frame.into_data().ok()?,
+            Some(Err(error)) => {
+                self.held.clear();
+                self.answer_stopped(InterruptCause::Reset(error));
+                return None;
+            }
+            None => {
+                self.answer_stopped(InterruptCause::Unfinished);
+                return None;
+            }
+        };
+        let (out, read) = self.splice(&data);
+        self.bytes += out.len() as u64;
+        match read {
+            Read::More => {}
+            Read::Last => self.stage = Stage::Done,
+            Read::Stopped(cause) => {
+                self.held.clear();
+                self.answer_stopped(cause);
             }
         }
+        Some(out.freeze()).filter(|out| !out.is_empty())
+    }
+
+    /// Splices the frames a chunk of a continuation's answer completed: the bytes to hand on, and
+    /// where the answer stands.
+    fn splice(&mut self, data: &Bytes) -> (BytesMut, Read) {
+        let mut out = BytesMut::new();
+        let (Stage::Reading(reading), Some(resume)) = (&mut self.stage, self.resume.as_mut())
+        else {
+            return (out, Read::More);
+        };
+        if let Err(error) = reading.parser.feed(data, &mut reading.frames) {
+            return (out, Read::Stopped(InterruptCause::Malformed(error)));
+        }
+        let resume = lock(resume);
+        self.held.extend_from_slice(data);
+        for frame in reading.frames.drain(..) {
+            let length = usize::try_from(frame.boundary.saturating_sub(reading.at));
+            let length = length.unwrap_or(usize::MAX).min(self.held.len());
+            let raw = self.held.split_to(length).freeze();
+            reading.at = frame.boundary;
+            let kind = match &frame.kind {
+                FrameKind::Event(event) => sse::classify_event(event),
+                FrameKind::Comment => EventKind::Control,
+            };
+            if let EventKind::Error(outcome) = kind {
+                return (out, Read::Stopped(InterruptCause::ErrorEvent(outcome)));
+            }
+            if let Some(spliced) = resume.splice(&frame.kind, raw) {
+                if let FrameKind::Event(event) = &frame.kind {
+                    resume.shown(event);
+                }
+                out.extend_from_slice(&spliced);
+            }
+            if kind == EventKind::Done {
+                return (out, Read::Last);
+            }
+        }
+        (out, Read::More)
+    }
+
+    /// A continuation's answer stopped for `cause` (`Unfinished`: it ended): the stream's resume
+    /// hook is asked again.
+    fn answer_stopped(&mut self, cause: InterruptCause) {
+        let Stage::Reading(reading) = std::mem::replace(&mut self.stage, Stage::Done) else {
+            return;
+        };
+        self.go_on(cause, Some(reading.cause));
     }
 
     /// Hands on `data` (the chunk that began at byte `start` of the stream), up to `upto`: all of
     /// it, or, with a resume hook, up to the last whole event (the rest is held back).
     fn deliver(&mut self, data: Bytes, start: u64, upto: Option<u64>) -> Option<Bytes> {
-        let upto = match (self.whole, upto) {
+        let whole = self.resume.is_some();
+        let upto = match (whole, upto) {
             (_, Some(at)) => at,
             (true, None) => self.guard.last_end,
             (false, None) => start + data.len() as u64,
         };
-        let data = if self.whole || !self.held.is_empty() {
+        let data = if whole || !self.held.is_empty() {
             self.held.extend_from_slice(&data);
             let ready = usize::try_from(upto.saturating_sub(self.bytes))
                 .unwrap_or(usize::MAX)
@@ -961,6 +844,52 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
     }
 }
 
+impl<RB: Body<Data = Bytes>> GuardedStream<RB>
+where
+    RB::Error: Into<BoxError>,
+{
+    /// Hands on the stream's own events; `Continue` once they stopped and the stage moved on.
+    fn poll_own(&mut self, cx: &mut Context<'_>) -> ControlFlow<Polled> {
+        loop {
+            if let Some(opening) = self.opening.take() {
+                self.bytes += opening.len() as u64;
+                return ControlFlow::Break(Poll::Ready(Some(Ok(Frame::data(opening)))));
+            }
+            let cause = match self.guard.interrupted.take() {
+                Some(cause) => cause,
+                None => match self.guard.poll_chunk(cx) {
+                    Poll::Pending => match self.guard.poll_timers(cx) {
+                        Some(cause) => cause,
+                        None => return ControlFlow::Break(Poll::Pending),
+                    },
+                    Poll::Ready(Chunk::Data(data)) => match self.read_own(data) {
+                        Some(data) => {
+                            return ControlFlow::Break(Poll::Ready(Some(Ok(Frame::data(data)))));
+                        }
+                        None => continue,
+                    },
+                    Poll::Ready(Chunk::Trailers(trailers)) => {
+                        return ControlFlow::Break(Poll::Ready(Some(Ok(Frame::trailers(
+                            trailers,
+                        )))));
+                    }
+                    Poll::Ready(Chunk::End) => {
+                        self.ended();
+                        return ControlFlow::Continue(());
+                    }
+                    Poll::Ready(Chunk::Failed(error)) => InterruptCause::Reset(error.into()),
+                    Poll::Ready(Chunk::Malformed(error)) => InterruptCause::Malformed(error),
+                },
+            };
+            self.stop(cause);
+            return ControlFlow::Continue(());
+        }
+    }
+}
+
+/// What a guarded stream's poll gives.
+type Polled = Poll<Option<Result<Frame<Bytes>, BoxError>>>;
+
 impl<RB: Body<Data = Bytes>> Body for GuardedStream<RB>
 where
     RB::Error: Into<BoxError>,
@@ -968,83 +897,52 @@ where
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = &mut *self;
         loop {
-            if this.spliced.is_some() {
-                return this.poll_spliced(cx);
-            }
-            if let Some(continued) = this.continued.as_mut()
-                && !continued.original()
-            {
-                let polled = continued.poll(cx, &mut this.bytes);
-                if let Poll::Ready(None) = polled {
-                    this.guard.done = true;
+            match &mut this.stage {
+                Stage::Original => {
+                    if let ControlFlow::Break(polled) = this.poll_own(cx) {
+                        return polled;
+                    }
                 }
-                return polled;
-            }
-            if this.guard.done {
-                return Poll::Ready(None);
-            }
-            if let Some(opening) = this.opening.take() {
-                this.bytes += opening.len() as u64;
-                return Poll::Ready(Some(Ok(Frame::data(opening))));
-            }
-            let cause = match this.guard.interrupted.take() {
-                Some(cause) => cause,
-                None => match this.guard.poll_chunk(cx) {
-                    Poll::Pending => match this.guard.poll_timers(cx) {
-                        Some(cause) => cause,
-                        None => return Poll::Pending,
-                    },
-                    Poll::Ready(Chunk::Data(data)) => {
-                        let start = this.guard.parser.consumed() - data.len() as u64;
-                        this.transcribe();
-                        let upto = match this.guard.scan(start) {
-                            Scan::Error { outcome, at } => {
-                                this.guard.interrupt(InterruptCause::ErrorEvent(outcome));
-                                Some(at)
-                            }
-                            _ => None,
-                        };
-                        match this.deliver(data, start, upto) {
-                            Some(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                            None => continue,
+                Stage::Waiting { answer, .. } => {
+                    let answer = ready!(lock(answer).as_mut().poll(cx));
+                    this.answered(answer);
+                }
+                Stage::Reading(reading) => {
+                    let frame = ready!(lock(&mut reading.body).as_mut().poll_frame(cx));
+                    if let Some(data) = this.read_answer(frame) {
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+                Stage::Ending(bytes, error) => {
+                    if let Some(bytes) = bytes.take() {
+                        this.bytes += bytes.len() as u64;
+                        // Once, before the error: a server relaying the stream (hyper's) drops
+                        // what it has not written when its body fails, and it writes what it
+                        // holds while the body is pending, so the event reaches the caller.
+                        if error.is_some() {
+                            this.stage = Stage::Flushing(error.take());
                         }
+                        return Poll::Ready(Some(Ok(Frame::data(bytes))));
                     }
-                    Poll::Ready(Chunk::Trailers(trailers)) => {
-                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
-                    }
-                    Poll::Ready(Chunk::End) if this.unfinished() => continue,
-                    Poll::Ready(Chunk::End) => {
-                        this.end(&Outcome::success());
-                        // A last event without its blank line, held back: it ends the stream.
-                        if !this.held.is_empty() {
-                            let rest = this.held.split().freeze();
-                            this.bytes += rest.len() as u64;
-                            return Poll::Ready(Some(Ok(Frame::data(rest))));
-                        }
-                        return Poll::Ready(None);
-                    }
-                    Poll::Ready(Chunk::Failed(error)) => InterruptCause::Reset(error.into()),
-                    Poll::Ready(Chunk::Malformed(error)) => InterruptCause::Malformed(error),
-                },
-            };
-            if let Some(error) = this.stop(cause) {
-                return Poll::Ready(Some(Err(error)));
+                    let error = error.take();
+                    this.stage = Stage::Done;
+                    return Poll::Ready(error.map(Err));
+                }
+                Stage::Flushing(error) => {
+                    this.stage = Stage::Ending(None, error.take());
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Stage::Done => return Poll::Ready(None),
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.guard.done
-            && self
-                .continued
-                .as_ref()
-                .is_none_or(|continued| continued.original())
+        matches!(self.stage, Stage::Done | Stage::Ending(None, None))
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -1058,12 +956,5 @@ impl<RB: Body> fmt::Debug for GuardedStream<RB> {
             .field("events", &self.guard.events)
             .field("bytes", &self.bytes)
             .finish()
-    }
-}
-
-/// Answered by [`error_response`](stormguard_classify::error_response) as it is held.
-impl stormguard_classify::AsError for StreamInterrupted {
-    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
-        self
     }
 }

@@ -12,9 +12,9 @@
 //!   stream is a failure like a 529: retried under the budget and the deadline, and the caller
 //!   only ever sees a clean stream.
 //! - after content: the user has seen part of the answer. A retry would show it twice, so the
-//!   stream is never restarted: it ends with [`StreamInterrupted`], which says how many content
-//!   events and bytes were delivered and why it stopped (an error event, a reset, silence), or
-//!   it is continued by a [`Resume`] hook from what was received.
+//!   stream is never restarted: it is resumed by its [`Resume`] hook from what was received, or
+//!   it ends with [`StreamInterrupted`], which says how many content events and bytes were
+//!   delivered and why it stopped (an error event, a reset, silence).
 //!
 //! SDK timeouts cover the time to the first byte; a stream that stalls half way hangs.
 //!
@@ -44,20 +44,45 @@
 //! 1 MiB is held back before the first content event: a stream that sends more is handed on as
 //! it is (it is not an LLM's).
 //!
-//! # Continuing a cut stream
+//! # Resuming an interrupted stream
 //!
-//! The [`continuation`] module holds the pieces that continue an OpenAI Chat Completions or
-//! Anthropic Messages stream cut after content, instead of ending it: a [`Transcript`] of what
-//! the caller was shown, the [`continuation_body`] that asks for the rest (the text received as
-//! an assistant prefill, `max_tokens` reduced), and a [`Splice`] that rewrites the second
-//! stream into the first one's framing, so that every token arrives once, in order, with one
-//! terminal event. A stream that cannot be completed ends with the provider's own
-//! [`error_event`], so that SDKs raise instead of returning a truncated answer as complete.
+//! A [`GuardedStream`] may be given a resume hook ([`GuardedStream::with_resume`]), which sees
+//! every event the caller was shown and says what follows when the stream stops before its answer
+//! is complete: the [`resume`] module's one mechanism. The [`continuation`] module holds the hook
+//! for OpenAI Chat Completions and Anthropic Messages, [`Continuations`], and its pieces: a
+//! [`Transcript`] of what the caller was shown, the [`continuation_body`] that asks for the rest
+//! (the text received as a prefill, `max_tokens` reduced), and a [`Splice`] that rewrites the
+//! continuation's events into the first stream's framing, so that every token arrives once, in
+//! order, with one terminal event. A stream that cannot be completed ends with the provider's
+//! own [`error_event`], so that SDKs raise instead of returning a truncated answer as complete.
+//! For other formats, [`ResumeFn`] makes a hook of a closure.
+//!
+//! # Words
+//!
+//! Each idea has one word, in the code as in these docs:
+//!
+//! - **interrupted**: a stream stopped after content (an error event, a reset, silence, an end
+//!   before its answer was complete); it is never restarted. [`InterruptCause`] says why,
+//!   [`StreamInterrupted`] ends a stream that stays interrupted.
+//! - **resume**: go on with an interrupted stream, as its hook ([`Resume`]) says; the hook is
+//!   made per stream by a [`MakeResume`].
+//! - **continuation**: the request that asks for the rest of an answer
+//!   ([`ContinuationRequest`] marks it), and its answer ([`AnswerFuture`], [`AnswerBody`]).
+//! - **continuer**: what sends a continuation and returns the future of its answer
+//!   ([`Continuer`]); the engine's goes through the engine, a failover's to its next backend.
+//! - **prefill**: the text received, sent as the assistant message the model goes on from
+//!   ([`continuation_body`]).
+//! - **splice**: rewriting a continuation's events into the first stream's framing (its ids, its
+//!   block indices, its usage summed), so that the caller reads one answer ([`Splice`],
+//!   [`Resume::splice`]).
+//! - **transcript**: what the caller was shown of an answer, event by event ([`Transcript`],
+//!   [`Resume::shown`]).
 //!
 //! [`Transcript`]: continuation::Transcript
 //! [`continuation_body`]: continuation::continuation_body
 //! [`Splice`]: continuation::Splice
 //! [`error_event`]: continuation::error_event
+//! [`Continuations`]: continuation::Continuations
 //!
 //! # The format
 //!
@@ -106,13 +131,15 @@
 //! ```
 
 pub mod continuation;
-mod continued;
 mod guard;
+mod interrupted;
+pub mod resume;
 pub mod sse;
 
-pub use self::continued::{Continuation, ContinuationRequest, Continuer};
-pub use self::guard::{
-    GuardedStream, InterruptCause, OpenStream, Opening, Received, Resume, Resumed, ResumedBody,
-    StreamEnd, StreamInterrupted, StreamPolicy, open,
+pub use self::continuation::ContinuationRequest;
+pub use self::guard::{GuardedStream, OpenStream, Opening, StreamEnd, StreamPolicy, open};
+pub use self::interrupted::{InterruptCause, StreamInterrupted};
+pub use self::resume::{
+    AnswerBody, AnswerFuture, Continuer, MakeResume, Received, Resume, ResumeFn, Resumption,
 };
 pub use stormguard_classify::is_event_stream;

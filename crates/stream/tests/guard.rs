@@ -14,11 +14,11 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use stormguard_classify::{BoxError, Reason};
-use stormguard_stream::continuation::Format;
+use stormguard_stream::continuation::{Continuations, Format};
 use stormguard_stream::sse::{Event, FrameKind, Parser};
 use stormguard_stream::{
-    Continuation, Continuer, InterruptCause, Opening, ResumedBody, StreamInterrupted, StreamPolicy,
-    open,
+    AnswerBody, AnswerFuture, Continuer, GuardedStream, InterruptCause, MakeResume, Opening,
+    Received, Resume, ResumeFn, StreamInterrupted, StreamPolicy, open,
 };
 use tokio::time::{Instant, Sleep};
 
@@ -233,8 +233,9 @@ fn events(text: &str) -> Vec<Event> {
         .collect()
 }
 
-/// A chat request's continuation, answered by `answer` (none: the stream cannot be continued).
-fn chat_continuation(answer: Option<String>) -> Continuation {
+/// The resume hook of a chat request, its continuation answered by `answer` (none: the stream
+/// cannot be resumed).
+fn chat_continuations(answer: Option<String>) -> Box<dyn Resume> {
     let head = http::Request::builder()
         .uri("/v1/chat/completions")
         .body(())
@@ -245,11 +246,17 @@ fn chat_continuation(answer: Option<String>) -> Continuation {
     let continuer = answer.map(|answer| -> Continuer {
         Box::new(move |_| {
             let body = scripted(vec![Step::Send(answer.clone())]).map_err(BoxError::from);
-            let body: ResumedBody = Box::pin(body);
+            let body: AnswerBody = Box::pin(body);
             Box::pin(async move { Some(body) })
         })
     });
-    Continuation::new(Format::OpenAiChat, head, body, continuer, 1)
+    Box::new(Continuations::new(
+        Format::OpenAiChat,
+        head,
+        body,
+        continuer,
+        1,
+    ))
 }
 
 /// A stream cut after the first line of an event and a keep-alive comment: the comment ends a
@@ -268,7 +275,7 @@ async fn a_comment_inside_an_event_is_no_place_to_join_a_continuation() {
         panic!("opened");
     };
     let answer = format!("{}data: [DONE]\n\n", content(" world"));
-    let stream = stream.with_continuation(chat_continuation(Some(answer)));
+    let stream = stream.with_resume(chat_continuations(Some(answer)));
     let (text, error) = drain(stream).await;
     assert!(error.is_none(), "{error:?}");
     let data: Vec<String> = events(&text).into_iter().map(|event| event.data).collect();
@@ -291,7 +298,7 @@ async fn a_comment_inside_an_event_is_no_place_to_end_a_stream_with_its_error_ev
     let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
         panic!("opened");
     };
-    let stream = stream.with_continuation(chat_continuation(None));
+    let stream = stream.with_resume(chat_continuations(None));
     let (text, error) = drain(stream).await;
     assert!(error.unwrap().downcast_ref::<StreamInterrupted>().is_some());
     let events = events(&text);
@@ -299,4 +306,95 @@ async fn a_comment_inside_an_event_is_no_place_to_end_a_stream_with_its_error_ev
     assert_eq!(events[2].event_type, "message");
     let error: serde_json::Value = serde_json::from_str(&events[2].data).unwrap();
     assert_eq!(error["error"]["type"], "stream_interrupted");
+}
+
+/// What a closure was given, each time it was called.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Received>>>;
+
+/// A closure's resume hook for a chat request, its continuation answered by `steps`.
+fn chat_resume_fn(steps: Vec<Step>, seen: Seen) -> Box<dyn Resume> {
+    let steps = std::sync::Mutex::new(Some(steps));
+    let hook = ResumeFn::new(move |received, _, _| {
+        seen.lock().unwrap().push(received.clone());
+        let body = scripted(steps.lock().unwrap().take()?).map_err(BoxError::from);
+        let body: AnswerBody = Box::pin(body);
+        Some(Box::pin(async move { Some(body) }) as AnswerFuture)
+    });
+    let head = http::Request::new(()).into_parts().0;
+    hook.make_resume(&head, &Bytes::new()).unwrap()
+}
+
+#[test]
+fn a_guarded_stream_is_send_and_sync() {
+    fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<GuardedStream<Scripted>>();
+}
+
+/// A closure is called once, with the content events delivered, and the frames of its
+/// continuation follow the last whole event as they came, comments and all.
+#[tokio::test(start_paused = true)]
+async fn a_closure_resumes_a_cut_stream_with_its_continuation_as_it_came() {
+    let steps = vec![
+        Step::Send(ROLE.into()),
+        Step::Send(content("Hello")),
+        Step::Send("data: {\"choices\"".into()),
+        Step::Fail,
+    ];
+    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+        panic!("opened");
+    };
+    let answer = vec![
+        Step::Send(format!("{KEEP_ALIVE}{}", &content(" world")[..20])),
+        Step::Send(format!("{}data: [DONE]\n\n", &content(" world")[20..])),
+    ];
+    let seen = Seen::default();
+    let stream = stream.with_resume(chat_resume_fn(answer, Seen::clone(&seen)));
+    let (text, error) = drain(stream).await;
+    assert!(error.is_none(), "{error:?}");
+    let delivered = format!("{ROLE}{}", content("Hello"));
+    assert_eq!(
+        text,
+        format!(
+            "{delivered}{KEEP_ALIVE}{}data: [DONE]\n\n",
+            content(" world")
+        )
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].events(), 1);
+    assert_eq!(seen[0].bytes(), delivered.len() as u64);
+    let content = seen[0].content();
+    assert_eq!(content.len(), 1);
+    assert!(content[0].contains("Hello"), "{content:?}");
+}
+
+/// A closure's continuation that fails is not resumed again: the stream ends with the first
+/// interruption, not the continuation's failure.
+#[tokio::test(start_paused = true)]
+async fn a_closure_s_failed_continuation_ends_the_stream_with_the_first_interruption() {
+    let steps = vec![
+        Step::Send(ROLE.into()),
+        Step::Send(format!("{}{OVERLOADED}", content("Hello"))),
+    ];
+    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+        panic!("opened");
+    };
+    let answer = vec![Step::Send(content(" world")), Step::Fail];
+    let seen = Seen::default();
+    let stream = stream.with_resume(chat_resume_fn(answer, Seen::clone(&seen)));
+    let (text, error) = drain(stream).await;
+    assert_eq!(
+        text,
+        format!("{ROLE}{}{}", content("Hello"), content(" world"))
+    );
+    let error = error.unwrap();
+    let interrupted = error.downcast_ref::<StreamInterrupted>().unwrap();
+    assert!(
+        matches!(interrupted.cause(), InterruptCause::ErrorEvent(o) if o.reason() == Reason::Overloaded)
+    );
+    assert_eq!(
+        (interrupted.events(), interrupted.bytes()),
+        (2, text.len() as u64)
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
 }

@@ -1,14 +1,14 @@
-//! Continuing a stream that was cut after content: the request that asks for the rest of the
-//! answer, and the splice that joins its answer to the caller's stream, for OpenAI Chat
-//! Completions and Anthropic Messages.
+//! Resuming a stream interrupted after content by continuations, for OpenAI Chat Completions and
+//! Anthropic Messages: the request that asks for the rest of the answer, and the splice that
+//! joins its answer to the caller's stream.
 //!
 //! # Why
 //! A stream that has delivered tokens must not be restarted: the caller would see the first half
-//! of the answer twice. It can be *continued*: a second request carries the text received so far
-//! as an assistant prefill (the model goes on from the end of it), with `max_tokens` reduced by
-//! what was delivered, and the second stream's events are rewritten so that the caller reads one
-//! answer, every token once, in order, with one terminal event, in the first stream's framing
-//! (its ids, its block indices, its usage summed with the second's).
+//! of the answer twice. It can be *resumed*: a continuation carries the text received so far as
+//! an assistant prefill (the model goes on from the end of it), with `max_tokens` reduced by what
+//! was delivered, and its answer's events are rewritten so that the caller reads one answer,
+//! every token once, in order, with one terminal event, in the first stream's framing (its ids,
+//! its block indices, its usage summed with the continuation's).
 //!
 //! # The pieces
 //! - [`Transcript`] reads every event of the first stream that reached the caller: the text, the
@@ -17,9 +17,11 @@
 //! - [`continuation_body`] builds the second request's body from the first's;
 //! - [`Splice`] rewrites the second stream's events, one by one, into the bytes to hand on;
 //! - [`error_event`] and [`terminal_event`] end a stream that cannot be completed, or that said
-//!   it was finished but lost its terminal event, in the provider's own format.
+//!   it was finished but lost its terminal event, in the provider's own format;
+//! - [`Continuations`], the [resume hook](crate::resume) that drives them for one stream, and
+//!   sends each continuation through a [`Continuer`](crate::Continuer).
 //!
-//! Nothing here does I/O: the engine that owns the streams drives these functions.
+//! Nothing here does I/O: the continuer sends, and the guarded stream reads.
 //!
 //! ```
 //! use stormguard_stream::continuation::{Format, Splice, Transcript, continuation_body};
@@ -57,6 +59,7 @@
 //! ```
 
 mod body;
+mod continuations;
 mod error;
 mod splice;
 mod transcript;
@@ -67,6 +70,7 @@ use serde_json::{Map, Value, json};
 use crate::sse::{Event, MESSAGE};
 
 pub use self::body::continuation_body;
+pub use self::continuations::{ContinuationRequest, Continuations};
 pub use self::error::NotContinuable;
 pub use self::splice::Splice;
 pub use self::transcript::Transcript;
