@@ -34,7 +34,7 @@ use stormguard_classify::body::Prefix;
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::DeadlineExceeded;
 use stormguard_jitter::Backoff;
-use stormguard_retry::race::{Lane, Lap, Race};
+use stormguard_retry::race::{Lane, Lap, Race, Waiting};
 use stormguard_retry::{ClientService, Error, NoHedge, NotContinuing, ReplayBody, Report, Routed};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
@@ -285,10 +285,21 @@ where
     }
 }
 
+impl<S, B, RB, C, Bk> Waiting for HopLane<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
+    fn waiting_since(self: Pin<&mut Self>) -> Option<Instant> {
+        matches!(self.state, State::Calling { .. }).then_some(self.hop.started)
+    }
+}
+
 /// When the request's path is hedged, if it is with its engine and no hedge is out: worked out
 /// once per hop, the first time it waits.
 fn hedge_clock<S, B, RB, C, Bk>(
-    mut race: Pin<&mut Lanes<S, B, RB, C, Bk>>,
+    race: Pin<&mut Lanes<S, B, RB, C, Bk>>,
     hops: &Hops<S, C, Bk>,
 ) -> Option<Instant>
 where
@@ -297,21 +308,13 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    let hedging = hops.shared.hedging?;
-    let (Some(path), None) = race.lanes() else {
-        return None;
+    let hedging = hops.shared.hedging.filter(|_| hops.hedgeable())?;
+    let backend = race.lanes().0?.hop.backend;
+    let clocks = || {
+        let clocks = hops.shared.engines[backend].backend.clocks();
+        (clocks, hops.streaming(backend))
     };
-    if !matches!(path.state, State::Calling { .. }) || !hops.hedgeable() {
-        return None;
-    }
-    if let Some(due) = path.hop.hedge_by {
-        return due;
-    }
-    let backend = path.hop.backend;
-    let clocks = hops.shared.engines[backend].backend.clocks();
-    let due = race.hedge_due(&hedging, path.hop.started, clocks, hops.streaming(backend));
-    race.as_mut().path()?.project().hop.hedge_by = Some(due);
-    due
+    race.hedge_clock(&hedging, clocks)
 }
 
 /// The path's hedge is due: a hedge goes to the next healthy backend (the same one when there is
@@ -333,11 +336,12 @@ fn start_hedge<S, B, RB, C, Bk>(
     let Some(hedging) = hops.shared.hedging else {
         return;
     };
-    let Some(path) = race.as_mut().path() else {
+    if !race.as_mut().hedge_due() {
+        return;
+    }
+    let Some(hop) = race.lanes().0.map(|path| &path.hop) else {
         return;
     };
-    let hop = path.project().hop;
-    hop.hedge_by = Some(None);
     let (from, waited) = (hop.backend, hop.started.elapsed());
     let deadline = hops.deadline.map(|deadline| deadline.instant());
     let ticket = match race.grant_hedge(&hedging, waited, deadline, hops.budget()) {

@@ -72,8 +72,6 @@ pub(crate) struct Hop {
     pub(crate) hedge: bool,
     /// Counted in flight by its backend's balancer while with its engine.
     pub(crate) in_flight: Option<InFlight>,
-    /// When it is hedged: `None` until worked out, the first time it waits with its engine.
-    pub(crate) hedge_by: Option<Option<Instant>>,
 }
 
 /// What comes after a hop.
@@ -98,7 +96,6 @@ impl Hop {
             started: Instant::now(),
             hedge,
             in_flight: None,
-            hedge_by: None,
         }
     }
 }

@@ -29,9 +29,6 @@ pub(crate) struct Attempt {
     pub(crate) started: Option<Instant>,
     /// When its head clock fires, worked out the first time it waits for its answer.
     pub(crate) head_by: Due,
-    /// When the request hedges it, if it has produced no content by then: worked out the first
-    /// time it waits, with hedging on.
-    pub(crate) hedge_by: Due,
     /// It is a hedge: a second attempt, sent while the first waits.
     pub(crate) hedge: bool,
     /// It was handed to the service.
@@ -81,7 +78,6 @@ impl Attempt {
         }
         self.started = now;
         self.head_by = Due::Unset;
-        self.hedge_by = Due::Unset;
         self.sent = true;
     }
 

@@ -10,7 +10,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body;
-use stormguard_breaker::Rejected;
 use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::usage::TokenCounts;
@@ -311,18 +310,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             response.extensions_mut().insert(cause);
         }
         self.failed = Some(outcome);
-    }
-
-    /// The answer for a request the breaker refused or cut: the fallback's, or the error.
-    pub(crate) fn breaker_answer<RB: Body>(&self, head: &Parts, rejected: Rejected) -> Output<RB> {
-        match &self.config.fallback {
-            Some(fallback) => Ok(fallback.answer(head, &rejected)),
-            None => Err(Error::refused(
-                rejected.outcome(),
-                rejected.into_error(),
-                self.sent,
-            )),
-        }
     }
 
     /// What every ending of the request does to its output, once: the run of 429s told, the

@@ -63,6 +63,13 @@ pub trait Lane<X> {
     fn vacate(self: Pin<&mut Self>);
 }
 
+/// What a [`Race`] reads of its request's path to time its hedge.
+pub trait Waiting {
+    /// When the lane's attempt was sent, if it waits for its first content (its answer's head,
+    /// or a stream's first content event): what a hedge's delay counts from.
+    fn waiting_since(self: Pin<&mut Self>) -> Option<Instant>;
+}
+
 /// What a lane's poll came to.
 #[derive(Debug)]
 pub enum Lap<T> {
@@ -104,6 +111,9 @@ pin_project! {
         path: Place,
         // Hedges sent or on their way.
         hedges: u32,
+        // When the path's attempt sent at the first instant is hedged (worked out once per
+        // attempt; `None` once it was, or never).
+        hedge_by: Option<(Instant, Option<Instant>)>,
     }
 }
 
@@ -116,6 +126,7 @@ impl<L> Race<L> {
             inline_on: true,
             path: Place::Inline,
             hedges: 0,
+            hedge_by: None,
         }
     }
 
@@ -133,6 +144,12 @@ impl<L> Race<L> {
             Place::Inline => self.inline_on.then_some(&self.inline),
             Place::Boxed => self.boxed.as_deref(),
         }
+    }
+
+    /// The first lane, before the race is pinned: for its owner to make its first step where
+    /// it is.
+    pub(crate) fn first(&mut self) -> &mut L {
+        &mut self.inline
     }
 
     /// The request's path.
@@ -241,21 +258,45 @@ impl<L> Race<L> {
         }
     }
 
-    /// When the path, sent at `sent_at`, is due for a hedge by `hedging`'s rules (`clocks`: its
-    /// backend's, for a learned delay; `streaming`: the request asks for an event stream): never
-    /// while a hedge races it, once the request's hedges are spent, or for a learned delay not
+    /// When the path gets a hedge by `hedging`'s rules, if it waits for its first content and
+    /// no hedge races it: its delay (fixed, or learned from `clocks`, its backend's; `streaming`:
+    /// the request asks for an event stream) after the path's attempt was sent, worked out once
+    /// per attempt; never once the request's hedges are spent, or for a learned delay not
     /// learned yet.
-    pub fn hedge_due(
-        &self,
+    pub fn hedge_clock<'c>(
+        mut self: Pin<&mut Self>,
         hedging: &Hedging,
-        sent_at: Instant,
-        clocks: Option<&AttemptClocks>,
-        streaming: bool,
-    ) -> Option<Instant> {
+        clocks: impl FnOnce() -> (Option<&'c AttemptClocks>, bool),
+    ) -> Option<Instant>
+    where
+        L: Waiting,
+    {
         if self.lane_ref(self.path.other()).is_some() || self.hedges >= hedging.max_hedges() {
             return None;
         }
-        sent_at.checked_add(hedging.delay_for(clocks, streaming)?)
+        let since = self.as_mut().path()?.waiting_since()?;
+        let this = self.project();
+        match this.hedge_by {
+            Some((sent, due)) if *sent == since => *due,
+            _ => {
+                let (clocks, streaming) = clocks();
+                let due = since.checked_add(hedging.delay_for(clocks, streaming)?);
+                *this.hedge_by = Some((since, due));
+                due
+            }
+        }
+    }
+
+    /// Whether the path's hedge is due (its clock has come): once per attempt.
+    pub fn hedge_due(self: Pin<&mut Self>) -> bool {
+        let hedge_by = self.project().hedge_by;
+        match hedge_by {
+            Some((_, due)) if due.is_some_and(|due| Instant::now() >= due) => {
+                *due = None;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The path waited `waited` and is due: the budget's ticket for its hedge, if one goes by

@@ -1,14 +1,16 @@
 //! [`ClientService`]: the engine wrapped around a service.
 
 use std::fmt;
-use std::future::poll_fn;
+use std::future::{Future, poll_fn};
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
+use pin_project_lite::pin_project;
 use stormguard_classify::body::ResponseBody;
 use stormguard_classify::{BoxError, Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
@@ -19,8 +21,9 @@ use crate::body::ReplayBody;
 use crate::config::Config;
 use crate::continuing::{Continue, Continuing, NotContinuing, continued_body};
 use crate::error::Error;
-use crate::future::{ResponseFuture, Routed};
-use crate::route::Route;
+use crate::future::ResponseFuture;
+use crate::ledger::Output;
+use crate::route::{Report, Route};
 
 /// The client pipeline around `S`: made by [`ClientLayer`](crate::ClientLayer), which says what
 /// it does to each request. `K` says whether it continues the event streams it hands back
@@ -95,7 +98,7 @@ impl<S, C, Bk, K> ClientService<S, C, Bk, K> {
         let ready = self.take_ready();
         let config = Arc::clone(&self.config);
         let future = ResponseFuture::new(ready, config, request, Continue::Never, Some(route));
-        Routed::new(future)
+        Routed { inner: future }
     }
 }
 
@@ -220,5 +223,66 @@ impl<S: fmt::Debug, C: fmt::Debug, Bk: fmt::Debug, K> fmt::Debug for ClientServi
             .field("inner", &self.inner)
             .field("config", &self.config)
             .finish()
+    }
+}
+
+pin_project! {
+    /// The future of [`ClientService::route`]: the engine's answer to a router above, with its
+    /// [`Report`].
+    pub struct Routed<S, B, RB, C, Bk>
+    where
+        S: Service<Request<B>>,
+        RB: Body,
+        Bk: Backoff,
+    {
+        #[pin]
+        inner: ResponseFuture<S, B, RB, C, Bk>,
+    }
+}
+
+impl<S, B, RB, C, Bk> Routed<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    B: ReplayBody,
+    RB: Body,
+    C: Classify,
+    Bk: Backoff,
+{
+    /// Ends the turn as the loser of a race for the same answer (another backend answered
+    /// first): each of its attempts in flight is cancelled as a loser (the throttle forgets it,
+    /// the breaker frees its place, its ticket and slot stay spent: it was sent), not as one
+    /// its caller abandoned. Polling it afterwards panics.
+    pub fn lose(self: Pin<&mut Self>) {
+        self.project().inner.lose();
+    }
+}
+
+impl<S, B, RB, C, Bk> Future for Routed<S, B, RB, C, Bk>
+where
+    ResponseFuture<S, B, RB, C, Bk>: Future<Output = Output<RB>>,
+    S: Service<Request<B>, Response = Response<RB>>,
+    B: ReplayBody,
+    RB: Body,
+    C: Classify,
+    Bk: Backoff,
+{
+    type Output = (Output<RB>, Report);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut inner = self.project().inner;
+        let output = ready!(inner.as_mut().poll(cx));
+        let report = inner.report(&output);
+        Poll::Ready((output, report))
+    }
+}
+
+impl<S, B, RB, C, Bk> fmt::Debug for Routed<S, B, RB, C, Bk>
+where
+    S: Service<Request<B>>,
+    RB: Body,
+    Bk: Backoff,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Routed").field(&self.inner).finish()
     }
 }

@@ -60,19 +60,24 @@ impl Origin {
             Self::Once(_) => Shape::of(None, estimate),
         }
     }
+}
 
-    /// The request's weight in tokens, from its buffered body (none: an empty one).
-    pub(crate) fn tokens(&mut self) -> u64 {
-        match self {
-            Self::Replay(template) => *template
-                .tokens
-                .get_or_insert_with(|| TokenEstimate::of(&template.body).total()),
-            Self::Once(_) => TokenEstimate::of(&[]).total(),
-        }
-    }
+/// The weight in tokens of a request sent once (its body was not read): an empty body's.
+pub(crate) fn tokens_unread() -> u64 {
+    TokenEstimate::of(&[]).total()
 }
 
 impl Template {
+    /// The request's head as every attempt is made from it (what the guards read), and its weight
+    /// in tokens, estimated from its buffered body the first time it is asked.
+    pub(crate) fn head_and_tokens(&mut self) -> (&Parts, impl FnOnce() -> u64 + '_) {
+        let Self {
+            head, body, tokens, ..
+        } = self;
+        let tokens = move || *tokens.get_or_insert_with(|| TokenEstimate::of(body).total());
+        (head, tokens)
+    }
+
     pub(crate) fn new(head: Parts) -> Self {
         Self {
             head,
