@@ -44,20 +44,23 @@ pub(crate) struct Guards {
     list: Vec<Guard>,
 }
 
-/// What one guard gave an attempt it admitted.
+/// What one guard gave an attempt it admitted. A rate limit's is boxed: every attempt carries
+/// room for a pass of each kind, and only a rate-limited one needs a rate limit's.
 #[derive(Debug)]
 pub(crate) enum Pass {
     /// A rate-limit slot, not sent yet: given back if dropped so.
-    Slot(Reservation),
-    RateLimit(RateLimitPermit),
+    Slot(Box<Reservation>),
+    RateLimit(Box<RateLimitPermit>),
     Breaker(BreakerPermit),
     Throttle(ThrottlePermit),
 }
 
-/// The passes of one attempt: one per guard that admitted it, in the guards' order.
+/// The passes of one attempt: one per guard that admitted it, in the guards' order (the first
+/// `held` places).
 #[derive(Debug, Default)]
 pub(crate) struct Permits {
     passes: [Option<Pass>; KINDS],
+    held: u8,
 }
 
 /// Why an attempt was not admitted.
@@ -212,7 +215,7 @@ impl Guards {
                     }
                 }
             };
-            permits.passes[index] = Some(pass);
+            permits.hold(index, pass);
         }
         Admit::Admitted
     }
@@ -234,7 +237,7 @@ impl Guards {
         if let Some(limit) = self.rate_limit() {
             on_slot(start, limit);
         }
-        permits.passes[at] = Some(Pass::Slot(slot));
+        permits.hold(at, Pass::Slot(Box::new(slot)));
         // Read after the reservation: a slot free now starts at the limit's own reading of the
         // clock, later than this step's, and waiting for it would still cost a timer rounded up
         // to the next millisecond.
@@ -273,7 +276,9 @@ impl Guards {
 
 /// The attempt is refused for `refusal`: the passes taken before are given back.
 fn refused(permits: &mut Permits, refusal: Refusal) -> Admit {
-    *permits = Permits::default();
+    for pass in permits.held() {
+        *pass = None;
+    }
     Admit::Refused(refusal)
 }
 
@@ -297,7 +302,7 @@ impl Pass {
             Self::Slot(_) => {}
             Self::RateLimit(permit) => {
                 let usage = outcome.is_success().then(|| permit.usage()).flatten();
-                permit.record(outcome, headers);
+                (*permit).record(outcome, headers);
                 return usage;
             }
             Self::Breaker(permit) => permit.record(outcome, headers),
@@ -317,6 +322,17 @@ impl Pass {
 }
 
 impl Permits {
+    /// The guard at `at` admitted the attempt with `pass`.
+    fn hold(&mut self, at: usize, pass: Pass) {
+        self.passes[at] = Some(pass);
+        self.held = self.held.max(at as u8 + 1);
+    }
+
+    /// The places that may hold a pass.
+    fn held(&mut self) -> &mut [Option<Pass>] {
+        &mut self.passes[..usize::from(self.held)]
+    }
+
     /// Whether no guard holds a pass.
     pub(crate) fn is_empty(&self) -> bool {
         self.passes.iter().all(Option::is_none)
@@ -324,7 +340,7 @@ impl Permits {
 
     /// Whether the breaker let the attempt through as a half-open probe.
     fn probe(&self) -> bool {
-        self.passes
+        self.passes[..usize::from(self.held)]
             .iter()
             .flatten()
             .any(|pass| matches!(pass, Pass::Breaker(permit) if permit.is_probe()))
@@ -332,11 +348,11 @@ impl Permits {
 
     /// The attempt goes: a rate-limit slot is spent.
     pub(crate) fn send(&mut self) {
-        for pass in &mut self.passes {
+        for pass in self.held() {
             if let Some(Pass::Slot(_)) = pass
                 && let Some(Pass::Slot(slot)) = pass.take()
             {
-                *pass = Some(Pass::RateLimit(slot.send()));
+                *pass = Some(Pass::RateLimit(Box::new(slot.send())));
             }
         }
     }
@@ -346,7 +362,7 @@ impl Permits {
     #[inline]
     pub(crate) fn record(&mut self, outcome: &Outcome, headers: &HeaderMap) -> Option<Usage> {
         let mut usage = None;
-        for pass in self.passes.iter_mut().filter_map(Option::take) {
+        for pass in self.held().iter_mut().filter_map(Option::take) {
             usage = usage.or(pass.record(outcome, headers));
         }
         usage
@@ -356,9 +372,11 @@ impl Permits {
     /// still break after its first content): the breaker's.
     pub(crate) fn take_body_end(&mut self) -> Permits {
         let mut body_end = Permits::default();
-        for (pass, into) in self.passes.iter_mut().zip(&mut body_end.passes) {
-            if matches!(pass, Some(Pass::Breaker(_))) {
-                *into = pass.take();
+        for (at, pass) in self.held().iter_mut().enumerate() {
+            if let Some(Pass::Breaker(_)) = pass
+                && let Some(pass) = pass.take()
+            {
+                body_end.hold(at, pass);
             }
         }
         body_end
@@ -368,7 +386,7 @@ impl Permits {
     /// be dropped, and counts for nothing with the throttle (it learns from answers, and a black
     /// hole's silence would only leave it drops to unlearn after the recovery).
     pub(crate) fn poll_cut(&mut self, cx: &mut Context<'_>) -> Poll<BreakerOpen> {
-        let breaker = self.passes.iter_mut().find_map(|pass| match pass {
+        let breaker = self.held().iter_mut().find_map(|pass| match pass {
             Some(Pass::Breaker(permit)) => Some(permit),
             _ => None,
         });
@@ -384,7 +402,7 @@ impl Permits {
     /// being the slower of two says nothing about whether the backend accepts (see
     /// [`Pass::forget`]).
     pub(crate) fn forget(&mut self) {
-        for pass in self.passes.iter_mut().filter_map(Option::take) {
+        for pass in self.held().iter_mut().filter_map(Option::take) {
             pass.forget();
         }
     }

@@ -71,6 +71,7 @@ impl Attempt {
     }
 
     /// The attempt goes (`now`: when, if it is timed): its slot and its ticket are spent.
+    #[inline]
     pub(crate) fn send(&mut self, now: Option<Instant>) {
         self.permits.send();
         if let Some(ticket) = &mut self.ticket {

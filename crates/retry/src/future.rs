@@ -9,6 +9,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -27,8 +28,8 @@ use crate::config::Config;
 use crate::continuing::Continue;
 use crate::error::Error;
 use crate::hedge::NoHedge;
-use crate::lane::{AttemptLane, Books, polled_again};
-use crate::ledger::Output;
+use crate::lane::{AttemptLane, Books};
+use crate::ledger::{Ledger, Output};
 use crate::race::Race;
 use crate::route::{Report, Route};
 use crate::verdict::Verdict;
@@ -60,8 +61,24 @@ pin_project! {
         // at once never touches the timer wheel. The attempts' clocks and the hedge's share it.
         #[pin]
         timer: Option<Sleep>,
-        books: Books<S, B, RB, C, Bk>,
+        // What the lanes share (see `Books`).
+        service: S,
+        ledger: Ledger<C, Bk>,
+        continue_by: Option<Continue<S, C, Bk>>,
+        body: PhantomData<fn(B)>,
     }
+}
+
+/// The lanes' view of what they share, in a projected future.
+macro_rules! books {
+    ($this:expr) => {
+        Books {
+            service: $this.service,
+            ledger: $this.ledger,
+            continue_by: $this.continue_by,
+            body: PhantomData,
+        }
+    };
 }
 
 impl<S, B, RB, C, Bk> ResponseFuture<S, B, RB, C, Bk>
@@ -82,27 +99,35 @@ where
         route: Option<Route>,
     ) -> Self {
         let (head, body) = request.into_parts();
-        // Made whole first, then stepped where it is: a future moved for each of its parts
-        // would be copied as many times.
-        let mut this = Self {
-            race: Race::new(AttemptLane::empty()),
-            timer: None,
-            books: Books::new(service, config, head, continue_by),
+        let (mut service, mut continue_by) = (service, Some(continue_by));
+        let mut ledger = Ledger::new(config, head);
+        let mut books = Books {
+            service: &mut service,
+            ledger: &mut ledger,
+            continue_by: &mut continue_by,
+            body: PhantomData,
         };
-        this.books.begin(this.race.first(), body, route);
-        this
+        let lane = books.begin(body, route);
+        Self {
+            race: Race::new(lane),
+            timer: None,
+            service,
+            ledger,
+            continue_by,
+            body: PhantomData,
+        }
     }
 
     /// What the request came to, for a router above, once it ended with `output`.
     pub(crate) fn report(&self, output: &Output<RB>) -> Report {
-        self.books.ledger.report(output)
+        self.ledger.report(output)
     }
 
     /// Ends the request as the loser of a router's race: each attempt in flight is cancelled
     /// as a loser (see [`Routed::lose`](crate::Routed::lose)).
     pub(crate) fn lose(self: Pin<&mut Self>) {
         let this = self.project();
-        let watch = &this.books.ledger.watch;
+        let watch = &this.ledger.watch;
         this.race.for_each(|lane| lane.cancel(watch));
     }
 }
@@ -122,14 +147,15 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        let mut books = books!(this);
         loop {
-            if this.race.as_mut().poll(this.books, cx).is_ready() {
-                return Poll::Ready(this.books.output.take().unwrap_or_else(polled_again));
+            if let Poll::Ready(output) = this.race.as_mut().poll(&mut books, cx) {
+                return Poll::Ready(output);
             }
             // Waiting: the deadline bounds the wait, whatever the request waits for; each
             // attempt waiting for its head has its head clock (its lane checks it when polled),
             // and the request its hedge's.
-            let Some(wake) = wake_at(this.race.as_mut(), this.books) else {
+            let Some(wake) = wake_at(this.race.as_mut(), &mut books) else {
                 return Poll::Pending;
             };
             ready!(stormguard_deadline::poll_until(
@@ -137,10 +163,10 @@ where
                 wake,
                 cx
             ));
-            if let Some(output) = expired(this.race.as_mut(), this.books) {
+            if let Some(output) = expired(this.race.as_mut(), &mut books) {
                 return Poll::Ready(output);
             }
-            hedge_if_due(this.race.as_mut(), this.books);
+            hedge_if_due(this.race.as_mut(), &mut books);
         }
     }
 }
@@ -149,7 +175,7 @@ where
 /// clocks of its attempts waiting for their heads, and its hedge's; never without any.
 fn wake_at<S, B, RB, C, Bk>(
     mut race: Pin<&mut Lanes<S::Future, B, RB, C>>,
-    books: &mut Books<S, B, RB, C, Bk>,
+    books: &mut Books<'_, S, B, RB, C, Bk>,
 ) -> Option<Instant>
 where
     S: Service<Request<B>, Response = Response<RB>>,
@@ -178,7 +204,7 @@ where
 /// the race's rules grant it.
 fn hedge_if_due<S, B, RB, C, Bk>(
     mut race: Pin<&mut Lanes<S::Future, B, RB, C>>,
-    books: &mut Books<S, B, RB, C, Bk>,
+    books: &mut Books<'_, S, B, RB, C, Bk>,
 ) where
     S: Service<Request<B>, Response = Response<RB>>,
     RB: Body,
@@ -212,7 +238,7 @@ fn hedge_if_due<S, B, RB, C, Bk>(
 /// failure for the breaker), and dropping the lanes cancels what is in flight.
 fn expired<S, B, RB, C, Bk>(
     mut race: Pin<&mut Lanes<S::Future, B, RB, C>>,
-    books: &mut Books<S, B, RB, C, Bk>,
+    books: &mut Books<'_, S, B, RB, C, Bk>,
 ) -> Option<Output<RB>>
 where
     S: Service<Request<B>, Response = Response<RB>>,
@@ -251,9 +277,9 @@ where
         let (path, hedge) = self.race.lanes();
         f.debug_struct("ResponseFuture")
             .field("state", &path.map_or("done", AttemptLane::describe))
-            .field("attempts", &self.books.ledger.sent)
+            .field("attempts", &self.ledger.sent)
             .field("hedged", &hedge.is_some())
-            .field("deadline", &self.books.ledger.deadline)
+            .field("deadline", &self.ledger.deadline)
             .finish()
     }
 }

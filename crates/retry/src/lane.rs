@@ -17,11 +17,9 @@
 
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::{Request, Response, response};
 use http_body::Body;
 use pin_project_lite::pin_project;
@@ -36,7 +34,6 @@ use tower_service::Service;
 use crate::admission::{Admit, Ask, Wait};
 use crate::attempt::{Attempt, Due};
 use crate::body::ReplayBody;
-use crate::config::Config;
 use crate::continuing::Continue;
 use crate::error::Error;
 use crate::ledger::{Begin, Ledger, Output};
@@ -46,15 +43,13 @@ use crate::route::Route;
 use crate::template::{Clock, Origin, tokens_unread};
 use crate::verdict::Verdict;
 
-/// What the lanes of a request share: the service, the request's books, who continues the
-/// stream it hands back (taken when one is), and the output once the request ended (where the
-/// lane that ends it leaves it, rather than carry it out through the race).
-pub(crate) struct Books<S, B, RB: Body, C, Bk: Backoff> {
-    service: S,
-    pub(crate) ledger: Ledger<C, Bk>,
-    continue_by: Option<Continue<S, C, Bk>>,
-    pub(crate) output: Option<Output<RB>>,
-    body: PhantomData<fn(B)>,
+/// What the lanes of a request share: the service, the request's books, and who continues the
+/// stream it hands back (taken when one is).
+pub(crate) struct Books<'a, S, B, RB: Body, C, Bk: Backoff> {
+    pub(crate) service: &'a mut S,
+    pub(crate) ledger: &'a mut Ledger<C, Bk>,
+    pub(crate) continue_by: &'a mut Option<Continue<S, C, Bk>>,
+    pub(crate) body: PhantomData<fn(B) -> RB>,
 }
 
 pin_project! {
@@ -92,7 +87,7 @@ pin_project! {
         // first-content clock learns how long it took).
         Opening { open: Box<(OpenStream<RB>, Instant)>, head: Option<response::Parts> },
         // The request ended before its first poll (refused, out of time): its output waits.
-        Ended,
+        Ended { output: Option<Output<RB>> },
         Done,
     }
 }
@@ -118,8 +113,8 @@ impl<F, B, RB: Body, C> State<F, B, RB, C> {
 #[allow(clippy::large_enum_variant)]
 enum Step<F, B, RB: Body, C> {
     Next(State<F, B, RB, C>),
-    /// The request ended: its output is in the books.
-    Finish,
+    /// The request ends with this.
+    Finish(Output<RB>),
     /// The lane's attempt is out of the race.
     Out,
     /// What the state waits for is not ready.
@@ -147,21 +142,15 @@ impl<F, B, RB: Body, C> Step<F, B, RB, C> {
     fn first(self) -> State<F, B, RB, C> {
         match self {
             Self::Next(state) => state,
-            Self::Finish => State::Ended,
+            Self::Finish(output) => State::Ended {
+                output: Some(output),
+            },
             Self::Out | Self::Wait => State::Done,
         }
     }
 }
 
 impl<F, B, RB: Body, C> AttemptLane<F, B, RB, C> {
-    /// A lane with nothing in it yet.
-    pub(crate) fn empty() -> Self {
-        Self {
-            state: State::Done,
-            attempt: Attempt::default(),
-        }
-    }
-
     /// A hedge's lane, paid for with `ticket`: it goes once the service is ready.
     pub(crate) fn hedge(ticket: Ticket) -> Self {
         Self {
@@ -224,7 +213,7 @@ impl<F, B, RB: Body, C> AttemptLane<F, B, RB, C> {
             State::Calling { .. } => "calling",
             State::Classifying { .. } => "classifying the answer",
             State::Opening { .. } => "reading a stream up to its first content",
-            State::Ended => "ended",
+            State::Ended { .. } => "ended",
             State::Done => "done",
         }
     }
@@ -239,7 +228,7 @@ impl<F, B, RB: Body, C> Waiting for AttemptLane<F, B, RB, C> {
     }
 }
 
-impl<S, B, RB, C, Bk> Books<S, B, RB, C, Bk>
+impl<S, B, RB, C, Bk> Books<'_, S, B, RB, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     B: ReplayBody,
@@ -247,48 +236,33 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    /// The books of the request with head `head`, sent through `service`, its streams
-    /// continued as `continue_by` says.
-    pub(crate) fn new(
-        service: S,
-        config: Arc<Config<C, Bk>>,
-        head: Parts,
-        continue_by: Continue<S, C, Bk>,
-    ) -> Self {
-        Self {
-            service,
-            ledger: Ledger::new(config, head),
-            continue_by: Some(continue_by),
-            output: None,
-            body: PhantomData,
-        }
-    }
-
-    /// The request's first lane, `lane`, takes its first step where it is, with the request's
-    /// `body` (`route`: what a router above handed with it).
+    /// The request's first lane, after its first step with the request's `body` (`route`: what a
+    /// router above handed with it).
+    #[inline(always)]
     pub(crate) fn begin(
         &mut self,
-        lane: &mut AttemptLane<S::Future, B, RB, C>,
         body: B,
         route: Option<Route>,
-    ) {
+    ) -> AttemptLane<S::Future, B, RB, C> {
+        let mut attempt = Attempt::default();
         if let Some(route) = route {
-            self.routed(route, &mut lane.attempt);
+            self.routed(route, &mut attempt);
         }
         let mut clock = Clock::default();
-        lane.state = match self.ledger.begin(body, &mut clock) {
+        let state = match self.ledger.begin(body, &mut clock) {
             Begin::Buffer(read) => State::Buffering { read },
-            Begin::Send(request) => self.start(&mut lane.attempt, request, &mut clock).first(),
+            Begin::Send(request) => self.start(&mut attempt, request, &mut clock).first(),
             Begin::Failed(error) => {
                 let verdict = Verdict::End(Err(error));
-                self.verdict(&mut lane.attempt, verdict).first()
+                self.verdict(&mut attempt, verdict).first()
             }
         };
+        AttemptLane { state, attempt }
     }
 }
 
 /// The lanes' side of the race: one step at a time, the hedge's like the request's own.
-impl<S, B, RB, C, Bk> Lane<Books<S, B, RB, C, Bk>> for AttemptLane<S::Future, B, RB, C>
+impl<'a, S, B, RB, C, Bk> Lane<Books<'a, S, B, RB, C, Bk>> for AttemptLane<S::Future, B, RB, C>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
@@ -299,15 +273,15 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    /// The output is left in the books.
-    type Output = ();
+    type Output = Output<RB>;
 
+    #[inline]
     fn poll_lap(
         self: Pin<&mut Self>,
-        books: &mut Books<S, B, RB, C, Bk>,
+        books: &mut Books<'a, S, B, RB, C, Bk>,
         racing: bool,
         cx: &mut Context<'_>,
-    ) -> Poll<Lap<()>> {
+    ) -> Poll<Lap<Output<RB>>> {
         let mut this = self.project();
         let _in = books.ledger.enter(this.attempt);
         let step = match books.poll_state(this.state.as_mut(), this.attempt, racing, cx) {
@@ -331,9 +305,9 @@ where
                 this.state.set(state);
                 Lap::Stepped
             }
-            Step::Finish => {
+            Step::Finish(output) => {
                 this.state.set(State::Done);
-                Lap::Finished(())
+                Lap::Finished(output)
             }
             Step::Out => Lap::Out,
         })
@@ -346,7 +320,7 @@ where
     /// Cancelled as a loser: the breaker frees its place and counts nothing, the throttle
     /// forgets it, its ticket and slot stay spent (it was sent: it cost what it cost). A hedge
     /// not sent yet is dropped when vacated, its ticket and slot given back.
-    fn lose(self: Pin<&mut Self>, books: &mut Books<S, B, RB, C, Bk>) {
+    fn lose(self: Pin<&mut Self>, books: &mut Books<'a, S, B, RB, C, Bk>) {
         let attempt = self.project().attempt;
         if !attempt.sent {
             return;
@@ -366,7 +340,7 @@ where
     }
 }
 
-impl<S, B, RB, C, Bk> Books<S, B, RB, C, Bk>
+impl<S, B, RB, C, Bk> Books<'_, S, B, RB, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     S::Error: Into<BoxError>,
@@ -422,16 +396,18 @@ where
             StateProj::Opening { open, head } => match Pin::new(&mut open.0).poll(cx) {
                 Poll::Ready(opening) => {
                     let head = head.take().unwrap_or_else(polled_again);
-                    let continue_by = &mut self.continue_by;
+                    let continue_by = &mut *self.continue_by;
                     let given = matches!(continue_by, Some(Continue::By(_)));
-                    let service = &self.service;
+                    let service = &*self.service;
                     let continuer = |config: &_| continue_by.take()?.continuer(service, config);
                     let since = open.1;
                     (self.ledger).opened(attempt, racing, head, opening, since, continuer, given)
                 }
                 Poll::Pending => return self.poll_cut(attempt, cx),
             },
-            StateProj::Ended => return Step::Finish,
+            StateProj::Ended { output } => {
+                return Step::Finish(output.take().unwrap_or_else(polled_again));
+            }
             StateProj::Done => polled_again(),
         };
         self.verdict(attempt, verdict)
@@ -450,6 +426,7 @@ where
 
     /// `attempt` came back: a response is classified next (an event stream read up to its first
     /// content event), an error is judged now.
+    #[inline(always)]
     fn answered(
         &mut self,
         attempt: &mut Attempt,
@@ -498,7 +475,7 @@ where
 }
 
 /// The steps before an attempt is sent: its request, the deadline, the guards, the service.
-impl<S, B, RB, C, Bk> Books<S, B, RB, C, Bk>
+impl<S, B, RB, C, Bk> Books<'_, S, B, RB, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     B: ReplayBody,
@@ -510,14 +487,14 @@ where
     fn routed(&mut self, route: Route, attempt: &mut Attempt) {
         self.ledger.routed(route.hand_off, route.continuation);
         attempt.ticket = route.ticket;
-        self.continue_by = Some(match (route.continuation, route.continuer) {
+        *self.continue_by = Some(match (route.continuation, route.continuer) {
             (false, Some(continuer)) => Continue::By(continuer),
             _ => Continue::Never,
         });
     }
 
     /// The request body was read up to the replay cap: the first attempt, made from it, goes.
-    #[inline]
+    #[inline(always)]
     fn buffered(
         &mut self,
         attempt: &mut Attempt,
@@ -536,6 +513,7 @@ where
     }
 
     /// The service is ready: the retry, or the hedge, goes out, rebuilt from the template.
+    #[inline(always)]
     fn retry(&mut self, attempt: &mut Attempt) -> Step<S::Future, B, RB, C> {
         let request = match &self.ledger.origin {
             Origin::Replay(template) => template.request(),
@@ -549,7 +527,7 @@ where
 
     /// Starts `attempt` with `request`, if the deadline lets it: past its guards (what they
     /// read of a request that can be sent again is its template), at once or after a wait.
-    #[inline]
+    #[inline(always)]
     fn start(
         &mut self,
         attempt: &mut Attempt,
@@ -625,16 +603,14 @@ where
 
     /// Acts on `verdict` for `attempt`: a retry takes the attempt's place and waits, an ending is
     /// left for the request to hand back, an attempt out of the race leaves it.
+    #[inline]
     fn verdict(
         &mut self,
         attempt: &mut Attempt,
         verdict: Verdict<RB>,
     ) -> Step<S::Future, B, RB, C> {
         match verdict {
-            Verdict::End(output) => {
-                self.output = Some(output);
-                Step::Finish
-            }
+            Verdict::End(output) => Step::Finish(output),
             Verdict::Retry(delay, ticket) => {
                 *attempt = Attempt::paid(ticket);
                 // A zero delay skips the timer: tokio rounds every sleep up to its next 1 ms

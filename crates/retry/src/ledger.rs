@@ -167,7 +167,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
         let trailers = match tail {
             Tail::Ended => None,
-            Tail::Trailers(trailers) => Some(trailers),
+            Tail::Trailers(trailers) => Some(Box::new(trailers)),
             Tail::Failed(error) => return Err(Error::unreadable_body(error.into())),
             // Longer than the cap: sent once, untouched, what was read followed by the rest.
             Tail::Open => {
@@ -192,7 +192,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     fn seal<B: ReplayBody>(
         &mut self,
         body: Bytes,
-        trailers: Option<HeaderMap>,
+        trailers: Option<Box<HeaderMap>>,
         clock: &mut Clock,
     ) -> Request<B> {
         let may_retry = self.config.policy.may_retry();

@@ -25,7 +25,7 @@
 //! second lane.
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
@@ -119,6 +119,7 @@ pin_project! {
 
 impl<L> Race<L> {
     /// A race of one lane, the request's path.
+    #[inline]
     pub fn new(lane: L) -> Self {
         Self {
             inline: lane,
@@ -144,12 +145,6 @@ impl<L> Race<L> {
             Place::Inline => self.inline_on.then_some(&self.inline),
             Place::Boxed => self.boxed.as_deref(),
         }
-    }
-
-    /// The first lane, before the race is pinned: for its owner to make its first step where
-    /// it is.
-    pub(crate) fn first(&mut self) -> &mut L {
-        &mut self.inline
     }
 
     /// The request's path.
@@ -197,7 +192,25 @@ impl<L> Race<L> {
     }
 
     /// Polls the lanes until both wait or one finishes the race: see the [module docs](self).
+    #[inline]
     pub fn poll<X>(mut self: Pin<&mut Self>, books: &mut X, cx: &mut Context<'_>) -> Poll<L::Output>
+    where
+        L: Lane<X>,
+    {
+        // A race of one lane (a request never hedged) is that lane's path, step after step.
+        while self.boxed.is_none() && self.inline_on {
+            let this = self.as_mut().project();
+            match ready!(this.inline.poll_lap(books, false, cx)) {
+                Lap::Finished(output) => return Poll::Ready(output),
+                Lap::Stepped => {}
+                Lap::Out => self.as_mut().take(Place::Inline),
+            }
+        }
+        self.poll_two(books, cx)
+    }
+
+    /// Polls a race of two lanes, the path first.
+    fn poll_two<X>(mut self: Pin<&mut Self>, books: &mut X, cx: &mut Context<'_>) -> Poll<L::Output>
     where
         L: Lane<X>,
     {

@@ -29,7 +29,7 @@ pub(crate) struct Template {
     pub(crate) head: Parts,
     pub(crate) body: Bytes,
     /// Request trailers, if the body had any (replayed after the bytes).
-    pub(crate) trailers: Option<HeaderMap>,
+    pub(crate) trailers: Option<Box<HeaderMap>>,
     /// The request's weight in tokens for a rate limit, estimated once from the body.
     tokens: Option<u64>,
     /// What the request is for its clocks, read once from the body.
@@ -94,7 +94,7 @@ impl Template {
             None => B::from_bytes(self.body.clone()),
             Some(trailers) => B::from_partial(PartialBody::new(
                 self.body.clone(),
-                Tail::Trailers(trailers.clone()),
+                Tail::Trailers(HeaderMap::clone(trailers)),
                 B::from_bytes(Bytes::new()),
             )),
         };

@@ -40,6 +40,7 @@ pub(crate) enum Verdict<RB: Body> {
 /// Before an attempt is sent: the deadline, a refusal, a service not ready.
 impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// The request ends with `output`: every ending goes through here.
+    #[inline(always)]
     pub(crate) fn end<RB: Body>(&mut self, mut output: Output<RB>) -> Verdict<RB> {
         self.finish(&mut output);
         Verdict::End(output)
@@ -142,6 +143,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     }
 
     /// A response to `attempt` was classified: handed back, or retried.
+    #[inline(always)]
     pub(crate) fn judged<RB: Body>(
         &mut self,
         attempt: &mut Attempt,

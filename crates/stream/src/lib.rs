@@ -66,10 +66,12 @@
 //!   [`StreamInterrupted`] ends a stream that stays interrupted.
 //! - **resume**: go on with an interrupted stream, as its hook ([`Resume`]) says; the hook is
 //!   made per stream by a [`MakeResume`].
-//! - **continuation**: the request that asks for the rest of an answer
-//!   ([`ContinuationRequest`] marks it), and its answer ([`AnswerFuture`], [`AnswerBody`]).
+//! - **continuation**: the request that asks for the rest of an answer, and its answer
+//!   ([`AnswerFuture`], [`AnswerBody`]).
 //! - **continuer**: what sends a continuation and returns the future of its answer
 //!   ([`Continuer`]); the engine's goes through the engine, a failover's to its next backend.
+//!   Whoever sends a continuation knows it is one: its own stream is never resumed (the stream
+//!   it continues goes on from all it received).
 //! - **prefill**: the text received, sent as the assistant message the model goes on from
 //!   ([`continuation_body`]).
 //! - **splice**: rewriting a continuation's events into the first stream's framing (its ids, its
@@ -136,7 +138,6 @@ mod interrupted;
 pub mod resume;
 pub mod sse;
 
-pub use self::continuation::ContinuationRequest;
 pub use self::guard::{GuardedStream, OpenStream, Opening, StreamEnd, StreamPolicy, open};
 pub use self::interrupted::{InterruptCause, StreamInterrupted};
 pub use self::resume::{

@@ -9,12 +9,6 @@ use crate::interrupted::InterruptCause;
 use crate::resume::{AnswerFuture, Continuer, Resume, Resumption};
 use crate::sse::{Event, FrameKind};
 
-/// In the extensions of a continuation request: it continues another stream. The engine does
-/// not resume the stream that answers it (the stream it continues goes on from the whole
-/// transcript).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ContinuationRequest;
-
 /// The resume hook of a stream in a [`Format`] stormguard knows: its [`Transcript`]; when it
 /// stops before its answer is complete, a continuation request with the text received as a
 /// prefill ([`continuation_body`]), sent through a [`Continuer`], whose answer is rewritten
@@ -67,7 +61,6 @@ impl Continuations {
         head.headers
             .remove(HeaderName::from_static("idempotency-key"));
         head.headers.remove(CONTENT_LENGTH);
-        head.extensions.insert(ContinuationRequest);
         let request = http::Request::from_parts(head, body);
         self.splice = Some(Splice::new(&self.transcript));
         let continuer = self.continuer.as_mut()?;

@@ -70,7 +70,7 @@ use serde_json::{Map, Value, json};
 use crate::sse::{Event, MESSAGE};
 
 pub use self::body::continuation_body;
-pub use self::continuations::{ContinuationRequest, Continuations};
+pub use self::continuations::Continuations;
 pub use self::error::NotContinuable;
 pub use self::splice::Splice;
 pub use self::transcript::Transcript;
