@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::continuing::Continue;
 use crate::error::Error;
 use crate::hedge::NoHedge;
-use crate::lane::{AttemptLane, Books};
+use crate::lane::{AttemptLane, Books, polled_again};
 use crate::ledger::{Ledger, Output};
 use crate::race::Race;
 use crate::route::{Report, Route};
@@ -69,13 +69,14 @@ pin_project! {
     }
 }
 
-/// The lanes' view of what they share, in a projected future.
+/// The lanes' view of what they share, in a projected future, with `$output` for the output.
 macro_rules! books {
-    ($this:expr) => {
+    ($this:expr, $output:expr) => {
         Books {
             service: $this.service,
             ledger: $this.ledger,
             continue_by: $this.continue_by,
+            output: $output,
             body: PhantomData,
         }
     };
@@ -101,10 +102,12 @@ where
         let (head, body) = request.into_parts();
         let (mut service, mut continue_by) = (service, Some(continue_by));
         let mut ledger = Ledger::new(config, head);
+        let mut output = None;
         let mut books = Books {
             service: &mut service,
             ledger: &mut ledger,
             continue_by: &mut continue_by,
+            output: &mut output,
             body: PhantomData,
         };
         let lane = books.begin(body, route);
@@ -147,10 +150,11 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let mut books = books!(this);
+        let mut output = None;
+        let mut books = books!(this, &mut output);
         loop {
-            if let Poll::Ready(output) = this.race.as_mut().poll(&mut books, cx) {
-                return Poll::Ready(output);
+            if this.race.as_mut().poll(&mut books, cx).is_ready() {
+                return Poll::Ready(output.take().unwrap_or_else(polled_again));
             }
             // Waiting: the deadline bounds the wait, whatever the request waits for; each
             // attempt waiting for its head has its head clock (its lane checks it when polled),

@@ -43,17 +43,21 @@ use crate::route::Route;
 use crate::template::{Clock, Origin, tokens_unread};
 use crate::verdict::Verdict;
 
-/// What the lanes of a request share: the service, the request's books, and who continues the
-/// stream it hands back (taken when one is).
+/// What the lanes of a request share: the service, the request's books, who continues the
+/// stream it hands back (taken when one is), and where the lane that ends the request leaves its
+/// output (a place of the caller's: carried out through the race, it would be copied at each
+/// step of the way).
 pub(crate) struct Books<'a, S, B, RB: Body, C, Bk: Backoff> {
     pub(crate) service: &'a mut S,
     pub(crate) ledger: &'a mut Ledger<C, Bk>,
     pub(crate) continue_by: &'a mut Option<Continue<S, C, Bk>>,
-    pub(crate) body: PhantomData<fn(B) -> RB>,
+    pub(crate) output: &'a mut Option<Output<RB>>,
+    pub(crate) body: PhantomData<fn(B)>,
 }
 
 pin_project! {
     /// One attempt's path: what it waits for, and the attempt.
+    #[project = AttemptLaneProj]
     pub(crate) struct AttemptLane<F, B, RB, C>
     where
         RB: Body,
@@ -113,8 +117,8 @@ impl<F, B, RB: Body, C> State<F, B, RB, C> {
 #[allow(clippy::large_enum_variant)]
 enum Step<F, B, RB: Body, C> {
     Next(State<F, B, RB, C>),
-    /// The request ends with this.
-    Finish(Output<RB>),
+    /// The request ended: its output is in the books.
+    Finish,
     /// The lane's attempt is out of the race.
     Out,
     /// What the state waits for is not ready.
@@ -138,15 +142,23 @@ pub(crate) fn polled_again<T>() -> T {
 
 impl<F, B, RB: Body, C> Step<F, B, RB, C> {
     /// The state a request starts in, from its first step (taken before its first poll: an
-    /// ending waits for it).
-    fn first(self) -> State<F, B, RB, C> {
+    /// ending, `output`, waits for it).
+    fn first(self, output: &mut Option<Output<RB>>) -> State<F, B, RB, C> {
         match self {
             Self::Next(state) => state,
-            Self::Finish(output) => State::Ended {
-                output: Some(output),
+            Self::Finish => State::Ended {
+                output: output.take(),
             },
             Self::Out | Self::Wait => State::Done,
         }
+    }
+}
+
+impl<F, B, RB: Body, C> AttemptLaneProj<'_, F, B, RB, C> {
+    /// The lane ended the request (its output is in the books): what it waited for is dropped.
+    fn finish(&mut self) -> Lap<()> {
+        self.state.set(State::Done);
+        Lap::Finished(())
     }
 }
 
@@ -251,10 +263,13 @@ where
         let mut clock = Clock::default();
         let state = match self.ledger.begin(body, &mut clock) {
             Begin::Buffer(read) => State::Buffering { read },
-            Begin::Send(request) => self.start(&mut attempt, request, &mut clock).first(),
+            Begin::Send(request) => {
+                let step = self.start(&mut attempt, request, &mut clock);
+                step.first(self.output)
+            }
             Begin::Failed(error) => {
                 let verdict = Verdict::End(Err(error));
-                self.verdict(&mut attempt, verdict).first()
+                self.verdict(&mut attempt, verdict).first(self.output)
             }
         };
         AttemptLane { state, attempt }
@@ -273,7 +288,8 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    type Output = Output<RB>;
+    /// The output is left in the books.
+    type Output = ();
 
     #[inline]
     fn poll_lap(
@@ -281,36 +297,35 @@ where
         books: &mut Books<'a, S, B, RB, C, Bk>,
         racing: bool,
         cx: &mut Context<'_>,
-    ) -> Poll<Lap<Output<RB>>> {
+    ) -> Poll<Lap<()>> {
         let mut this = self.project();
         let _in = books.ledger.enter(this.attempt);
-        let step = match books.poll_state(this.state.as_mut(), this.attempt, racing, cx) {
-            // Waiting for its head: its clock may have fired.
-            Step::Wait => match this.attempt.head_by {
-                Due::At(at)
-                    if matches!(*this.state, State::Calling { .. }) && Instant::now() >= at =>
-                {
-                    match books.ledger.clock_fired(this.attempt, racing) {
-                        Some(verdict) => books.verdict(this.attempt, verdict),
-                        None => Step::Wait,
-                    }
+        // Each step taken where it is matched: a step bound first and matched after would move
+        // the state once more, at every step of every request.
+        match books.poll_state(this.state.as_mut(), this.attempt, racing, cx) {
+            Step::Next(state) => this.state.set(state),
+            Step::Finish => return Poll::Ready(this.finish()),
+            Step::Out => return Poll::Ready(Lap::Out),
+            Step::Wait => {
+                // Waiting for its head: its clock may have fired.
+                let Due::At(at) = this.attempt.head_by else {
+                    return Poll::Pending;
+                };
+                if !matches!(*this.state, State::Calling { .. }) || Instant::now() < at {
+                    return Poll::Pending;
                 }
-                _ => Step::Wait,
-            },
-            step => step,
-        };
-        Poll::Ready(match step {
-            Step::Wait => return Poll::Pending,
-            Step::Next(state) => {
-                this.state.set(state);
-                Lap::Stepped
+                let Some(verdict) = books.ledger.clock_fired(this.attempt, racing) else {
+                    return Poll::Pending;
+                };
+                match books.verdict(this.attempt, verdict) {
+                    Step::Next(state) => this.state.set(state),
+                    Step::Finish => return Poll::Ready(this.finish()),
+                    Step::Out => return Poll::Ready(Lap::Out),
+                    Step::Wait => return Poll::Pending,
+                }
             }
-            Step::Finish(output) => {
-                this.state.set(State::Done);
-                Lap::Finished(output)
-            }
-            Step::Out => Lap::Out,
-        })
+        }
+        Poll::Ready(Lap::Stepped)
     }
 
     fn in_flight(&self) -> bool {
@@ -406,7 +421,8 @@ where
                 Poll::Pending => return self.poll_cut(attempt, cx),
             },
             StateProj::Ended { output } => {
-                return Step::Finish(output.take().unwrap_or_else(polled_again));
+                *self.output = Some(output.take().unwrap_or_else(polled_again));
+                return Step::Finish;
             }
             StateProj::Done => polled_again(),
         };
@@ -610,7 +626,10 @@ where
         verdict: Verdict<RB>,
     ) -> Step<S::Future, B, RB, C> {
         match verdict {
-            Verdict::End(output) => Step::Finish(output),
+            Verdict::End(output) => {
+                *self.output = Some(output);
+                Step::Finish
+            }
             Verdict::Retry(delay, ticket) => {
                 *attempt = Attempt::paid(ticket);
                 // A zero delay skips the timer: tokio rounds every sleep up to its next 1 ms
