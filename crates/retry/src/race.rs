@@ -42,7 +42,8 @@ pub trait Lane<X> {
     type Output;
 
     /// Polls what the lane waits for and takes the steps that follow, until it waits again
-    /// (`Pending`), finishes, leaves the race or takes a step (`Ready`). `racing`: the other
+    /// (`Pending`), finishes, leaves the race or takes a step the race may act on (`Ready`): one
+    /// that leaves its backend (a lane may take the steps that keep it there in one lap). `racing`: the other
     /// lane's attempt is in flight, so a failure of this one only takes it out of the race.
     fn poll_lap(
         self: Pin<&mut Self>,

@@ -143,7 +143,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     }
 
     /// A response to `attempt` was classified: handed back, or retried.
-    #[inline(always)]
     pub(crate) fn judged<RB: Body>(
         &mut self,
         attempt: &mut Attempt,
@@ -151,21 +150,16 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         mut response: Response<ResponseBody<RB>>,
         outcome: Outcome,
     ) -> Verdict<RB> {
-        let usage = self.record(
+        if outcome.is_success() {
+            let response = self.succeeded(attempt, response, &outcome);
+            return self.end(Ok(response));
+        }
+        self.record(
             attempt,
             &outcome,
             response.headers(),
             Some(response.status()),
         );
-        if outcome.is_success() {
-            // A success ends the request: how long it took matters only before a retry.
-            self.config.policy.succeeded();
-            let recorder = self.usage_recorder(&response);
-            if usage.is_some() || recorder.is_some() {
-                response = settle_on_usage(response, usage, recorder);
-            }
-            return self.end(Ok(response));
-        }
         self.timed(attempt);
         if racing {
             return self.out(attempt);
@@ -181,6 +175,29 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         };
         self.hand_back_failure(&mut response, outcome, cause);
         self.end(Ok(response))
+    }
+
+    /// A `response` to `attempt` that is a success (`outcome`): the request ends with it, settled
+    /// on the usage it reports. (How long it took matters only before a retry.)
+    #[inline(always)]
+    pub(crate) fn succeeded<RB: Body>(
+        &mut self,
+        attempt: &mut Attempt,
+        response: Response<ResponseBody<RB>>,
+        outcome: &Outcome,
+    ) -> Response<ResponseBody<RB>> {
+        let usage = self.record(
+            attempt,
+            outcome,
+            response.headers(),
+            Some(response.status()),
+        );
+        self.config.policy.succeeded();
+        let recorder = self.usage_recorder(&response);
+        if usage.is_none() && recorder.is_none() {
+            return response;
+        }
+        settle_on_usage(response, usage, recorder)
     }
 
     /// An event stream was read up to its first content event (handed back, its guards told how
