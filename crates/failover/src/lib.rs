@@ -33,7 +33,7 @@
 //!    - the backend refused the request without sending it (its breaker, throttle, bulkhead or
 //!      rate limit): the next healthy backend takes it, for free;
 //!    - the backend keeps answering 429: every attempt of the request was answered 429
-//!      ([`FailedAnswer::rate_limited_throughout`](stormguard_retry::FailedAnswer::rate_limited_throughout)), or the
+//!      (the engine's [`Report::rate_limited_throughout`](stormguard_retry::Report::rate_limited_throughout)), or the
 //!      engine gave up on a 429 whose wait is beyond what the request can wait (a Retry-After
 //!      above the hint policy's maximum, 60 s by default, or a wait the deadline cannot fit; a
 //!      wait of the backend's rate limit beyond its maximum is a refusal, above): the next
@@ -93,9 +93,22 @@
 //!
 //! A request visits each backend at most once, and each visit is one engine's retries: at most
 //! `max_attempts × backends` attempts (3 × 2 = 6 with two backends and the default policy).
-//! Every attempt after a request's first, on any backend, is a withdrawal from the one retry
+//! Every attempt after a request's first, on any backend, draws a ticket from the one retry
 //! budget, so across all requests the attempts stay within the budget's ratio of the traffic
 //! (10% by default) however many backends fail.
+//!
+//! # How it is built
+//!
+//! The failover is a router above its backends' engines, and speaks to each through the engine's
+//! router interface ([`ClientService::route`](stormguard_retry::ClientService::route)): it hands
+//! the request on with a [`Route`](stormguard_retry::Route) (a fired clock handed back rather
+//! than retried there, the ticket it drew for the move, the continuer that sends a stream's
+//! continuation to the next backend) and reads the engine's
+//! [`Report`](stormguard_retry::Report) with the answer. What the next move is (a cure, the next
+//! healthy backend, the answer) is decided in one place from that report and the backends'
+//! health. A request's hops to its backends run in the engine's own
+//! [`Race`](stormguard_retry::race::Race), so a hedge across backends follows the rules of a
+//! hedge on one.
 //!
 //! # Example
 //!

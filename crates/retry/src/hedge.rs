@@ -25,7 +25,7 @@
 //! Then two attempts are in flight. The first to produce content is the answer, and the other
 //! is cancelled: dropped with its permits (the breaker frees its place and counts nothing, the
 //! throttle forgets it: being the slower of two says nothing about whether the backend accepts),
-//! its budget withdrawal and rate-limit slot spent (it was sent: it cost what it cost). The
+//! its budget ticket and rate-limit slot spent (it was sent: it cost what it cost). The
 //! attempt that was hedged, when it loses, teaches the time to first content what it waited, as
 //! a lower bound: left out, the slow answers that hedges cut short would vanish from what is
 //! learned, and the learned delay would shrink and hedge ever more. A losing hedge teaches

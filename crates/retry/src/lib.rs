@@ -56,11 +56,12 @@
 //!    * the deadline: retry only if `now + delay + (duration of the last attempt) < deadline`,
 //!      so the engine never sleeps past the deadline and never starts an attempt that would need
 //!      more time than is left;
-//!    * the retry budget grants a withdrawal (asked last, so that nothing is withdrawn for a
-//!      retry the other checks rule out). Retries stay within `ratio × successes + floor` per
-//!      window (SRE book: 10%): during an outage successes stop, and so do retries. A retry
-//!      that is never sent (the caller gave up during the backoff, the service failed to get
-//!      ready, a layer below dropped it) is given back.
+//!    * the retry budget grants a [`Ticket`](stormguard_budget::Ticket) (asked last, so that
+//!      nothing is drawn for a retry the other checks rule out). Retries stay within
+//!      `ratio × successes + floor` per window (SRE book: 10%): during an outage successes
+//!      stop, and so do retries. The ticket of a retry that is never sent (the caller gave up
+//!      during the backoff, the service failed to get ready, a layer below dropped it) is given
+//!      back.
 //!
 //! # Hedging
 //!
@@ -80,12 +81,14 @@
 //! more. Only a request this layer could not have retried (a body too large to replay,
 //! `with_max_attempts(1)`) comes back unmarked: the decision stays with the caller.
 //!
-//! A layer above that can send the request elsewhere (a failover) needs more than "do not
-//! retry": every failed response carries a [`FailedAnswer`] in its extensions (the last
-//! outcome, the attempts sent, and whether the server answered 429 to every one of them), and
-//! an [`Error`] says the same. A backend that answered 429 throughout is rate-limiting the
-//! request whatever this layer's retries do; its breaker cannot tell (a 429 is no health
-//! failure), so that is what lets a failover leave it at once.
+//! A router above that can send the request elsewhere (a failover) needs more than "do not
+//! retry": it sends through [`ClientService::route`], which takes a [`Route`] with the request
+//! (hand a fired clock on instead of retrying here, the budget's ticket for the move, who
+//! continues the streams) and gives a [`Report`] back with the answer (the last outcome, the
+//! attempts sent, why the engine gave up, and whether the server answered 429 to every
+//! attempt). A backend that answered 429 throughout is rate-limiting the request whatever this
+//! layer's retries do; its breaker cannot tell (a 429 is no health failure), so that is what
+//! lets a failover leave it at once. An [`Error`] says the same of itself.
 //!
 //! # Errors and responses
 //!
@@ -115,11 +118,17 @@
 //!
 //! # How it is built
 //!
-//! Three parts, each readable alone: the **path** ([`ResponseFuture`]: a state per thing a
-//! request waits for), the **admission** of each attempt by the guards (one protocol,
-//! [`Permit`](stormguard_classify::Permit): a permit per guard, told the attempt's outcome,
-//! or dropped untold), and the **policy** that decides whether and when to retry, kept apart
-//! from the path as tower keeps its retry `Policy` apart from its future.
+//! A request is a [`race`] of up to two lanes, its own attempt's and a hedge's. Each lane is one
+//! attempt's path, a list of states (its body read, a backoff, the service, the guards, the
+//! answer, its error body, a stream's first event), each holding what it waits with. What each
+//! step comes to (an answer, an error, a refusal, a cut, a fired clock) is a verdict of the
+//! request's books: end the request, retry after a delay, or leave the race. Beside the path:
+//! the **admission** of each attempt by the guards, in their order (one protocol,
+//! [`Permit`](stormguard_classify::Permit): a permit per guard, told the attempt's outcome, or
+//! dropped untold), and the **policy** that decides whether and when to retry, kept apart from
+//! the path as tower keeps its retry `Policy` apart from its future. A router above hands the
+//! engine a [`Route`] and reads a [`Report`] ([`ClientService::route`]); the failover races its
+//! backends with the same [`race`]. `docs/ARCHITECTURE.md` has the map of the files.
 //!
 //! # Example
 //!

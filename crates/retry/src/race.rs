@@ -294,7 +294,9 @@ impl<L> Race<L> {
             Some((sent, due)) if *sent == since => *due,
             _ => {
                 let (clocks, streaming) = clocks();
-                let due = since.checked_add(hedging.delay_for(clocks, streaming)?);
+                // A delay not learned yet is none for this attempt, even once learned.
+                let delay = hedging.delay_for(clocks, streaming);
+                let due = delay.and_then(|delay| since.checked_add(delay));
                 *this.hedge_by = Some((since, due));
                 due
             }

@@ -551,6 +551,51 @@ async fn a_learned_delay_hedges_nothing_before_it_is_learned() {
     assert_eq!(books.log.len(), 1);
 }
 
+/// A delay not learned when an attempt starts waiting is none for that attempt: learned while it
+/// waits, it hedges the attempts after it, never this one (however often it is polled).
+#[tokio::test(start_paused = true)]
+async fn a_delay_learned_while_an_attempt_waits_hedges_the_next_attempt_only() {
+    let books = Books::default();
+    let budget = ten();
+    let clocks = AttemptClocks::new(ClockSettings {
+        min_samples: 1,
+        ..ClockSettings::default()
+    });
+    let client = ClientLayer::default()
+        .with_budget(budget.clone())
+        .with_clocks(clocks.clone())
+        .with_hedging(Hedging::default())
+        .layer(backend(&books, |n| match n {
+            0 => answer(2 * SECOND),
+            _ => answer(SECOND),
+        }));
+    let mut request = std::pin::pin!(client.clone().oneshot(post(CHAT)));
+    let mut poll = async || std::future::poll_fn(|cx| Poll::Ready(request.as_mut().poll(cx))).await;
+    assert!(poll().await.is_pending());
+    tokio::time::advance(100 * MS).await;
+    for _ in 0..30 {
+        clocks.record_to_first_content(false, 50 * MS);
+    }
+    // Polled again with the delay learned (and long past): still no hedge.
+    assert!(poll().await.is_pending());
+    tokio::time::advance(SECOND).await;
+    assert!(poll().await.is_pending());
+    assert_eq!(books.log.len(), 1);
+    let start = Instant::now();
+    assert_eq!(request.await.unwrap().status(), 200);
+    assert_eq!(start.elapsed(), 900 * MS);
+    assert_eq!(books.log.len(), 1);
+    assert_eq!(budget.snapshot().withdrawals, 0);
+
+    // The next request's attempt is hedged at the delay learned (50 ms: the first request's 2 s
+    // is one answer in 31).
+    let start = Instant::now();
+    assert_eq!(client.oneshot(post(CHAT)).await.unwrap().status(), 200);
+    assert_eq!(books.log.len(), 3);
+    assert_eq!(budget.snapshot().withdrawals, 1);
+    assert_eq!(start.elapsed(), SECOND);
+}
+
 /// What a request leaves behind when its caller drops it, wherever it waits: a stream waiting
 /// for its first content, the hedge due, the hedge waiting for its rate-limit slot, for its
 /// head, for its first content. Dropped every 100 ms until the hedge answers at 3 s, each time:
