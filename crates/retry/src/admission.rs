@@ -293,22 +293,27 @@ impl Refusal {
     }
 }
 
-impl Pass {
-    /// Tells the guard how the attempt ended; for a success, what corrects the rate limit's
-    /// token weight to the answer's usage, if it does.
-    fn record(self, outcome: &Outcome, headers: &HeaderMap) -> Option<Usage> {
+/// Every pass follows its guard's protocol: told how the attempt ended.
+impl Permit for Pass {
+    fn record(self, outcome: &Outcome, headers: &HeaderMap) {
         match self {
             // Never sent: given back.
             Self::Slot(_) => {}
-            Self::RateLimit(permit) => {
-                let usage = outcome.is_success().then(|| permit.usage()).flatten();
-                (*permit).record(outcome, headers);
-                return usage;
-            }
-            Self::Breaker(permit) => permit.record(outcome, headers),
-            Self::Throttle(permit) => permit.record(outcome, headers),
+            Self::RateLimit(permit) => Permit::record(*permit, outcome, headers),
+            Self::Breaker(permit) => Permit::record(permit, outcome, headers),
+            Self::Throttle(permit) => Permit::record(permit, outcome, headers),
         }
-        None
+    }
+}
+
+impl Pass {
+    /// For a rate limit's pass of an attempt that succeeded, what corrects the limit's token
+    /// weight to the answer's usage, if it does.
+    fn usage(&self) -> Option<Usage> {
+        match self {
+            Self::RateLimit(permit) => permit.usage(),
+            _ => None,
+        }
     }
 
     /// The attempt's end says nothing about the backend (it lost a race, or a stall cut it): the
@@ -363,7 +368,10 @@ impl Permits {
     pub(crate) fn record(&mut self, outcome: &Outcome, headers: &HeaderMap) -> Option<Usage> {
         let mut usage = None;
         for pass in self.held().iter_mut().filter_map(Option::take) {
-            usage = usage.or(pass.record(outcome, headers));
+            if outcome.is_success() && usage.is_none() {
+                usage = pass.usage();
+            }
+            pass.record(outcome, headers);
         }
         usage
     }
