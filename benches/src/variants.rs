@@ -15,7 +15,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use stormguard::ClientLayer;
 use stormguard::breaker::CircuitBreaker;
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{BudgetConfig, RetryBudget};
 use stormguard::deadline::{DEFAULT_TIMEOUT, Deadline, propagate};
 use stormguard::failover::{Backend, Failover};
 use stormguard::jitter::Constant;
@@ -179,7 +179,13 @@ where
             // probability sits exactly at its threshold and random-walks (a drop counts as a
             // request without an accept), so the failure path gets K = 3, as it gets budgets
             // that never refuse.
-            let generous = || RetryBudget::new(Duration::from_secs(10), u32::MAX, 1000.0);
+            let generous = || {
+                RetryBudget::new(
+                    BudgetConfig::default()
+                        .with_min_per_sec(u32::MAX)
+                        .with_ratio(1000.0),
+                )
+            };
             let client = ClientLayer::default()
                 .with_budget(generous())
                 .with_throttle(AdaptiveThrottle::new(ThrottleConfig::default().with_k(3.0)))

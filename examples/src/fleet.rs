@@ -15,7 +15,7 @@ pub fn limit(fleet: Fleet, per_minute: u32) -> RateLimit {
         RateLimitConfig::default()
             .with_requests_per_minute(Some(per_minute))
             // Learning is for a provider's answers; these slots are never sent anywhere.
-            .with_learning(false)
+            .without_learning()
             .with_fleet(fleet),
     )
 }

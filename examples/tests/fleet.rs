@@ -135,7 +135,7 @@ fn replica(redis: &Redis, prefix: &str, per_minute: u32, tokens: bool) -> RateLi
     let config = if tokens {
         RateLimitConfig::default()
             .with_tokens_per_minute(Some(per_minute))
-            .with_usage_correction(true)
+            .with_usage_correction()
     } else {
         RateLimitConfig::default().with_requests_per_minute(Some(per_minute))
     };

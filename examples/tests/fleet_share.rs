@@ -89,7 +89,7 @@ async fn a_late_answer_is_decided_once_on_the_share_and_its_slot_stays_in_redis(
         let config = RateLimitConfig::default()
             .with_requests_per_minute(Some(60))
             .with_max_wait(Duration::from_secs(5))
-            .with_learning(false)
+            .without_learning()
             .with_fleet(fleet.clone());
         (fleet, RateLimit::new(config))
     };

@@ -94,10 +94,10 @@ fuzz_target!(|data: &[u8]| {
     let config = RateLimitConfig::default()
         .with_requests_per_minute(requests_per_minute)
         .with_tokens_per_minute(tokens_per_minute)
-        .with_learning(learning)
-        .with_usage_correction(true)
+        .with_usage_correction()
         .with_max_wait(PATIENT)
         .with_keys(2, Duration::from_secs(600));
+    let config = if learning { config } else { config.without_learning() };
     let limit = if keyed {
         RateLimit::keyed(config, |head| head.headers.get(KEY).cloned())
     } else {

@@ -29,7 +29,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as LegacyClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{BudgetConfig, RetryBudget};
 use stormguard::classify::headers::{
     GRPC_TIMEOUT, IDEMPOTENCY_KEY, X_REQUEST_TIMEOUT_MS, X_RETRY_ATTEMPT, X_SHOULD_RETRY,
 };
@@ -75,7 +75,7 @@ pub fn fast_client_layer(budget: RetryBudget) -> ClientLayer {
 /// The budget of the outage tests: a 10 s window with a floor of 1 retry per second (10 free
 /// retries) and 10% of successes.
 pub fn outage_budget() -> RetryBudget {
-    RetryBudget::new(Duration::from_secs(10), 1, 0.1)
+    RetryBudget::new(BudgetConfig::default())
 }
 
 /// [`fast_client_layer`]`(budget)` without an adaptive throttle: the budget alone has to hold the

@@ -11,7 +11,7 @@ use axum::Router;
 use axum::routing::post;
 use http::StatusCode;
 use stormguard::ServerLayer;
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{BudgetConfig, RetryBudget};
 use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard_tests::{Server, chat_post, fast_client_layer, hyper_client};
 use tower::{Layer, ServiceBuilder, ServiceExt};
@@ -105,7 +105,7 @@ async fn a_handler_that_overruns_the_callers_deadline_is_cut_off() {
 #[tokio::test]
 async fn a_retry_storm_beyond_the_budget_is_shed_with_should_retry_false() {
     // 10 s window, 1 retry/s floor (10 retries), 10% of successes.
-    let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default());
     let layer = ServerLayer::default().with_budget(budget.clone());
     let (server, counts) = app(layer, StatusCode::OK, Duration::ZERO).await;
     let client = hyper_client();
@@ -154,8 +154,9 @@ async fn a_retry_storm_beyond_the_budget_is_shed_with_should_retry_false() {
 #[tokio::test]
 async fn a_stormguard_client_stops_at_the_servers_shed() {
     // No floor: with no successes, the server sheds every retry.
-    let layer =
-        ServerLayer::default().with_budget(RetryBudget::new(Duration::from_secs(10), 0, 0.1));
+    let layer = ServerLayer::default().with_budget(RetryBudget::new(
+        BudgetConfig::default().with_min_per_sec(0),
+    ));
     let (server, counts) = app(layer, StatusCode::SERVICE_UNAVAILABLE, Duration::ZERO).await;
     let client = fast_client_layer(RetryBudget::default()).layer(hyper_client());
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{BudgetConfig, RetryBudget};
 use stormguard::classify::Reason;
 use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::classify::headers::{X_STORMGUARD_BACKEND, X_STORMGUARD_DEGRADED};
@@ -248,7 +248,9 @@ async fn an_empty_budget_stops_the_failover_as_it_stops_retries() {
     let primary = ScriptedBackend::spawn([unavailable()]).await;
     let secondary = ScriptedBackend::spawn([ok()]).await;
     // No retry at all: one attempt on the primary, and no failover after it.
-    let budget = stormguard::budget::RetryBudget::new(Duration::from_secs(10), 0, 0.0);
+    let budget = stormguard::budget::RetryBudget::new(
+        BudgetConfig::default().with_min_per_sec(0).with_ratio(0.0),
+    );
     let mut client = Failover::new(fast_client_layer(budget).with_max_attempts(5))
         .with_backend(Backend::new("primary").with_breaker(
             stormguard::breaker::CircuitBreaker::new(
@@ -452,7 +454,7 @@ async fn when_every_provider_answers_429_the_caller_gets_the_last_one() {
 async fn an_empty_budget_keeps_the_429_of_the_primary() {
     let primary = ScriptedBackend::spawn([rate_limited()]).await;
     let secondary = ScriptedBackend::spawn([ok()]).await;
-    let empty = RetryBudget::new(Duration::from_secs(10), 0, 0.0);
+    let empty = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(0.0));
     let mut client = default_failover(&empty, &secondary);
     let response = send(&mut client, &primary).await.unwrap();
     assert_eq!(response.status(), 429);

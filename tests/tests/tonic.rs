@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{BudgetConfig, RetryBudget};
 use stormguard::{ClientLayer, ServerLayer};
 use stormguard_tests::{
     assert_outage_within_floor, fast_client_layer, outage_budget, unthrottled_client_layer,
@@ -120,9 +120,7 @@ impl GrpcServer {
         Self::spawn_with(
             health,
             ServerLayer::default().with_budget(RetryBudget::new(
-                Duration::from_secs(10),
-                1000,
-                0.1,
+                BudgetConfig::default().with_min_per_sec(1000),
             )),
         )
         .await
@@ -284,7 +282,7 @@ async fn total_outage_is_amplified_no_more_than_the_budget_floor() {
 #[tokio::test]
 async fn a_server_layer_sheds_retries_beyond_its_budget_and_the_client_stops() {
     // No floor and no successes: the server sheds every retry.
-    let server_budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let server_budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let health = FlakyHealth::new(usize::MAX, unavailable);
     let server = GrpcServer::spawn_with(
         health.clone(),

@@ -151,12 +151,12 @@ impl BreakerConfig {
         self
     }
 
-    /// Whether opening on a stall also cancels the attempts already in flight (default `true`):
+    /// Opening on a stall no longer cancels the attempts already in flight. By default it does:
     /// they fail with [`BreakerOpen`](crate::BreakerOpen) instead of holding their connections
     /// until their deadlines.
     #[must_use]
-    pub fn with_cancel_on_stall(mut self, cancel: bool) -> Self {
-        self.cancel_on_stall = cancel;
+    pub fn without_cancel_on_stall(mut self) -> Self {
+        self.cancel_on_stall = false;
         self
     }
 

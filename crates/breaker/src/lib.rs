@@ -34,7 +34,8 @@
 //!   requests per second or more the 2 s decide: a black hole is cut
 //!   about 2 s after its last answer. Opening on a stall also cuts the attempts in flight (they
 //!   fail with [`BreakerOpen`], or get the fallback), so that a black hole cannot hold thousands
-//!   of connections until their deadlines ([`with_cancel_on_stall`](BreakerConfig::with_cancel_on_stall)).
+//!   of connections until their deadlines (unless
+//!   [`without_cancel_on_stall`](BreakerConfig::without_cancel_on_stall)).
 //!   The check runs when an attempt asks for a permit, at most every 50 ms: a client that sends
 //!   nothing has nothing to protect.
 //! - **Open.** Every attempt is refused at once with [`BreakerOpen`], which says when to come

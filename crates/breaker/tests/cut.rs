@@ -108,13 +108,13 @@ async fn a_stall_cuts_every_attempt_in_flight() {
     assert_eq!((snapshot.calls, snapshot.in_flight), (1_000, 0));
 }
 
-/// With `with_cancel_on_stall(false)` the stall still opens the breaker, but the attempts in
+/// With `without_cancel_on_stall()` the stall still opens the breaker, but the attempts in
 /// flight carry on: not woken, not cut, still in flight, and counted when they end.
 #[tokio::test(start_paused = true)]
 async fn without_cancel_on_stall_attempts_in_flight_carry_on() {
     let breaker = warmed(
         BreakerConfig::default()
-            .with_cancel_on_stall(false)
+            .without_cancel_on_stall()
             .with_seed(2),
     );
     let mut held = acquire(&breaker, 5);

@@ -203,11 +203,8 @@ fn hold(holding: &AtomicU32) {
 fn an_attempt_let_in_while_a_stall_opens_the_breaker_is_cut() {
     let admitted = explore(|runtime| {
         // Stall detection from the first nanosecond of silence after one answer, cutting.
-        let breaker = CircuitBreaker::new(
-            config()
-                .with_stall_detection(Duration::ZERO, f64::MIN_POSITIVE)
-                .with_cancel_on_stall(true),
-        );
+        let breaker =
+            CircuitBreaker::new(config().with_stall_detection(Duration::ZERO, f64::MIN_POSITIVE));
         succeeded(breaker.try_acquire().unwrap());
         let mut in_flight = breaker.try_acquire().unwrap();
         runtime.block_on(tokio::time::advance(Duration::from_millis(1)));

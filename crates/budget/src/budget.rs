@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use stormguard_classify::window::{Age, SlidingWindow, Tagged};
 
+use crate::BudgetConfig;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Default window: deposits and withdrawals count for 10 seconds, as in Finagle's `RetryBudget`,
@@ -74,7 +75,7 @@ const UNIT: u128 = 1_000_000;
 /// use stormguard_budget::RetryBudget;
 ///
 /// // 10 s window, no floor, 1 retry per 10 successes.
-/// let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+/// let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
 /// for _ in 0..30 {
 ///     budget.deposit();
 /// }
@@ -168,13 +169,16 @@ impl fmt::Debug for Ticket {
 }
 
 impl RetryBudget {
-    /// A budget over a window of `ttl`, granting `min_per_sec` retries per second for free plus
-    /// `ratio` retries per success (0.1 = one retry per ten successes).
+    /// A budget over a window of `config.ttl()`, granting `config.min_per_sec()` retries per
+    /// second for free plus `config.ratio()` retries per success (0.1 = one retry per ten
+    /// successes).
     ///
-    /// Out-of-range values are clamped rather than rejected: `ttl` into 10 ms ..= 1 h, `ratio`
-    /// into 0 ..= 1000 (NaN counts as 0).
-    pub fn new(ttl: Duration, min_per_sec: u32, ratio: f32) -> Self {
-        let ttl = ttl.clamp(MIN_TTL, MAX_TTL);
+    /// Out-of-range values are clamped rather than rejected: the window into 10 ms ..= 1 h, the
+    /// ratio into 0 ..= 1000 (NaN counts as 0).
+    pub fn new(config: BudgetConfig) -> Self {
+        let ttl = config.ttl().clamp(MIN_TTL, MAX_TTL);
+        let min_per_sec = config.min_per_sec();
+        let ratio = config.ratio();
         let ratio = if ratio.is_nan() {
             0.0
         } else {
@@ -275,7 +279,7 @@ impl RetryBudget {
 impl Default for RetryBudget {
     /// [`DEFAULT_TTL`] (10 s), [`DEFAULT_MIN_PER_SEC`] (1), [`DEFAULT_RATIO`] (0.1).
     fn default() -> Self {
-        Self::new(DEFAULT_TTL, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO)
+        Self::new(BudgetConfig::default())
     }
 }
 
@@ -402,7 +406,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn ratio_of_successes_plus_floor() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default());
         for _ in 0..100 {
             budget.deposit();
         }
@@ -419,7 +423,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_ticket_dropped_unsent_gives_back_exactly_one_retry_while_its_slice_is_in_the_window()
     {
-        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        let budget = RetryBudget::new(BudgetConfig::default().with_ratio(0.0));
         let first = budget.ticket().unwrap();
         let second = budget.ticket().unwrap();
         assert_eq!(budget.snapshot().balance, 8);
@@ -428,7 +432,7 @@ mod tests {
         assert_eq!((snap.balance, snap.withdrawals), (9, 1));
 
         // Another budget's ticket changes nothing in this one.
-        let other = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        let other = RetryBudget::new(BudgetConfig::default().with_ratio(0.0));
         let foreign = other.ticket().unwrap();
         drop(foreign);
         assert_eq!(budget.snapshot().balance, 9);
@@ -448,7 +452,7 @@ mod tests {
     /// A ticket sent is spent; one that ends up not sent after all (refused below) goes back.
     #[tokio::test(start_paused = true)]
     async fn a_ticket_sent_is_spent_and_one_settled_unsent_goes_back() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        let budget = RetryBudget::new(BudgetConfig::default().with_ratio(0.0));
         let mut sent = budget.ticket().unwrap();
         sent.send();
         drop(sent);
@@ -466,7 +470,7 @@ mod tests {
     /// Asking whether a retry would be granted withdraws nothing and counts no refusal.
     #[tokio::test(start_paused = true)]
     async fn would_grant_is_a_question() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        let budget = RetryBudget::new(BudgetConfig::default().with_ratio(0.0));
         assert!(budget.would_grant());
         assert_eq!(drain(&budget), 10);
         let before = budget.snapshot();
@@ -491,7 +495,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn deposits_expire_slice_by_slice() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.5);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(0.5));
         for _ in 0..10 {
             budget.deposit();
         }
@@ -512,7 +516,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_longer_than_the_window_starts_clean() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         for _ in 0..50 {
             budget.deposit();
         }
@@ -531,13 +535,13 @@ mod tests {
     async fn fractional_ratio_is_not_truncated() {
         // tower's TpsBudget turns 0.6 into "1 retry per 1 deposit" (1 / 0.6 truncated to 1) and
         // grants 10 retries for 10 deposits; 0.6 × 10 is 6.
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.6);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(0.6));
         for _ in 0..10 {
             budget.deposit();
         }
         assert_eq!(drain(&budget), 6);
 
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.7);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(0.7));
         for _ in 0..10 {
             budget.deposit();
         }
@@ -546,13 +550,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn ratio_above_one_and_zero() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 2.5);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(2.5));
         for _ in 0..4 {
             budget.deposit();
         }
         assert_eq!(drain(&budget), 10);
 
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.0);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(0.0));
         for _ in 0..1000 {
             budget.deposit();
         }
@@ -561,19 +565,34 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn hostile_configuration_is_clamped() {
-        let budget = RetryBudget::new(Duration::ZERO, u32::MAX, f32::NAN);
+        let budget = RetryBudget::new(
+            BudgetConfig::default()
+                .with_ttl(Duration::ZERO)
+                .with_min_per_sec(u32::MAX)
+                .with_ratio(f32::NAN),
+        );
         assert_eq!(budget.ttl(), MIN_TTL);
         assert_eq!(budget.ratio(), 0.0);
         // u32::MAX per second over 10 ms.
         assert_eq!(budget.snapshot().balance, 42_949_672);
 
-        let budget = RetryBudget::new(Duration::MAX, 0, f32::INFINITY);
+        let budget = RetryBudget::new(
+            BudgetConfig::default()
+                .with_ttl(Duration::MAX)
+                .with_min_per_sec(0)
+                .with_ratio(f32::INFINITY),
+        );
         assert_eq!(budget.ttl(), MAX_TTL);
         assert_eq!(budget.ratio(), MAX_RATIO);
         budget.deposit();
         assert_eq!(budget.snapshot().balance, 1000);
 
-        let budget = RetryBudget::new(Duration::from_secs(1), 0, -3.0);
+        let budget = RetryBudget::new(
+            BudgetConfig::default()
+                .with_ttl(Duration::from_secs(1))
+                .with_min_per_sec(0)
+                .with_ratio(-3.0),
+        );
         assert_eq!(budget.ratio(), 0.0);
         budget.deposit();
         assert!(!budget.withdraw());
@@ -581,7 +600,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn clones_share_one_budget() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         let other = budget.clone();
         for _ in 0..10 {
             other.deposit();

@@ -109,6 +109,7 @@
 
 mod attempt;
 mod budget;
+mod config;
 pub mod shed;
 mod sync;
 
@@ -116,4 +117,5 @@ pub use attempt::previous_attempts;
 pub use budget::{
     BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget, Ticket,
 };
+pub use config::BudgetConfig;
 pub use shed::{ShedRetries, ShedRetriesLayer};

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -15,7 +14,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use stormguard_budget::{RetryBudget, ShedRetriesLayer};
+use stormguard_budget::{BudgetConfig, RetryBudget, ShedRetriesLayer};
 use stormguard_classify::headers::X_RETRY_ATTEMPT;
 
 struct Server {
@@ -78,7 +77,7 @@ impl Server {
 #[tokio::test]
 async fn sheds_retries_beyond_ten_percent_of_successes() {
     // Real clock, but a 10 s window is far longer than this test: nothing expires.
-    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let server = Server::start(budget.clone()).await;
 
     for _ in 0..100 {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 
 const THREADS: usize = 4;
 
@@ -44,7 +44,11 @@ fn four_threads_get_exactly_the_budget() {
     for round in 0..50 {
         for (min_per_sec, ratio, deposits, expected) in cases {
             // Real clock, 10 s window: the whole race happens well inside one window.
-            let budget = RetryBudget::new(Duration::from_secs(10), min_per_sec, ratio);
+            let budget = RetryBudget::new(
+                BudgetConfig::default()
+                    .with_min_per_sec(min_per_sec)
+                    .with_ratio(ratio),
+            );
             for _ in 0..deposits {
                 budget.deposit();
             }
@@ -64,7 +68,7 @@ fn four_threads_get_exactly_the_budget() {
 
 #[test]
 fn concurrent_deposits_are_all_counted() {
-    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let handles: Vec<_> = (0..THREADS)
         .map(|_| {
             let budget = budget.clone();
@@ -98,7 +102,7 @@ fn no_overdraw_while_the_window_rotates() {
         // 10 s window, 1 s slices; 9 boundaries crossed, so every deposit stays in the window.
         let budget = {
             let _clock = handle.enter();
-            RetryBudget::new(Duration::from_secs(10), 0, 0.5)
+            RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(0.5))
         };
         // Far more budget than the workers use before the last boundary, so withdrawals are
         // granted (not refused) while the slices turn.
@@ -171,7 +175,7 @@ fn no_overdraw_at_a_slice_boundary() {
     let handle = runtime.handle().clone();
     for round in 0..2_000 {
         let _clock = handle.enter();
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.5);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(0.5));
         for _ in 0..16 {
             budget.deposit();
         }

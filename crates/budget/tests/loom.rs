@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loom::thread;
-use stormguard_budget::{RetryBudget, Ticket};
+use stormguard_budget::{BudgetConfig, RetryBudget, Ticket};
 
 /// Runs `model` under loom: the outcomes its executions returned, each once.
 fn explore<T, F>(model: F) -> BTreeSet<T>
@@ -49,7 +49,12 @@ fn spend(mut ticket: Ticket) {
 }
 
 fn budget_of(retries: u32) -> RetryBudget {
-    let budget = RetryBudget::new(Duration::from_secs(3600), 0, 1.0);
+    let budget = RetryBudget::new(
+        BudgetConfig::default()
+            .with_ttl(Duration::from_secs(3600))
+            .with_min_per_sec(0)
+            .with_ratio(1.0),
+    );
     for _ in 0..retries {
         budget.deposit();
     }

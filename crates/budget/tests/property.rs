@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -70,7 +70,12 @@ fn check(case: &Case) -> Result<f64, TestCaseError> {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let budget = RetryBudget::new(case.ttl, case.min_per_sec, case.ratio);
+        let budget = RetryBudget::new(
+            BudgetConfig::default()
+                .with_ttl(case.ttl)
+                .with_min_per_sec(case.min_per_sec)
+                .with_ratio(case.ratio),
+        );
         let slice = case.ttl / 10;
         let floor = f64::from(case.min_per_sec) * case.ttl.as_secs_f64();
         // The decimal the caller wrote (0.7, not the f32 nearest to it, 0.69999998...).

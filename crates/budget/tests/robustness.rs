@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use stormguard_budget::{BudgetSnapshot, RetryBudget};
+use stormguard_budget::{BudgetConfig, BudgetSnapshot, RetryBudget};
 
 const THREADS: u64 = 4;
 const OPS: u64 = 20_000;
@@ -34,7 +34,11 @@ fn mixed_run(ratio: f32, refund_every: Option<u64>) -> (BudgetSnapshot, Tally) {
     let handle = runtime.handle();
     let budget = {
         let _clock = handle.enter();
-        RetryBudget::new(Duration::from_secs(10), 0, ratio)
+        RetryBudget::new(
+            BudgetConfig::default()
+                .with_min_per_sec(0)
+                .with_ratio(ratio),
+        )
     };
     let progress = AtomicU64::new(0);
     let start = Barrier::new(THREADS as usize + 1);
@@ -166,7 +170,7 @@ proptest! {
             .build()
             .unwrap();
         let _clock = runtime.enter();
-        let budget = RetryBudget::new(Duration::from_nanos(ttl_nanos), min_per_sec, ratio);
+        let budget = RetryBudget::new(BudgetConfig::default().with_ttl(Duration::from_nanos(ttl_nanos)).with_min_per_sec(min_per_sec).with_ratio(ratio));
         prop_assert!(budget.ratio() >= 0.0 && budget.ratio() <= 1000.0);
         prop_assert!(budget.ttl() >= Duration::from_millis(10));
         prop_assert!(budget.ttl() <= Duration::from_secs(3600));

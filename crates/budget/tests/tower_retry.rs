@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 use tower::retry::budget::Budget;
 use tower::retry::{Policy, Retry};
 use tower::{Service, ServiceExt, service_fn};
@@ -61,7 +61,7 @@ fn backend(
 
 #[tokio::test(start_paused = true)]
 async fn retries_stop_when_the_budget_is_spent() {
-    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let calls = Arc::new(AtomicU32::new(0));
     let policy = BudgetPolicy {
         budget: budget.clone(),

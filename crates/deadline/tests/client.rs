@@ -180,7 +180,7 @@ async fn remaining_time_minus_the_margin_is_propagated() {
     );
 
     // Propagation off.
-    let off = DeadlineLayer::new(two_seconds).with_propagation(false);
+    let off = DeadlineLayer::new(two_seconds).without_propagation();
     assert!(!off.propagation());
     assert_eq!(call(off, Request::new(())).await, "|");
 

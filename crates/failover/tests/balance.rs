@@ -146,7 +146,7 @@ async fn a_deployment_near_its_quota_is_sent_less() {
     let quota = RateLimit::new(
         RateLimitConfig::default()
             .with_requests_per_minute(Some(600))
-            .with_learning(false),
+            .without_learning(),
     );
     let client = Failover::new(layer())
         .with_rank([

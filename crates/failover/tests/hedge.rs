@@ -11,7 +11,7 @@ use std::time::Duration;
 use http::Response;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::State;
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 use stormguard_classify::{Outcome, Permit, Reason};
 use stormguard_failover::{Adapter, Answered, Backend, Failover};
 use stormguard_jitter::Constant;
@@ -24,7 +24,7 @@ const SECOND: Duration = Duration::from_secs(1);
 
 /// A budget of ten retries, moves or hedges and nothing more (a floor of 1 a second over 10 s).
 fn ten() -> RetryBudget {
-    RetryBudget::new(Duration::from_secs(10), 1, 0.0)
+    RetryBudget::new(BudgetConfig::default().with_ratio(0.0))
 }
 
 fn layer(budget: &RetryBudget) -> ClientLayer<stormguard_classify::LlmClassifier, Constant> {
@@ -180,7 +180,7 @@ async fn with_no_other_healthy_backend_the_hedge_goes_to_the_same_one() {
 async fn a_spent_budget_sends_no_hedge() {
     let providers = Providers::new(200, 200);
     providers.set("primary.test", 200, 5 * SECOND);
-    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let client = Failover::new(layer(&budget))
         .with_backend(Backend::new("primary"))
         .with_backend(secondary())

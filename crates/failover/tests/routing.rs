@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 use stormguard_classify::Reason;
 use stormguard_failover::{Adapter, Answered, Backend, Degraded, DegradedAnswer, Failover};
 use stormguard_jitter::Constant;
@@ -133,7 +133,7 @@ async fn a_failover_the_deadline_cannot_fit_is_not_tried() {
 #[tokio::test(start_paused = true)]
 async fn a_request_dropped_on_the_secondary_sends_nothing_more() {
     let providers = Providers::new(503, 0);
-    let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default());
     let quick_to_open =
         CircuitBreaker::new(BreakerConfig::default().with_consecutive_failures(Some(1)));
     let client = Failover::new(layer(&budget))

@@ -81,22 +81,23 @@ impl RateLimitConfig {
         self
     }
 
-    /// Whether to learn from the provider (default `true`): the limits its headers state, when it
-    /// says a quota is spent, and its 429s (see the crate docs). Configured limits are never
-    /// replaced, only obeyed more strictly while the provider says its quota is spent.
+    /// Learn nothing from the provider: only the configured limits apply. By default the limit
+    /// learns the limits the provider's headers state, when it says a quota is spent, and its
+    /// 429s (see the crate docs); configured limits are never replaced, only obeyed more strictly
+    /// while the provider says its quota is spent.
     #[must_use]
-    pub fn with_learning(mut self, learn: bool) -> Self {
-        self.learn = learn;
+    pub fn without_learning(mut self) -> Self {
+        self.learn = false;
         self
     }
 
-    /// Whether a request's token weight is corrected to the `usage` its answer reports (default
-    /// `false`). Anthropic corrects output tokens to the real output at the end of a request;
-    /// OpenAI keeps counting `max_tokens`: turn this on for a provider that gives unused tokens
-    /// back, or the limit would send more than the provider's quota.
+    /// Correct a request's token weight to the `usage` its answer reports (off by default).
+    /// Anthropic corrects output tokens to the real output at the end of a request; OpenAI keeps
+    /// counting `max_tokens`: turn this on for a provider that gives unused tokens back, or the
+    /// limit would send more than the provider's quota.
     #[must_use]
-    pub fn with_usage_correction(mut self, correct: bool) -> Self {
-        self.usage_correction = correct;
+    pub fn with_usage_correction(mut self) -> Self {
+        self.usage_correction = true;
         self
     }
 

@@ -1024,7 +1024,7 @@ mod tests {
         RateLimit::new(
             RateLimitConfig::default()
                 .with_requests_per_minute(Some(PER_MINUTE))
-                .with_learning(false)
+                .without_learning()
                 .with_fleet(fleet),
         )
     }

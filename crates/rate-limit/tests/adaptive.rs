@@ -129,7 +129,7 @@ async fn overload(limit: &RateLimit, offered: u64, seconds: u64, latency: Durati
 /// 20% more, with fewer than 15% of 429s.
 #[tokio::test(start_paused = true)]
 async fn with_no_numbers_the_rate_converges_on_the_providers() {
-    let blind = RateLimit::new(RateLimitConfig::default().with_learning(false));
+    let blind = RateLimit::new(RateLimitConfig::default().without_learning());
     let (sent, _, throttled) = overload(&blind, 30, 60, 100 * MS).await.over(0.0..60.0);
     assert!((29.0..=30.5).contains(&sent), "{sent}");
     assert!(throttled > 0.6, "without learning: {throttled}");

@@ -304,7 +304,7 @@ async fn configured_numbers_are_never_replaced() {
 /// With learning off, neither headers nor 429s change anything.
 #[tokio::test(start_paused = true)]
 async fn a_limit_that_does_not_learn_ignores_the_provider() {
-    let limit = RateLimit::new(RateLimitConfig::default().with_learning(false));
+    let limit = RateLimit::new(RateLimitConfig::default().without_learning());
     let spent = headers(&[
         ("x-ratelimit-limit-requests", "60"),
         ("x-ratelimit-remaining-requests", "0"),

@@ -55,7 +55,7 @@ fn requests(per_minute: u32, burst: Duration, max_wait: Duration) -> RateLimit {
             .with_requests_per_minute(Some(per_minute))
             .with_burst(burst)
             .with_max_wait(max_wait)
-            .with_learning(false),
+            .without_learning(),
     )
 }
 
@@ -145,7 +145,7 @@ fn a_request_refused_for_its_tokens_gives_its_request_slot_back() {
                 .with_tokens_per_minute(Some(100))
                 .with_burst(MINUTE)
                 .with_max_wait(Duration::ZERO)
-                .with_learning(false),
+                .without_learning(),
         );
         let other = limit.clone();
         let racer = thread::spawn(move || reserve(&other, 60));
@@ -169,8 +169,8 @@ fn a_usage_settled_racing_a_reservation_moves_the_bucket_by_the_difference_once(
                 .with_tokens_per_minute(Some(100))
                 .with_burst(MINUTE)
                 .with_max_wait(Duration::ZERO)
-                .with_learning(false)
-                .with_usage_correction(true),
+                .without_learning()
+                .with_usage_correction(),
         );
         // Weighed at 80, used 20: 60 come back.
         let permit = reserve(&limit, 80).unwrap().send();

@@ -125,7 +125,7 @@ async fn settling_gives_back_or_takes_the_difference() {
 
     let correcting = || {
         let config = RateLimitConfig::default().with_tokens_per_minute(Some(6_000));
-        RateLimit::new(config.with_usage_correction(true))
+        RateLimit::new(config.with_usage_correction())
     };
     let limit = correcting();
     let permit = limit.reserve(&head(), 100, None).unwrap().send();
@@ -148,7 +148,7 @@ async fn a_usage_above_a_minute_s_quota_counts_as_the_minute_s_quota() {
     let limit = RateLimit::new(
         RateLimitConfig::default()
             .with_tokens_per_minute(Some(6_000))
-            .with_usage_correction(true),
+            .with_usage_correction(),
     );
     let permit = limit.reserve(&head(), 100, None).unwrap().send();
     permit.usage().unwrap().settle(u64::MAX);

@@ -17,7 +17,7 @@ use http::Extensions;
 use http_body::Frame;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, Throttled};
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 use stormguard_classify::{ERROR_BODY_LIMIT, Reason, chain};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::FullJitter;
@@ -134,7 +134,9 @@ fn fast() -> ClientLayer {
         .with_throttle(AdaptiveThrottle::new(
             ThrottleConfig::default().with_min_rate(f64::INFINITY),
         ))
-        .with_budget(RetryBudget::new(Duration::from_secs(10), 100, 0.1))
+        .with_budget(RetryBudget::new(
+            BudgetConfig::default().with_min_per_sec(100),
+        ))
 }
 
 fn client(layer: ClientLayer) -> ClientWithMiddleware {
@@ -295,7 +297,11 @@ async fn gives_up_after_max_attempts_and_marks_the_response() {
 async fn total_outage_is_amplified_at_most_by_the_budget_floor() {
     let (url, server) = serve(vec![reply(503)]).await;
     // Floor: 2 retries per second over 5 s = 10 retries; no successes, so nothing more.
-    let budget = RetryBudget::new(Duration::from_secs(5), 2, 0.1);
+    let budget = RetryBudget::new(
+        BudgetConfig::default()
+            .with_ttl(Duration::from_secs(5))
+            .with_min_per_sec(2),
+    );
     let client = client(fast().with_budget(budget.clone()));
     let requests = 40;
     for _ in 0..requests {
@@ -456,7 +462,7 @@ fn closed_port() -> std::net::SocketAddr {
 #[tokio::test]
 async fn connection_refused_is_retried_within_the_budget() {
     let addr = closed_port();
-    let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(100));
     let client = client(fast().with_budget(budget.clone()));
 
     let error = client
@@ -482,7 +488,7 @@ async fn connection_refused_is_retried_within_the_budget() {
 #[tokio::test]
 async fn an_error_the_engine_does_not_retry_comes_back_unchanged() {
     let addr = closed_port();
-    let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(100));
     let client = client(fast().with_budget(budget.clone()).with_max_attempts(1));
 
     let error = client
@@ -501,7 +507,7 @@ async fn an_error_the_engine_does_not_retry_comes_back_unchanged() {
 #[tokio::test]
 async fn dropping_the_request_during_the_backoff_refunds_the_retry() {
     let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
-    let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(100));
     // A backoff of up to a minute (seeded: the same delay every run): the retry waits in it.
     let backoff = FullJitter::new(Duration::from_secs(60), Duration::from_secs(60)).with_seed(7);
     let client = client(fast().with_budget(budget.clone()).with_backoff(backoff));
@@ -539,7 +545,7 @@ async fn a_retry_the_throttle_drops_is_refunded() {
             first && probe.try_acquire().is_err()
         })
         .unwrap();
-    let budget = RetryBudget::new(Duration::from_secs(10), 100, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(100));
     let client = client(
         fast()
             .with_throttle(unbounded_throttle(seed))

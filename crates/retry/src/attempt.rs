@@ -107,9 +107,7 @@ impl Attempt {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use stormguard_budget::RetryBudget;
+    use stormguard_budget::{BudgetConfig, RetryBudget};
     use stormguard_classify::Reason;
 
     use super::*;
@@ -118,7 +116,7 @@ mod tests {
     /// below refused it locally; never sent, it goes back.
     #[tokio::test(start_paused = true)]
     async fn a_ticket_is_given_back_unless_its_attempt_left() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.0);
+        let budget = RetryBudget::new(BudgetConfig::default().with_ratio(0.0));
         let never = Attempt::paid(budget.ticket());
         drop(never);
         assert_eq!(budget.snapshot().withdrawals, 0);

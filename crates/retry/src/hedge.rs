@@ -166,12 +166,13 @@ impl Hedging {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stormguard_budget::BudgetConfig;
 
     const SECOND: Duration = Duration::from_secs(1);
 
     /// Ten tickets, then none (a floor of 1 a second over 10 s).
     fn ten() -> RetryBudget {
-        RetryBudget::new(Duration::from_secs(10), 1, 0.0)
+        RetryBudget::new(BudgetConfig::default().with_ratio(0.0))
     }
 
     #[tokio::test(start_paused = true)]

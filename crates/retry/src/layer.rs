@@ -372,10 +372,10 @@ impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
         self.change(|config| config.margin = margin)
     }
 
-    /// Whether to send the time left downstream on every attempt (`x-request-timeout-ms`, gRPC
-    /// `grpc-timeout`; default `true`).
-    pub fn with_propagation(self, propagation: bool) -> Self {
-        self.change(|config| config.propagation = propagation)
+    /// The time left is no longer sent downstream on each attempt (`x-request-timeout-ms`, gRPC
+    /// `grpc-timeout`); by default it is.
+    pub fn without_propagation(self) -> Self {
+        self.change(|config| config.propagation = false)
     }
 
     /// The classifier.

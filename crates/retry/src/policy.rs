@@ -234,13 +234,14 @@ mod tests {
     use stormguard_jitter::{Constant, FullJitter};
 
     use super::*;
+    use stormguard_budget::BudgetConfig;
 
     const SECOND: Duration = Duration::from_secs(1);
 
     fn policy(max_attempts: u32) -> RetryPolicy<Constant> {
         RetryPolicy {
             // 10 retries a second for free: the budget grants until it is drained.
-            budget: RetryBudget::new(Duration::from_secs(10), 1, 0.0),
+            budget: RetryBudget::new(BudgetConfig::default().with_ratio(0.0)),
             backoff: Constant::new(SECOND),
             hint_policy: HintPolicy::default(),
             max_attempts,
@@ -520,7 +521,7 @@ mod tests {
         let cap = Duration::from_secs(8);
         let policy = RetryPolicy {
             backoff: FullJitter::new(SECOND, cap).with_seed(3),
-            budget: RetryBudget::new(Duration::from_secs(10), 10, 0.0),
+            budget: RetryBudget::new(BudgetConfig::default().with_min_per_sec(10).with_ratio(0.0)),
             hint_policy: HintPolicy::default(),
             max_attempts: 10,
         };

@@ -15,7 +15,7 @@ use http::{Request, Response};
 use http_body_util::Full;
 use rand::RngExt;
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, Throttled};
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 use stormguard_classify::headers::{
     GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_RETRY_PUSHBACK_MS, IDEMPOTENCY_KEY, X_REQUEST_TIMEOUT_MS,
     X_RETRY_ATTEMPT, X_SHOULD_RETRY,
@@ -625,7 +625,7 @@ async fn the_report_says_whether_every_attempt_was_answered_429() {
 async fn exhausted_budget_gives_up_at_once() {
     let (log, backend) = instant(|_, _| Ok(status(503)));
     // No floor and no successes yet: nothing to withdraw.
-    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let client = retries_only().with_budget(budget.clone()).layer(backend);
 
     let start = Instant::now();

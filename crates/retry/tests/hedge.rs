@@ -20,7 +20,7 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker};
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 use stormguard_classify::headers::{IDEMPOTENCY_KEY, X_RETRY_ATTEMPT};
 use stormguard_classify::{BoxError, Reason};
 use stormguard_deadline::clocks::{AttemptClocks, ClockSettings};
@@ -214,7 +214,7 @@ fn post(body: &'static str) -> Request<Full<Bytes>> {
 
 /// A budget of ten retries or hedges and nothing more (a floor of 1 a second over 10 s).
 fn ten() -> RetryBudget {
-    RetryBudget::new(Duration::from_secs(10), 1, 0.0)
+    RetryBudget::new(BudgetConfig::default().with_ratio(0.0))
 }
 
 /// The engine of these tests: hedged after a fixed `delay`, a constant 100 ms backoff,
@@ -305,7 +305,7 @@ async fn an_answer_within_the_delay_sends_no_hedge() {
 #[tokio::test(start_paused = true)]
 async fn a_spent_budget_sends_no_hedge() {
     let books = Books::default();
-    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let client = hedged(SECOND, &budget).layer(backend(&books, |_| answer(10 * SECOND)));
     let start = Instant::now();
     let response = client.oneshot(post(CHAT)).await.unwrap();
@@ -615,7 +615,7 @@ async fn a_request_dropped_anywhere_leaks_no_permit_slot_or_withdrawal() {
         let limit = RateLimit::new(
             RateLimitConfig::default()
                 .with_requests_per_minute(Some(30))
-                .with_learning(false),
+                .without_learning(),
         );
         // The first streams its head at once and would send content at 10 s; the hedge's head
         // comes 500 ms after it is sent, its content 500 ms later.

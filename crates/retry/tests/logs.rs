@@ -85,7 +85,9 @@ async fn retries_and_give_ups_are_logged_apart() {
     );
 
     // Given up on without a retry (the budget is spent): at DEBUG only.
-    let budget = stormguard_budget::RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = stormguard_budget::RetryBudget::new(
+        stormguard_budget::BudgetConfig::default().with_min_per_sec(0),
+    );
     let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
     let client = retries_only().with_budget(budget).layer(backend);
     client.oneshot(support::post("{}")).await.unwrap();

@@ -12,7 +12,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker, Fallback, FallbackAnswer};
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{BudgetConfig, RetryBudget};
 use stormguard_jitter::Constant;
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
 use stormguard_retry::Hedging;
@@ -162,7 +162,7 @@ fn an_outage_counts_what_the_budget_and_the_throttle_refused() {
         let log = Log::default();
         let backend = scripted(&log, Duration::from_millis(100), |_, _| Ok(status(503)));
         // A budget with nothing in it: no retry is ever granted.
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         let client = retries_only()
             .with_name("openai")
             .with_budget(budget)
@@ -428,7 +428,7 @@ fn hedges_by_what_became_of_them() {
         )
         .await;
         // The budget refuses it: no floor, no successes.
-        let spent = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let spent = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         run(vec![(ms(1500), 200)], retries_only().with_budget(spent)).await;
         // The bulkhead (one in flight) refuses it.
         let breaker = CircuitBreaker::new(BreakerConfig::default().with_max_in_flight(Some(1)));

@@ -17,11 +17,12 @@ const REQUEST: &str =
 const PER_MINUTE: u32 = 60_000;
 
 async fn tokens_free_after_one_request(correct: bool, read_body: bool) -> u64 {
-    let limit = RateLimit::new(
-        RateLimitConfig::default()
-            .with_tokens_per_minute(Some(PER_MINUTE))
-            .with_usage_correction(correct),
-    );
+    let config = RateLimitConfig::default().with_tokens_per_minute(Some(PER_MINUTE));
+    let limit = RateLimit::new(if correct {
+        config.with_usage_correction()
+    } else {
+        config
+    });
     let (_log, backend) = instant(|_, _| {
         Ok(reply(
             200,

@@ -781,7 +781,7 @@ fn secondary_quota(scenario: &Scenario) -> Option<RateLimit> {
     Some(RateLimit::new(
         RateLimitConfig::default()
             .with_requests_per_minute(Some(per_minute.max(1)))
-            .with_learning(false)
+            .without_learning()
             .with_burst(Duration::from_millis(100))
             .with_max_wait(Duration::from_secs(30)),
     ))

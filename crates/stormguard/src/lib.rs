@@ -168,8 +168,8 @@ pub mod jitter {
 /// The retry budget, and shedding retries on a server ([`stormguard_budget`]).
 pub mod budget {
     pub use stormguard_budget::{
-        BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget, ShedRetries,
-        ShedRetriesLayer, previous_attempts,
+        BudgetConfig, BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget,
+        ShedRetries, ShedRetriesLayer, previous_attempts,
     };
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
-use stormguard::budget::{RetryBudget, ShedRetriesLayer};
+use stormguard::budget::{BudgetConfig, RetryBudget, ShedRetriesLayer};
 use stormguard::classify::headers::{X_REQUEST_TIMEOUT_MS, X_RETRY_ATTEMPT, X_SHOULD_RETRY};
 use stormguard::deadline::{Deadline, DeadlineLayer, ServerDeadlineLayer};
 use stormguard::jitter::SpreadLayer;
@@ -114,7 +114,7 @@ async fn the_server_pipeline_hands_the_callers_deadline_to_the_handler() {
 async fn server_deadline_then_shed_retries_reads_the_deadline_and_sheds_a_retry() {
     let deadlines = Arc::default();
     // No floor: only successes earn retries, one tenth of a retry each.
-    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let builder: ServiceBuilder<Stack<ShedRetriesLayer, Stack<ServerDeadlineLayer, Identity>>> =
         ServiceBuilder::new()
             .server_deadline(ServerDeadlineLayer::default())

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use stormguard::ClientLayer;
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{BudgetConfig, RetryBudget};
 use stormguard::jitter::Constant;
 use stormguard::retry::ReplayBody;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
@@ -176,7 +176,7 @@ struct Counts {
 async fn drop_at(stop: usize) -> (Counts, Option<&'static str>) {
     let marker = Arc::new(Marker);
     let calls = Arc::new(AtomicUsize::new(0));
-    let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default());
     // A 60 s window and the default minimum rate: the throttle counts but never drops here.
     let throttle = AdaptiveThrottle::new(window_of_a_minute());
     let layer = ClientLayer::default()
@@ -313,7 +313,7 @@ async fn dropping_at_every_pending_point_leaks_nothing_and_counts_exactly() {
 async fn a_caller_timeout_releases_a_hanging_attempt() {
     let marker = Arc::new(Marker);
     let calls = Arc::new(AtomicUsize::new(0));
-    let budget = RetryBudget::new(Duration::from_secs(10), 1, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default());
     let throttle = AdaptiveThrottle::new(window_of_a_minute());
     let hanging = {
         let (marker, calls) = (marker.clone(), calls.clone());

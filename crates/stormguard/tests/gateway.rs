@@ -18,7 +18,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{BudgetConfig, RetryBudget};
 use stormguard::classify::Reason;
 use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::jitter::Constant;
@@ -208,7 +208,7 @@ async fn an_upstream_refusing_connections_answers_502_once_the_budget_is_spent()
         hyper.request(request)
     });
     // No floor and no successes: the budget grants no retry.
-    let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let client = ClientLayer::default()
         .with_budget(budget.clone())
         .with_backoff(Constant::new(Duration::from_millis(10)))

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use stormguard::budget::RetryBudget;
+use stormguard::budget::{BudgetConfig, RetryBudget};
 use stormguard::classify::Reason;
 use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::deadline::Deadline;
@@ -49,7 +49,7 @@ fn scripted(
 #[tokio::test(start_paused = true)]
 async fn default_client_retries_transient_failures_within_its_budget() {
     let calls = Arc::new(AtomicU32::new(0));
-    let budget = RetryBudget::new(Duration::from_secs(10), 2, 0.1);
+    let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(2));
     let layer = ClientLayer::default()
         .with_budget(budget.clone())
         .with_backoff(
@@ -70,7 +70,7 @@ async fn clones_of_a_layer_share_one_budget() {
     let calls = Arc::new(AtomicU32::new(0));
     // Floor of 1 retry/s over 10 s, no successes: 10 retries for everyone together.
     let layer = ClientLayer::default()
-        .with_budget(RetryBudget::new(Duration::from_secs(10), 1, 0.1))
+        .with_budget(RetryBudget::new(BudgetConfig::default()))
         .with_throttle(AdaptiveThrottle::new(
             ThrottleConfig::default().with_min_rate(f64::MAX),
         ))
@@ -180,7 +180,9 @@ async fn server_layer_sheds_expired_requests_and_retries_beyond_budget() {
         }
     });
     let server = ServerLayer::default()
-        .with_budget(RetryBudget::new(Duration::from_secs(10), 0, 0.1))
+        .with_budget(RetryBudget::new(
+            BudgetConfig::default().with_min_per_sec(0),
+        ))
         .layer(handler);
 
     let expired = Request::post("/")

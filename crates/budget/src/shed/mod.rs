@@ -28,7 +28,7 @@
 //! use stormguard_budget::{RetryBudget, ShedRetriesLayer};
 //!
 //! // Retries may be at most 10% of recent successes, with no floor.
-//! let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+//! let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
 //! let app: Router = Router::new()
 //!     .route("/v1/chat/completions", get(|| async { "ok" }))
 //!     .layer(ShedRetriesLayer::new(budget.clone()));
@@ -134,6 +134,8 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
+    use crate::BudgetConfig;
+
     use http::{HeaderValue, StatusCode, header};
     use stormguard_classify::headers::{GRPC_PREVIOUS_RPC_ATTEMPTS, X_RETRY_ATTEMPT};
     use tower::{ServiceExt, service_fn};
@@ -191,7 +193,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn first_attempts_are_never_shed() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         let calls = Arc::new(AtomicU32::new(0));
         let mut service = app(&budget, &calls);
         for _ in 0..50 {
@@ -208,7 +210,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_beyond_the_budget_never_reach_the_handler() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         let calls = Arc::new(AtomicU32::new(0));
         let mut service = app(&budget, &calls);
         for _ in 0..20 {
@@ -235,7 +237,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn budget_follows_the_window() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         let calls = Arc::new(AtomicU32::new(0));
         let mut service = app(&budget, &calls);
         for _ in 0..20 {
@@ -269,7 +271,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn grpc_retries_are_shed_with_unavailable_and_no_pushback() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         let calls = Arc::new(AtomicU32::new(0));
         let mut service = app(&budget, &calls);
         let request = Request::builder()
@@ -295,7 +297,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn only_successes_deposit() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         let calls = Arc::new(AtomicU32::new(0));
         let mut service = app(&budget, &calls);
         // (path, deposits?)
@@ -326,7 +328,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn errors_pass_through_and_do_not_deposit() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 1.0);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0).with_ratio(1.0));
         let mut service =
             ShedRetriesLayer::new(budget.clone()).layer(service_fn(|_: Request<()>| async {
                 Err::<Response<String>, _>("connection reset")
@@ -344,7 +346,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn unreadable_attempt_headers_count_as_retries() {
-        let budget = RetryBudget::new(Duration::from_secs(10), 0, 0.1);
+        let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
         let calls = Arc::new(AtomicU32::new(0));
         let mut service = app(&budget, &calls);
         for hostile in ["", "-1", "abc", "123456789012345678901234567890"] {

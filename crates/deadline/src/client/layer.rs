@@ -62,10 +62,11 @@ impl<T, M> DeadlineLayer<T, M> {
         self.settings.margin
     }
 
-    /// Whether to stamp `grpc-timeout` / `x-request-timeout-ms` on outgoing requests (default
-    /// true).
-    pub fn with_propagation(mut self, propagation: bool) -> Self {
-        self.settings.propagation = propagation;
+    /// Outgoing requests are no longer stamped with `grpc-timeout` / `x-request-timeout-ms` (by
+    /// default they are).
+    #[must_use]
+    pub fn without_propagation(mut self) -> Self {
+        self.settings.propagation = false;
         self
     }
 
