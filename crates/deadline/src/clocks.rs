@@ -56,10 +56,10 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use stormguard_deadline::clocks::{AttemptClocks, Shape};
+//! use stormguard_deadline::clocks::{AttemptClocks, RequestShape};
 //!
 //! let clocks = AttemptClocks::default();
-//! let stream = Shape { streaming: true, size: Duration::from_secs(20) };
+//! let stream = RequestShape { streaming: true, size: Duration::from_secs(20) };
 //! // Nothing learned: a stream's head waits at most a minute.
 //! assert_eq!(clocks.head(stream), Some(Duration::from_secs(60)));
 //! for _ in 0..100 {
@@ -149,16 +149,16 @@ impl Default for ClockSettings {
 }
 
 /// What a request is, for its clocks: streamed or not, and the time its size needs
-/// ([`Shape::of`]).
+/// ([`RequestShape::of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shape {
+pub struct RequestShape {
     /// It asked for an event stream (`"stream": true`).
     pub streaming: bool,
     /// What a whole answer to it may take when healthy: its [`LlmDeadline`] estimate.
     pub size: Duration,
 }
 
-impl Shape {
+impl RequestShape {
     /// The shape of a request to `uri` with this JSON body: [`of`](Self::of), streamed also when
     /// the address asks for an event stream whatever the body says, as Gemini's and Vertex AI's
     /// do (`:streamGenerateContent`, `alt=sse`).
@@ -233,7 +233,7 @@ impl AttemptClocks {
     }
 
     /// How long an attempt of a request shaped `shape` may wait for its response head.
-    pub fn head(&self, shape: Shape) -> Option<Duration> {
+    pub fn head(&self, shape: RequestShape) -> Option<Duration> {
         let settings = &self.inner.settings;
         if shape.streaming {
             return settings
@@ -410,11 +410,11 @@ impl Window {
 mod tests {
     use super::*;
 
-    const WHOLE: Shape = Shape {
+    const WHOLE: RequestShape = RequestShape {
         streaming: false,
         size: Duration::from_secs(17),
     };
-    const STREAM: Shape = Shape {
+    const STREAM: RequestShape = RequestShape {
         streaming: true,
         size: Duration::from_secs(17),
     };
@@ -523,22 +523,25 @@ mod tests {
     fn a_shape_is_read_from_the_body() {
         let estimate = LlmDeadline::default();
         let body = br#"{"stream": true, "max_tokens": 250, "messages": []}"#;
-        let shape = Shape::of(Some(body), &estimate);
+        let shape = RequestShape::of(Some(body), &estimate);
         assert!(shape.streaming);
         assert_eq!(shape.size, Duration::from_secs(17));
-        let whole = Shape::of(Some(br#"{"stream": "yes"}"#), &estimate);
+        let whole = RequestShape::of(Some(br#"{"stream": "yes"}"#), &estimate);
         assert!(!whole.streaming);
-        assert_eq!(Shape::of(None, &estimate).size, Duration::from_secs(600));
-        assert!(!Shape::of(Some(b"\xff not json"), &estimate).streaming);
+        assert_eq!(
+            RequestShape::of(None, &estimate).size,
+            Duration::from_secs(600)
+        );
+        assert!(!RequestShape::of(Some(b"\xff not json"), &estimate).streaming);
         // Gemini streams by its address, whatever the body says.
         let gemini: http::Uri = "https://g.test/v1beta/models/m:streamGenerateContent?alt=sse"
             .parse()
             .unwrap_or_default();
-        assert!(Shape::of_request(&gemini, Some(b"{}"), &estimate).streaming);
+        assert!(RequestShape::of_request(&gemini, Some(b"{}"), &estimate).streaming);
         let chat: http::Uri = "https://o.test/v1/chat/completions?x=alt%3Dsse"
             .parse()
             .unwrap_or_default();
-        assert!(!Shape::of_request(&chat, Some(b"{}"), &estimate).streaming);
+        assert!(!RequestShape::of_request(&chat, Some(b"{}"), &estimate).streaming);
     }
 
     #[test]

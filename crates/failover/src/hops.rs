@@ -18,7 +18,7 @@ use stormguard_budget::{RetryBudget, Ticket};
 use stormguard_classify::body::{PartialBody, ResponseBody, Tail};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::Deadline;
-use stormguard_deadline::clocks::Shape;
+use stormguard_deadline::clocks::RequestShape;
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::RateLimit;
 use stormguard_retry::{Error, GiveUpCause, ReplayBody, Report, Route};
@@ -446,7 +446,8 @@ impl<S, C: Classify, Bk: Backoff> Hops<S, C, Bk> {
         let clocks = self.shared.engines[index].backend.clocks();
         match (clocks, &self.body) {
             (Some(clocks), Some(body)) => {
-                Shape::of_request(&self.head.uri, Some(body), &clocks.settings().whole).streaming
+                RequestShape::of_request(&self.head.uri, Some(body), &clocks.settings().whole)
+                    .streaming
             }
             _ => false,
         }
@@ -459,7 +460,7 @@ impl<S, C: Classify, Bk: Backoff> Hops<S, C, Bk> {
         let clocks = self.shared.engines[index].backend.clocks();
         if let (Some(clocks), Some(body)) = (clocks, &self.body) {
             let whole = &clocks.settings().whole;
-            let streaming = Shape::of_request(&self.head.uri, Some(body), whole).streaming;
+            let streaming = RequestShape::of_request(&self.head.uri, Some(body), whole).streaming;
             clocks.record_to_first_content(streaming, started.elapsed());
         }
     }

@@ -40,7 +40,7 @@ use crate::ledger::{Begin, Ledger, Output};
 use crate::observe::Watch;
 use crate::race::{Lane, Lap, Waiting};
 use crate::route::Route;
-use crate::template::{Clock, Origin, tokens_unread};
+use crate::template::{Now, Origin, tokens_unread};
 use crate::verdict::Verdict;
 
 /// What the lanes of a request share: the service, the request's books, who continues the
@@ -260,11 +260,11 @@ where
         if let Some(route) = route {
             self.routed(route, &mut attempt);
         }
-        let mut clock = Clock::default();
-        let state = match self.ledger.begin(body, &mut clock) {
+        let mut now = Now::default();
+        let state = match self.ledger.begin(body, &mut now) {
             Begin::Buffer(read) => State::Buffering { read },
             Begin::Send(request) => {
-                let step = self.start(&mut attempt, request, &mut clock);
+                let step = self.start(&mut attempt, request, &mut now);
                 step.first(self.output)
             }
             Begin::Failed(error) => {
@@ -402,7 +402,7 @@ where
                 let on_slot = &mut |start, limit: &_| watch.slot_reserved(start, limit);
                 let admit = wait!(guards.poll_wait(wait, &mut attempt.permits, on_slot, cx));
                 let request = *request.take().unwrap_or_else(polled_again);
-                return self.admitted(attempt, request, admit, true, &mut Clock::default());
+                return self.admitted(attempt, request, admit, true, &mut Now::default());
             }
             StateProj::Calling { future } => match future.poll(cx) {
                 Poll::Ready(result) => return self.answered(attempt, racing, result),
@@ -537,9 +537,9 @@ where
     where
         B::Error: Into<BoxError>,
     {
-        let mut clock = Clock::default();
-        match self.ledger.buffered(bytes, tail, rest, &mut clock) {
-            Ok(request) => self.start(attempt, request, &mut clock),
+        let mut now = Now::default();
+        match self.ledger.buffered(bytes, tail, rest, &mut now) {
+            Ok(request) => self.start(attempt, request, &mut now),
             Err(error) => self.verdict(attempt, Verdict::End(Err(error))),
         }
     }
@@ -554,7 +554,7 @@ where
                 return self.verdict(attempt, Verdict::End(Err(error)));
             }
         };
-        self.start(attempt, request, &mut Clock::default())
+        self.start(attempt, request, &mut Now::default())
     }
 
     /// Starts `attempt` with `request`, if the deadline lets it: past its guards (what they
@@ -564,10 +564,10 @@ where
         &mut self,
         attempt: &mut Attempt,
         request: Request<B>,
-        clock: &mut Clock,
+        now: &mut Now,
     ) -> Step<S::Future, B, RB, C> {
         let ledger = &mut self.ledger;
-        if ledger.out_of_time(clock) {
+        if ledger.out_of_time(now) {
             let verdict = ledger.too_late(attempt);
             return self.verdict(attempt, verdict);
         }
@@ -596,7 +596,7 @@ where
                 (admit, Request::from_parts(head, body))
             }
         };
-        self.admitted(attempt, request, admit, false, clock)
+        self.admitted(attempt, request, admit, false, now)
     }
 
     /// The guards decided on `attempt` (`waited`: for a slot, so the time left it carries is
@@ -608,7 +608,7 @@ where
         mut request: Request<B>,
         admit: Admit,
         waited: bool,
-        clock: &mut Clock,
+        now: &mut Now,
     ) -> Step<S::Future, B, RB, C> {
         let ledger = &mut self.ledger;
         match admit {
@@ -624,9 +624,9 @@ where
         }
         // A first attempt built from the template is stamped already (unless it waited since).
         if ledger.sent > 0 || !ledger.origin.is_replay() || waited {
-            ledger.stamp().write(request.headers_mut(), clock);
+            ledger.stamp().write(request.headers_mut(), now);
         }
-        ledger.sending(attempt, clock);
+        ledger.sending(attempt, now);
         let _in = ledger.watch.span(&attempt.watch).enter();
         Step::Next(State::Calling {
             future: self.service.call(request),

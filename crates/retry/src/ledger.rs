@@ -29,7 +29,7 @@ use crate::headers::{ensure_idempotency_key, is_idempotent};
 use crate::observe::{UsageRecorder, Watch};
 use crate::policy::{Decision, Failed, Retries};
 use crate::route::Report;
-use crate::template::{Clock, Origin, Stamp, Template, deadline_of};
+use crate::template::{Now, Origin, Stamp, Template, deadline_of};
 
 /// What the engine hands back.
 pub(crate) type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
@@ -105,13 +105,13 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// What the request starts with, its deadline set: reading its body, to buffer what could
     /// be sent again or what the deadline estimate reads, or its first attempt.
-    pub(crate) fn begin<B: ReplayBody>(&mut self, body: B, clock: &mut Clock) -> Begin<B> {
+    pub(crate) fn begin<B: ReplayBody>(&mut self, body: B, now: &mut Now) -> Begin<B> {
         let cap = self.config.max_replay_body;
         let reads_body = self.config.timeout.as_ref().is_some_and(|s| s.reads_body());
         let buffer = (self.config.policy.may_retry() || reads_body)
             && body.size_hint().lower() <= u64::try_from(cap).unwrap_or(u64::MAX);
         if !buffer {
-            return match self.once(true, clock) {
+            return match self.once(true, now) {
                 Some(head) => Begin::Send(Request::from_parts(head, body)),
                 None => Begin::Failed(Error::unreadable_body("no request head".into())),
             };
@@ -121,28 +121,28 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return Begin::Failed(Error::unreadable_body("no request head".into()));
         };
         if body.is_end_stream() {
-            self.deadline = deadline_of(timeout, &mut template.head, Some(&[]), clock);
-            return Begin::Send(self.seal(Bytes::new(), None, clock));
+            self.deadline = deadline_of(timeout, &mut template.head, Some(&[]), now);
+            return Begin::Send(self.seal(Bytes::new(), None, now));
         }
         self.deadline = if reads_body {
             // The layer's own deadline waits for the body; one already on the request holds.
             Deadline::from_extensions(&template.head.extensions)
         } else {
-            deadline_of(timeout, &mut template.head, None, clock)
+            deadline_of(timeout, &mut template.head, None, now)
         };
         Begin::Buffer(Prefix::new(body, cap))
     }
 
     /// The request is sent once, as it came: its head, out of the template (`deadline`: with
     /// the deadline its head alone gives, not set yet).
-    fn once(&mut self, deadline: bool, clock: &mut Clock) -> Option<Parts> {
+    fn once(&mut self, deadline: bool, now: &mut Now) -> Option<Parts> {
         let Origin::Replay(template) = std::mem::replace(&mut self.origin, Origin::Once(None))
         else {
             return None;
         };
         let mut head = template.head;
         if deadline {
-            self.deadline = deadline_of(self.config.timeout.as_ref(), &mut head, None, clock);
+            self.deadline = deadline_of(self.config.timeout.as_ref(), &mut head, None, now);
         }
         // A request sent once keeps its head if a breaker's fallback may have to answer from it.
         if self.config.guards.breaker().is_some() && self.config.fallback.is_some() {
@@ -157,7 +157,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         bytes: Bytes,
         tail: Tail<B::Error>,
         rest: B,
-        clock: &mut Clock,
+        now: &mut Now,
     ) -> Result<Request<B>, Error>
     where
         B: ReplayBody,
@@ -171,7 +171,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             Tail::Failed(error) => return Err(Error::unreadable_body(error.into())),
             // Longer than the cap: sent once, untouched, what was read followed by the rest.
             Tail::Open => {
-                let head = self.once(reads_body, clock).ok_or_else(read_twice)?;
+                let head = self.once(reads_body, now).ok_or_else(read_twice)?;
                 let body = B::from_partial(PartialBody::new(bytes, Tail::Open, rest));
                 return Ok(Request::from_parts(head, body));
             }
@@ -181,9 +181,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return Err(read_twice());
         };
         if reads_body {
-            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), clock);
+            self.deadline = deadline_of(timeout, &mut template.head, Some(&bytes), now);
         }
-        Ok(self.seal(bytes, trailers, clock))
+        Ok(self.seal(bytes, trailers, now))
     }
 
     /// Completes the template with the buffered body and builds the first attempt from it: a
@@ -193,7 +193,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         &mut self,
         body: Bytes,
         trailers: Option<Box<HeaderMap>>,
-        clock: &mut Clock,
+        now: &mut Now,
     ) -> Request<B> {
         let may_retry = self.config.policy.may_retry();
         let stamp = self.stamp();
@@ -206,7 +206,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         // What the first attempt carries goes into the template: every attempt's copy of the
         // headers then has room for it, and a retry replaces it in place (inserting into a copy,
         // which has no spare room, would grow it).
-        stamp.write(&mut template.head.headers, clock);
+        stamp.write(&mut template.head.headers, now);
         template.body = body;
         template.trailers = trailers;
         template.request()
@@ -223,14 +223,14 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     }
 
     /// Whether the request's deadline has passed.
-    pub(crate) fn out_of_time(&self, clock: &mut Clock) -> bool {
+    pub(crate) fn out_of_time(&self, now: &mut Now) -> bool {
         self.deadline
-            .is_some_and(|deadline| clock.now() >= deadline.instant())
+            .is_some_and(|deadline| now.get() >= deadline.instant())
     }
 
     /// `attempt` is handed to the service: counted, timed under a deadline, and watched.
-    pub(crate) fn sending(&mut self, attempt: &mut Attempt, clock: &mut Clock) {
-        attempt.send(self.deadline.is_some().then(|| clock.now()));
+    pub(crate) fn sending(&mut self, attempt: &mut Attempt, now: &mut Now) {
+        attempt.send(self.deadline.is_some().then(|| now.get()));
         self.sent = self.sent.saturating_add(1);
         let name = self.config.name.as_deref();
         (self.watch).sending(&mut attempt.watch, self.sent, name, attempt.hedge);

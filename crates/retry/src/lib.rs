@@ -173,7 +173,6 @@
 mod admission;
 mod attempt;
 mod body;
-mod clock;
 mod config;
 mod continuing;
 mod error;
@@ -192,10 +191,10 @@ pub mod race;
 mod route;
 mod service;
 mod template;
+mod timed_out;
 mod verdict;
 
 pub use body::ReplayBody;
-pub use clock::AttemptTimedOut;
 pub use continuing::{Continuing, NotContinuing};
 pub use error::{Error, GiveUpCause};
 pub use future::ResponseFuture;
@@ -206,3 +205,4 @@ pub use log::SUMMARY_EVERY;
 pub use route::{Report, Route};
 pub use service::{ClientService, Routed};
 pub use stormguard_classify::body::PartialBody;
+pub use timed_out::AttemptTimedOut;

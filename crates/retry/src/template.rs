@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Request};
 use stormguard_classify::body::{PartialBody, Tail};
-use stormguard_deadline::clocks::Shape;
+use stormguard_deadline::clocks::RequestShape;
 use stormguard_deadline::{Deadline, LlmDeadline, TokenEstimate, propagate};
 use tokio::time::Instant;
 
@@ -33,7 +33,7 @@ pub(crate) struct Template {
     /// The request's weight in tokens for a rate limit, estimated once from the body.
     tokens: Option<u64>,
     /// What the request is for its clocks, read once from the body.
-    shape: Option<Shape>,
+    shape: Option<RequestShape>,
 }
 
 impl Origin {
@@ -52,12 +52,12 @@ impl Origin {
 
     /// What the request is for its clocks (streamed or not, its size), read once from its
     /// buffered body; a request sent once is sized at the estimate's maximum.
-    pub(crate) fn shape(&mut self, estimate: &LlmDeadline) -> Shape {
+    pub(crate) fn shape(&mut self, estimate: &LlmDeadline) -> RequestShape {
         match self {
             Self::Replay(template) => *template.shape.get_or_insert_with(|| {
-                Shape::of_request(&template.head.uri, Some(&template.body), estimate)
+                RequestShape::of_request(&template.head.uri, Some(&template.body), estimate)
             }),
-            Self::Once(_) => Shape::of(None, estimate),
+            Self::Once(_) => RequestShape::of(None, estimate),
         }
     }
 }
@@ -108,10 +108,10 @@ pub(crate) fn deadline_of(
     timeout: Option<&SharedTimeout>,
     head: &mut Parts,
     body: Option<&[u8]>,
-    clock: &mut Clock,
+    now: &mut Now,
 ) -> Option<Deadline> {
     if let Some(timeout) = timeout.and_then(|source| source.timeout(head, body)) {
-        Deadline::after_from(clock.now(), timeout).apply_to_extensions(&mut head.extensions);
+        Deadline::after_from(now.get(), timeout).apply_to_extensions(&mut head.extensions);
     }
     Deadline::from_extensions(&head.extensions)
 }
@@ -125,10 +125,10 @@ pub(crate) struct Stamp {
 }
 
 impl Stamp {
-    pub(crate) fn write(&self, headers: &mut HeaderMap, clock: &mut Clock) {
+    pub(crate) fn write(&self, headers: &mut HeaderMap, now: &mut Now) {
         stamp_attempt(headers, self.sent, self.grpc);
         if let Some((deadline, margin)) = self.time_left {
-            let left = deadline.instant().saturating_duration_since(clock.now());
+            let left = deadline.instant().saturating_duration_since(now.get());
             propagate::stamp_headers(headers, left.saturating_sub(margin));
         }
     }
@@ -137,10 +137,10 @@ impl Stamp {
 /// The time of one step of a request, read from the clock at most once, and only if the step
 /// needs it (a request with no deadline never reads it to be sent).
 #[derive(Default)]
-pub(crate) struct Clock(Option<Instant>);
+pub(crate) struct Now(Option<Instant>);
 
-impl Clock {
-    pub(crate) fn now(&mut self) -> Instant {
+impl Now {
+    pub(crate) fn get(&mut self) -> Instant {
         *self.0.get_or_insert_with(Instant::now)
     }
 }

@@ -19,11 +19,11 @@ use tokio::time::Instant;
 
 use crate::admission::Refusal;
 use crate::attempt::{Attempt, Due};
-use crate::clock::{AttemptTimedOut, attempt_timeout};
 use crate::config::Config;
 use crate::error::Error;
 use crate::ledger::{Ledger, Output, settle_on_usage};
 use crate::policy::Decision;
+use crate::timed_out::{AttemptTimedOut, attempt_timeout};
 
 /// What comes of an attempt that ended, or was not sent.
 pub(crate) enum Verdict<RB: Body> {
