@@ -19,12 +19,11 @@ use http::HeaderMap;
 use http::StatusCode;
 use reqwest_middleware::ClientBuilder;
 use stormguard::breaker::{
-    BreakerConfig, BreakerOpen, CircuitBreaker, Fallback, FallbackAnswer, OpenCause, Rejected,
-    State,
+    BreakerConfig, BreakerOpen, CircuitBreaker, Fallback, OpenCause, Rejected, State,
 };
 use stormguard::classify::Permit;
 use stormguard::classify::headers::X_SHOULD_RETRY;
-use stormguard::classify::{Outcome, Reason, chain};
+use stormguard::classify::{LocalAnswer, Outcome, Reason, chain};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard::{ClientLayer, ClientService};
 use stormguard_tests::{
@@ -92,7 +91,7 @@ async fn call(client: &ClientService<HyperClient>, url: &str) -> Answer {
     match client.clone().oneshot(chat_post(url)).await {
         Ok(response) => {
             let status = response.status().as_u16();
-            let fallback = response.extensions().get::<FallbackAnswer>().is_some();
+            let fallback = response.extensions().get::<LocalAnswer>().is_some();
             let kind = response.headers().get("x-fallback").cloned();
             let local = response.body().is_local();
             let body = body_text(response).await;
@@ -357,7 +356,7 @@ async fn reqwest_gets_the_fallback_while_the_breaker_is_open() {
     assert_eq!(response.headers()["x-fallback"], "refused");
     // An answer of the caller's own, for the URL the caller asked.
     assert_eq!(response.url().as_str(), backend.url(PATH));
-    let answer = response.extensions().get::<FallbackAnswer>().unwrap();
+    let answer = response.extensions().get::<LocalAnswer>().unwrap();
     assert_eq!(answer.outcome().reason(), Reason::BreakerOpen);
     assert_eq!(response.text().await.unwrap(), DEGRADED);
     assert_eq!(backend.hits(), 0);

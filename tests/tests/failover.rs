@@ -9,12 +9,11 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
 use stormguard::budget::{BudgetConfig, RetryBudget};
-use stormguard::classify::Reason;
 use stormguard::classify::headers::X_SHOULD_RETRY;
 use stormguard::classify::headers::{X_STORMGUARD_BACKEND, X_STORMGUARD_DEGRADED};
+use stormguard::classify::{LocalAnswer, Reason};
 use stormguard::failover::{
-    Adapter, Answered, Backend, Cure, Degraded, DegradedAnswer, Failover, FailoverService,
-    NoBackend,
+    Adapter, Answered, Backend, Cure, Degraded, Failover, FailoverService, NoBackend,
 };
 use stormguard_tests::{
     HyperClient, PROVIDER_ANSWER, RATE_LIMITED, Reply, ScriptedBackend, chat_post,
@@ -182,7 +181,7 @@ async fn a_bad_request_is_answered_as_it_is() {
     let response = send(&mut client, &primary).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(answered_by(&response), "primary");
-    assert!(response.extensions().get::<DegradedAnswer>().is_none());
+    assert!(response.extensions().get::<LocalAnswer>().is_none());
     assert!(text(&response).contains("'messages' is required"));
     assert_eq!((primary.hits(), secondary.hits()), (1, 0));
 }
@@ -203,7 +202,7 @@ async fn when_every_provider_fails_the_answer_is_the_degraded_one() {
     assert_eq!(response.headers()[X_STORMGUARD_DEGRADED], "true");
     let why = response
         .extensions()
-        .get::<DegradedAnswer>()
+        .get::<LocalAnswer>()
         .unwrap()
         .outcome();
     assert_eq!(why.reason(), Reason::Unavailable);
@@ -214,7 +213,7 @@ async fn when_every_provider_fails_the_answer_is_the_degraded_one() {
     let response = send(&mut client, &primary).await.unwrap();
     let why = response
         .extensions()
-        .get::<DegradedAnswer>()
+        .get::<LocalAnswer>()
         .unwrap()
         .outcome();
     assert_eq!(why.reason(), Reason::NoBackend);

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::Response;
 use http::request::Parts;
 use http_body::Body;
-use stormguard_classify::Outcome;
+use stormguard_classify::LocalAnswer;
 use stormguard_classify::body::ResponseBody;
 
 use crate::Rejected;
@@ -22,7 +22,7 @@ type AnswerFn = dyn Fn(&Parts, &Rejected) -> Response<Bytes> + Send + Sync;
 /// with its `retry_after`, or [`BulkheadFull`](crate::BulkheadFull)), and returns the whole
 /// response. It runs inline, so it must be quick and must not block: a fallback that needs I/O
 /// (another provider) is a failover, not a fallback. The response reaches the caller with a
-/// [`FallbackAnswer`] in its extensions and a body that
+/// [`LocalAnswer`](stormguard_classify::LocalAnswer) in its extensions and a body that
 /// [`ResponseBody::is_local`](stormguard_classify::body::ResponseBody::is_local) recognises,
 /// and is never counted as an answer of the backend.
 ///
@@ -62,9 +62,9 @@ impl Fallback {
         rejected: &Rejected,
     ) -> Response<ResponseBody<RB>> {
         let (mut parts, body) = (self.answer)(head, rejected).into_parts();
-        parts.extensions.insert(FallbackAnswer {
-            outcome: rejected.outcome(),
-        });
+        parts
+            .extensions
+            .insert(LocalAnswer::new(rejected.outcome()));
         Response::from_parts(parts, ResponseBody::local(body))
     }
 }
@@ -72,20 +72,5 @@ impl Fallback {
 impl fmt::Debug for Fallback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Fallback")
-    }
-}
-
-/// In the extensions of a response a [`Fallback`] wrote: the backend never answered it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FallbackAnswer {
-    outcome: Outcome,
-}
-
-impl FallbackAnswer {
-    /// Why the breaker did not let the request through: its refusal's outcome (fatal, not
-    /// accepted, [`BreakerOpen`](stormguard_classify::Reason::BreakerOpen) or
-    /// [`BulkheadFull`](stormguard_classify::Reason::BulkheadFull)).
-    pub fn outcome(&self) -> Outcome {
-        self.outcome
     }
 }

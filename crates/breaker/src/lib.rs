@@ -135,7 +135,8 @@
 //!
 //! ```
 //! use bytes::Bytes;
-//! use stormguard_breaker::{BreakerLayer, CircuitBreaker, Fallback, FallbackAnswer};
+//! use stormguard_breaker::{BreakerLayer, CircuitBreaker, Fallback};
+//! use stormguard_classify::LocalAnswer;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -148,7 +149,7 @@
 //!         Ok::<_, std::convert::Infallible>(http::Response::new(String::from("ok")))
 //!     });
 //! let response = service.oneshot(http::Request::new(String::new())).await?;
-//! assert!(response.extensions().get::<FallbackAnswer>().is_none());
+//! assert!(response.extensions().get::<LocalAnswer>().is_none());
 //! assert_eq!(breaker.snapshot().calls, 1);
 //! # Ok(())
 //! # }
@@ -164,5 +165,5 @@ mod sync;
 pub use breaker::{BreakerPermit, BreakerSnapshot, CircuitBreaker, State};
 pub use config::BreakerConfig;
 pub use error::{BreakerOpen, BulkheadFull, OpenCause, Rejected};
-pub use fallback::{Fallback, FallbackAnswer};
+pub use fallback::Fallback;
 pub use service::{BreakerLayer, BreakerService, ResponseFuture};

@@ -19,11 +19,11 @@ use http_body::{Body, Frame};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use stormguard_breaker::{
-    BreakerConfig, BreakerLayer, BreakerOpen, BulkheadFull, CircuitBreaker, Fallback,
-    FallbackAnswer, OpenCause, Rejected, State,
+    BreakerConfig, BreakerLayer, BreakerOpen, BulkheadFull, CircuitBreaker, Fallback, OpenCause,
+    Rejected, State,
 };
 use stormguard_classify::Permit;
-use stormguard_classify::{BoxError, Classify, LlmClassifier, Outcome, Reason};
+use stormguard_classify::{BoxError, Classify, LlmClassifier, LocalAnswer, Outcome, Reason};
 use tokio_test::task::spawn;
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};
 use tower::{Layer, Service, ServiceExt};
@@ -171,7 +171,7 @@ where
 }
 
 /// A refused request is answered by the fallback on the first poll, without calling the
-/// backend: the fallback's status, headers and body, a body `is_local`, and a `FallbackAnswer`
+/// backend: the fallback's status, headers and body, a body `is_local`, and a `LocalAnswer`
 /// saying why (final, not accepted, the time left as its hint). It counts for nothing.
 #[tokio::test(start_paused = true)]
 async fn a_refusal_is_answered_by_the_fallback_without_calling_the_backend() {
@@ -183,7 +183,7 @@ async fn a_refusal_is_answered_by_the_fallback_without_calling_the_backend() {
 
     let response = call(&mut service, "/unavailable").await.unwrap();
     assert_eq!(response.status(), 503);
-    assert!(response.extensions().get::<FallbackAnswer>().is_none());
+    assert!(response.extensions().get::<LocalAnswer>().is_none());
     assert!(!response.body().is_local());
     assert_eq!(read_body(response.into_body()).await, OPENAI_OVERLOADED);
     let wait = breaker.snapshot().retry_after.unwrap();
@@ -198,7 +198,7 @@ async fn a_refusal_is_answered_by_the_fallback_without_calling_the_backend() {
         response.headers()["x-retry-after-ms"],
         left.as_millis().to_string()
     );
-    let answer = response.extensions().get::<FallbackAnswer>().unwrap();
+    let answer = response.extensions().get::<LocalAnswer>().unwrap();
     assert_eq!(
         answer.outcome(),
         Outcome::fatal(Reason::BreakerOpen)
@@ -259,7 +259,7 @@ async fn a_full_bulkhead_is_answered_like_a_refusal() {
                 assert!(with_fallback);
                 let outcome = response
                     .extensions()
-                    .get::<FallbackAnswer>()
+                    .get::<LocalAnswer>()
                     .unwrap()
                     .outcome();
                 assert_eq!(
@@ -425,7 +425,7 @@ async fn a_stall_cuts_a_call_in_flight() {
                 "degraded: stall sent=false /ok"
             );
             let response = assert_ready_ok!(hanging.poll());
-            let answer = response.extensions().get::<FallbackAnswer>().unwrap();
+            let answer = response.extensions().get::<LocalAnswer>().unwrap();
             assert_eq!(answer.outcome().reason(), Reason::BreakerOpen);
             assert!(response.body().is_local());
             assert_eq!(

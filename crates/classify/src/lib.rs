@@ -125,7 +125,7 @@ pub use self::failure::{Failure, MAX_CHAIN, chain, outcome_of};
 pub use self::grpc::{GrpcClassifier, GrpcCode, is_grpc};
 pub use self::llm::LlmClassifier;
 pub use self::outcome::{Outcome, Reason, Verdict};
-pub use self::refusal::{AsError, error_response, refusal_response};
+pub use self::refusal::{AsError, LocalAnswer, error_response, refusal_response};
 pub use self::status::{HttpClassifier, status_outcome};
 pub use self::transport::{TransportClassifier, classify_io};
 

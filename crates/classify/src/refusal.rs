@@ -239,3 +239,24 @@ mod tests {
         assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
     }
 }
+
+/// In the extensions of an answer made in the process in place of the backend's (a breaker's
+/// [fallback](https://docs.rs/stormguard-breaker) while it is open, a failover's degraded answer
+/// when no backend can answer): the backend never answered it, and this is why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LocalAnswer {
+    outcome: Outcome,
+}
+
+impl LocalAnswer {
+    /// Marks an answer made because of `outcome` (fatal, not accepted: the refusal or failure
+    /// that kept the backend from answering).
+    pub fn new(outcome: Outcome) -> Self {
+        Self { outcome }
+    }
+
+    /// Why the backend did not answer: the refusal's or the last failure's outcome.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+}

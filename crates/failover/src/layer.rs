@@ -178,7 +178,7 @@ impl<C: Classify, Bk: Backoff, K> Failover<C, Bk, K> {
     /// deadline left no time for another, or the deadline passed (cutting an attempt in flight on
     /// any backend, or before a backend was ready to take the request), at the deadline, with
     /// [`Reason::DeadlineExceeded`](stormguard_classify::Reason::DeadlineExceeded) as its
-    /// [`DegradedAnswer`](crate::DegradedAnswer)'s outcome. Without it, the request ends with the
+    /// [`LocalAnswer`](stormguard_classify::LocalAnswer)'s outcome. Without it, the request ends with the
     /// last backend's failure, the deadline error, or [`NoBackend`](crate::NoBackend) when none
     /// could be tried.
     #[must_use]

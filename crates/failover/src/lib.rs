@@ -50,13 +50,13 @@
 //!    budget, and is not made when the budget is empty or when the time left is shorter than an
 //!    attempt of the last backend took.
 //! 5. When no backend is left: the [`Degraded`] answer if there is one (marked with
-//!    [`DegradedAnswer`] and `x-stormguard-degraded: true`), else the last backend's failure
+//!    [`LocalAnswer`](stormguard_classify::LocalAnswer) and `x-stormguard-degraded: true`), else the last backend's failure
 //!    (a 429 with its Retry-After and, when its engine gave up on it, `x-should-retry: false`),
 //!    or, when no backend could take the request at all, [`NoBackend`]: an error whose outcome
 //!    (`Reason::NoBackend`) `error_response` answers with 503 and `Retry-After`.
 //! 6. When the deadline passes, the request ends there, wherever it is (an attempt in flight or
 //!    a backoff on any backend, a wait for a backend to be ready): with the [`Degraded`] answer
-//!    if there is one, its [`DegradedAnswer`] saying `Reason::DeadlineExceeded`, else the
+//!    if there is one, its [`LocalAnswer`](stormguard_classify::LocalAnswer) saying `Reason::DeadlineExceeded`, else the
 //!    engine's deadline error (504 from `error_response`).
 //!
 //! # Balancing
@@ -142,4 +142,4 @@ pub use backend::{Adapter, Backend};
 pub use cooldowns::Cooldowns;
 pub use future::ResponseFuture;
 pub use layer::{Failover, FailoverService};
-pub use marks::{Answered, Cure, Degraded, DegradedAnswer, NoBackend};
+pub use marks::{Answered, Cure, Degraded, NoBackend};

@@ -10,7 +10,7 @@ use http::{HeaderValue, Response};
 use http_body::Body;
 use stormguard_classify::body::ResponseBody;
 use stormguard_classify::headers::{X_STORMGUARD_BACKEND, X_STORMGUARD_DEGRADED};
-use stormguard_classify::{Outcome, Reason};
+use stormguard_classify::{LocalAnswer, Outcome, Reason};
 
 /// In the extensions of every response a backend answered (success or failure), beside the
 /// `x-stormguard-backend` header: which backend it was.
@@ -66,7 +66,7 @@ type AnswerFn = dyn Fn(&Parts, &Outcome) -> Response<Bytes> + Send + Sync;
 /// The caller's answer when no backend can answer: a cached or rule-based reply, or a polite
 /// "busy, retry later". It gets the request's head and why no backend answered (the last
 /// failure's outcome, [`Reason::NoBackend`] when none could be tried, or
-/// [`Reason::DeadlineExceeded`]), and its response is marked as degraded: a [`DegradedAnswer`]
+/// [`Reason::DeadlineExceeded`]), and its response is marked as degraded: a [`LocalAnswer`](stormguard_classify::LocalAnswer)
 /// in its extensions and `x-stormguard-degraded: true`.
 ///
 /// ```
@@ -100,7 +100,7 @@ impl Degraded {
     /// The answer to the request with head `head`, which no backend answered because of `why`.
     pub fn answer<RB: Body>(&self, head: &Parts, why: &Outcome) -> Response<ResponseBody<RB>> {
         let (mut parts, body) = (self.answer)(head, why).into_parts();
-        parts.extensions.insert(DegradedAnswer { outcome: *why });
+        parts.extensions.insert(LocalAnswer::new(*why));
         parts
             .headers
             .insert(X_STORMGUARD_DEGRADED, HeaderValue::from_static("true"));
@@ -111,19 +111,6 @@ impl Degraded {
 impl fmt::Debug for Degraded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Degraded")
-    }
-}
-
-/// In the extensions of a [`Degraded`] answer: no backend answered, and why.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DegradedAnswer {
-    outcome: Outcome,
-}
-
-impl DegradedAnswer {
-    /// Why no backend answered.
-    pub fn outcome(&self) -> Outcome {
-        self.outcome
     }
 }
 

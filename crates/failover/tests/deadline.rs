@@ -14,9 +14,9 @@ use http::Response;
 use http_body_util::BodyExt;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker};
 use stormguard_budget::RetryBudget;
-use stormguard_classify::Reason;
 use stormguard_classify::headers::{X_STORMGUARD_BACKEND, X_STORMGUARD_DEGRADED};
-use stormguard_failover::{Adapter, Answered, Backend, Degraded, DegradedAnswer, Failover};
+use stormguard_classify::{LocalAnswer, Reason};
+use stormguard_failover::{Adapter, Answered, Backend, Degraded, Failover};
 use stormguard_jitter::Constant;
 use stormguard_retry::ClientLayer;
 use support::{MS, Providers, request};
@@ -99,8 +99,8 @@ where
     assert!(response.extensions().get::<Answered>().is_none());
     let why = response
         .extensions()
-        .get::<DegradedAnswer>()
-        .expect("a degraded answer is marked with DegradedAnswer")
+        .get::<LocalAnswer>()
+        .expect("a degraded answer is marked with LocalAnswer")
         .outcome();
     assert_eq!(why.reason(), Reason::DeadlineExceeded);
     assert!(!why.is_accepted());

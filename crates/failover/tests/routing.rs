@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http::Response;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
 use stormguard_budget::{BudgetConfig, RetryBudget};
-use stormguard_classify::Reason;
-use stormguard_failover::{Adapter, Answered, Backend, Degraded, DegradedAnswer, Failover};
+use stormguard_classify::{LocalAnswer, Reason};
+use stormguard_failover::{Adapter, Answered, Backend, Degraded, Failover};
 use stormguard_jitter::Constant;
 use stormguard_retry::ClientLayer;
 use support::{MS, Providers, request};
@@ -123,7 +123,7 @@ async fn a_failover_the_deadline_cannot_fit_is_not_tried() {
     // was not tried: 300 ms were left, less than the primary's 700 ms attempt took.
     let why = response
         .extensions()
-        .get::<DegradedAnswer>()
+        .get::<LocalAnswer>()
         .unwrap()
         .outcome();
     assert_eq!(why.reason(), Reason::BreakerOpen);
@@ -197,7 +197,7 @@ fn recorded_by_two_failovers() -> Vec<Series> {
             // The secondary fails too: the degraded answer.
             providers.set("secondary.test", 503, Duration::ZERO);
             let response = client.oneshot(request()).await.unwrap();
-            assert!(response.extensions().get::<DegradedAnswer>().is_some());
+            assert!(response.extensions().get::<LocalAnswer>().is_some());
         });
     });
     snapshotter.snapshot().into_vec()

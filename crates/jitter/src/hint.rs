@@ -23,7 +23,7 @@ pub const DEFAULT_HINT_JITTER_CEILING: Duration = Duration::from_secs(1);
 ///   3.000 s together, so a small bounded jitter is *added*: `hint + U(0, min(10% of hint, 1 s))`.
 ///   The result is never below the hint. (A hint of zero gets no extra delay: the server asked for
 ///   an immediate retry.)
-/// - **A hint above the maximum means "do not retry"** ([`HintDecision::TooLong`]), never a silently
+/// - **A hint above the maximum means "do not retry"** ([`HintedDelay::TooLong`]), never a silently
 ///   shortened wait: a retry sent before the server's stated time is one it has announced it will
 ///   reject. The default maximum is 60 s ([`stormguard_classify::hint::DEFAULT_MAX_HINT`], where
 ///   the choice is explained). The result of a hint at or below
@@ -31,15 +31,15 @@ pub const DEFAULT_HINT_JITTER_CEILING: Duration = Duration::from_secs(1);
 ///
 /// ```
 /// use std::time::Duration;
-/// use stormguard_jitter::{HintDecision, HintPolicy};
+/// use stormguard_jitter::{HintedDelay, HintPolicy};
 ///
 /// let policy = HintPolicy::default().with_seed(1);
 /// match policy.apply(Duration::from_secs(3)) {
-///     HintDecision::RetryAfter(delay) => {
+///     HintedDelay::RetryAfter(delay) => {
 ///         assert!(delay >= Duration::from_secs(3));
 ///         assert!(delay <= Duration::from_millis(3300));
 ///     }
-///     HintDecision::TooLong { .. } => unreachable!(),
+///     HintedDelay::TooLong { .. } => unreachable!(),
 /// }
 /// assert!(policy.apply(Duration::from_secs(120)).is_too_long());
 /// ```
@@ -71,7 +71,7 @@ impl HintPolicy {
         Self::default()
     }
 
-    /// Hints above `max` are reported as [`HintDecision::TooLong`].
+    /// Hints above `max` are reported as [`HintedDelay::TooLong`].
     pub fn with_max(mut self, max: Duration) -> Self {
         self.max = max;
         self
@@ -111,9 +111,9 @@ impl HintPolicy {
     }
 
     /// Turns a server hint into a delay, or into "do not retry".
-    pub fn apply(&self, hint: Duration) -> HintDecision {
+    pub fn apply(&self, hint: Duration) -> HintedDelay {
         if hint > self.max {
-            return HintDecision::TooLong {
+            return HintedDelay::TooLong {
                 hint,
                 max: self.max,
             };
@@ -129,13 +129,13 @@ impl HintPolicy {
             uniform(&mut self.random.rng(), Duration::ZERO, spread)
         };
         // `hint <= max`, so clipping at `max` never goes below the hint.
-        HintDecision::RetryAfter(hint.saturating_add(extra).min(self.max))
+        HintedDelay::RetryAfter(hint.saturating_add(extra).min(self.max))
     }
 }
 
 /// What to do with a server hint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HintDecision {
+pub enum HintedDelay {
     /// Retry after this delay: the hint plus a small jitter, never less than the hint.
     RetryAfter(Duration),
     /// The server asked for a wait above the policy's maximum: do not retry.
@@ -147,7 +147,7 @@ pub enum HintDecision {
     },
 }
 
-impl HintDecision {
+impl HintedDelay {
     /// The delay, if a retry should follow.
     pub fn delay(&self) -> Option<Duration> {
         match self {
@@ -209,7 +209,7 @@ mod tests {
         let policy = HintPolicy::default();
         assert_eq!(
             policy.apply(Duration::from_secs(61)),
-            HintDecision::TooLong {
+            HintedDelay::TooLong {
                 hint: Duration::from_secs(61),
                 max: Duration::from_secs(60)
             }
@@ -226,7 +226,7 @@ mod tests {
         for _ in 0..100 {
             assert_eq!(
                 policy.apply(Duration::from_secs(60)),
-                HintDecision::RetryAfter(Duration::from_secs(60))
+                HintedDelay::RetryAfter(Duration::from_secs(60))
             );
         }
     }

@@ -34,7 +34,7 @@
 //!
 //! A server's own hint (`Retry-After` and friends) replaces the computed delay through
 //! [`HintPolicy`]: a small bounded jitter is added (never earlier than the server asked), and a hint
-//! above the maximum means "do not retry" ([`HintDecision::TooLong`]). The default maximum, 60 s,
+//! above the maximum means "do not retry" ([`HintedDelay::TooLong`]). The default maximum, 60 s,
 //! is [`stormguard_classify::hint::DEFAULT_MAX_HINT`].
 //!
 //! [`SpreadLayer`] spreads *first* attempts as well: it delays each request's start by
@@ -44,7 +44,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use stormguard_jitter::{Backoff, FullJitter, HintDecision, HintPolicy};
+//! use stormguard_jitter::{Backoff, FullJitter, HintedDelay, HintPolicy};
 //!
 //! // OpenAI's SDK defaults: 500 ms growing to at most 8 s.
 //! let backoff = FullJitter::default().with_seed(1);
@@ -54,7 +54,7 @@
 //!
 //! // A server said "retry after 2 s": wait 2 s plus up to 200 ms.
 //! let delay = HintPolicy::default().apply(Duration::from_secs(2));
-//! assert!(matches!(delay, HintDecision::RetryAfter(d) if d >= Duration::from_secs(2)));
+//! assert!(matches!(delay, HintedDelay::RetryAfter(d) if d >= Duration::from_secs(2)));
 //! ```
 
 mod hint;
@@ -63,7 +63,7 @@ mod strategy;
 
 use std::time::Duration;
 
-pub use hint::{DEFAULT_HINT_JITTER_CEILING, DEFAULT_HINT_JITTER_RATIO, HintDecision, HintPolicy};
+pub use hint::{DEFAULT_HINT_JITTER_CEILING, DEFAULT_HINT_JITTER_RATIO, HintPolicy, HintedDelay};
 pub use spread::{Spread, SpreadLayer};
 pub use strategy::{
     Constant, ConstantSchedule, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter,

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use stormguard_jitter::{HintDecision, HintPolicy};
+use stormguard_jitter::{HintPolicy, HintedDelay};
 
 fn duration() -> impl Strategy<Value = Duration> {
     prop_oneof![
@@ -59,7 +59,7 @@ proptest! {
         prop_assert_eq!(policy.max(), max);
         let decision = policy.apply(hint);
         if hint > max {
-            prop_assert_eq!(decision, HintDecision::TooLong { hint, max });
+            prop_assert_eq!(decision, HintedDelay::TooLong { hint, max });
             prop_assert!(decision.is_too_long());
             prop_assert_eq!(decision.delay(), None);
             return Ok(());
@@ -84,13 +84,13 @@ proptest! {
     fn a_default_policy_never_waits_past_sixty_seconds(hint in duration(), seed in any::<u64>()) {
         let decision = HintPolicy::default().with_seed(seed).apply(hint);
         match decision {
-            HintDecision::RetryAfter(delay) => {
+            HintedDelay::RetryAfter(delay) => {
                 prop_assert!(hint <= Duration::from_secs(60));
                 prop_assert!(delay >= hint && delay <= Duration::from_secs(60));
                 // Default jitter: at most 10 % of the hint and at most 1 s.
                 prop_assert!(delay - hint <= (hint / 10).min(Duration::from_secs(1)));
             }
-            HintDecision::TooLong { hint: refused, max } => {
+            HintedDelay::TooLong { hint: refused, max } => {
                 prop_assert_eq!(refused, hint);
                 prop_assert_eq!(max, Duration::from_secs(60));
                 prop_assert!(hint > max);
@@ -119,13 +119,13 @@ fn duration_max_hints_with_an_unbounded_policy_saturate_at_the_maximum() {
     }
     assert_eq!(
         policy.apply(Duration::MAX),
-        HintDecision::RetryAfter(Duration::MAX)
+        HintedDelay::RetryAfter(Duration::MAX)
     );
     // A maximum of zero refuses everything but a zero hint, which stays zero.
     let none = HintPolicy::default().with_max(Duration::ZERO);
     assert_eq!(
         none.apply(Duration::ZERO),
-        HintDecision::RetryAfter(Duration::ZERO)
+        HintedDelay::RetryAfter(Duration::ZERO)
     );
     assert!(none.apply(Duration::from_nanos(1)).is_too_long());
 }

@@ -240,7 +240,7 @@ impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
     }
 
     /// Answer the requests the breaker refuses or cuts with `fallback` (its response has a
-    /// [`FallbackAnswer`](stormguard_breaker::FallbackAnswer) in its extensions) instead of an
+    /// [`LocalAnswer`](stormguard_classify::LocalAnswer) in its extensions) instead of an
     /// error. Without a breaker it is never used.
     pub fn with_fallback(self, fallback: Fallback) -> Self {
         self.change(|config| config.fallback = Some(fallback))

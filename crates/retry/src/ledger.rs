@@ -27,7 +27,7 @@ use crate::config::Config;
 use crate::error::{Error, GiveUpCause, deadline_failure, mark_rate_limited};
 use crate::headers::{ensure_idempotency_key, is_idempotent};
 use crate::observe::{UsageRecorder, Watch};
-use crate::policy::{Decision, Failed, Retries};
+use crate::policy::{Decision, FailedAttempt, Retries};
 use crate::route::Report;
 use crate::template::{Now, Origin, Stamp, Template, deadline_of};
 
@@ -263,7 +263,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     /// each retry is logged at WARN with the attempt number and the reason, a give-up as `log`
     /// says.
     pub(crate) fn decide(&mut self, attempt: &Attempt, outcome: &Outcome) -> Decision {
-        let failed = Failed {
+        let failed = FailedAttempt {
             outcome,
             sent: self.sent,
             replayable: self.origin.is_replay(),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Response, StatusCode};
-use stormguard_breaker::FallbackAnswer;
+use stormguard_classify::LocalAnswer;
 use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{Outcome, Reason};
 use stormguard_rate_limit::RateLimit;
@@ -272,7 +272,7 @@ impl Watch {
             Ok(response) => {
                 if failed.is_some() {
                     ("failure", failed)
-                } else if let Some(fallback) = response.extensions().get::<FallbackAnswer>() {
+                } else if let Some(fallback) = response.extensions().get::<LocalAnswer>() {
                     // The breaker refused or cut an attempt, before or after others were sent.
                     ("fallback", Some(fallback.outcome().reason()))
                 } else {

@@ -36,7 +36,7 @@ use std::time::Duration;
 use stormguard_budget::{RetryBudget, Ticket};
 use stormguard_classify::{Outcome, Reason};
 use stormguard_deadline::Deadline;
-use stormguard_jitter::{Backoff, HintDecision, HintPolicy};
+use stormguard_jitter::{Backoff, HintPolicy, HintedDelay};
 
 use crate::error::GiveUpCause;
 
@@ -64,7 +64,7 @@ pub(crate) struct Retries<S> {
 }
 
 /// A failed attempt, as the policy is asked about it.
-pub(crate) struct Failed<'a> {
+pub(crate) struct FailedAttempt<'a> {
     pub(crate) outcome: &'a Outcome,
     /// Attempts sent so far, the failed one included.
     pub(crate) sent: u32,
@@ -118,7 +118,7 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
     pub(crate) fn decide(
         &self,
         retries: &mut Retries<Bk::Schedule>,
-        failed: &Failed<'_>,
+        failed: &FailedAttempt<'_>,
     ) -> Decision {
         retries.tally(failed.outcome);
         let outcome = failed.outcome;
@@ -140,8 +140,8 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         }
         let delay = match failed.outcome.retry_after() {
             Some(hint) => match self.hint_policy.apply(hint) {
-                HintDecision::RetryAfter(delay) => delay,
-                HintDecision::TooLong { .. } => return Decision::GiveUp(GiveUpCause::HintTooLong),
+                HintedDelay::RetryAfter(delay) => delay,
+                HintedDelay::TooLong { .. } => return Decision::GiveUp(GiveUpCause::HintTooLong),
             },
             None => retries.next_delay(&self.backoff),
         };
@@ -248,8 +248,8 @@ mod tests {
         }
     }
 
-    fn failed(outcome: &Outcome, sent: u32) -> Failed<'_> {
-        Failed {
+    fn failed(outcome: &Outcome, sent: u32) -> FailedAttempt<'_> {
+        FailedAttempt {
             outcome,
             sent,
             replayable: true,
@@ -294,7 +294,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_body_sent_once_or_one_attempt_leaves_the_decision_to_the_caller() {
         let mut retries = Retries::new();
-        let once = Failed {
+        let once = FailedAttempt {
             replayable: false,
             ..failed(&UNAVAILABLE, 1)
         };
@@ -327,7 +327,7 @@ mod tests {
         let deadline = Some(Deadline::after(Duration::from_secs(10)));
         let mut retries = Retries::new();
         retries.attempt_took(Duration::from_secs(8));
-        let within = Failed {
+        let within = FailedAttempt {
             deadline,
             ..failed(&UNAVAILABLE, 1)
         };
@@ -343,7 +343,7 @@ mod tests {
         let policy = policy(3);
         while policy.budget.withdraw() {}
         let mut retries = Retries::new();
-        let open = Failed {
+        let open = FailedAttempt {
             breaker_open: true,
             ..failed(&UNAVAILABLE, 1)
         };
@@ -398,7 +398,7 @@ mod tests {
     async fn under_a_router_a_timeout_is_handed_on() {
         let policy = policy(3);
         let mut retries = Retries::new();
-        let routed = |outcome| Failed {
+        let routed = |outcome| FailedAttempt {
             hand_off: true,
             ..failed(outcome, 1)
         };
@@ -505,7 +505,7 @@ mod tests {
         assert!(retries.rate_limited_throughout(1));
 
         let mut once = Retries::new();
-        let not_replayable = Failed {
+        let not_replayable = FailedAttempt {
             replayable: false,
             ..failed(&RATE_LIMITED, 1)
         };

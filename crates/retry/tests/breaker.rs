@@ -16,13 +16,12 @@ use http::{HeaderMap, Method, Request, Response, Uri};
 use http_body_util::Full;
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig};
 use stormguard_breaker::{
-    BreakerConfig, BreakerOpen, BulkheadFull, CircuitBreaker, Fallback, FallbackAnswer, OpenCause,
-    Rejected, State,
+    BreakerConfig, BreakerOpen, BulkheadFull, CircuitBreaker, Fallback, OpenCause, Rejected, State,
 };
 use stormguard_budget::RetryBudget;
 use stormguard_classify::Permit;
 use stormguard_classify::headers::X_SHOULD_RETRY;
-use stormguard_classify::{BoxError, Outcome, Reason};
+use stormguard_classify::{BoxError, LocalAnswer, Outcome, Reason};
 use stormguard_jitter::Constant;
 use stormguard_retry::ClientLayer;
 use support::{Chunked, Reply, body_bytes, get, instant, post, reply, status};
@@ -156,7 +155,7 @@ fn fallback() -> (Fallback, Arc<Mutex<Vec<Asked>>>) {
 
 /// `x-fallback` of a response the fallback wrote; `None` for the backend's own.
 fn fallback_kind<B>(response: &Response<B>) -> Option<&str> {
-    response.extensions().get::<FallbackAnswer>()?;
+    response.extensions().get::<LocalAnswer>()?;
     Some(response.headers()["x-fallback"].to_str().unwrap())
 }
 
@@ -258,7 +257,7 @@ async fn the_fallback_answers_locally_from_the_request_head() {
 
     assert_eq!(response.status(), 200);
     assert_eq!(fallback_kind(&response), Some("refused"));
-    let answer = response.extensions().get::<FallbackAnswer>().unwrap();
+    let answer = response.extensions().get::<LocalAnswer>().unwrap();
     assert_eq!(answer.outcome().reason(), Reason::BreakerOpen);
     assert!(answer.outcome().is_fatal());
     assert!(!answer.outcome().is_accepted());

@@ -11,8 +11,9 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
-use stormguard_breaker::{BreakerConfig, CircuitBreaker, Fallback, FallbackAnswer};
+use stormguard_breaker::{BreakerConfig, CircuitBreaker, Fallback};
 use stormguard_budget::{BudgetConfig, RetryBudget};
+use stormguard_classify::LocalAnswer;
 use stormguard_jitter::Constant;
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
 use stormguard_retry::Hedging;
@@ -241,7 +242,7 @@ fn a_retry_the_breaker_refuses_is_no_retry_and_its_fallback_is_counted_as_one() 
             .layer(backend);
         for _ in 0..2 {
             let response = client.clone().oneshot(support::post("{}")).await.unwrap();
-            assert!(response.extensions().get::<FallbackAnswer>().is_some());
+            assert!(response.extensions().get::<LocalAnswer>().is_some());
         }
         assert_eq!(log.len(), 1);
     });

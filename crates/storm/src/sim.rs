@@ -43,8 +43,8 @@ use http::{HeaderValue, Method, Request, Response, Uri};
 use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use stormguard::GiveUpCause;
-use stormguard::breaker::{CircuitBreaker, FallbackAnswer, State};
-use stormguard::failover::DegradedAnswer;
+use stormguard::breaker::{CircuitBreaker, State};
+use stormguard::classify::LocalAnswer;
 use stormguard::stream::StreamInterrupted;
 use tokio::task::LocalSet;
 use tokio::time::Instant;
@@ -796,7 +796,7 @@ where
 /// degraded answer (no success, though a 200).
 fn is_local_answer<B>(response: &Response<B>) -> bool {
     let extensions = response.extensions();
-    extensions.get::<FallbackAnswer>().is_some() || extensions.get::<DegradedAnswer>().is_some()
+    extensions.get::<LocalAnswer>().is_some()
 }
 
 #[cfg(test)]

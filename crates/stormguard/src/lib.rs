@@ -152,8 +152,9 @@ pub mod classify {
     pub use stormguard_classify::body::ResponseBody;
     pub use stormguard_classify::{
         AsError, BoxError, Classify, ClassifyLayer, ERROR_BODY_LIMIT, Failure, GrpcClassifier,
-        GrpcCode, HttpClassifier, LlmClassifier, MakeClassify, Outcome, Permit, Reason,
-        TransportClassifier, Verdict, chain, headers, hint, is_grpc, outcome_of, refusal_response,
+        GrpcCode, HttpClassifier, LlmClassifier, LocalAnswer, MakeClassify, Outcome, Permit,
+        Reason, TransportClassifier, Verdict, chain, headers, hint, is_grpc, outcome_of,
+        refusal_response,
     };
 }
 
@@ -161,7 +162,7 @@ pub mod classify {
 pub mod jitter {
     pub use stormguard_jitter::{
         Backoff, Constant, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter, EqualJitter, Exponential,
-        FullJitter, HintDecision, HintPolicy, SmoothDecorrelatedJitter, Spread, SpreadLayer,
+        FullJitter, HintPolicy, HintedDelay, SmoothDecorrelatedJitter, Spread, SpreadLayer,
     };
 }
 
@@ -194,7 +195,7 @@ pub mod throttle {
 pub mod breaker {
     pub use stormguard_breaker::{
         BreakerConfig, BreakerLayer, BreakerOpen, BreakerPermit, BreakerService, BreakerSnapshot,
-        BulkheadFull, CircuitBreaker, Fallback, FallbackAnswer, OpenCause, Rejected, State,
+        BulkheadFull, CircuitBreaker, Fallback, OpenCause, Rejected, State,
     };
 }
 
@@ -237,8 +238,8 @@ pub mod sse {
 pub mod failover {
     pub use stormguard_failover::balance;
     pub use stormguard_failover::{
-        Adapter, Answered, Backend, Cooldowns, Cure, Degraded, DegradedAnswer, Failover,
-        FailoverService, NoBackend, ResponseFuture,
+        Adapter, Answered, Backend, Cooldowns, Cure, Degraded, Failover, FailoverService,
+        NoBackend, ResponseFuture,
     };
 }
 
