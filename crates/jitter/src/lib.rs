@@ -66,17 +66,16 @@ use std::time::Duration;
 pub use hint::{DEFAULT_HINT_JITTER_CEILING, DEFAULT_HINT_JITTER_RATIO, HintPolicy, HintedDelay};
 pub use spread::{Spread, SpreadLayer};
 pub use strategy::{
-    Constant, ConstantSchedule, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter,
-    DecorrelatedJitterSchedule, EqualJitter, EqualJitterSchedule, Exponential, ExponentialSchedule,
-    FullJitter, FullJitterSchedule, Jittered, JitteredSchedule, SmoothDecorrelatedJitter,
-    SmoothDecorrelatedJitterSchedule,
+    Constant, ConstantSchedule, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter, EqualJitter,
+    Exponential, ExponentialSchedule, FullJitter, Jittered, JitteredSchedule,
+    SmoothDecorrelatedJitter,
 };
 
 /// The shapes a [`Jittered`] backoff draws its delays with, one per strategy, and the trait to
 /// write another. Each strategy is named at the crate's root by what it is ([`FullJitter`] is
-/// `Jittered<shape::Full>`), and its schedule by the strategy's name and `Schedule`
-/// ([`FullJitterSchedule`]); the shapes stay here, so that no two names at the root mean one
-/// thing.
+/// `Jittered<shape::Full>`); every jittered strategy's schedule is a [`JitteredSchedule`] of its
+/// shape (`JitteredSchedule<shape::Full>`). The shapes stay here, so that no two names at the
+/// root mean one thing.
 pub mod shape {
     pub use crate::strategy::{Decorrelated, Equal, Full, Shape, SmoothDecorrelated, SmoothState};
 }

@@ -40,8 +40,8 @@
 //! # The caller's reading
 //! A [`Transcript`] is what the caller of one request was shown, across the streams it read (a
 //! naive caller restarts a failed stream; stormguard never does). It reads the bytes with
-//! stormguard's SSE parser ([`stormguard::sse::Parser`]) and classifies each event with
-//! [`stormguard::sse::classify_event`], as stormguard's stream guard does, and counts the
+//! stormguard's SSE parser ([`stormguard::stream::sse::Parser`]) and classifies each event with
+//! [`stormguard::stream::sse::classify_event`], as stormguard's stream guard does, and counts the
 //! content tokens by their numbers: a token whose number the caller was already shown is
 //! delivered twice ([`Transcript::duplicated_tokens`]), and a number past the next one means the
 //! tokens between were never delivered ([`Transcript::lost_tokens`]: a continuation that went on
@@ -57,7 +57,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use serde::Deserialize;
-use stormguard::sse::{Event, EventKind, Frame as SseFrame, FrameKind, Parser, classify_event};
+use stormguard::stream::sse::{
+    Event, EventKind, Frame as SseFrame, FrameKind, Parser, classify_event,
+};
 use tokio::time::{Instant, Sleep};
 
 use crate::json_body::{ERROR_BODY, OVERLOADED_BODY};

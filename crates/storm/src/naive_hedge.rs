@@ -43,8 +43,8 @@ use bytes::Bytes;
 use http::{Response, response};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use stormguard::sse::{EventKind, FrameKind, Parser, classify_event};
 use stormguard::stream::is_event_stream;
+use stormguard::stream::sse::{EventKind, FrameKind, Parser, classify_event};
 use tower::util::Oneshot;
 use tower::{BoxError, Service};
 

@@ -215,21 +215,10 @@ pub mod rate_limit {
 /// with [`StreamInterrupted`](stream::StreamInterrupted) when it breaks. The engine applies it to
 /// every event stream ([`ClientLayer::with_stream_policy`]).
 pub mod stream {
-    pub use stormguard_stream::sse::{
-        Event, EventKind, Frame, FrameKind, Parser, SseError, classify_event,
-    };
+    pub use stormguard_stream::sse;
     pub use stormguard_stream::{
         AnswerBody, AnswerFuture, GuardedStream, InterruptCause, MakeResume, Received, Resume,
         ResumeFn, Resumption, StreamInterrupted, StreamPolicy, is_event_stream,
-    };
-}
-
-/// Reading event streams ([`stormguard_stream::sse`]): the WHATWG "Server-sent events" parser,
-/// and what each event of an LLM provider's stream means for a retry.
-pub mod sse {
-    pub use stormguard_stream::sse::{
-        DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, Event, EventKind, Frame, FrameKind, Parser, SseError,
-        UNRECOGNIZED_ERROR, classify_event,
     };
 }
 

@@ -98,7 +98,7 @@
 //! `text/event-stream` success ([`is_event_stream`]) and hands the stream back as a
 //! [`ResponseBody::boxed`](stormguard_classify::body::ResponseBody::boxed) body, telling the
 //! circuit breaker how it ends ([`GuardedStream::with_at_end`]). The facade re-exports this
-//! crate as `stormguard::stream` and `stormguard::sse`.
+//! crate as `stormguard::stream` (the parser as `stormguard::stream::sse`).
 //!
 //! ```
 //! use bytes::Bytes;

@@ -1,6 +1,6 @@
 //! [`Transcript`]: a streamed answer read back the way a client receives it.
 
-use stormguard::sse::{Event, EventKind, classify_event};
+use stormguard::stream::sse::{Event, EventKind, classify_event};
 
 /// A streamed answer as a client received it, read event by event: lines up to a blank line
 /// make an event, `data:` lines its data; an event left unfinished (a cut stream) is not read.

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 
-use super::jittered::{Jittered, JitteredSchedule, Shape};
+use super::jittered::{Jittered, Shape};
 use super::uniform;
 
 /// Decorrelated jitter: `delay = min(cap, U(base, 3 * previous))`, starting from
@@ -13,9 +13,6 @@ use super::uniform;
 /// average and can also shrink. Its first delays are longer than full jitter's, and any delay can
 /// drop back towards `base`.
 pub type DecorrelatedJitter = Jittered<Decorrelated>;
-
-/// One request's decorrelated-jitter delays (see [`DecorrelatedJitter`]).
-pub type DecorrelatedJitterSchedule = JitteredSchedule<Decorrelated>;
 
 /// The [`Shape`] of [`DecorrelatedJitter`]: `min(cap, U(base, 3 * previous))`.
 #[derive(Clone, Copy, Debug, Default)]

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 
-use super::jittered::{Jittered, JitteredSchedule, Shape};
+use super::jittered::{Jittered, Shape};
 use super::{exponential_ceiling, uniform};
 
 /// Equal jitter: with `c = min(cap, base * 2^n)`, the delay before retry `n + 1` is
@@ -12,9 +12,6 @@ use super::{exponential_ceiling, uniform};
 /// delay as a floor, so no retry comes back almost at once, at the price of a narrower spread than
 /// [`FullJitter`](crate::FullJitter).
 pub type EqualJitter = Jittered<Equal>;
-
-/// One request's equal-jitter delays (see [`EqualJitter`]).
-pub type EqualJitterSchedule = JitteredSchedule<Equal>;
 
 /// The [`Shape`] of [`EqualJitter`]: `c/2 + U(0, c/2)` with `c = min(cap, base * 2^n)`.
 #[derive(Clone, Copy, Debug, Default)]

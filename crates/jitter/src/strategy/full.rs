@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 
-use super::jittered::{Jittered, JitteredSchedule, Shape};
+use super::jittered::{Jittered, Shape};
 use super::{exponential_ceiling, uniform};
 
 /// Full jitter: the delay before retry `n + 1` is `U(0, min(cap, base * 2^n))`.
@@ -23,9 +23,6 @@ use super::{exponential_ceiling, uniform};
 /// }
 /// ```
 pub type FullJitter = Jittered<Full>;
-
-/// One request's full-jitter delays (see [`FullJitter`]).
-pub type FullJitterSchedule = JitteredSchedule<Full>;
 
 /// The [`Shape`] of [`FullJitter`]: `U(0, min(cap, base * 2^n))`.
 #[derive(Clone, Copy, Debug, Default)]

@@ -12,14 +12,12 @@ mod jittered;
 mod smooth;
 
 pub use constant::{Constant, ConstantSchedule};
-pub use decorrelated::{Decorrelated, DecorrelatedJitter, DecorrelatedJitterSchedule};
-pub use equal::{Equal, EqualJitter, EqualJitterSchedule};
+pub use decorrelated::{Decorrelated, DecorrelatedJitter};
+pub use equal::{Equal, EqualJitter};
 pub use exponential::{Exponential, ExponentialSchedule};
-pub use full::{Full, FullJitter, FullJitterSchedule};
+pub use full::{Full, FullJitter};
 pub use jittered::{Jittered, JitteredSchedule, Shape};
-pub use smooth::{
-    SmoothDecorrelated, SmoothDecorrelatedJitter, SmoothDecorrelatedJitterSchedule, SmoothState,
-};
+pub use smooth::{SmoothDecorrelated, SmoothDecorrelatedJitter, SmoothState};
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@ use std::time::Duration;
 use rand::RngExt;
 use rand::rngs::SmallRng;
 
-use super::jittered::{Jittered, JitteredSchedule, Shape};
+use super::jittered::{Jittered, Shape};
 
 /// Steepness of the curve's start: `tanh(sqrt(P * t))` rises from 0 to ~1 within the first retry.
 const P: f64 = 4.0;
@@ -24,9 +24,6 @@ const LAST_COMPUTED_ATTEMPT: u32 = 128;
 /// (`f(0.5)` maps to `base`). Delays above `cap` are clamped to it (as Polly does), so at the cap this
 /// variant loses its spread: when most retries hit the cap, prefer [`FullJitter`](crate::FullJitter).
 pub type SmoothDecorrelatedJitter = Jittered<SmoothDecorrelated>;
-
-/// One request's smooth decorrelated delays (see [`SmoothDecorrelatedJitter`]).
-pub type SmoothDecorrelatedJitterSchedule = JitteredSchedule<SmoothDecorrelated>;
 
 /// The [`Shape`] of [`SmoothDecorrelatedJitter`]: increments of `f(t) = 2^t * tanh(sqrt(4 t))` at
 /// `t_n = n + U(0, 1)`.
