@@ -103,6 +103,7 @@
 mod admission;
 pub mod body;
 mod classify;
+mod completed;
 pub mod decimal;
 mod failure;
 mod grpc;
@@ -121,6 +122,7 @@ pub mod window;
 pub use self::admission::Permit;
 pub use self::body::is_event_stream;
 pub use self::classify::{ClassifiedError, ClassifyLayer, ClassifyService, ResponseFuture};
+pub use self::completed::polled_after_completion;
 pub use self::failure::{Failure, MAX_CHAIN, chain, outcome_of};
 pub use self::grpc::{GrpcClassifier, GrpcCode, is_grpc};
 pub use self::llm::LlmClassifier;

@@ -31,6 +31,7 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_budget::Ticket;
 use stormguard_classify::body::Prefix;
+use stormguard_classify::polled_after_completion;
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::DeadlineExceeded;
 use stormguard_jitter::Backoff;
@@ -106,9 +107,9 @@ pin_project! {
 /// A request's lanes.
 type Lanes<S, B, RB, C, Bk> = Race<HopLane<S, B, RB, C, Bk>>;
 
-/// A future may panic when polled after it completed; this one says so.
+/// The panic of a failover future polled after it completed.
 fn polled_again<T>() -> T {
-    panic!("stormguard's failover ResponseFuture polled after it completed")
+    polled_after_completion("failover ResponseFuture")
 }
 
 impl<S, B, RB, C, Bk> ResponseFuture<S, B, RB, C, Bk>

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
+use stormguard_classify::polled_after_completion;
 use stormguard_classify::window::SlidingWindow;
 use stormguard_classify::{Outcome, Permit, Reason};
 use tokio::time::Instant;
@@ -715,7 +716,7 @@ impl Future for Acquire {
         match &mut self.decision {
             Decision::Made(made) => match made.take() {
                 Some(result) => Poll::Ready(result),
-                None => panic!("stormguard's rate limit Acquire polled after it completed"),
+                None => polled_after_completion("rate limit Acquire"),
             },
             #[cfg(feature = "redis")]
             Decision::Asking(future) => future.as_mut().poll(cx),

@@ -25,6 +25,7 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_budget::Ticket;
 use stormguard_classify::body::{ClassifyResponse, Prefix, ResponseBody, Tail, classify_response};
+use stormguard_classify::polled_after_completion;
 use stormguard_classify::{BoxError, Classify};
 use stormguard_jitter::Backoff;
 use stormguard_stream::{OpenStream, is_event_stream};
@@ -135,9 +136,9 @@ macro_rules! wait {
     };
 }
 
-/// A future may panic when polled after it completed; this one says so.
+/// The panic of the engine's future polled after it completed.
 pub(crate) fn polled_again<T>() -> T {
-    panic!("stormguard's ResponseFuture polled after it completed")
+    polled_after_completion("ResponseFuture")
 }
 
 impl<F, B, RB: Body, C> Step<F, B, RB, C> {

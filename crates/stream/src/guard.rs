@@ -15,6 +15,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use stormguard_classify::polled_after_completion;
 use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{BoxError, Outcome, Reason};
 
@@ -223,7 +224,7 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let Some(guard) = this.guard.as_mut() else {
-            panic!("stormguard's OpenStream polled after it completed");
+            polled_after_completion("OpenStream");
         };
         loop {
             let failed = match guard.poll_chunk(cx) {

@@ -9,6 +9,7 @@ use http::HeaderMap;
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_classify::body::{ClassifyResponse, ResponseBody, classify_response};
+use stormguard_classify::polled_after_completion;
 use stormguard_classify::{BoxError, Classify, Permit};
 
 use crate::{ThrottlePermit, Throttled};
@@ -116,13 +117,11 @@ where
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response));
                 }
-                StateProj::Done => panic!("{POLLED_AGAIN}"),
+                StateProj::Done => polled_after_completion("throttle ResponseFuture"),
             }
         }
     }
 }
-
-const POLLED_AGAIN: &str = "stormguard's throttle ResponseFuture polled after it completed";
 
 impl<F, C, RB: Body> std::fmt::Debug for ResponseFuture<F, C, RB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -10,6 +10,7 @@ use http::request::Parts;
 use http_body::Body;
 use pin_project_lite::pin_project;
 use stormguard_classify::body::{ClassifyResponse, ResponseBody, classify_response};
+use stormguard_classify::polled_after_completion;
 use stormguard_classify::{BoxError, Classify, Permit};
 
 use crate::{BreakerPermit, Fallback, Rejected};
@@ -98,7 +99,9 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Refused { output } => {
-                    let output = output.take().unwrap_or_else(|| panic!("{POLLED_AGAIN}"));
+                    let output = output
+                        .take()
+                        .unwrap_or_else(|| polled_after_completion("breaker ResponseFuture"));
                     this.state.set(State::Done);
                     return Poll::Ready(output);
                 }
@@ -136,7 +139,7 @@ where
                         return Poll::Ready(output);
                     }
                 },
-                StateProj::Done => panic!("{POLLED_AGAIN}"),
+                StateProj::Done => polled_after_completion("breaker ResponseFuture"),
             }
         }
     }
@@ -158,8 +161,6 @@ fn poll_cut<RB: Body>(
         None => Err(rejected.into_error()),
     })
 }
-
-const POLLED_AGAIN: &str = "stormguard's breaker ResponseFuture polled after it completed";
 
 impl<F, C, RB: Body> std::fmt::Debug for ResponseFuture<F, C, RB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -9,6 +9,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
+use stormguard_classify::polled_after_completion;
 use stormguard_classify::{BoxError, is_event_stream};
 use tokio::time::Sleep;
 use tower_service::Service;
@@ -147,7 +148,7 @@ impl<F, P> ResponseFuture<F, P> {
             }
             StateProj::Silent => return Poll::Pending,
             StateProj::Reset => Err(Failed::Reset(this.in_flight.take())),
-            StateProj::Done => panic!("{POLLED_AGAIN}"),
+            StateProj::Done => polled_after_completion("chaos ResponseFuture"),
         };
         this.state.set(State::Done);
         Poll::Ready(step)
@@ -187,8 +188,6 @@ where
         })
     }
 }
-
-const POLLED_AGAIN: &str = "stormguard's chaos ResponseFuture polled after it completed";
 
 impl<F, P> fmt::Debug for ResponseFuture<F, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

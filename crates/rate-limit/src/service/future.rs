@@ -6,6 +6,7 @@ use std::task::{Context, Poll, ready};
 
 use http::HeaderMap;
 use pin_project_lite::pin_project;
+use stormguard_classify::polled_after_completion;
 use stormguard_classify::{BoxError, Classify, Permit};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
@@ -140,38 +141,45 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            let next = match this.state.as_mut().project() {
-                StateProj::Refused { limited } => {
-                    let limited = limited.take().unwrap_or_else(|| panic!("{POLLED_AGAIN}"));
-                    this.state.set(State::Done);
-                    return Poll::Ready(Err(Box::new(limited)));
-                }
-                StateProj::Acquiring { acquire, call } => {
-                    let decision = ready!(Pin::new(acquire).poll(cx));
-                    State::decided(
-                        decision,
-                        call.take().unwrap_or_else(|| panic!("{POLLED_AGAIN}")),
-                    )
-                }
-                StateProj::Waiting { sleep, call } => {
-                    // A slot that has come needs no timer: tokio rounds every sleep up to its
-                    // next millisecond tick, so the sleep would still wait.
-                    if call
-                        .as_ref()
-                        .is_some_and(|(_, _, reservation)| reservation.start() > Instant::now())
-                    {
-                        ready!(sleep.poll(cx));
+            let next =
+                match this.state.as_mut().project() {
+                    StateProj::Refused { limited } => {
+                        let limited = limited.take().unwrap_or_else(|| {
+                            polled_after_completion("rate limit ResponseFuture")
+                        });
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(Box::new(limited)));
                     }
-                    State::send(call.take().unwrap_or_else(|| panic!("{POLLED_AGAIN}")))
-                }
-                StateProj::Calling { future, permit } => {
-                    let result = ready!(future.poll(cx));
-                    let permit = permit.take();
-                    this.state.set(State::Done);
-                    return Poll::Ready(answered(&*this.classifier, result, permit));
-                }
-                StateProj::Done => panic!("{POLLED_AGAIN}"),
-            };
+                    StateProj::Acquiring { acquire, call } => {
+                        let decision = ready!(Pin::new(acquire).poll(cx));
+                        State::decided(
+                            decision,
+                            call.take().unwrap_or_else(|| {
+                                polled_after_completion("rate limit ResponseFuture")
+                            }),
+                        )
+                    }
+                    StateProj::Waiting { sleep, call } => {
+                        // A slot that has come needs no timer: tokio rounds every sleep up to its
+                        // next millisecond tick, so the sleep would still wait.
+                        if call
+                            .as_ref()
+                            .is_some_and(|(_, _, reservation)| reservation.start() > Instant::now())
+                        {
+                            ready!(sleep.poll(cx));
+                        }
+                        State::send(call.take().unwrap_or_else(|| {
+                            polled_after_completion("rate limit ResponseFuture")
+                        }))
+                    }
+                    StateProj::Calling { future, permit } => {
+                        let result = ready!(future.poll(cx));
+                        let permit = permit.take();
+                        this.state.set(State::Done);
+                        return Poll::Ready(answered(&*this.classifier, result, permit));
+                    }
+                    StateProj::Done => polled_after_completion("rate limit ResponseFuture"),
+                };
             this.state.set(next);
         }
     }
@@ -205,5 +213,3 @@ where
         }
     }
 }
-
-const POLLED_AGAIN: &str = "stormguard's rate limit ResponseFuture polled after it completed";
