@@ -245,7 +245,7 @@ impl CircuitBreaker {
         {
             shared.in_flight.fetch_sub(1, Ordering::AcqRel);
             if let Role::Probe { id, .. } = role {
-                shared.lock().withdraw(id, now);
+                shared.lock().take_back_probe(id, now);
             }
             return Err(Rejected::Full(BulkheadFull::new(max)));
         }
@@ -650,7 +650,7 @@ impl Control {
 
     /// Takes back a probe let through at `admitted` that was never sent (the bulkhead was full):
     /// its slot, and its turn, unless another probe went since.
-    fn withdraw(&mut self, id: u64, admitted: Instant) {
+    fn take_back_probe(&mut self, id: u64, admitted: Instant) {
         self.release(id);
         if self.probe_ids == id
             && let Phase::HalfOpen { next_probe, .. } = &mut self.phase
