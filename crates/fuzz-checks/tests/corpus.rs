@@ -73,10 +73,31 @@ replays!(
     sse,
 );
 
-/// Each corpus directory belongs to a target listed here and each target has one: a new target's
-/// corpus cannot go unreplayed.
+/// The fuzz targets `fuzz/Cargo.toml` declares (the `name` of each `[[bin]]`), in name order.
+fn declared_targets() -> Vec<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/Cargo.toml");
+    let manifest = fs::read_to_string(&manifest)
+        .unwrap_or_else(|error| panic!("{}: {error}", manifest.display()));
+    let mut names: Vec<String> = manifest
+        .split("[[bin]]")
+        .skip(1)
+        .filter_map(|bin| {
+            let line = bin.lines().find(|line| line.starts_with("name = "))?;
+            Some(
+                line.trim_start_matches("name = ")
+                    .trim_matches('"')
+                    .to_owned(),
+            )
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Each corpus directory and each target `fuzz/Cargo.toml` declares is a target listed here: a
+/// new target, or its corpus, cannot go unreplayed.
 #[test]
-fn every_corpus_has_a_target() {
+fn every_target_and_corpus_is_listed() {
     let mut corpora: Vec<String> = fs::read_dir(corpus_root())
         .expect("fuzz/corpus")
         .map(|entry| entry.expect("a readable corpus entry"))
@@ -86,4 +107,5 @@ fn every_corpus_has_a_target() {
     corpora.sort();
     let targets: Vec<&str> = TARGETS.iter().map(|(name, _)| *name).collect();
     assert_eq!(corpora, targets);
+    assert_eq!(declared_targets(), targets);
 }
