@@ -1,7 +1,8 @@
 //! The soak: the axum gateway on 127.0.0.1, its provider (the mock, on loopback) failing in every
 //! way `stormguard::chaos` knows at once, under 1,000 requests a second of callers, whole and
 //! streamed answers on both routes, for `STORMGUARD_SOAK_SECS` seconds (60 by default; 600 by
-//! hand: see the README). Real time and real sockets: memory and connections are the point.
+//! hand: see docs/ROBUSTNESS.md, "Soak"). Real time and real sockets: memory and connections are
+//! the point.
 //!
 //! It must end with no panic anywhere in the process; every call ended within its deadline; every
 //! guard's count back to rest once the retry budget's window has passed (the breaker's attempts

@@ -1,32 +1,6 @@
-//! `LlmDeadline::estimate` on arbitrary request bodies (any bytes, truncated or deeply nested
-//! JSON): no panic, no stack overflow, and an estimate within `[min(base, max), max]`, for the
-//! default settings and for arbitrary ones.
+//! The `llm_deadline` target: what it feeds and asserts is documented on
+//! `stormguard_fuzz_checks::llm_deadline`, whose `check` is also run on this target's committed corpus
+//! by `cargo test` (crates/fuzz-checks/tests/corpus.rs).
 #![no_main]
 
-use std::time::Duration;
-
-use libfuzzer_sys::fuzz_target;
-use stormguard_deadline::LlmDeadline;
-
-fn check(llm: &LlmDeadline, body: &[u8]) {
-    let estimate = llm.estimate(body);
-    assert!(estimate <= llm.max, "{estimate:?} above {:?}", llm.max);
-    assert!(
-        estimate >= llm.base.min(llm.max),
-        "{estimate:?} below {:?}",
-        llm.base
-    );
-}
-
-fuzz_target!(|data: &[u8]| {
-    check(&LlmDeadline::default(), data);
-    let (seed, body) = stormguard_fuzz::u64_and_rest(data);
-    let (max, _) = stormguard_fuzz::u64_and_rest(body);
-    let llm = LlmDeadline {
-        base: Duration::from_millis(seed & 0xFFFF_FFFF),
-        per_prompt_token: Duration::from_nanos((seed >> 32) & 0xFFFF),
-        per_output_token: Duration::from_micros(seed >> 48),
-        max: Duration::new(max, 0),
-    };
-    check(&llm, body);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| stormguard_fuzz_checks::llm_deadline::check(data));

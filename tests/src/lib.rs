@@ -10,6 +10,14 @@
 //! Real sockets need real time (tokio's paused clock does not drive them), so the tests use short
 //! durations instead: a backoff of 1 to 5 ms ([`fast_backoff`]) and hints of tens of
 //! milliseconds.
+//!
+//! The workspace's README is compiled here too: its Rust examples are this crate's doc tests
+//! ([`Readme`], built only for them), so `cargo test --workspace` fails when one drifts.
+
+/// The workspace's `README.md`, whose examples run as doc tests (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct Readme;
 
 use std::collections::HashSet;
 use std::future::Future;
