@@ -104,15 +104,15 @@ use crate::json_body::{ERROR_BODY, OK_BODY, OVERLOADED_BODY, RATE_LIMITED_BODY, 
 use crate::scenario::{FaultKind, Scenario, StreamShape, StreamStart};
 
 /// Request header carrying the logical request's id (the same on every attempt).
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id");
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id");
 
 /// Request header carrying the request's weight in tokens (prompt and `max_tokens`), which the
 /// provider counts against a token quota. Its body says the same to a client that weighs it (see
 /// `sim`); the header spares the provider parsing it.
-pub const TOKENS: HeaderName = HeaderName::from_static("x-storm-tokens");
+pub(crate) const TOKENS: HeaderName = HeaderName::from_static("x-storm-tokens");
 
 /// Status the provider sheds with when its queue is full (Anthropic's "overloaded").
-pub const STATUS_OVERLOADED: u16 = 529;
+pub(crate) const STATUS_OVERLOADED: u16 = 529;
 
 /// Resolution of the provider's fine-grained counts ([`BackendStats::fine`]): 100 ms, ten times
 /// finer than the per-second buckets, to time how fast a client cuts its traffic.
@@ -123,7 +123,7 @@ const MAX_TRACKED_IDS: usize = 1 << 27;
 
 /// What the provider did with one second of attempts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     /// Attempts that arrived.
     pub attempts: u64,
     /// Attempts whose logical request had been seen before.
@@ -143,7 +143,7 @@ pub struct Bucket {
 
 /// What the provider saw in one [`FINE_BUCKET`] (100 ms).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FineBucket {
+pub(crate) struct FineBucket {
     /// Attempts that arrived (measured ones, as in [`Bucket`]).
     pub attempts: u64,
     /// Most attempts open at once (see [`BackendStats::peak_open`]).
@@ -152,7 +152,7 @@ pub struct FineBucket {
 
 /// Everything the provider counted during a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BackendStats {
+pub(crate) struct BackendStats {
     /// One entry per second of the run, by arrival time of the attempt.
     pub buckets: Vec<Bucket>,
     /// One entry per [`FINE_BUCKET`] (100 ms) of the run.
@@ -205,7 +205,7 @@ impl BackendStats {
     /// The counts of several providers taken as one (the deployments of a balance scenario):
     /// every count and bucket summed; the peaks (in flight, open) summed too, the most the
     /// providers together could have held at once.
-    pub fn merged(all: &[BackendStats]) -> BackendStats {
+    pub(crate) fn merged(all: &[BackendStats]) -> BackendStats {
         let mut merged = BackendStats::default();
         for stats in all {
             for (second, bucket) in stats.buckets.iter().enumerate() {
@@ -244,7 +244,7 @@ impl BackendStats {
 
 /// The provider's answer to one attempt, decided when it arrives.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// Status of the answer.
     pub status: StatusCode,
     /// When the answer is sent, in microseconds from the start of the run; `None`: never (a
@@ -285,7 +285,7 @@ impl Decision {
 
 /// One dimension of a quota as the provider's headers state it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuotaState {
+pub(crate) struct QuotaState {
     /// The quota a minute (`x-ratelimit-limit-*`).
     pub limit: u64,
     /// The minute's quota less what the bucket is short of full (`x-ratelimit-remaining-*`).
@@ -296,7 +296,7 @@ pub struct QuotaState {
 
 /// The quota of requests and tokens a minute as an answer's headers state it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RateLimitState {
+pub(crate) struct RateLimitState {
     /// Requests.
     pub requests: QuotaState,
     /// Tokens.
@@ -420,7 +420,7 @@ struct Track {
 ///
 /// Times are microseconds from the start of the run; the model never reads a clock itself,
 /// which keeps it testable without a runtime.
-pub struct Model {
+pub(crate) struct Model {
     scenario: Scenario,
     rng: SmallRng,
     /// When each slot frees, per millisecond.
@@ -466,34 +466,30 @@ impl Model {
     }
 
     /// What the provider has counted so far.
-    pub fn stats(&self) -> &BackendStats {
+    pub(crate) fn stats(&self) -> &BackendStats {
         &self.stats
-    }
-
-    /// Take the counts out of the model.
-    pub fn into_stats(self) -> BackendStats {
-        self.stats
     }
 
     /// From now on, count only attempts of requests whose id is below `id` (the rest are load
     /// that keeps the provider busy while the measured requests finish).
-    pub fn count_ids_below(&mut self, id: u64) {
+    pub(crate) fn count_ids_below(&mut self, id: u64) {
         self.counted_ids = Some(usize::try_from(id).unwrap_or(usize::MAX));
     }
 
     /// Requests running or queued at `now_us`.
-    pub fn in_flight(&mut self, now_us: u64) -> u64 {
+    pub(crate) fn in_flight(&mut self, now_us: u64) -> u64 {
         self.ends.discard_through(ms_floor(now_us))
     }
 
     /// Attempts open now, client side: admitted and not [closed](Model::close) yet.
+    #[cfg(test)]
     pub fn open(&self) -> u64 {
         self.open
     }
 
     /// The client is done with an attempt of request `id` at `now_us`: it was answered, dropped
     /// or cut.
-    pub fn close(&mut self, now_us: u64, id: Option<usize>) {
+    pub(crate) fn close(&mut self, now_us: u64, id: Option<usize>) {
         if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
             track.open = track.open.saturating_sub(1);
         }
@@ -526,12 +522,18 @@ impl Model {
 
     /// Decide the answer to an attempt of logical request `id` arriving at `now_us`; the attempt
     /// is open until [`close`](Model::close)d.
-    pub fn admit(&mut self, now_us: u64, id: Option<usize>) -> Decision {
+    #[cfg(test)]
+    pub(crate) fn admit(&mut self, now_us: u64, id: Option<usize>) -> Decision {
         self.admit_weighing(now_us, id, 0)
     }
 
     /// [`admit`](Model::admit) an attempt that weighs `tokens` against a token quota.
-    pub fn admit_weighing(&mut self, now_us: u64, id: Option<usize>, tokens: u64) -> Decision {
+    pub(crate) fn admit_weighing(
+        &mut self,
+        now_us: u64,
+        id: Option<usize>,
+        tokens: u64,
+    ) -> Decision {
         let counted = match (self.counted_ids, id) {
             (Some(limit), Some(id)) => id < limit,
             (Some(_), None) => false,
@@ -897,7 +899,7 @@ fn retry_after_secs(after: Duration) -> u64 {
 
 /// A duration as Go writes it, as OpenAI's `x-ratelimit-reset-*` headers do, to the millisecond
 /// (rounded up): `0s`, `6ms`, `1s`, `1.5s`, `6m0s`.
-pub fn go_duration(duration: Duration) -> String {
+pub(crate) fn go_duration(duration: Duration) -> String {
     let ms = duration.as_micros().div_ceil(1_000);
     if ms == 0 {
         return "0s".to_owned();
@@ -1008,11 +1010,11 @@ fn service_time_us(rng: &mut SmallRng, median: Duration, sigma: f64) -> u64 {
 
 /// The body of the provider's answers: one JSON body, or, where the scenario streams, an event
 /// stream for a success.
-pub type ProviderBody = Either<Full<Bytes>, EventStream>;
+pub(crate) type ProviderBody = Either<Full<Bytes>, EventStream>;
 
 /// The provider as a tower service; clones share one [`Model`].
 #[derive(Clone)]
-pub struct Backend {
+pub(crate) struct Backend {
     model: Arc<Mutex<Model>>,
     epoch: Instant,
 }
@@ -1174,7 +1176,7 @@ fn respond(decision: Decision) -> Response<ProviderBody> {
 pin_project! {
     /// Response future of [`Backend`]: the answer, held back until its time, or never (a black
     /// hole).
-    pub struct ResponseFuture {
+    pub(crate) struct ResponseFuture {
         #[pin]
         delay: Option<Sleep>,
         // `None` while the attempt is open: swallowed by a black hole.

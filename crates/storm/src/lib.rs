@@ -26,7 +26,7 @@
 //!   cancelled, and, in the burst scenario, a quota of requests and tokens a minute enforced per
 //!   second and stated in OpenAI's `x-ratelimit-*` headers (the model and its calibration are
 //!   documented there and in [`scenario`]); in the streams and silent scenarios it streams its
-//!   successes ([`event_stream`]: OpenAI's chunks, paced on the virtual clock, a continuation
+//!   successes (`event_stream`: OpenAI's chunks, paced on the virtual clock, a continuation
 //!   answered from where its prefill ends), which callers read to the end; in the tail scenario
 //!   its streams start after a log-normal wait, a share of the attempts ten times later, and it
 //!   counts the hedges (attempts sent while another of the same request is still open).
@@ -39,7 +39,7 @@
 //!   hedging: a naive hedge that sends every request twice ([`naive_hedge`]), tower's `hedge`, and
 //!   `ClientLayer::default()` with `with_hedging(Hedging::default())`. Where the provider streams,
 //!   the `naive` row's callers also restart a stream that failed, as applications do.
-//! - [`router`]: the network to two providers: each request goes to the one its URI names.
+//! - `router`: the network to two providers: each request goes to the one its URI names.
 //! - [`sim`]: Poisson arrivals (steady, or in bursts) through one pipeline on a paused-clock,
 //!   current-thread tokio runtime; seeded, so a seed always gives the same numbers.
 //! - [`metrics`], [`report`], [`chart`]: the figures (among them the attempts the clients hold
@@ -79,14 +79,14 @@
 pub mod backend;
 pub mod chart;
 pub mod dashboard;
-pub mod event_stream;
+mod event_stream;
 mod json_body;
 pub mod metrics;
 pub mod naive_hedge;
 pub mod pipeline;
 pub mod report;
-pub mod round_robin;
-pub mod router;
+mod round_robin;
+mod router;
 pub mod scenario;
 pub mod sim;
 

@@ -106,7 +106,7 @@ use crate::router::{
 use crate::scenario::{Scenario, ScenarioKind};
 
 /// The request every pipeline sends.
-pub type SimRequest = Request<Full<Bytes>>;
+pub(crate) type SimRequest = Request<Full<Bytes>>;
 
 /// Which client pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -406,15 +406,15 @@ pub(crate) fn clone_request(req: &SimRequest) -> SimRequest {
 /// The naive policy: retry every failure up to [`NaivePolicy::RETRIES`] times, each after a
 /// fixed [`NaivePolicy::INTERVAL`]. No budget, no jitter, no reading of `Retry-After`.
 #[derive(Clone, Debug, Default)]
-pub struct NaivePolicy {
+pub(crate) struct NaivePolicy {
     retries: u32,
 }
 
 impl NaivePolicy {
     /// Retries per request.
-    pub const RETRIES: u32 = 3;
+    pub(crate) const RETRIES: u32 = 3;
     /// Fixed pause before each retry.
-    pub const INTERVAL: Duration = Duration::from_secs(1);
+    pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 }
 
 impl<B> Policy<SimRequest, Response<B>, BoxError> for NaivePolicy {
@@ -443,7 +443,7 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for NaivePolicy {
 /// ..., at most 4 on the primary and 3 on the secondary. No budget, no health of either
 /// provider: every request starts on the primary, whatever happened to the ones before it.
 #[derive(Clone, Debug, Default)]
-pub struct NaiveFailoverPolicy {
+pub(crate) struct NaiveFailoverPolicy {
     /// Retries sent to the primary and to the secondary.
     retries: [u32; 2],
     /// Whether the attempt in flight went to the secondary.
@@ -452,7 +452,7 @@ pub struct NaiveFailoverPolicy {
 
 impl NaiveFailoverPolicy {
     /// Retries per provider.
-    pub const RETRIES: u32 = 3;
+    pub(crate) const RETRIES: u32 = 3;
 }
 
 impl<B> Policy<SimRequest, Response<B>, BoxError> for NaiveFailoverPolicy {
@@ -492,7 +492,7 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for NaiveFailoverPolicy {
 /// Like tower's own `HasherRng`, it is copied (not shared) when the backoff maker hands out a
 /// backoff, so every request's backoff draws the same sequence of jitter factors.
 #[derive(Clone, Debug)]
-pub struct SeededRng(SmallRng);
+pub(crate) struct SeededRng(SmallRng);
 
 impl SeededRng {
     /// A source seeded with `seed`.
@@ -513,7 +513,7 @@ impl Rng for SeededRng {
 /// follows, is used); every retry withdraws. Retries stop after [`TowerPolicy::RETRIES`] or when
 /// the budget is empty.
 #[derive(Clone, Debug)]
-pub struct TowerPolicy {
+pub(crate) struct TowerPolicy {
     budget: Arc<TpsBudget>,
     backoff: ExponentialBackoff<SeededRng>,
     retries: u32,
@@ -521,19 +521,19 @@ pub struct TowerPolicy {
 
 impl TowerPolicy {
     /// Retries per request at most (as in the naive policy).
-    pub const RETRIES: u32 = 3;
+    pub(crate) const RETRIES: u32 = 3;
     /// Budget window: tower's default.
-    pub const BUDGET_TTL: Duration = Duration::from_secs(10);
+    pub(crate) const BUDGET_TTL: Duration = Duration::from_secs(10);
     /// Retries per second always allowed: tower's default.
-    pub const BUDGET_MIN_PER_SEC: u32 = 10;
+    pub(crate) const BUDGET_MIN_PER_SEC: u32 = 10;
     /// Retries per deposit: tower's default.
-    pub const BUDGET_RATIO: f32 = 0.2;
+    pub(crate) const BUDGET_RATIO: f32 = 0.2;
     /// First backoff: tower's default.
-    pub const BACKOFF_MIN: Duration = Duration::from_millis(50);
+    pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(50);
     /// Longest backoff.
-    pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+    pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(10);
     /// Jitter ratio: tower's default.
-    pub const BACKOFF_JITTER: f64 = 0.99;
+    pub(crate) const BACKOFF_JITTER: f64 = 0.99;
 
     /// A policy (cloned per request by tower) sharing one budget.
     pub fn new(seed: u64) -> Result<TowerPolicy, BoxError> {
@@ -586,16 +586,16 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for TowerPolicy {
 /// period, no hedge before 20 are recorded, periods of 2 s. The same percentile and minimum as
 /// stormguard's `Hedging::default()` and its clocks.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TowerHedgePolicy;
+pub(crate) struct TowerHedgePolicy;
 
 impl TowerHedgePolicy {
     /// Latencies recorded before the first hedge.
-    pub const MIN_DATA_POINTS: u64 = 20;
+    pub(crate) const MIN_DATA_POINTS: u64 = 20;
     /// The quantile (0 to 1) of the recorded latencies a request waits before it is hedged.
-    pub const LATENCY_PERCENTILE: f32 = 0.95;
+    pub(crate) const LATENCY_PERCENTILE: f32 = 0.95;
     /// How long each of tower's two rotating histograms records: a hedge's delay is read from
     /// the previous period's.
-    pub const PERIOD: Duration = Duration::from_secs(2);
+    pub(crate) const PERIOD: Duration = Duration::from_secs(2);
 }
 
 impl tower::hedge::Policy<SimRequest> for TowerHedgePolicy {
@@ -610,7 +610,7 @@ impl tower::hedge::Policy<SimRequest> for TowerHedgePolicy {
 
 /// tower's hedge around `attempt` (the provider, each attempt timed out) with
 /// [`TowerHedgePolicy`], shared by the callers ([`Shared`]: tower's `Hedge` is not `Clone`).
-pub fn tower_hedge<S>(attempt: S) -> Shared<tower::hedge::Hedge<S, TowerHedgePolicy>>
+pub(crate) fn tower_hedge<S>(attempt: S) -> Shared<tower::hedge::Hedge<S, TowerHedgePolicy>>
 where
     S: tower::Service<SimRequest> + Clone,
     S::Error: Into<BoxError>,
@@ -665,10 +665,10 @@ const FALLBACK_BODY: &[u8] = br#"{"object":"chat.completion","degraded":true,"ch
 
 /// The name of the provider (the primary, where there are two), as stormguard's layers call it:
 /// the `gen_ai.provider.name` label of their metrics.
-pub const PRIMARY: &str = "primary";
+pub(crate) const PRIMARY: &str = "primary";
 
 /// The name of the secondary provider, as stormguard's failover calls it.
-pub const SECONDARY: &str = "secondary";
+pub(crate) const SECONDARY: &str = "secondary";
 
 /// `ClientLayer::default()`, named [`PRIMARY`] (a failover names each backend's), with the
 /// scenario's seed handed to every part that draws random numbers (throttle, backoff, hint
@@ -691,7 +691,7 @@ fn client_layer(scenario: &Scenario) -> ClientLayer {
 
 /// The engine around the provider without continuation: a stream cut after content ends with
 /// its in-band error event and `StreamInterrupted`.
-pub type NotContinuing = stormguard::ClientService<
+pub(crate) type NotContinuing = stormguard::ClientService<
     Backend,
     stormguard::classify::LlmClassifier,
     stormguard::jitter::FullJitter,
@@ -702,7 +702,7 @@ pub type NotContinuing = stormguard::ClientService<
 /// `ClientLayer::default().without_continuation()`, seeded. A stream cut after content ends
 /// with the in-band error event and `StreamInterrupted`; nothing else differs from the default
 /// (see the [module docs](self) for why in every scenario).
-pub fn stormguard(backend: Backend, scenario: &Scenario) -> NotContinuing {
+pub(crate) fn stormguard(backend: Backend, scenario: &Scenario) -> NotContinuing {
     client_layer(scenario).without_continuation().layer(backend)
 }
 
@@ -712,7 +712,7 @@ pub fn stormguard(backend: Backend, scenario: &Scenario) -> NotContinuing {
 /// backend's learned 95th percentile of the time to it is hedged, once, with the retry budget's
 /// grant; the first to produce content answers, the other is cancelled. Continuation is off,
 /// as in [`stormguard()`]'s row, so that the two rows differ in hedging alone.
-pub fn stormguard_hedge(backend: Backend, scenario: &Scenario) -> NotContinuing {
+pub(crate) fn stormguard_hedge(backend: Backend, scenario: &Scenario) -> NotContinuing {
     client_layer(scenario)
         .without_continuation()
         .with_hedging(Hedging::default())
@@ -722,7 +722,7 @@ pub fn stormguard_hedge(backend: Backend, scenario: &Scenario) -> NotContinuing 
 /// stormguard's client pipeline around the provider as it ships: `ClientLayer::default()`,
 /// seeded, which continues a stream cut after content (its own withdrawal from the retry
 /// budget, the same `REQUEST_ID` header, the text received as the prefill).
-pub fn stormguard_continuation(
+pub(crate) fn stormguard_continuation(
     backend: Backend,
     scenario: &Scenario,
 ) -> stormguard::ClientService<Backend> {
@@ -732,7 +732,7 @@ pub fn stormguard_continuation(
 /// stormguard's client pipeline with a circuit breaker (`BreakerConfig::default()`, seeded) and a
 /// fallback that answers 200 with a small degraded chat completion (`FALLBACK_BODY`) while the
 /// breaker refuses, and for the attempts a stall cuts. The breaker is returned too, to watch it.
-pub fn stormguard_breaker(
+pub(crate) fn stormguard_breaker(
     backend: Backend,
     scenario: &Scenario,
 ) -> (stormguard::ClientService<Backend>, CircuitBreaker) {
@@ -757,7 +757,7 @@ pub fn stormguard_breaker(
 /// learns them, as `stormguard+adaptive`'s): `ClientLayer::default()` (seeded)
 /// `.with_rate_limit(RateLimit::new(RateLimitConfig::default().with_requests_per_minute(..)
 /// .with_tokens_per_minute(..)))`.
-pub fn stormguard_rate_limit(
+pub(crate) fn stormguard_rate_limit(
     backend: Backend,
     scenario: &Scenario,
 ) -> stormguard::ClientService<Backend> {
@@ -795,7 +795,7 @@ const SECONDARY_QUOTA_SHARE: f64 = 0.9;
 /// for the secondary's origin, [`SECONDARY_ORIGIN`]), each with the default backend breaker
 /// ([`failover::Backend::default_breaker`], seeded) and per-attempt clocks of its own (the
 /// failover gives each backend fresh ones). The primary's breaker is returned too, to watch it.
-pub fn stormguard_failover(
+pub(crate) fn stormguard_failover(
     router: Router,
     scenario: &Scenario,
 ) -> (FailoverService<Router>, CircuitBreaker) {
@@ -805,7 +805,7 @@ pub fn stormguard_failover(
 /// [`stormguard_failover`] made from `ClientLayer::default().without_clocks()`: no backend has
 /// per-attempt clocks, and only the deadline (and the stream guard's own limits) bound an
 /// attempt.
-pub fn stormguard_failover_without_clocks(
+pub(crate) fn stormguard_failover_without_clocks(
     router: Router,
     scenario: &Scenario,
 ) -> (FailoverService<Router>, CircuitBreaker) {
@@ -841,7 +841,7 @@ fn failover_over(
 
 /// stormguard's client pipeline with a rate limit that learns the provider's quota from its
 /// headers and its 429s: `ClientLayer::default()` (seeded) `.with_rate_limit(RateLimit::default())`.
-pub fn stormguard_adaptive(
+pub(crate) fn stormguard_adaptive(
     backend: Backend,
     scenario: &Scenario,
 ) -> stormguard::ClientService<Backend> {
@@ -882,7 +882,7 @@ fn own_engine(layer: &ClientLayer, name: &str) -> ClientLayer {
 /// `ClientLayer::default()` (seeded; [`own_engine`]) over a router to it alone, no rate limit
 /// (see the [module docs](self)). One per replica of the gateway, each sent every replica-th
 /// request.
-pub fn round_robin(
+pub(crate) fn round_robin(
     providers: &[Backend],
     scenario: &Scenario,
 ) -> RoundRobin<RoundRobin<stormguard::ClientService<Router>>> {
@@ -906,7 +906,7 @@ pub fn round_robin(
 
 /// How a balance row ranks the deployments in its failover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ranking {
+pub(crate) enum Ranking {
     /// Ranks of one, in the order of the scenario's deployments (`with_backend` for each):
     /// today's ordered failover.
     InOrder,
@@ -917,7 +917,7 @@ pub enum Ranking {
 /// The balance rows' gateway: one failover per replica, each sent every replica-th request in
 /// turn, and the breaker each replica has for the scenario's dying deployment (none without
 /// one), to watch.
-pub struct Gateway {
+pub(crate) struct Gateway {
     /// The replicas, in turn.
     pub replicas: RoundRobin<FailoverService<Router>>,
     /// Each replica's breaker of the dying deployment.
@@ -932,7 +932,12 @@ pub struct Gateway {
 /// one per deployment that the replicas share (see the [module docs](self)); ranked as
 /// `ranking` says, the balancer's draws seeded; with `cooldowns`, the replicas share one
 /// `Cooldowns::local()`.
-pub fn gateway(router: Router, scenario: &Scenario, ranking: Ranking, cooldowns: bool) -> Gateway {
+pub(crate) fn gateway(
+    router: Router,
+    scenario: &Scenario,
+    ranking: Ranking,
+    cooldowns: bool,
+) -> Gateway {
     let limits: Vec<RateLimit> = scenario
         .deployments
         .iter()

@@ -373,7 +373,7 @@ pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
 }
 
 /// What the lines of [`dashboards`] show, printed above them.
-pub const DASHBOARD_LEGEND: &str = "\
+pub(crate) const DASHBOARD_LEGEND: &str = "\
 metrics = what stormguard's engine counted and measured (stormguard::metrics) for the requests of
 the table, as a dashboard shows it: one line per series (name and labels as an exporter names
 them), a counter's total, a gauge's last and highest value, a histogram's count, p50, p99 and max
@@ -614,7 +614,7 @@ pub fn legend(scenario: &Scenario) -> String {
 }
 
 /// What the columns of a scenario with deployments mean, printed under [`LEGEND`].
-pub const BALANCE_LEGEND: &str = "\
+pub(crate) const BALANCE_LEGEND: &str = "\
 with deployments, the provider columns above (attempts, ampl, peak load, peak in-flight,
 overloaded, 429s, retries) count them together (the peaks: the sum of each one's);
 <name> share = the deployment's share of the successes of all the deployments (in brackets: its
@@ -625,7 +625,7 @@ deployments' latencies mixed in the best split's shares, with no wait, no retry 
 
 /// What the columns of a scenario whose fault kills a deployment mean, printed under
 /// [`BALANCE_LEGEND`].
-pub const FLEET_LEGEND: &str = "\
+pub(crate) const FLEET_LEGEND: &str = "\
 with replicas and a dying deployment, cut and fault load count the dying deployment alone;
 first / last saw it die = when the first and the last replica saw it die: its breaker of that
 deployment opened (never: it did not);
@@ -637,7 +637,7 @@ breakers independent).";
 
 /// What the columns of a scenario whose streams start with a slow tail mean, printed under
 /// [`LEGEND`].
-pub const TAIL_LEGEND: &str = "\
+pub(crate) const TAIL_LEGEND: &str = "\
 with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
 error), and latency = until the stream's end;
 first token p50, p99, p99.9 = time to first token of the requests that succeeded: from the
@@ -650,7 +650,7 @@ fault ampl = attempts reaching the provider / offered during the whole fault, th
 slow first tokens = attempts the provider drew in the slow tail of its first tokens.";
 
 /// What the columns of a scenario whose provider goes silent mean, printed under [`LEGEND`].
-pub const SILENT_LEGEND: &str = "\
+pub(crate) const SILENT_LEGEND: &str = "\
 with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
 error) within the callers' deadline, and latency = until the stream's end (a request given up at
 the deadline counts its deadline);
@@ -660,7 +660,7 @@ silent attempts = attempts the primary kept without a response head for the faul
 slow first tokens = the primary's streams slow to their first token (its count).";
 
 /// What the columns of a scenario whose provider streams mean, printed under [`LEGEND`].
-pub const STREAMS_LEGEND: &str = "\
+pub(crate) const STREAMS_LEGEND: &str = "\
 with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
 error); a stream cut after content is no success;
 pre-content errors = streams the provider failed with an error event before any content;
@@ -676,7 +676,7 @@ lost tokens = content tokens callers never got though they got a later one (a co
 on from the wrong place).";
 
 /// What the columns of a scenario with two providers mean, printed under [`LEGEND`].
-pub const FAILOVER_LEGEND: &str = "\
+pub(crate) const FAILOVER_LEGEND: &str = "\
 with two providers, the provider columns above (attempts, ampl, peak load, peak in-flight,
 overloaded, cut, fault load, 429s, retries) are the primary's; success, fallback, latency and
 recovery are the callers', whichever provider answered;
@@ -688,7 +688,7 @@ back = seconds after the primary's fault ends until the attempts reaching it sta
 offered (per 100 ms of arrival).";
 
 /// What the columns mean, printed under the table.
-pub const LEGEND: &str = "\
+pub(crate) const LEGEND: &str = "\
 ampl = attempts reaching the provider / offered (peak ampl: in the worst second);
 peak load = most requests in the provider at once (running + queued) / its slots;
 peak in-flight = most attempts open at once, client side (sent, not yet answered, dropped or cut);

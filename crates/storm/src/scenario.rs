@@ -8,25 +8,25 @@ use std::str::FromStr;
 use std::time::Duration;
 
 /// Offered load of the field's incident: 12,000 requests per second.
-pub const FIELD_QPS: f64 = 12_000.0;
+pub(crate) const FIELD_QPS: f64 = 12_000.0;
 
 /// Median service time of the healthy provider (the field's 800 ms).
-pub const HEALTHY_MEDIAN: Duration = Duration::from_millis(800);
+pub(crate) const HEALTHY_MEDIAN: Duration = Duration::from_millis(800);
 
 /// Error rate of the healthy provider (the field's 0.01%).
-pub const HEALTHY_ERROR_RATE: f64 = 0.0001;
+pub(crate) const HEALTHY_ERROR_RATE: f64 = 0.0001;
 
 /// Median service time while degraded (the field's 2500 ms).
-pub const DEGRADED_MEDIAN: Duration = Duration::from_millis(2500);
+pub(crate) const DEGRADED_MEDIAN: Duration = Duration::from_millis(2500);
 
 /// Error rate while degraded (the field's 5%).
-pub const DEGRADED_ERROR_RATE: f64 = 0.05;
+pub(crate) const DEGRADED_ERROR_RATE: f64 = 0.05;
 
 /// Shape (sigma of the underlying normal) of the log-normal service time.
 ///
 /// LLM latency is dominated by the number of generated tokens, which is right-skewed; sigma 0.5
 /// puts the healthy p99 at about 2.6 s for an 800 ms median.
-pub const SERVICE_TIME_SIGMA: f64 = 0.5;
+pub(crate) const SERVICE_TIME_SIGMA: f64 = 0.5;
 
 /// Concurrent slots of the simulated provider at [`FIELD_QPS`].
 ///
@@ -34,10 +34,10 @@ pub const SERVICE_TIME_SIGMA: f64 = 0.5;
 /// is 2500 ms x exp(sigma^2 / 2) = 2.83 s, so 12,000 req/s keep about 34,000 slots busy. 40,000
 /// slots leave 18% headroom: the provider survives the degradation when nobody retries, and
 /// falls over when retries add more than that.
-pub const FIELD_CAPACITY: u32 = 40_000;
+pub(crate) const FIELD_CAPACITY: u32 = 40_000;
 
 /// Longest a request may wait in the provider's queue before it is shed with 529 (overloaded).
-pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const MAX_QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 /// How far above capacity (in-flight work / slots - 1) the provider fails every request it admits.
 ///
@@ -46,32 +46,32 @@ pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// preemption and recomputation, memory pressure, engine restarts) and burns GPU time on work it
 /// then fails. This is the "errors rise sharply" half of the overload; the queue is the "latency
 /// grows" half.
-pub const OVERLOAD_ERROR_SPAN: f64 = 0.25;
+pub(crate) const OVERLOAD_ERROR_SPAN: f64 = 0.25;
 
 /// Per-attempt timeout of today's clients (the `none`, `naive` and `tower` pipelines).
 ///
 /// Tuned, as clients usually are, to the healthy provider: about its p99.9 (3.7 s for an 800 ms
 /// median at sigma 0.5). stormguard's pipeline has no per-attempt timeout: one deadline spans all
 /// attempts (see `stormguard-deadline`).
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(4);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How long after the end of the scenario a run waits for its last answers at most.
 ///
 /// A safety net so that a run always ends; no built-in pipeline comes close to it (requests
 /// still unanswered then count as failures).
-pub const CALLER_PATIENCE: Duration = Duration::from_secs(120);
+pub(crate) const CALLER_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Length of the built-in scenarios.
-pub const DEFAULT_DURATION: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 
 /// Share of the offered load the quota scenario's provider accepts.
-pub const QUOTA_SHARE: f64 = 0.75;
+pub(crate) const QUOTA_SHARE: f64 = 0.75;
 
 /// `Retry-After` the quota scenario's provider sends with its 429s.
-pub const QUOTA_RETRY_AFTER: Duration = Duration::from_secs(2);
+pub(crate) const QUOTA_RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// Seed of the built-in scenarios.
-pub const DEFAULT_SEED: u64 = 42;
+pub(crate) const DEFAULT_SEED: u64 = 42;
 
 /// Mixed into the seed of a second provider, so that its service times and errors are drawn
 /// apart from the primary's.
@@ -82,18 +82,18 @@ const SECONDARY_SEED: u64 = 0x5ec0_0d00_0000_0002;
 const DEPLOYMENT_SEED: u64 = 0xde91_0e00_0000_0003;
 
 /// Offered load of the black-hole incident: 1,000 requests per second.
-pub const BLACKHOLE_QPS: f64 = 1_000.0;
+pub(crate) const BLACKHOLE_QPS: f64 = 1_000.0;
 
 /// Concurrent slots of the black-hole scenario's provider at [`BLACKHOLE_QPS`]: ample.
 ///
 /// Healthy, 1,000 req/s keep about 900 slots busy (Little's law: 1,000 x 0.91 s mean); 10,000
 /// slots take even four attempts per request (naive retries' worst) with room to spare. The
 /// incident is about the connections the clients hold open, not about the provider's capacity.
-pub const BLACKHOLE_CAPACITY: u32 = 10_000;
+pub(crate) const BLACKHOLE_CAPACITY: u32 = 10_000;
 
 /// Requests a minute of the burst scenario's quota: 10,000, the size of OpenAI's higher usage
 /// tiers for its flagship models.
-pub const BURST_REQUESTS_PER_MINUTE: u32 = 10_000;
+pub(crate) const BURST_REQUESTS_PER_MINUTE: u32 = 10_000;
 
 /// Tokens a minute of the burst scenario's quota: 30,000,000 (the same tiers).
 ///
@@ -101,13 +101,13 @@ pub const BURST_REQUESTS_PER_MINUTE: u32 = 10_000;
 /// 162.6 of them, fewer than the 166.7 requests a second of [`BURST_REQUESTS_PER_MINUTE`]. Tokens
 /// are the tighter dimension, as they usually are for LLM traffic: a limit that counts requests
 /// alone lets 2.5% too many tokens through.
-pub const BURST_TOKENS_PER_MINUTE: u32 = 30_000_000;
+pub(crate) const BURST_TOKENS_PER_MINUTE: u32 = 30_000_000;
 
 /// Average offered load of the burst scenario, as a share of its quota: 70%.
-pub const BURST_AVERAGE_SHARE: f64 = 0.7;
+pub(crate) const BURST_AVERAGE_SHARE: f64 = 0.7;
 
 /// Heights of the burst scenario's bursts, as multiples of the quota, cycled in this order.
-pub const BURST_HEIGHTS: [f64; 3] = [2.0, 2.5, 3.0];
+pub(crate) const BURST_HEIGHTS: [f64; 3] = [2.0, 2.5, 3.0];
 
 /// What each burst sends above the quota, in seconds of quota: 2 s.
 ///
@@ -118,70 +118,70 @@ pub const BURST_HEIGHTS: [f64; 3] = [2.0, 2.5, 3.0];
 /// meets a 429 for about one second of quota per burst. Were the excess beyond the bucket more
 /// than 2 s of quota, the last requests of every burst would need to wait longer than 2 s, and no
 /// pacing with a bounded wait could answer them.
-pub const BURST_EXCESS: Duration = Duration::from_secs(2);
+pub(crate) const BURST_EXCESS: Duration = Duration::from_secs(2);
 
 /// One burst every 10 s: between two bursts the calm rate (37% to 44% of the quota) drains the
 /// queue and refills the bucket in under 4 s.
-pub const BURST_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const BURST_PERIOD: Duration = Duration::from_secs(10);
 
 /// Where in its period each burst starts: 3 s (the first at 3 s, the sixth at 53 s).
-pub const BURST_OFFSET: Duration = Duration::from_secs(3);
+pub(crate) const BURST_OFFSET: Duration = Duration::from_secs(3);
 
 /// Concurrent slots of the burst scenario's provider: ample.
 ///
 /// The quota admits at most 166.7 requests a second (and a second's worth at once), which keep
 /// about 150 slots busy (Little's law: 166.7 x 0.91 s mean); 1,500 slots leave the quota, not the
 /// slots, as the only limit.
-pub const BURST_CAPACITY: u32 = 1_500;
+pub(crate) const BURST_CAPACITY: u32 = 1_500;
 
 /// Offered load of the failover scenario: 1,000 requests per second, the black hole's.
-pub const FAILOVER_QPS: f64 = 1_000.0;
+pub(crate) const FAILOVER_QPS: f64 = 1_000.0;
 
 /// Concurrent slots of the failover scenario's primary at [`FAILOVER_QPS`]: twice what the load
 /// keeps busy.
 ///
 /// Little's law: 1,000 req/s x 0.9065 s (the healthy mean) keep 906.5 slots busy; 1,813 slots
 /// make the offered load half the primary's capacity (it completes 2,000 req/s).
-pub const FAILOVER_CAPACITY: u32 = 1_813;
+pub(crate) const FAILOVER_CAPACITY: u32 = 1_813;
 
 /// The failover scenario's secondary provider, as a share of the primary's slots: 60%.
 ///
 /// 1,088 slots complete 1,200 req/s: the secondary carries the whole offered load alone at 83%
 /// of its slots, with room for little more. It is healthy throughout.
-pub const FAILOVER_SECONDARY_SHARE: f64 = 0.6;
+pub(crate) const FAILOVER_SECONDARY_SHARE: f64 = 0.6;
 
 /// Offered load of the streams scenario: 500 requests per second.
-pub const STREAMS_QPS: f64 = 500.0;
+pub(crate) const STREAMS_QPS: f64 = 500.0;
 
 /// Median length of a streamed answer in the streams scenario: 4 s, about 200 tokens at
 /// [`STREAM_TOKENS_PER_EVENT`] tokens every [`STREAM_EVENT_INTERVAL`] (50 tokens a second, a
 /// common decoding speed of large hosted models).
-pub const STREAM_MEDIAN: Duration = Duration::from_secs(4);
+pub(crate) const STREAM_MEDIAN: Duration = Duration::from_secs(4);
 
 /// Concurrent slots of the streams scenario's provider at [`STREAMS_QPS`]: ample.
 ///
 /// Little's law: 500 req/s x 4.53 s (the log-normal mean of a 4 s median) keep about 2,270 slots
 /// busy; 5,000 slots leave the stream faults, not the slots, as what goes wrong.
-pub const STREAMS_CAPACITY: u32 = 5_000;
+pub(crate) const STREAMS_CAPACITY: u32 = 5_000;
 
 /// Time between two content events of a streamed answer: 100 ms.
-pub const STREAM_EVENT_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const STREAM_EVENT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Tokens each content event of a streamed answer carries: 5 (providers send a token or a few per
 /// event; a group of 5 keeps the simulation's event count down).
-pub const STREAM_TOKENS_PER_EVENT: u32 = 5;
+pub(crate) const STREAM_TOKENS_PER_EVENT: u32 = 5;
 
 /// Share of the streams that fail with an error event before any content during the streams
 /// scenario's fault: 5%.
-pub const STREAM_ERRORS_BEFORE_CONTENT: f64 = 0.05;
+pub(crate) const STREAM_ERRORS_BEFORE_CONTENT: f64 = 0.05;
 
 /// Share of the streams cut mid-stream (the connection fails after some content) during the
 /// streams scenario's fault: 1%.
-pub const STREAM_CUTS: f64 = 0.01;
+pub(crate) const STREAM_CUTS: f64 = 0.01;
 
 /// Offered load of the silent scenario: 300 requests per second, a few hundred a second, as a
 /// busy LLM feature of one product sends.
-pub const SILENT_QPS: f64 = 300.0;
+pub(crate) const SILENT_QPS: f64 = 300.0;
 
 /// Concurrent slots of the silent scenario's primary at [`SILENT_QPS`]: ample.
 ///
@@ -191,50 +191,50 @@ pub const SILENT_QPS: f64 = 300.0;
 /// second for 20 s: 1,800 more). 5,000 slots leave the silence, not the slots, as what goes
 /// wrong. The secondary has [`FAILOVER_SECONDARY_SHARE`] of them (3,000): the whole load alone
 /// at half its slots.
-pub const SILENT_CAPACITY: u32 = 5_000;
+pub(crate) const SILENT_CAPACITY: u32 = 5_000;
 
 /// Share of the primary's attempts that the silent scenario's fault keeps silent: 30%, nearly a
 /// third of a provider's replicas stuck (accepting connections, answering nothing) behind a load
 /// balancer that still sends them their share.
-pub const SILENT_SHARE: f64 = 0.3;
+pub(crate) const SILENT_SHARE: f64 = 0.3;
 
 /// How long a silent attempt waits for its response head: 20 s, then it is answered as usual.
 /// Two thirds of the callers' [`SILENT_DEADLINE`]: a caller that waits gets its answer late,
 /// or, for an answer longer than the 10 s left, not at all.
-pub const SILENCE: Duration = Duration::from_secs(20);
+pub(crate) const SILENCE: Duration = Duration::from_secs(20);
 
 /// Share of the primary's streams slow to their first token during the silent scenario's
 /// fault: 2% (prefills queued behind the stuck replicas' work).
-pub const SLOW_FIRST_TOKEN_SHARE: f64 = 0.02;
+pub(crate) const SLOW_FIRST_TOKEN_SHARE: f64 = 0.02;
 
 /// How long a slow stream of the silent scenario waits for its first token after its head:
 /// uniformly 10 s to 20 s. All of it beyond the 5 s floor of stormguard's first-content clock
 /// (`stormguard_deadline::clocks`), so none of the tail is learned as healthy.
-pub const SLOW_FIRST_TOKEN: (Duration, Duration) =
+pub(crate) const SLOW_FIRST_TOKEN: (Duration, Duration) =
     (Duration::from_secs(10), Duration::from_secs(20));
 
 /// The callers' deadline in the silent scenario: 30 s for a streamed chat answer, what an
 /// interactive product gives a request (the SDKs' default of 600 s is no user's patience).
-pub const SILENT_DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const SILENT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Median time from the provider starting on a streamed request to its response head, where
 /// the scenario draws it ([`StreamStart::LLM`]): 200 ms, a round trip and the provider's
 /// admission (OpenAI and Anthropic send a stream's head within a second when healthy; see
 /// `stormguard_deadline::clocks`).
-pub const STREAM_HEAD_MEDIAN: Duration = Duration::from_millis(200);
+pub(crate) const STREAM_HEAD_MEDIAN: Duration = Duration::from_millis(200);
 
 /// Median time from a stream's head to its first content event, where the scenario draws it
 /// ([`StreamStart::LLM`]): 300 ms, the prefill of a chat prompt. With the head, half a second
 /// to the first token at the median, the order that public measurements of hosted models' time
 /// to first token show for a short prompt.
-pub const STREAM_FIRST_TOKEN_MEDIAN: Duration = Duration::from_millis(300);
+pub(crate) const STREAM_FIRST_TOKEN_MEDIAN: Duration = Duration::from_millis(300);
 
 /// Length of a streamed answer in the tail scenario, at the median: 400 ms, 4 content events of
 /// [`STREAM_TOKENS_PER_EVENT`] tokens (about 20 tokens: a classification, a short reply, a
 /// completion of a line), answers whose time to the first token is most of what their user waits
 /// for, and what hedging is for. Short answers also keep the simulation fast: 12,000 streams a
 /// second of about 5 events each.
-pub const TAIL_ANSWER_MEDIAN: Duration = Duration::from_millis(400);
+pub(crate) const TAIL_ANSWER_MEDIAN: Duration = Duration::from_millis(400);
 
 /// Shape (sigma of the underlying normal) of the tail scenario's draws of a stream's start (its
 /// head and its first token, [`StreamStart::TAIL`]): 0.25, a narrow spread. The time to a first
@@ -242,7 +242,7 @@ pub const TAIL_ANSWER_MEDIAN: Duration = Duration::from_millis(400);
 /// attempt to the next (it grows with the prompt's length, not with the answer's); at 0.25 a
 /// draw's p99 is 1.8 times its median, where the scenario's 0.5 for the answers' lengths (which
 /// do vary) puts it at 3.2 times.
-pub const TAIL_START_SIGMA: f64 = 0.25;
+pub(crate) const TAIL_START_SIGMA: f64 = 0.25;
 
 /// Share of the tail scenario's attempts ten times slower to their first token
 /// ([`TAIL_SLOW_FACTOR`]): 1.5% (an attempt that lands on a busy replica, or behind a long
@@ -262,14 +262,14 @@ pub const TAIL_START_SIGMA: f64 = 0.25;
 /// 1.4%, 3.41x to 3.48x. 1.5% puts the p99 inside the slow tail at every scale and seed tried
 /// (3.86x at the full scale, 3.50x to 3.69x at the test's over five seeds), and keeps the tail a
 /// heavy tail of rare attempts: one in about seventy, ten times slower.
-pub const TAIL_SLOW_SHARE: f64 = 0.015;
+pub(crate) const TAIL_SLOW_SHARE: f64 = 0.015;
 
 /// How much later a slow attempt of the tail scenario gets its first token: ten times its own
 /// draw (about 5 s, against half a second). Its head comes when
 /// it would have: the provider admitted the request, and it is the prefill behind it that is
 /// slow, as it is when a stream's head goes out before its first token (OpenAI's and
 /// Anthropic's do).
-pub const TAIL_SLOW_FACTOR: f64 = 10.0;
+pub(crate) const TAIL_SLOW_FACTOR: f64 = 10.0;
 
 /// Concurrent slots of the tail scenario's provider at [`FIELD_QPS`]: the field's 40,000, ample.
 ///
@@ -282,7 +282,7 @@ pub const TAIL_SLOW_FACTOR: f64 = 10.0;
 /// the provider has started does) keeps about 22,500 busy, 56% of the slots: the load alone
 /// never overloads the provider, whatever the row, and the outage, not the slots, is what goes
 /// wrong.
-pub const TAIL_CAPACITY: u32 = 40_000;
+pub(crate) const TAIL_CAPACITY: u32 = 40_000;
 
 /// Offered load of the balance scenarios: 1,000 LLM-sized requests a second ([`TokenSizes::LLM`],
 /// 3,075 tokens on average: about 3.1 million tokens a second over three deployments).
@@ -296,35 +296,35 @@ pub const TAIL_CAPACITY: u32 = 40_000;
 /// split's east) stay well inside the 20% the quotas leave over the load, as they do for a
 /// gateway of this size. A few thousand a second would tighten no figure, and a row of 1,000
 /// requests a second runs in about two seconds.
-pub const BALANCE_QPS: f64 = 1_000.0;
+pub(crate) const BALANCE_QPS: f64 = 1_000.0;
 
 /// The deployments' quotas together, as a multiple of the offered load: 1.2 (each one's is its
 /// share of [`BALANCE_QUOTA_SHARES`] of the load, times this).
-pub const BALANCE_QUOTA_HEADROOM: f64 = 1.2;
+pub(crate) const BALANCE_QUOTA_HEADROOM: f64 = 1.2;
 
 /// Each deployment's share of the deployments' quotas: 50%, 30% and 20% (east, west, eu), times
 /// [`BALANCE_QUOTA_HEADROOM`]: quotas of 60%, 36% and 24% of the offered load, as a gateway gets
 /// them for three deployments of one model (regions, keys, provisioned and pay-as-you-go
 /// capacity), never in equal parts.
-pub const BALANCE_QUOTA_SHARES: [f64; 3] = [0.5, 0.3, 0.2];
+pub(crate) const BALANCE_QUOTA_SHARES: [f64; 3] = [0.5, 0.3, 0.2];
 
 /// Median latencies of the three deployments: 600 ms, 800 ms and 1,200 ms (log-normal at the
 /// scenario's [`SERVICE_TIME_SIGMA`]). The quickest has the largest quota, so that the best
 /// split fills it first and the quotas, not the latencies alone, decide the rest.
-pub const BALANCE_MEDIANS: [Duration; 3] = [
+pub(crate) const BALANCE_MEDIANS: [Duration; 3] = [
     Duration::from_millis(600),
     Duration::from_millis(800),
     Duration::from_millis(1_200),
 ];
 
 /// The deployments' names: the backends' names in the failover, and the columns of the report.
-pub const BALANCE_NAMES: [&str; 3] = ["east", "west", "eu"];
+pub(crate) const BALANCE_NAMES: [&str; 3] = ["east", "west", "eu"];
 
 /// Tokens a minute per request a minute of a deployment's quota: 3,000, the burst scenario's
 /// (30,000,000 tokens and 10,000 requests). For the mean request of [`TokenSizes::LLM`] (3,075
 /// tokens) tokens are the tighter dimension, by 2.5%, as they usually are for LLM traffic: a
 /// deployment's quota admits its share of the load, in tokens, and a little more in requests.
-pub const BALANCE_TOKENS_PER_REQUEST: f64 = 3_000.0;
+pub(crate) const BALANCE_TOKENS_PER_REQUEST: f64 = 3_000.0;
 
 /// Concurrent slots of the balance scenarios' deployments together at [`BALANCE_QPS`]: ample.
 ///
@@ -333,10 +333,10 @@ pub const BALANCE_TOKENS_PER_REQUEST: f64 = 3_000.0;
 /// 1,060 slots together. 3,200 slots, split in proportion to those needs
 /// ([`Scenario::deployment`]), give each one three times what its quota can keep busy: the
 /// quotas, not the slots, are what a deployment runs out of.
-pub const BALANCE_CAPACITY: u32 = 3_200;
+pub(crate) const BALANCE_CAPACITY: u32 = 3_200;
 
 /// The replicas of the balance-fleet scenario's gateway: 3, each sent every third request.
-pub const BALANCE_FLEET_REPLICAS: u32 = 3;
+pub(crate) const BALANCE_FLEET_REPLICAS: u32 = 3;
 
 /// The deployment that dies in the balance-fleet scenario: eu (index 2), the slowest and
 /// smallest.
@@ -346,7 +346,7 @@ pub const BALANCE_FLEET_REPLICAS: u32 = 3;
 /// still answers nearly every request. Without east, the other two's quotas would make 60% of it,
 /// and 40% of the requests would fail whatever the breakers did, their refusals and waits in the
 /// rate limits drowning the figure the run is about.
-pub const BALANCE_FLEET_DYING: usize = 2;
+pub(crate) const BALANCE_FLEET_DYING: usize = 2;
 
 /// When the balance-fleet scenario's deployment dies: at 20 s, for the rest of the run.
 ///
@@ -357,7 +357,7 @@ pub const BALANCE_FLEET_DYING: usize = 2;
 /// [`Outage`](FaultKind::Outage) fails every replica's attempts in flight there at one instant:
 /// all three replicas' breakers open in the same millisecond, there is nothing left for one
 /// replica to tell the others, and the comparison measures only the probes.
-pub const BALANCE_FLEET_DEATH: Duration = Duration::from_secs(20);
+pub(crate) const BALANCE_FLEET_DEATH: Duration = Duration::from_secs(20);
 
 /// How the provider streams its answers (`text/event-stream`, OpenAI's chat completion chunks):
 /// an opening chunk with the role, one content event every `event_interval` for the length of
@@ -426,7 +426,7 @@ impl StreamStart {
     /// The tail scenario's: the same medians as [`StreamStart::LLM`] (half a second to the first
     /// token), drawn at [`TAIL_START_SIGMA`] (0.25), and [`TAIL_SLOW_SHARE`] of the attempts
     /// [`TAIL_SLOW_FACTOR`] times slower to their first token.
-    pub const TAIL: StreamStart = StreamStart {
+    pub(crate) const TAIL: StreamStart = StreamStart {
         head: STREAM_HEAD_MEDIAN,
         first_token: STREAM_FIRST_TOKEN_MEDIAN,
         sigma: Some(TAIL_START_SIGMA),
@@ -668,12 +668,12 @@ pub struct Health {
 
 impl Health {
     /// The healthy provider.
-    pub const HEALTHY: Health = Health {
+    pub(crate) const HEALTHY: Health = Health {
         error_rate: HEALTHY_ERROR_RATE,
         median: HEALTHY_MEDIAN,
     };
     /// The field's degraded provider.
-    pub const DEGRADED: Health = Health {
+    pub(crate) const DEGRADED: Health = Health {
         error_rate: DEGRADED_ERROR_RATE,
         median: DEGRADED_MEDIAN,
     };
@@ -757,7 +757,7 @@ pub enum FaultKind {
 impl FaultKind {
     /// Whether the provider serves nothing during the fault (an outage, a black hole): the
     /// faults a client does best to stop sending to.
-    pub fn is_dead(self) -> bool {
+    pub(crate) fn is_dead(self) -> bool {
         matches!(
             self,
             FaultKind::Outage
@@ -769,7 +769,7 @@ impl FaultKind {
 
     /// Whether the work in flight when the fault starts is lost then (an outage, a black hole):
     /// every dead fault's but a [`Refusing`](FaultKind::Refusing) provider's.
-    pub fn loses_in_flight(self) -> bool {
+    pub(crate) fn loses_in_flight(self) -> bool {
         self.is_dead() && self != FaultKind::Refusing
     }
 }
@@ -799,7 +799,7 @@ impl TokenSizes {
     }
 
     /// Tokens of the heaviest request.
-    pub fn largest(&self) -> u64 {
+    pub(crate) fn largest(&self) -> u64 {
         u64::from(self.prompt.1) + u64::from(self.max_tokens.1)
     }
 }
@@ -845,7 +845,7 @@ impl MinuteQuota {
     /// The quota that admits `rate` requests a second of `sizes`' mean request, tokens being the
     /// tighter dimension ([`BALANCE_TOKENS_PER_REQUEST`] tokens a minute per request a minute), and
     /// holding the heaviest request in its second's worth of tokens.
-    pub fn admitting(rate: f64, sizes: TokenSizes) -> MinuteQuota {
+    pub(crate) fn admitting(rate: f64, sizes: TokenSizes) -> MinuteQuota {
         let whole = |n: f64| n.round().clamp(1.0, f64::from(u32::MAX)) as u32;
         let tokens = (rate * sizes.mean() * 60.0).max(sizes.largest() as f64 * 60.0);
         MinuteQuota {
@@ -954,7 +954,7 @@ impl Bursts {
     }
 
     /// The offered rate at `at`, requests a second.
-    pub fn rate_at(&self, at: Duration) -> f64 {
+    pub(crate) fn rate_at(&self, at: Duration) -> f64 {
         let k = self.period_of(at);
         let burst = self.burst(k);
         if burst.contains(at) {
@@ -966,7 +966,7 @@ impl Bursts {
 
     /// The rate between the bursts of period `k`, requests a second: what makes the period
     /// average `average` of the quota.
-    pub fn calm_rate(&self, k: u64) -> f64 {
+    pub(crate) fn calm_rate(&self, k: u64) -> f64 {
         let burst = self.burst(k);
         let period = self.period.as_secs_f64();
         let length = (burst.end - burst.start).as_secs_f64();
@@ -1010,12 +1010,12 @@ impl Fault {
 
     /// The middle of the window, where an [`OutageThenBlackhole`](FaultKind::OutageThenBlackhole)
     /// turns from the outage into the black hole.
-    pub fn middle(&self) -> Duration {
+    pub(crate) fn middle(&self) -> Duration {
         self.start + self.end.saturating_sub(self.start) / 2
     }
 
     /// Whether the provider answers every attempt at `at` with 503 at once.
-    pub fn refuses_at(&self, at: Duration) -> bool {
+    pub(crate) fn refuses_at(&self, at: Duration) -> bool {
         self.contains(at)
             && match self.kind {
                 FaultKind::Outage | FaultKind::Refusing => true,
@@ -1025,7 +1025,7 @@ impl Fault {
     }
 
     /// Whether the provider swallows every attempt that arrives at `at` (a black hole).
-    pub fn swallows_at(&self, at: Duration) -> bool {
+    pub(crate) fn swallows_at(&self, at: Duration) -> bool {
         self.contains(at)
             && match self.kind {
                 FaultKind::Blackhole => true,
@@ -1188,7 +1188,7 @@ impl Scenario {
     /// soonest without any deployment answering 429: with log-normal latencies of one shape, a
     /// quicker deployment's latency is lower at every percentile, so moving a request from a
     /// slower deployment to a quicker one with room lowers every percentile of the mix.
-    pub fn best_split(&self) -> Vec<f64> {
+    pub(crate) fn best_split(&self) -> Vec<f64> {
         let mut order: Vec<usize> = (0..self.deployments.len()).collect();
         order.sort_by_key(|i| self.deployments[*i].median);
         let mut split = vec![0.0; self.deployments.len()];
@@ -1205,7 +1205,7 @@ impl Scenario {
     /// log-normal service times (each deployment's median, the scenario's sigma), found by
     /// bisection on the mix's distribution function. What a client that routed every request by
     /// that split, with no wait, no retry and no 429, would measure.
-    pub fn split_latency(&self, split: &[f64], p: f64) -> Duration {
+    pub(crate) fn split_latency(&self, split: &[f64], p: f64) -> Duration {
         let total: f64 = split.iter().sum();
         let below = |seconds: f64| -> f64 {
             let mixed: f64 = self
@@ -1331,7 +1331,7 @@ impl Scenario {
     }
 
     /// The provider's health at `at` (the baseline, or the degraded health in a degraded window).
-    pub fn health_at(&self, at: Duration) -> Health {
+    pub(crate) fn health_at(&self, at: Duration) -> Health {
         match self.fault.kind {
             FaultKind::Degraded(health) if self.fault.contains(at) => health,
             _ => self.baseline,
@@ -1339,14 +1339,14 @@ impl Scenario {
     }
 
     /// Mean of the log-normal service time for a given median: median x exp(sigma^2 / 2).
-    pub fn mean_service_time(&self, median: Duration) -> Duration {
+    pub(crate) fn mean_service_time(&self, median: Duration) -> Duration {
         let factor = (self.sigma * self.sigma / 2.0).exp();
         Duration::try_from_secs_f64(median.as_secs_f64() * factor).unwrap_or(median)
     }
 
     /// Requests per second the provider can complete at `at` (capacity / mean service time; under
     /// a quota of requests and tokens, at most the quota for the mean request).
-    pub fn throughput_at(&self, at: Duration) -> f64 {
+    pub(crate) fn throughput_at(&self, at: Duration) -> f64 {
         if self.fault.kind.is_dead() && self.fault.contains(at) {
             return 0.0;
         }
@@ -1363,7 +1363,7 @@ impl Scenario {
     /// The provider's quota of requests and tokens a minute, enforced per second: the one its
     /// fault states ([`FaultKind::RateLimit`]), or its own ([`Scenario::minute_quota`]); `None`
     /// without one.
-    pub fn provider_quota(&self) -> Option<MinuteQuota> {
+    pub(crate) fn provider_quota(&self) -> Option<MinuteQuota> {
         match self.fault.kind {
             FaultKind::RateLimit {
                 requests_per_minute,
@@ -1397,19 +1397,19 @@ impl Scenario {
     /// Whether the scenario's streams fail ([`FaultKind::StreamErrors`]): what the report's
     /// stream columns and the chart's panel of tokens shown twice count. A streaming provider
     /// whose streams do not fail (the silent one) would leave them at 0.
-    pub fn streams_fail(&self) -> bool {
+    pub(crate) fn streams_fail(&self) -> bool {
         self.stream.is_some() && matches!(self.fault.kind, FaultKind::StreamErrors { .. })
     }
 
     /// Whether the scenario's provider goes silent ([`FaultKind::Silent`]).
-    pub fn goes_silent(&self) -> bool {
+    pub(crate) fn goes_silent(&self) -> bool {
         matches!(self.fault.kind, FaultKind::Silent { .. })
     }
 
     /// Whether the scenario's streams start with a slow tail ([`StreamStart::slow`]), what
     /// hedging is for: then the report measures the time to first token and the hedges (the
     /// tail scenario).
-    pub fn has_slow_starts(&self) -> bool {
+    pub(crate) fn has_slow_starts(&self) -> bool {
         self.stream
             .and_then(|shape| shape.start)
             .is_some_and(|start| start.slow.is_some())
@@ -1417,7 +1417,7 @@ impl Scenario {
 
     /// The stretches of the run the chart shades: the bursts, or the fault window (none where
     /// nothing goes wrong, [`FaultKind::Quotas`]).
-    pub fn highlights(&self, until: Duration) -> Vec<(Duration, Duration)> {
+    pub(crate) fn highlights(&self, until: Duration) -> Vec<(Duration, Duration)> {
         match &self.arrivals {
             Arrivals::Bursts(bursts) => bursts
                 .until(until)
@@ -1659,7 +1659,11 @@ fn secs(d: Duration) -> String {
 
 /// Requests a second that a quota of `requests_per_minute` and `tokens_per_minute` admits for
 /// requests of `mean_tokens` tokens: the tighter of the two (requests alone for weightless ones).
-pub fn quota_rate(requests_per_minute: u32, tokens_per_minute: u32, mean_tokens: f64) -> f64 {
+pub(crate) fn quota_rate(
+    requests_per_minute: u32,
+    tokens_per_minute: u32,
+    mean_tokens: f64,
+) -> f64 {
     let requests = f64::from(requests_per_minute) / 60.0;
     let mean = mean_tokens;
     if mean > 0.0 {

@@ -69,13 +69,13 @@ const REQUEST_BODY: &[u8] =
 
 /// Bytes of prompt text per token: what `stormguard_deadline::TokenEstimate` (the rate limit's
 /// weight of a request) reads a prompt at (its `BYTES_PER_TOKEN`).
-pub const BYTES_PER_TOKEN: usize = 4;
+pub(crate) const BYTES_PER_TOKEN: usize = 4;
 
 /// The chat completion of `prompt` prompt tokens that allows `max_tokens` output tokens, as a
 /// client weighs it (`TokenEstimate`: every string of `messages` at [`BYTES_PER_TOKEN`] bytes a
 /// token, the role's 4 bytes included, and `max_tokens`): the content is `x`s, 4 bytes a token
 /// less the role's 4. One allocation and a fill; the rate limit parses it once per request.
-pub fn llm_body(prompt: u32, max_tokens: u32) -> Bytes {
+pub(crate) fn llm_body(prompt: u32, max_tokens: u32) -> Bytes {
     const ROLE: &str = "user";
     let content = (prompt as usize * BYTES_PER_TOKEN).saturating_sub(ROLE.len());
     let head = format!(
@@ -92,7 +92,7 @@ pub fn llm_body(prompt: u32, max_tokens: u32) -> Bytes {
 /// The arrivals of a scenario, drawn one millisecond at a time: a Poisson process at the
 /// scenario's `qps`, or at the rate of the moment for bursts (the same draws on a clock that runs
 /// at `rate / qps`, the time-rescaling of a Poisson process).
-pub struct ArrivalProcess {
+pub(crate) struct ArrivalProcess {
     rng: SmallRng,
     qps: f64,
     arrivals: Arrivals,
@@ -122,7 +122,7 @@ impl ArrivalProcess {
     }
 
     /// How many requests arrive in millisecond `ms`; call it for 0, 1, 2, ... in turn.
-    pub fn tick(&mut self, ms: u64) -> u32 {
+    pub(crate) fn tick(&mut self, ms: u64) -> u32 {
         let tick_end = match &self.arrivals {
             Arrivals::Poisson => (ms + 1) as f64 / 1_000.0,
             Arrivals::Bursts(bursts) => {
@@ -194,7 +194,7 @@ pub fn simulate(
 /// [`simulate`], and collect the metrics stormguard's engine emits for the measured requests
 /// into [`Run::metrics`], if the pipeline is made of stormguard's layers
 /// ([`Pipeline::uses_stormguard`]). The run's figures are those [`simulate`] gives.
-pub fn simulate_with_metrics(
+pub(crate) fn simulate_with_metrics(
     scenario: &Scenario,
     pipeline: Pipeline,
     on_second: impl Fn() + 'static,
