@@ -39,14 +39,16 @@
 //!   hedging: a naive hedge that sends every request twice ([`naive_hedge`]), tower's `hedge`, and
 //!   `ClientLayer::default()` with `with_hedging(Hedging::default())`. Where the provider streams,
 //!   the `naive` row's callers also restart a stream that failed, as applications do.
+//! - [`scenarios`]: the built-in scenarios, one file each (load, providers, fault, durations,
+//!   default rows, headline figure and explanation), in one registry.
 //! - `router`: the network to two providers: each request goes to the one its URI names.
 //! - [`sim`]: Poisson arrivals (steady, or in bursts) through one pipeline on a paused-clock,
 //!   current-thread tokio runtime; seeded, so a seed always gives the same numbers.
-//! - [`metrics`], [`report`], [`chart`]: the figures (among them the attempts the clients hold
+//! - [`metrics`], [`output`]: the figures (among them the attempts the clients hold
 //!   open, how fast traffic to a dead provider is cut, the fallback's answers, which are no
-//!   successes, the 429s, and the time to first token the callers saw), the table and an SVG
-//!   chart.
-//! - [`dashboard`]: what a dashboard would show of a stormguard pipeline's run, from the metrics
+//!   successes, the 429s, and the time to first token the callers saw); the table, the SVG
+//!   chart and the document of every scenario ([`output`]).
+//! - [`output::dashboard`]: what a dashboard would show of a stormguard pipeline's run, from the metrics
 //!   its engine emits (`stormguard::metrics`), collected per run ([`run_with_metrics`]).
 //!
 //! # What is compared, and how fairly
@@ -61,14 +63,26 @@
 //! slots. `--attempt-timeout` changes the 4 s; with a generous one (30 s) naive retries do not
 //! storm on this scenario, because 5% errors alone stay inside the provider's headroom.
 //!
+//! # Adding a scenario
+//! One file and one registry line: write `src/scenarios/<name>.rs` holding a
+//! `pub const SCENARIO: Builtin` (its name, `--help` text, default pipelines, the [`Scenario`]
+//! built from [`Scenario::healthy`], its headline figure and its section of the document), and
+//! add `NAME: name` to the registry in `src/scenarios/mod.rs`. `--scenario NAME`, `--help`,
+//! `--scenario all` and `docs/STORM.md` (`storm --scenario all --markdown docs/STORM.md --out
+//! docs/storm`, checked by `.ci/storm-docs`) pick it up from there.
+//!
+//! [`Scenario`]: scenario::Scenario
+//! [`Scenario::healthy`]: scenario::Scenario::healthy
+//!
 //! # Example
 //! ```
 //! use std::time::Duration;
 //! use stormguard_storm::pipeline::Pipeline;
-//! use stormguard_storm::scenario::{Scenario, ScenarioKind};
+//! use stormguard_storm::scenario::Scenario;
+//! use stormguard_storm::scenarios;
 //!
 //! // The field's incident, scaled down 100x in load and capacity, 6 s long.
-//! let scenario = Scenario::builtin(ScenarioKind::Seed)
+//! let scenario = Scenario::builtin(scenarios::SEED)
 //!     .with_qps(120.0)
 //!     .with_duration(Duration::from_secs(6));
 //! let runs = stormguard_storm::run(&scenario, &[Pipeline::None], || {}).unwrap();
@@ -77,17 +91,16 @@
 //! ```
 
 pub mod backend;
-pub mod chart;
-pub mod dashboard;
 mod event_stream;
 mod json_body;
 pub mod metrics;
 pub mod naive_hedge;
+pub mod output;
 pub mod pipeline;
-pub mod report;
 mod round_robin;
 mod router;
 pub mod scenario;
+pub mod scenarios;
 pub mod sim;
 
 use tower::BoxError;
@@ -109,7 +122,7 @@ pub fn run(
 }
 
 /// [`run`], and collect the metrics stormguard's engine emits in each pipeline made of its
-/// layers ([`Run::metrics`], see [`dashboard`]). Each run records into a recorder of its own, on
+/// layers ([`Run::metrics`], see [`output::dashboard`]). Each run records into a recorder of its own, on
 /// its own thread; the figures are those [`run`] gives.
 pub fn run_with_metrics(
     scenario: &Scenario,

@@ -103,7 +103,7 @@ use crate::round_robin::RoundRobin;
 use crate::router::{
     PRIMARY_AUTHORITY, Router, SECONDARY_AUTHORITY, SECONDARY_ORIGIN, deployment_origin,
 };
-use crate::scenario::{Scenario, ScenarioKind};
+use crate::scenario::Scenario;
 
 /// The request every pipeline sends.
 pub(crate) type SimRequest = Request<Full<Bytes>>;
@@ -177,157 +177,43 @@ impl Pipeline {
         Pipeline::StormguardBalanceCooldowns,
     ];
 
-    /// The pipelines a scenario compares unless told otherwise: today's clients and stormguard's
-    /// default, and where the provider dies (outage, black hole) stormguard with a breaker too.
-    /// The black hole, the breaker's own incident, compares the retrying clients only; so do the
-    /// bursts, the rate limit's incident, with stormguard's rate limit configured and learning.
-    /// The failover compares stormguard on the primary alone with stormguard's failover and a
-    /// naive one; the streams, naive retries (and restarts) with stormguard's stream guard
-    /// alone and with its continuation; the silent provider, a naive failover, tower's retry and stormguard on the primary alone with
-    /// stormguard's failover without and with its per-attempt clocks; the slow first tokens
-    /// (`tail`), the naive hedge, tower's hedge and stormguard without and with hedging; the
-    /// deployments of one model (`balance`), a round robin, today's ordered failover and the
-    /// balancer; their fleet (`balance-fleet`), the balancer without and with shared cooldowns.
-    ///
-    /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
-    /// to), so its row would repeat stormguard's at the cost of one more run.
-    pub fn defaults(kind: ScenarioKind) -> &'static [Pipeline] {
-        match kind {
-            ScenarioKind::Seed | ScenarioKind::Quota => &[
-                Pipeline::None,
-                Pipeline::Naive,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-            ],
-            ScenarioKind::Outage => &[
-                Pipeline::None,
-                Pipeline::Naive,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-                Pipeline::StormguardBreaker,
-            ],
-            ScenarioKind::Blackhole => &[
-                Pipeline::Naive,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-                Pipeline::StormguardBreaker,
-            ],
-            ScenarioKind::Burst => &[
-                Pipeline::Naive,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-                Pipeline::StormguardRateLimit,
-                Pipeline::StormguardAdaptive,
-            ],
-            ScenarioKind::Failover => &[
-                Pipeline::NaiveFailover,
-                Pipeline::Stormguard,
-                Pipeline::StormguardFailover,
-            ],
-            ScenarioKind::Streams => &[
-                Pipeline::Naive,
-                Pipeline::Stormguard,
-                Pipeline::StormguardContinuation,
-            ],
-            ScenarioKind::Silent => &[
-                Pipeline::NaiveFailover,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-                Pipeline::StormguardFailoverNoClocks,
-                Pipeline::StormguardFailover,
-            ],
-            ScenarioKind::Tail => &[
-                Pipeline::NaiveHedge,
-                Pipeline::TowerHedge,
-                Pipeline::Stormguard,
-                Pipeline::StormguardHedge,
-            ],
-            ScenarioKind::Balance => &[
-                Pipeline::RoundRobin,
-                Pipeline::OrderedFailover,
-                Pipeline::StormguardBalance,
-            ],
-            ScenarioKind::BalanceFleet => &[
-                Pipeline::StormguardBalance,
-                Pipeline::StormguardBalanceCooldowns,
-            ],
-        }
+    /// What the registry says of the pipeline.
+    fn entry(self) -> &'static Entry {
+        &REGISTRY[self as usize]
     }
 
     /// How many times the pipeline's caller restarts a stream that failed, from its start: the
     /// `naive` row's, [`NaivePolicy::RETRIES`], as applications do with today's SDKs (whose
     /// retries see only the response head); no other row restarts a stream.
     pub fn stream_restarts(self) -> u32 {
-        match self {
-            Pipeline::Naive => NaivePolicy::RETRIES,
-            _ => 0,
-        }
+        self.entry().stream_restarts
     }
 
     /// Whether the pipeline is made of stormguard's layers, whose engine emits the metrics of
-    /// `stormguard::metrics` (see [`dashboard`](crate::dashboard)).
+    /// `stormguard::metrics` (see [`dashboard`](crate::output::dashboard)).
     pub fn uses_stormguard(self) -> bool {
-        matches!(
-            self,
-            Pipeline::Stormguard
-                | Pipeline::StormguardContinuation
-                | Pipeline::StormguardHedge
-                | Pipeline::StormguardBreaker
-                | Pipeline::StormguardRateLimit
-                | Pipeline::StormguardAdaptive
-                | Pipeline::StormguardFailoverNoClocks
-                | Pipeline::StormguardFailover
-                | Pipeline::RoundRobin
-                | Pipeline::OrderedFailover
-                | Pipeline::StormguardBalance
-                | Pipeline::StormguardBalanceCooldowns
-        )
+        self.entry().stormguard
     }
 
     /// Whether the pipeline shares the load among a balance scenario's deployments (and needs a
     /// scenario that has them).
     pub fn balances(self) -> bool {
-        matches!(
-            self,
-            Pipeline::RoundRobin
-                | Pipeline::OrderedFailover
-                | Pipeline::StormguardBalance
-                | Pipeline::StormguardBalanceCooldowns
-        )
+        self.entry().needs == Needs::Deployments
     }
 
     /// Whether the pipeline sends to two providers (and needs a scenario that has them).
     pub fn fails_over(self) -> bool {
-        matches!(
-            self,
-            Pipeline::NaiveFailover
-                | Pipeline::StormguardFailoverNoClocks
-                | Pipeline::StormguardFailover
-        )
+        self.entry().needs == Needs::TwoProviders
     }
 
     /// The name used on the command line and in the report.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Pipeline::None => "none",
-            Pipeline::Naive => "naive",
-            Pipeline::NaiveFailover => "naive+failover",
-            Pipeline::NaiveHedge => "naive-hedge",
-            Pipeline::Tower => "tower",
-            Pipeline::TowerHedge => "tower-hedge",
-            Pipeline::Stormguard => "stormguard",
-            Pipeline::StormguardContinuation => "stormguard+continuation",
-            Pipeline::StormguardHedge => "stormguard+hedge",
-            Pipeline::StormguardBreaker => "stormguard+breaker",
-            Pipeline::StormguardRateLimit => "stormguard+rate-limit",
-            Pipeline::StormguardAdaptive => "stormguard+adaptive",
-            Pipeline::StormguardFailoverNoClocks => "stormguard+failover-no-clocks",
-            Pipeline::StormguardFailover => "stormguard+failover",
-            Pipeline::RoundRobin => "round-robin",
-            Pipeline::OrderedFailover => "ordered-failover",
-            Pipeline::StormguardBalance => "stormguard+balance",
-            Pipeline::StormguardBalanceCooldowns => "stormguard+balance+cooldowns",
-        }
+        self.entry().name
+    }
+
+    /// What the pipeline is, for `--help`.
+    pub fn help(self) -> &'static str {
+        self.entry().help
     }
 
     /// Parse a comma-separated list (`none,naive,tower,stormguard`), keeping report order and
@@ -344,6 +230,208 @@ impl Pipeline {
     }
 }
 
+/// What a pipeline needs of the scenario's providers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// Any provider: it sends to the primary.
+    OneProvider,
+    /// Two providers (`failover`, `silent`).
+    TwoProviders,
+    /// Deployments of one model (`balance`, `balance-fleet`).
+    Deployments,
+}
+
+/// What the simulator knows of a pipeline, in [`REGISTRY`]; how it is built is [`crate::sim`]'s.
+struct Entry {
+    /// The pipeline this entry describes (its place in [`REGISTRY`] is the variant's).
+    pipeline: Pipeline,
+    /// The name on the command line and in the report.
+    name: &'static str,
+    /// What it is, for `--help` (lines of at most 90 characters).
+    help: &'static str,
+    /// Whether it is made of stormguard's layers, whose engine emits `stormguard::metrics`.
+    stormguard: bool,
+    /// The providers it needs.
+    needs: Needs,
+    /// How many times its caller restarts a stream that failed, from its start.
+    stream_restarts: u32,
+}
+
+/// Every pipeline, in report order (the order of [`Pipeline`]'s variants): one entry each.
+const REGISTRY: [Entry; 18] = [
+    Entry {
+        pipeline: Pipeline::None,
+        name: "none",
+        help: "One attempt, timed out after --attempt-timeout; no retries.",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::Naive,
+        name: "naive",
+        help: "Retries every failure 3 times, 1 s apart, with no budget; in streams its caller also\n\
+             restarts a stream that failed, from the start.",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: NaivePolicy::RETRIES,
+    },
+    Entry {
+        pipeline: Pipeline::NaiveFailover,
+        name: "naive+failover",
+        help: "Sends every failure to the other provider at once, 3 retries on each (two providers\n\
+             only).",
+        stormguard: false,
+        needs: Needs::TwoProviders,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::NaiveHedge,
+        name: "naive-hedge",
+        help: "Sends every request twice at once; the first attempt to produce content (a stream's\n\
+             first content event) answers, the other is dropped. No budget.",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::Tower,
+        name: "tower",
+        help: "tower's retry with ExponentialBackoff and TpsBudget (10 s, 10/s, 20%).",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::TowerHedge,
+        name: "tower-hedge",
+        help: "tower's hedge: a second attempt once the first has waited the 95th percentile of the\n\
+             latencies it recorded (20 at least, over 2 s periods). It sees the response future\n\
+             alone: a stream's head, not its first content.",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::Stormguard,
+        name: "stormguard",
+        help: "stormguard::ClientLayer::default().without_continuation(): one deadline across all\n\
+             attempts, a retry budget, adaptive throttling, jitter and the provider's hints, and\n\
+             event streams retried before their first content, never restarted after it: a stream\n\
+             cut after content ends with StreamInterrupted. Continuation is off in every scenario\n\
+             (it acts on cut streams alone: elsewhere the row is ClientLayer::default()).",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardContinuation,
+        name: "stormguard+continuation",
+        help: "stormguard::ClientLayer::default(), continuation on: a stream cut after content is\n\
+             continued (the text received as an assistant prefill, under the retry budget) and\n\
+             spliced into the caller's, every token once.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardHedge,
+        name: "stormguard+hedge",
+        help: "stormguard (continuation off, as its row) with hedging: an attempt that has produced\n\
+             no content (a stream's first content event) after the backend's learned 95th\n\
+             percentile of the time to it is hedged once, from the retry budget; the first with\n\
+             content answers, the other is cancelled.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardBreaker,
+        name: "stormguard+breaker",
+        help: "ClientLayer::default() with a circuit breaker and a local fallback that answers a\n\
+             degraded 200 (counted as a fallback, never as a success).",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardRateLimit,
+        name: "stormguard+rate-limit",
+        help: "ClientLayer::default() with a rate limit configured with the provider's quota.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardAdaptive,
+        name: "stormguard+adaptive",
+        help: "ClientLayer::default() with RateLimit::default(), which learns the quota from the\n\
+             provider.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardFailoverNoClocks,
+        name: "stormguard+failover-no-clocks",
+        help: "stormguard+failover made from ClientLayer::default().without_clocks(): no\n\
+             per-attempt clocks, only the deadline bounds an attempt (two providers only).",
+        stormguard: true,
+        needs: Needs::TwoProviders,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardFailover,
+        name: "stormguard+failover",
+        help: "stormguard's Failover over the primary and the secondary, each with its default\n\
+             breaker and per-attempt clocks of its own (two providers only).",
+        stormguard: true,
+        needs: Needs::TwoProviders,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::RoundRobin,
+        name: "round-robin",
+        help: "Each request to the next deployment in turn, behind an engine of its own made from\n\
+             ClientLayer::default() (its retries stay on its deployment); no rate limit\n\
+             (deployments only).",
+        stormguard: true,
+        needs: Needs::Deployments,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::OrderedFailover,
+        name: "ordered-failover",
+        help: "stormguard's Failover with the deployments as ranks of one, in order (with_backend\n\
+             each), each with its default breaker and RateLimit::default(), which learns its quota\n\
+             from the headers: the next only when the one before cannot take the request\n\
+             (deployments only).",
+        stormguard: true,
+        needs: Needs::Deployments,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardBalance,
+        name: "stormguard+balance",
+        help: "stormguard's Failover with the deployments in one rank (with_rank), the same backends:\n\
+             the balancer sends each request to the cheaper of two drawn (latency, requests in\n\
+             flight, rate-limit headroom) (deployments only).",
+        stormguard: true,
+        needs: Needs::Deployments,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardBalanceCooldowns,
+        name: "stormguard+balance+cooldowns",
+        help: "stormguard+balance, its replicas sharing their breakers' cooldowns\n\
+             (with_cooldowns(Cooldowns::local())): a deployment one replica's breaker left, the\n\
+             others leave too (deployments only; with one replica, as stormguard+balance).",
+        stormguard: true,
+        needs: Needs::Deployments,
+        stream_restarts: 0,
+    },
+];
+
 impl fmt::Display for Pipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -356,14 +444,13 @@ pub struct UnknownPipeline(pub String);
 
 impl fmt::Display for UnknownPipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = REGISTRY.iter().map(|entry| entry.name).collect();
+        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
         write!(
             f,
-            "unknown pipeline `{}` (expected none, naive, naive+failover, naive-hedge, tower, \
-             tower-hedge, stormguard, stormguard+continuation, stormguard+hedge, \
-             stormguard+breaker, stormguard+rate-limit, stormguard+adaptive, \
-             stormguard+failover-no-clocks, stormguard+failover, round-robin, ordered-failover, \
-             stormguard+balance or stormguard+balance+cooldowns)",
-            self.0
+            "unknown pipeline `{}` (expected {} or {last})",
+            self.0,
+            rest.join(", ")
         )
     }
 }
@@ -374,9 +461,10 @@ impl FromStr for Pipeline {
     type Err = UnknownPipeline;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Pipeline::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
+        REGISTRY
+            .iter()
+            .find(|entry| entry.name == s)
+            .map(|entry| entry.pipeline)
             .ok_or_else(|| UnknownPipeline(s.to_owned()))
     }
 }
@@ -990,6 +1078,15 @@ pub(crate) fn gateway(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::scenarios;
+
+    #[test]
+    fn the_registry_has_one_entry_per_pipeline_in_order() {
+        for (entry, pipeline) in REGISTRY.iter().zip(Pipeline::ALL) {
+            assert_eq!(entry.pipeline, pipeline, "{}", entry.name);
+        }
+        assert_eq!(REGISTRY.len(), Pipeline::ALL.len());
+    }
     use http::StatusCode;
 
     fn response(status: u16) -> Result<Response<()>, BoxError> {
@@ -1056,15 +1153,16 @@ mod tests {
 
     #[test]
     fn the_rate_limit_rows_are_the_defaults_of_the_bursts_only() {
-        for kind in ScenarioKind::ALL {
-            let defaults = Pipeline::defaults(kind);
-            let burst = kind == ScenarioKind::Burst;
+        for kind in scenarios::ALL {
+            let defaults = kind.pipelines;
+            let burst = kind == scenarios::BURST;
             for row in [Pipeline::StormguardRateLimit, Pipeline::StormguardAdaptive] {
                 assert_eq!(defaults.contains(&row), burst, "{kind}");
             }
         }
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Burst)
+            scenarios::BURST
+                .pipelines
                 .iter()
                 .map(|p| p.as_str())
                 .collect::<Vec<_>>(),
@@ -1082,11 +1180,11 @@ mod tests {
     fn the_breaker_row_is_a_default_where_the_only_provider_dies() {
         // The tail scenario compares hedging; its outage is there to show that hedges stop.
         // The tail scenario's rows are the hedges; the balance scenarios' share deployments.
-        for kind in ScenarioKind::ALL
+        for kind in scenarios::ALL
             .into_iter()
-            .filter(|k| *k != ScenarioKind::Tail && Scenario::builtin(*k).deployments.is_empty())
+            .filter(|k| *k != scenarios::TAIL && Scenario::builtin(k).deployments.is_empty())
         {
-            let defaults = Pipeline::defaults(kind);
+            let defaults = kind.pipelines;
             let scenario = Scenario::builtin(kind);
             let alone = scenario.secondary().is_none();
             let dies = scenario.fault.kind.is_dead();
@@ -1108,9 +1206,9 @@ mod tests {
 
     #[test]
     fn the_balance_rows_are_the_defaults_of_the_scenarios_with_deployments_only() {
-        for kind in ScenarioKind::ALL {
+        for kind in scenarios::ALL {
             let balances = !Scenario::builtin(kind).deployments.is_empty();
-            let defaults = Pipeline::defaults(kind);
+            let defaults = kind.pipelines;
             assert!(!defaults.is_empty(), "{kind}");
             assert_eq!(
                 defaults.iter().all(|row| row.balances()),
@@ -1122,13 +1220,14 @@ mod tests {
 
     #[test]
     fn the_failover_rows_are_the_defaults_of_the_two_providers_only() {
-        for kind in ScenarioKind::ALL {
+        for kind in scenarios::ALL {
             let two = Scenario::builtin(kind).secondary().is_some();
-            let defaults = Pipeline::defaults(kind);
+            let defaults = kind.pipelines;
             assert_eq!(defaults.iter().any(|p| p.fails_over()), two, "{kind}");
         }
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Failover)
+            scenarios::FAILOVER
+                .pipelines
                 .iter()
                 .map(|p| p.as_str())
                 .collect::<Vec<_>>(),
@@ -1147,7 +1246,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn silent_compares_the_failover_without_and_with_clocks_under_the_callers_deadline() {
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Silent)
+            scenarios::SILENT
+                .pipelines
                 .iter()
                 .map(|p| p.as_str())
                 .collect::<Vec<_>>(),
@@ -1159,14 +1259,14 @@ mod tests {
                 "stormguard+failover"
             ]
         );
-        let scenario = Scenario::builtin(ScenarioKind::Silent);
+        let scenario = Scenario::builtin(scenarios::SILENT);
         let head = Request::new(()).into_parts().0;
         let layer = client_layer(&scenario);
         assert_eq!(
             layer.timeout_for(&head, None),
             Some(Duration::from_secs(30))
         );
-        let other = client_layer(&Scenario::builtin(ScenarioKind::Failover));
+        let other = client_layer(&Scenario::builtin(scenarios::FAILOVER));
         assert_eq!(
             other.timeout_for(&head, None),
             Some(stormguard::deadline::DEFAULT_TIMEOUT)
@@ -1189,7 +1289,7 @@ mod tests {
     #[test]
     fn streams_compare_naive_with_stormguard_and_only_naive_restarts_streams() {
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Streams),
+            scenarios::STREAMS.pipelines,
             [
                 Pipeline::Naive,
                 Pipeline::Stormguard,
@@ -1204,7 +1304,7 @@ mod tests {
         assert!(!Pipeline::StormguardContinuation.fails_over());
         // `stormguard+continuation` is the layer as the scenario builds it, which continues (its
         // type says so).
-        let scenario = Scenario::builtin(ScenarioKind::Streams);
+        let scenario = Scenario::builtin(scenarios::STREAMS);
         let _: ClientLayer<_, _, stormguard::retry::Continuing> = client_layer(&scenario);
         for pipeline in Pipeline::ALL {
             let restarts = if pipeline == Pipeline::Naive { 3 } else { 0 };
@@ -1215,7 +1315,8 @@ mod tests {
     #[test]
     fn tail_compares_the_naive_hedge_towers_and_stormguard_without_and_with_hedging() {
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Tail)
+            scenarios::TAIL
+                .pipelines
                 .iter()
                 .map(|p| p.as_str())
                 .collect::<Vec<_>>(),
@@ -1239,20 +1340,20 @@ mod tests {
             assert!(!row.uses_stormguard() && !row.fails_over(), "{row}");
         }
         // The hedging rows are defaults of the tail alone.
-        for kind in ScenarioKind::ALL {
-            let hedging = Pipeline::defaults(kind).iter().any(|p| {
+        for kind in scenarios::ALL {
+            let hedging = kind.pipelines.iter().any(|p| {
                 matches!(
                     p,
                     Pipeline::NaiveHedge | Pipeline::TowerHedge | Pipeline::StormguardHedge
                 )
             });
-            assert_eq!(hedging, kind == ScenarioKind::Tail, "{kind}");
+            assert_eq!(hedging, kind == scenarios::TAIL, "{kind}");
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn towers_hedge_is_shared_by_the_callers_and_hedges_a_slow_head() {
-        let scenario = Scenario::builtin(ScenarioKind::Tail).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
         let epoch = tokio::time::Instant::now();
         let backend = Backend::new(&scenario, epoch);
         let hedge = tower_hedge(backend.clone());

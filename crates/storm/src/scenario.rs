@@ -4,8 +4,10 @@
 //! documented constant here, so a reader can check the calibration in one place.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
+
+use crate::metrics::Summary;
+use crate::pipeline::Pipeline;
 
 /// Offered load of the field's incident: 12,000 requests per second.
 pub(crate) const FIELD_QPS: f64 = 12_000.0;
@@ -437,195 +439,57 @@ impl StreamStart {
     };
 }
 
-/// Which built-in scenario.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScenarioKind {
-    /// The field's incident: errors 0.01% -> 5% and latency 800 -> 2500 ms from 10 s to 40 s.
-    Seed,
-    /// A total outage from 20 s to 30 s: every request fails fast with 503, in-flight work is lost.
-    Outage,
-    /// From 10 s to 40 s the provider accepts 75% of the offered rate and answers the rest with
-    /// 429 and `Retry-After: 2`.
-    Quota,
-    /// The field's black hole, at 1,000 requests/s: from 20 s to 30 s the provider accepts
-    /// connections and never answers.
-    Blackhole,
-    /// Bursts above a provider's quota of requests and tokens a minute: traffic averages 70% of
-    /// the quota and comes in bursts of 2x to 3x it; beyond the quota the provider answers 429.
-    Burst,
-    /// Two providers, at 1,000 requests/s (half the primary's capacity; the secondary has 60% of
-    /// it and is healthy throughout): from 20 s to 35 s the primary is down, answering 503 at
-    /// once for the first half and a black hole for the second.
-    Failover,
-    /// Streamed answers (`text/event-stream`) at 500 requests/s: from 20 s to 40 s, 5% of the
-    /// streams fail with an error event before any content and 1% are cut mid-stream.
-    Streams,
-    /// Two providers and streamed answers under a 30 s deadline, at 300 requests/s: from 20 s
-    /// to 40 s, 30% of the primary's attempts get no response head for 20 s, and 2% of its
-    /// streams wait 10 s to 20 s for their first token.
-    Silent,
-    /// Streamed short answers at 12,000 requests/s whose first token comes about half a second
-    /// after the provider starts on them (log-normal, narrow), 1.5% of the attempts ten times
-    /// later: what hedging is for. From 30 s to 40 s a total outage (503 at once, work in
-    /// flight lost).
-    Tail,
-    /// Three deployments of one model (east, west and eu: 600, 800 and 1,200 ms at the median)
-    /// with quotas of 60%, 36% and 24% of the offered load (1,000 LLM-sized requests a second),
-    /// stated in OpenAI's `x-ratelimit-*` headers, 429 beyond them: how a gateway shares a rank
-    /// of deployments.
-    Balance,
-    /// The balance scenario's deployments behind a gateway of three replicas, each sent every
-    /// third request; eu dies at 20 s (new attempts refused with 503 at once, work in flight
-    /// finished): what each replica sends
-    /// it once one has seen it die, with breakers of its own or cooldowns shared.
-    BalanceFleet,
+/// A built-in scenario: what `--scenario NAME` runs, with everything said of it. Each is one file
+/// of [`crate::scenarios`], listed once in its registry.
+pub struct Builtin {
+    /// The name on the command line, in the chart's file name and in the JSON.
+    pub name: &'static str,
+    /// What it replays, for `--help` (lines of at most 90 characters).
+    pub help: &'static str,
+    /// The pipelines it compares unless `--pipelines` says otherwise, in order.
+    pub pipelines: &'static [Pipeline],
+    /// The scenario at its defaults.
+    pub build: fn() -> Scenario,
+    /// The figure it is about, named, for the overview of `--scenario all`.
+    pub headline: fn(&Scenario, &Summary) -> String,
+    /// Its section of the simulator's document (`--markdown`).
+    pub doc: Doc,
 }
 
-impl ScenarioKind {
-    /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 11] = [
-        ScenarioKind::Seed,
-        ScenarioKind::Outage,
-        ScenarioKind::Quota,
-        ScenarioKind::Blackhole,
-        ScenarioKind::Burst,
-        ScenarioKind::Failover,
-        ScenarioKind::Streams,
-        ScenarioKind::Silent,
-        ScenarioKind::Tail,
-        ScenarioKind::Balance,
-        ScenarioKind::BalanceFleet,
-    ];
+/// A scenario's section of the simulator's document: prose around the table the run prints.
+pub struct Doc {
+    /// Before the table: the incident and the rows. Markdown.
+    pub before: &'static str,
+    /// After the table: what the figures say. Markdown, where `{chart}` stands for the chart's
+    /// path and `{metrics}` for the engine's metrics of the [`Doc::metrics_of`] row.
+    pub after: &'static str,
+    /// The row whose engine's metrics (`--metrics`) the section shows, if any.
+    pub metrics_of: Option<&'static str>,
+}
 
-    /// The name used on the command line and in file names.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ScenarioKind::Seed => "seed",
-            ScenarioKind::Outage => "outage",
-            ScenarioKind::Quota => "quota",
-            ScenarioKind::Blackhole => "blackhole",
-            ScenarioKind::Burst => "burst",
-            ScenarioKind::Failover => "failover",
-            ScenarioKind::Streams => "streams",
-            ScenarioKind::Silent => "silent",
-            ScenarioKind::Tail => "tail",
-            ScenarioKind::Balance => "balance",
-            ScenarioKind::BalanceFleet => "balance-fleet",
-        }
-    }
-
-    /// The built-in scenario's offered load (requests a second, the bursts' average in `burst`)
-    /// and its provider's slots.
-    fn load(self) -> (f64, u32) {
-        match self {
-            ScenarioKind::Blackhole => (BLACKHOLE_QPS, BLACKHOLE_CAPACITY),
-            ScenarioKind::Burst => (
-                Bursts::builtin().quota * BURST_AVERAGE_SHARE,
-                BURST_CAPACITY,
-            ),
-            ScenarioKind::Failover => (FAILOVER_QPS, FAILOVER_CAPACITY),
-            ScenarioKind::Streams => (STREAMS_QPS, STREAMS_CAPACITY),
-            ScenarioKind::Silent => (SILENT_QPS, SILENT_CAPACITY),
-            ScenarioKind::Tail => (FIELD_QPS, TAIL_CAPACITY),
-            ScenarioKind::Balance | ScenarioKind::BalanceFleet => (BALANCE_QPS, BALANCE_CAPACITY),
-            ScenarioKind::Seed | ScenarioKind::Outage | ScenarioKind::Quota => {
-                (FIELD_QPS, FIELD_CAPACITY)
-            }
-        }
-    }
-
-    /// The built-in scenario's fault, in a run of [`DEFAULT_DURATION`].
-    fn fault(self) -> Fault {
-        let window = |start: u64, end: u64, kind: FaultKind| Fault {
-            start: Duration::from_secs(start),
-            end: Duration::from_secs(end),
-            kind,
-        };
-        match self {
-            ScenarioKind::Seed => window(10, 40, FaultKind::Degraded(Health::DEGRADED)),
-            ScenarioKind::Outage => window(20, 30, FaultKind::Outage),
-            ScenarioKind::Quota => window(
-                10,
-                40,
-                FaultKind::Quota {
-                    per_sec: FIELD_QPS * QUOTA_SHARE,
-                    retry_after: QUOTA_RETRY_AFTER,
-                },
-            ),
-            ScenarioKind::Blackhole => window(20, 30, FaultKind::Blackhole),
-            ScenarioKind::Burst => Fault {
-                start: Duration::ZERO,
-                end: DEFAULT_DURATION,
-                kind: FaultKind::RateLimit {
-                    requests_per_minute: BURST_REQUESTS_PER_MINUTE,
-                    tokens_per_minute: BURST_TOKENS_PER_MINUTE,
-                },
-            },
-            ScenarioKind::Failover => window(20, 35, FaultKind::OutageThenBlackhole),
-            ScenarioKind::Streams => window(
-                20,
-                40,
-                FaultKind::StreamErrors {
-                    before_content: STREAM_ERRORS_BEFORE_CONTENT,
-                    cut: STREAM_CUTS,
-                },
-            ),
-            ScenarioKind::Silent => window(
-                20,
-                40,
-                FaultKind::Silent {
-                    silent: SILENT_SHARE,
-                    silence: SILENCE,
-                    slow: SLOW_FIRST_TOKEN_SHARE,
-                    slow_first_token: SLOW_FIRST_TOKEN,
-                },
-            ),
-            ScenarioKind::Tail => window(30, 40, FaultKind::Outage),
-            ScenarioKind::Balance => window(0, 60, FaultKind::Quotas),
-            ScenarioKind::BalanceFleet => Fault {
-                start: BALANCE_FLEET_DEATH,
-                end: DEFAULT_DURATION,
-                kind: FaultKind::Refusing,
-            },
-        }
-    }
-
-    /// The built-in scenario's healthy provider, and how it streams its answers, if it does: the
-    /// streams' and the silent's stream for [`STREAM_MEDIAN`], the silent's starting after
-    /// [`StreamStart::LLM`]; the tail's for [`TAIL_ANSWER_MEDIAN`], starting after
-    /// [`StreamStart::TAIL`].
-    fn streaming(self) -> (Health, Option<StreamShape>) {
-        let streaming = Health {
-            median: STREAM_MEDIAN,
-            ..Health::HEALTHY
-        };
-        match self {
-            ScenarioKind::Tail => (
-                Health {
-                    median: TAIL_ANSWER_MEDIAN,
-                    ..Health::HEALTHY
-                },
-                Some(StreamShape {
-                    start: Some(StreamStart::TAIL),
-                    ..StreamShape::LLM
-                }),
-            ),
-            ScenarioKind::Streams => (streaming, Some(StreamShape::LLM)),
-            ScenarioKind::Silent => (
-                streaming,
-                Some(StreamShape {
-                    start: Some(StreamStart::LLM),
-                    ..StreamShape::LLM
-                }),
-            ),
-            _ => (Health::HEALTHY, None),
-        }
+impl Builtin {
+    /// The scenario at its defaults.
+    pub fn scenario(&self) -> Scenario {
+        (self.build)()
     }
 }
 
-impl fmt::Display for ScenarioKind {
+impl fmt::Display for Builtin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.name)
+    }
+}
+
+impl fmt::Debug for Builtin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Two built-in scenarios are the same when they have the same name.
+impl PartialEq for Builtin {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
     }
 }
 
@@ -635,27 +499,18 @@ pub struct UnknownScenario(pub String);
 
 impl fmt::Display for UnknownScenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = crate::scenarios::ALL.iter().map(|b| b.name).collect();
+        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
         write!(
             f,
-            "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst, failover, \
-             streams, silent, tail, balance or balance-fleet)",
-            self.0
+            "unknown scenario `{}` (expected {} or {last})",
+            self.0,
+            rest.join(", ")
         )
     }
 }
 
 impl std::error::Error for UnknownScenario {}
-
-impl FromStr for ScenarioKind {
-    type Err = UnknownScenario;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ScenarioKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == s)
-            .ok_or_else(|| UnknownScenario(s.to_owned()))
-    }
-}
 
 /// How the provider behaves when it is up and not rate limited.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -920,7 +775,7 @@ impl Bursts {
     /// The burst scenario's: [`BURST_HEIGHTS`] of the quota of [`BURST_REQUESTS_PER_MINUTE`] and
     /// [`BURST_TOKENS_PER_MINUTE`] for the mean request of [`TokenSizes::LLM`], averaging
     /// [`BURST_AVERAGE_SHARE`] of it.
-    fn builtin() -> Bursts {
+    pub(crate) fn builtin() -> Bursts {
         Bursts {
             quota: quota_rate(
                 BURST_REQUESTS_PER_MINUTE,
@@ -1039,7 +894,7 @@ impl Fault {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
     /// Which built-in scenario this derives from (names the chart file).
-    pub kind: ScenarioKind,
+    pub kind: &'static Builtin,
     /// Offered load: Poisson arrivals per second.
     pub qps: f64,
     /// How long requests arrive. The run lasts until the last of them has an answer.
@@ -1098,53 +953,40 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A built-in scenario at the field's load (12,000 req/s, 40,000 slots, 60 s); the black
-    /// hole at its incident's (1,000 req/s, 10,000 slots, 60 s); the bursts at 70% of a quota of
-    /// 10,000 requests and 30,000,000 tokens a minute (113.8 req/s on average, 1,500 slots, 60 s);
-    /// the failover at 1,000 req/s with 1,813 slots on the primary and 60% of them (1,088) on the
-    /// secondary, 60 s; the streams at 500 req/s with 5,000 slots, answers streamed for 4 s
-    /// (median), 60 s; the silent at 300 req/s with 5,000 slots on the primary and 60% of them
-    /// (3,000) on the secondary, the streams' answers starting after half a second (median), a
-    /// 30 s deadline, 60 s; the tail at the field's load and slots, short answers streamed after
-    /// half a second (median), 1.5% of the attempts ten times later, 60 s.
-    pub fn builtin(kind: ScenarioKind) -> Scenario {
-        let (qps, capacity) = kind.load();
-        let (baseline, stream) = kind.streaming();
-        let (arrivals, sizes) = match kind {
-            ScenarioKind::Burst => (Arrivals::Bursts(Bursts::builtin()), Some(TokenSizes::LLM)),
-            ScenarioKind::Balance | ScenarioKind::BalanceFleet => {
-                (Arrivals::Poisson, Some(TokenSizes::LLM))
-            }
-            _ => (Arrivals::Poisson, None),
-        };
-        let balanced = matches!(kind, ScenarioKind::Balance | ScenarioKind::BalanceFleet);
-        let fleet = kind == ScenarioKind::BalanceFleet;
+    /// Built-in scenario `kind` at its defaults.
+    pub fn builtin(kind: &'static Builtin) -> Scenario {
+        kind.scenario()
+    }
+
+    /// The field's healthy provider under scenario `kind`'s name, with no fault: 12,000 req/s
+    /// on 40,000 slots for [`DEFAULT_DURATION`], one provider, small chat completions answered
+    /// whole. Each built-in scenario starts from it and says what it changes.
+    pub fn healthy(kind: &'static Builtin) -> Scenario {
         Scenario {
             kind,
-            qps,
+            qps: FIELD_QPS,
             duration: DEFAULT_DURATION,
-            capacity,
+            capacity: FIELD_CAPACITY,
             seed: DEFAULT_SEED,
-            baseline,
+            baseline: Health::HEALTHY,
             sigma: SERVICE_TIME_SIGMA,
             max_queue_wait: MAX_QUEUE_WAIT,
             overload_error_span: OVERLOAD_ERROR_SPAN,
-            fault: kind.fault(),
-            attempt_timeout: ATTEMPT_TIMEOUT,
-            arrivals,
-            sizes,
-            stream,
-            secondary_share: matches!(kind, ScenarioKind::Failover | ScenarioKind::Silent)
-                .then_some(FAILOVER_SECONDARY_SHARE),
-            deadline: (kind == ScenarioKind::Silent).then_some(SILENT_DEADLINE),
-            asks_for_stream: matches!(kind, ScenarioKind::Silent | ScenarioKind::Tail),
-            deployments: if balanced {
-                Deployment::balance()
-            } else {
-                Vec::new()
+            fault: Fault {
+                start: Duration::ZERO,
+                end: Duration::ZERO,
+                kind: FaultKind::Degraded(Health::HEALTHY),
             },
-            dying: fleet.then_some(BALANCE_FLEET_DYING),
-            replicas: if fleet { BALANCE_FLEET_REPLICAS } else { 1 },
+            attempt_timeout: ATTEMPT_TIMEOUT,
+            arrivals: Arrivals::Poisson,
+            sizes: None,
+            stream: None,
+            secondary_share: None,
+            deadline: None,
+            asks_for_stream: false,
+            deployments: Vec::new(),
+            dying: None,
+            replicas: 1,
             minute_quota: None,
         }
     }
@@ -1677,10 +1519,11 @@ pub(crate) fn quota_rate(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::scenarios;
 
     #[test]
     fn capacity_has_headroom_for_the_degraded_load_by_littles_law() {
-        let s = Scenario::builtin(ScenarioKind::Seed);
+        let s = Scenario::builtin(scenarios::SEED);
         let busy = s.qps * s.mean_service_time(DEGRADED_MEDIAN).as_secs_f64();
         assert!((33_000.0..35_000.0).contains(&busy), "{busy}");
         let headroom = f64::from(s.capacity) / busy;
@@ -1689,7 +1532,7 @@ mod tests {
 
     #[test]
     fn qps_scales_capacity_and_quota_together() {
-        let s = Scenario::builtin(ScenarioKind::Quota).with_qps(1_200.0);
+        let s = Scenario::builtin(scenarios::QUOTA).with_qps(1_200.0);
         assert_eq!(s.capacity, 4_000);
         assert_eq!(
             s.fault.kind,
@@ -1702,7 +1545,7 @@ mod tests {
 
     #[test]
     fn the_best_split_fills_the_quickest_deployment_to_its_quota_first() {
-        let s = Scenario::builtin(ScenarioKind::Balance);
+        let s = Scenario::builtin(scenarios::BALANCE);
         let split = s.best_split();
         let expected = [0.6, 0.36, 0.04];
         for (share, want) in split.iter().zip(expected) {
@@ -1716,7 +1559,7 @@ mod tests {
 
     #[test]
     fn a_splits_latency_is_the_percentile_of_its_mix_of_log_normals() {
-        let s = Scenario::builtin(ScenarioKind::Balance);
+        let s = Scenario::builtin(scenarios::BALANCE);
         let ms = |split: &[f64], p: f64| s.split_latency(split, p).as_secs_f64() * 1_000.0;
         // One deployment alone: its median, and its 84.13th percentile one sigma above it.
         assert!((ms(&[1.0, 0.0, 0.0], 50.0) - 600.0).abs() < 0.5);
@@ -1733,7 +1576,7 @@ mod tests {
 
     #[test]
     fn each_deployment_is_a_provider_with_its_quota_latency_and_slots() {
-        let s = Scenario::builtin(ScenarioKind::BalanceFleet);
+        let s = Scenario::builtin(scenarios::BALANCE_FLEET);
         let sizes = TokenSizes::LLM;
         let rates: Vec<f64> = (0..3)
             .map(|i| {
@@ -1759,14 +1602,14 @@ mod tests {
 
     #[test]
     fn duration_scales_the_fault_window() {
-        let s = Scenario::builtin(ScenarioKind::Seed).with_duration(Duration::from_secs(30));
+        let s = Scenario::builtin(scenarios::SEED).with_duration(Duration::from_secs(30));
         assert_eq!(s.fault.start, Duration::from_secs(5));
         assert_eq!(s.fault.end, Duration::from_secs(20));
     }
 
     #[test]
     fn blackhole_runs_at_its_incident_load_with_ample_capacity() {
-        let s = Scenario::builtin(ScenarioKind::Blackhole);
+        let s = Scenario::builtin(scenarios::BLACKHOLE);
         assert_eq!((s.qps, s.capacity), (1_000.0, 10_000));
         assert_eq!(
             (s.fault.start, s.fault.end),
@@ -1780,7 +1623,7 @@ mod tests {
 
     #[test]
     fn burst_quota_binds_on_tokens_and_offers_70_percent_of_it() {
-        let s = Scenario::builtin(ScenarioKind::Burst);
+        let s = Scenario::builtin(scenarios::BURST);
         assert_eq!(TokenSizes::LLM.mean(), 3_075.0);
         assert_eq!(
             s.quota_per_minute(),
@@ -1800,7 +1643,7 @@ mod tests {
 
     #[test]
     fn bursts_are_2_to_3_times_the_quota_and_average_70_percent() {
-        let s = Scenario::builtin(ScenarioKind::Burst);
+        let s = Scenario::builtin(scenarios::BURST);
         let Arrivals::Bursts(bursts) = s.arrivals else {
             panic!("bursts")
         };
@@ -1836,21 +1679,21 @@ mod tests {
 
     #[test]
     fn qps_scales_the_bursts_and_the_token_quota_keeps_room_for_the_heaviest_request() {
-        let tenth = Scenario::builtin(ScenarioKind::Burst).qps / 10.0;
-        let s = Scenario::builtin(ScenarioKind::Burst).with_qps(tenth);
+        let tenth = Scenario::builtin(scenarios::BURST).qps / 10.0;
+        let s = Scenario::builtin(scenarios::BURST).with_qps(tenth);
         assert_eq!(s.quota_per_minute(), (Some(1_000), Some(3_000_000)));
         let Arrivals::Bursts(bursts) = s.arrivals else {
             panic!("bursts")
         };
         assert!((bursts.quota * 0.7 - tenth).abs() < 1e-9);
         assert_eq!(s.capacity, 150);
-        let tiny = Scenario::builtin(ScenarioKind::Burst).with_qps(0.1);
+        let tiny = Scenario::builtin(scenarios::BURST).with_qps(0.1);
         assert_eq!(tiny.quota_per_minute(), (Some(9), Some(6_000 * 60)));
     }
 
     #[test]
     fn failover_offers_half_the_primarys_capacity_and_the_secondary_can_carry_it_alone() {
-        let s = Scenario::builtin(ScenarioKind::Failover);
+        let s = Scenario::builtin(scenarios::FAILOVER);
         assert_eq!((s.qps, s.capacity), (1_000.0, 1_813));
         // Little's law: 1,000 req/s x 0.9065 s keep 906.5 slots busy, half of 1,813.
         let busy = s.qps * s.mean_service_time(HEALTHY_MEDIAN).as_secs_f64();
@@ -1871,7 +1714,7 @@ mod tests {
 
     #[test]
     fn failover_primary_refuses_then_swallows_from_the_middle_of_its_fault() {
-        let s = Scenario::builtin(ScenarioKind::Failover);
+        let s = Scenario::builtin(scenarios::FAILOVER);
         let fault = s.fault;
         assert_eq!(
             (fault.start, fault.middle(), fault.end),
@@ -1890,15 +1733,15 @@ mod tests {
         assert!(!fault.refuses_at(at(35_000)) && !fault.swallows_at(at(35_000)));
         assert_eq!(s.throughput_at(at(30_000)), 0.0);
         // The other dead providers are one or the other for the whole window.
-        let outage = Scenario::builtin(ScenarioKind::Outage).fault;
+        let outage = Scenario::builtin(scenarios::OUTAGE).fault;
         assert!(outage.refuses_at(at(29_999)) && !outage.swallows_at(at(25_000)));
-        let hole = Scenario::builtin(ScenarioKind::Blackhole).fault;
+        let hole = Scenario::builtin(scenarios::BLACKHOLE).fault;
         assert!(hole.swallows_at(at(20_000)) && !hole.refuses_at(at(25_000)));
     }
 
     #[test]
     fn failover_scales_both_providers_and_its_fault() {
-        let s = Scenario::builtin(ScenarioKind::Failover)
+        let s = Scenario::builtin(scenarios::FAILOVER)
             .with_qps(400.0)
             .with_duration(Duration::from_secs(40));
         assert_eq!(s.capacity, 725);
@@ -1907,8 +1750,8 @@ mod tests {
         assert_eq!(s.fault.end, Duration::from_millis(23_333));
         let s = s.with_capacity(1_000);
         assert_eq!(s.secondary().unwrap().capacity, 600);
-        for kind in ScenarioKind::ALL {
-            let two = matches!(kind, ScenarioKind::Failover | ScenarioKind::Silent);
+        for kind in scenarios::ALL {
+            let two = [scenarios::FAILOVER, scenarios::SILENT].contains(&kind);
             assert_eq!(Scenario::builtin(kind).secondary().is_some(), two, "{kind}");
         }
         assert!(s.describe().contains(
@@ -1919,7 +1762,7 @@ mod tests {
 
     #[test]
     fn streams_stream_4_s_answers_with_ample_slots_and_fail_from_20_s_to_40_s() {
-        let s = Scenario::builtin(ScenarioKind::Streams);
+        let s = Scenario::builtin(scenarios::STREAMS);
         assert_eq!((s.qps, s.capacity), (500.0, 5_000));
         assert_eq!(s.stream, Some(StreamShape::LLM));
         assert_eq!(s.baseline.median, Duration::from_secs(4));
@@ -1950,18 +1793,15 @@ mod tests {
              cut mid-stream; answers streamed (text/event-stream): 5 tokens every 100 ms for \
              4000 ms (median)"
         ));
-        for kind in ScenarioKind::ALL {
-            let streams = matches!(
-                kind,
-                ScenarioKind::Streams | ScenarioKind::Silent | ScenarioKind::Tail
-            );
+        for kind in scenarios::ALL {
+            let streams = [scenarios::STREAMS, scenarios::SILENT, scenarios::TAIL].contains(&kind);
             assert_eq!(Scenario::builtin(kind).stream.is_some(), streams, "{kind}");
         }
     }
 
     #[test]
     fn silent_streams_start_after_half_a_second_with_two_providers_and_a_30_s_deadline() {
-        let s = Scenario::builtin(ScenarioKind::Silent);
+        let s = Scenario::builtin(scenarios::SILENT);
         assert_eq!((s.qps, s.capacity), (300.0, 5_000));
         assert_eq!(s.secondary().unwrap().capacity, 3_000);
         assert_eq!(s.deadline, Some(Duration::from_secs(30)));
@@ -2004,13 +1844,13 @@ mod tests {
         );
         assert_eq!(
             small.fault.kind,
-            Scenario::builtin(ScenarioKind::Silent).fault.kind
+            Scenario::builtin(scenarios::SILENT).fault.kind
         );
     }
 
     #[test]
     fn tail_streams_short_answers_at_the_fields_load_with_an_outage_from_30_s_to_40_s() {
-        let s = Scenario::builtin(ScenarioKind::Tail);
+        let s = Scenario::builtin(scenarios::TAIL);
         assert_eq!((s.qps, s.capacity), (12_000.0, 40_000));
         assert!(s.asks_for_stream && s.has_slow_starts());
         assert!(!s.streams_fail() && !s.goes_silent());
@@ -2051,10 +1891,10 @@ mod tests {
             s.describe()
         );
         // The silent scenario's streams start as they did: the scenario's sigma, no slow tail.
-        let silent = Scenario::builtin(ScenarioKind::Silent);
+        let silent = Scenario::builtin(scenarios::SILENT);
         assert!(!silent.has_slow_starts());
-        for kind in ScenarioKind::ALL {
-            let tail = kind == ScenarioKind::Tail;
+        for kind in scenarios::ALL {
+            let tail = kind == scenarios::TAIL;
             assert_eq!(Scenario::builtin(kind).has_slow_starts(), tail, "{kind}");
         }
         // Scaled, the outage keeps its place.
@@ -2068,9 +1908,9 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for kind in ScenarioKind::ALL {
-            assert_eq!(kind.as_str().parse::<ScenarioKind>().unwrap(), kind);
+        for kind in scenarios::ALL {
+            assert_eq!(scenarios::named(kind.name).unwrap(), kind);
         }
-        assert!("storm".parse::<ScenarioKind>().is_err());
+        assert!(scenarios::named("storm").is_err());
     }
 }
