@@ -66,9 +66,6 @@ pub(crate) const CALLER_PATIENCE: Duration = Duration::from_secs(120);
 /// Length of the built-in scenarios.
 pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 
-/// Share of the offered load the quota scenario's provider accepts.
-pub(crate) const QUOTA_SHARE: f64 = 0.75;
-
 /// `Retry-After` the quota scenario's provider sends with its 429s.
 pub(crate) const QUOTA_RETRY_AFTER: Duration = Duration::from_secs(2);
 
@@ -85,13 +82,6 @@ const DEPLOYMENT_SEED: u64 = 0xde91_0e00_0000_0003;
 
 /// Offered load of the black-hole incident: 1,000 requests per second.
 pub(crate) const BLACKHOLE_QPS: f64 = 1_000.0;
-
-/// Concurrent slots of the black-hole scenario's provider at [`BLACKHOLE_QPS`]: ample.
-///
-/// Healthy, 1,000 req/s keep about 900 slots busy (Little's law: 1,000 x 0.91 s mean); 10,000
-/// slots take even four attempts per request (naive retries' worst) with room to spare. The
-/// incident is about the connections the clients hold open, not about the provider's capacity.
-pub(crate) const BLACKHOLE_CAPACITY: u32 = 10_000;
 
 /// Requests a minute of the burst scenario's quota: 10,000, the size of OpenAI's higher usage
 /// tiers for its flagship models.
@@ -129,22 +119,8 @@ pub(crate) const BURST_PERIOD: Duration = Duration::from_secs(10);
 /// Where in its period each burst starts: 3 s (the first at 3 s, the sixth at 53 s).
 pub(crate) const BURST_OFFSET: Duration = Duration::from_secs(3);
 
-/// Concurrent slots of the burst scenario's provider: ample.
-///
-/// The quota admits at most 166.7 requests a second (and a second's worth at once), which keep
-/// about 150 slots busy (Little's law: 166.7 x 0.91 s mean); 1,500 slots leave the quota, not the
-/// slots, as the only limit.
-pub(crate) const BURST_CAPACITY: u32 = 1_500;
-
 /// Offered load of the failover scenario: 1,000 requests per second, the black hole's.
 pub(crate) const FAILOVER_QPS: f64 = 1_000.0;
-
-/// Concurrent slots of the failover scenario's primary at [`FAILOVER_QPS`]: twice what the load
-/// keeps busy.
-///
-/// Little's law: 1,000 req/s x 0.9065 s (the healthy mean) keep 906.5 slots busy; 1,813 slots
-/// make the offered load half the primary's capacity (it completes 2,000 req/s).
-pub(crate) const FAILOVER_CAPACITY: u32 = 1_813;
 
 /// The failover scenario's secondary provider, as a share of the primary's slots: 60%.
 ///
@@ -160,12 +136,6 @@ pub(crate) const STREAMS_QPS: f64 = 500.0;
 /// common decoding speed of large hosted models).
 pub(crate) const STREAM_MEDIAN: Duration = Duration::from_secs(4);
 
-/// Concurrent slots of the streams scenario's provider at [`STREAMS_QPS`]: ample.
-///
-/// Little's law: 500 req/s x 4.53 s (the log-normal mean of a 4 s median) keep about 2,270 slots
-/// busy; 5,000 slots leave the stream faults, not the slots, as what goes wrong.
-pub(crate) const STREAMS_CAPACITY: u32 = 5_000;
-
 /// Time between two content events of a streamed answer: 100 ms.
 pub(crate) const STREAM_EVENT_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -173,27 +143,9 @@ pub(crate) const STREAM_EVENT_INTERVAL: Duration = Duration::from_millis(100);
 /// event; a group of 5 keeps the simulation's event count down).
 pub(crate) const STREAM_TOKENS_PER_EVENT: u32 = 5;
 
-/// Share of the streams that fail with an error event before any content during the streams
-/// scenario's fault: 5%.
-pub(crate) const STREAM_ERRORS_BEFORE_CONTENT: f64 = 0.05;
-
-/// Share of the streams cut mid-stream (the connection fails after some content) during the
-/// streams scenario's fault: 1%.
-pub(crate) const STREAM_CUTS: f64 = 0.01;
-
 /// Offered load of the silent scenario: 300 requests per second, a few hundred a second, as a
 /// busy LLM feature of one product sends.
 pub(crate) const SILENT_QPS: f64 = 300.0;
-
-/// Concurrent slots of the silent scenario's primary at [`SILENT_QPS`]: ample.
-///
-/// Little's law: healthy, 300 req/s x 5 s (0.5 s to the first token on average, see
-/// [`StreamStart::LLM`], then 4.53 s of content, the log-normal mean of a 4 s median) keep about
-/// 1,500 slots busy; in the fault the silent attempts hold theirs [`SILENCE`] longer (90 a
-/// second for 20 s: 1,800 more). 5,000 slots leave the silence, not the slots, as what goes
-/// wrong. The secondary has [`FAILOVER_SECONDARY_SHARE`] of them (3,000): the whole load alone
-/// at half its slots.
-pub(crate) const SILENT_CAPACITY: u32 = 5_000;
 
 /// Share of the primary's attempts that the silent scenario's fault keeps silent: 30%, nearly a
 /// third of a provider's replicas stuck (accepting connections, answering nothing) behind a load
@@ -204,10 +156,6 @@ pub(crate) const SILENT_SHARE: f64 = 0.3;
 /// Two thirds of the callers' [`SILENT_DEADLINE`]: a caller that waits gets its answer late,
 /// or, for an answer longer than the 10 s left, not at all.
 pub(crate) const SILENCE: Duration = Duration::from_secs(20);
-
-/// Share of the primary's streams slow to their first token during the silent scenario's
-/// fault: 2% (prefills queued behind the stuck replicas' work).
-pub(crate) const SLOW_FIRST_TOKEN_SHARE: f64 = 0.02;
 
 /// How long a slow stream of the silent scenario waits for its first token after its head:
 /// uniformly 10 s to 20 s. All of it beyond the 5 s floor of stormguard's first-content clock
@@ -273,19 +221,6 @@ pub(crate) const TAIL_SLOW_SHARE: f64 = 0.015;
 /// Anthropic's do).
 pub(crate) const TAIL_SLOW_FACTOR: f64 = 10.0;
 
-/// Concurrent slots of the tail scenario's provider at [`FIELD_QPS`]: the field's 40,000, ample.
-///
-/// Little's law: an attempt holds its slot to the end of its stream: 0.52 s to its first token
-/// on average (the log-normal means of 200 ms and 300 ms at sigma 0.25), 0.59 s with the slow
-/// 1.5% at ten times that, then its content events after the first, 0.35 s (the log-normal
-/// mean of a 400 ms median at the scenario's sigma 0.5, 0.45 s, less the first event): about
-/// 0.94 s, so 12,000 req/s keep about 11,300 slots busy. A client that sends every request twice
-/// (the naive hedge: the attempt that loses the race is dropped, but its work goes on, as work
-/// the provider has started does) keeps about 22,500 busy, 56% of the slots: the load alone
-/// never overloads the provider, whatever the row, and the outage, not the slots, is what goes
-/// wrong.
-pub(crate) const TAIL_CAPACITY: u32 = 40_000;
-
 /// Offered load of the balance scenarios: 1,000 LLM-sized requests a second ([`TokenSizes::LLM`],
 /// 3,075 tokens on average: about 3.1 million tokens a second over three deployments).
 ///
@@ -337,9 +272,6 @@ pub(crate) const BALANCE_TOKENS_PER_REQUEST: f64 = 3_000.0;
 /// quotas, not the slots, are what a deployment runs out of.
 pub(crate) const BALANCE_CAPACITY: u32 = 3_200;
 
-/// The replicas of the balance-fleet scenario's gateway: 3, each sent every third request.
-pub(crate) const BALANCE_FLEET_REPLICAS: u32 = 3;
-
 /// The deployment that dies in the balance-fleet scenario: eu (index 2), the slowest and
 /// smallest.
 ///
@@ -349,17 +281,6 @@ pub(crate) const BALANCE_FLEET_REPLICAS: u32 = 3;
 /// and 40% of the requests would fail whatever the breakers did, their refusals and waits in the
 /// rate limits drowning the figure the run is about.
 pub(crate) const BALANCE_FLEET_DYING: usize = 2;
-
-/// When the balance-fleet scenario's deployment dies: at 20 s, for the rest of the run.
-///
-/// It dies to new requests ([`FaultKind::Refusing`]: 503 at once) and finishes those it was
-/// serving. What the run compares is what reaches it after the first replica saw it die, so the
-/// replicas must each be able to see it at their own time, by attempts of their own, as a
-/// fleet's replicas do when a deployment is taken out of service or its region fails. An
-/// [`Outage`](FaultKind::Outage) fails every replica's attempts in flight there at one instant:
-/// all three replicas' breakers open in the same millisecond, there is nothing left for one
-/// replica to tell the others, and the comparison measures only the probes.
-pub(crate) const BALANCE_FLEET_DEATH: Duration = Duration::from_secs(20);
 
 /// How the provider streams its answers (`text/event-stream`, OpenAI's chat completion chunks):
 /// an opening chunk with the role, one content event every `event_interval` for the length of

@@ -1,12 +1,25 @@
 //! The `balance-fleet` scenario.
 
+use std::time::Duration;
+
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
-use crate::scenario::{
-    BALANCE_CAPACITY, BALANCE_FLEET_DEATH, BALANCE_FLEET_DYING, BALANCE_FLEET_REPLICAS,
-    BALANCE_QPS, DEFAULT_DURATION,
-};
+use crate::scenario::{BALANCE_CAPACITY, BALANCE_FLEET_DYING, BALANCE_QPS, DEFAULT_DURATION};
 use crate::scenario::{Builtin, Deployment, Doc, Fault, FaultKind, Scenario, TokenSizes};
+
+/// When the balance-fleet scenario's deployment dies: at 20 s, for the rest of the run.
+///
+/// It dies to new requests ([`FaultKind::Refusing`]: 503 at once) and finishes those it was
+/// serving. What the run compares is what reaches it after the first replica saw it die, so the
+/// replicas must each be able to see it at their own time, by attempts of their own, as a
+/// fleet's replicas do when a deployment is taken out of service or its region fails. An
+/// [`Outage`](FaultKind::Outage) fails every replica's attempts in flight there at one instant:
+/// all three replicas' breakers open in the same millisecond, there is nothing left for one
+/// replica to tell the others, and the comparison measures only the probes.
+const BALANCE_FLEET_DEATH: Duration = Duration::from_secs(20);
+
+/// The replicas of the balance-fleet scenario's gateway: 3, each sent every third request.
+const BALANCE_FLEET_REPLICAS: u32 = 3;
 
 /// The balance scenario's deployments behind a gateway of three replicas, each sent every
 /// third request; eu dies at 20 s (new attempts refused with 503 at once, work in flight

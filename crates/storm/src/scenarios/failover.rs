@@ -5,7 +5,14 @@ use std::time::Duration;
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::{Builtin, Doc, Fault, FaultKind, Scenario};
-use crate::scenario::{FAILOVER_CAPACITY, FAILOVER_QPS, FAILOVER_SECONDARY_SHARE};
+use crate::scenario::{FAILOVER_QPS, FAILOVER_SECONDARY_SHARE};
+
+/// Concurrent slots of the failover scenario's primary at [`FAILOVER_QPS`]: twice what the load
+/// keeps busy.
+///
+/// Little's law: 1,000 req/s x 0.9065 s (the healthy mean) keep 906.5 slots busy; 1,813 slots
+/// make the offered load half the primary's capacity (it completes 2,000 req/s).
+const FAILOVER_CAPACITY: u32 = 1_813;
 
 /// Two providers, at 1,000 requests/s (half the primary's capacity; the secondary has 60% of
 /// it and is healthy throughout): from 20 s to 35 s the primary is down, answering 503 at

@@ -36,7 +36,8 @@ macro_rules! registry {
             #[doc = concat!("The `", stringify!($module), "` scenario.")]
             pub const $constant: &Builtin = &$module::SCENARIO;
         )*
-        /// Every built-in scenario, in the order `--help` lists them and `--scenario all` runs them.
+        /// Every built-in scenario, in the order `--help` lists them and `--scenario all` runs
+        /// them.
         pub const ALL: [&Builtin; [$(stringify!($module)),*].len()] = [$($constant),*];
     };
 }

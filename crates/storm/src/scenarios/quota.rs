@@ -5,7 +5,10 @@ use std::time::Duration;
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::{Builtin, Doc, Fault, FaultKind, Scenario};
-use crate::scenario::{FIELD_QPS, QUOTA_RETRY_AFTER, QUOTA_SHARE};
+use crate::scenario::{FIELD_QPS, QUOTA_RETRY_AFTER};
+
+/// Share of the offered load the quota scenario's provider accepts.
+const QUOTA_SHARE: f64 = 0.75;
 
 /// From 10 s to 40 s the provider accepts 75% of the offered rate and answers the rest with
 /// 429 and `Retry-After: 2`.

@@ -6,9 +6,23 @@ use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::{Builtin, Doc, Fault, FaultKind, Health, Scenario, StreamShape, StreamStart};
 use crate::scenario::{
-    FAILOVER_SECONDARY_SHARE, SILENCE, SILENT_CAPACITY, SILENT_DEADLINE, SILENT_QPS, SILENT_SHARE,
-    SLOW_FIRST_TOKEN, SLOW_FIRST_TOKEN_SHARE, STREAM_MEDIAN,
+    FAILOVER_SECONDARY_SHARE, SILENCE, SILENT_DEADLINE, SILENT_QPS, SILENT_SHARE, SLOW_FIRST_TOKEN,
+    STREAM_MEDIAN,
 };
+
+/// Share of the primary's streams slow to their first token during the silent scenario's
+/// fault: 2% (prefills queued behind the stuck replicas' work).
+const SLOW_FIRST_TOKEN_SHARE: f64 = 0.02;
+
+/// Concurrent slots of the silent scenario's primary at [`SILENT_QPS`]: ample.
+///
+/// Little's law: healthy, 300 req/s x 5 s (0.5 s to the first token on average, see
+/// [`StreamStart::LLM`], then 4.53 s of content, the log-normal mean of a 4 s median) keep about
+/// 1,500 slots busy; in the fault the silent attempts hold theirs [`SILENCE`] longer (90 a
+/// second for 20 s: 1,800 more). 5,000 slots leave the silence, not the slots, as what goes
+/// wrong. The secondary has [`FAILOVER_SECONDARY_SHARE`] of them (3,000): the whole load alone
+/// at half its slots.
+const SILENT_CAPACITY: u32 = 5_000;
 
 /// Two providers and streamed answers under a 30 s deadline, at 300 requests/s: from 20 s
 /// to 40 s, 30% of the primary's attempts get no response head for 20 s, and 2% of its

@@ -5,9 +5,21 @@ use std::time::Duration;
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::{Builtin, Doc, Fault, FaultKind, Health, Scenario, StreamShape};
-use crate::scenario::{
-    STREAM_CUTS, STREAM_ERRORS_BEFORE_CONTENT, STREAM_MEDIAN, STREAMS_CAPACITY, STREAMS_QPS,
-};
+use crate::scenario::{STREAM_MEDIAN, STREAMS_QPS};
+
+/// Share of the streams cut mid-stream (the connection fails after some content) during the
+/// streams scenario's fault: 1%.
+const STREAM_CUTS: f64 = 0.01;
+
+/// Share of the streams that fail with an error event before any content during the streams
+/// scenario's fault: 5%.
+const STREAM_ERRORS_BEFORE_CONTENT: f64 = 0.05;
+
+/// Concurrent slots of the streams scenario's provider at [`STREAMS_QPS`]: ample.
+///
+/// Little's law: 500 req/s x 4.53 s (the log-normal mean of a 4 s median) keep about 2,270 slots
+/// busy; 5,000 slots leave the stream faults, not the slots, as what goes wrong.
+const STREAMS_CAPACITY: u32 = 5_000;
 
 /// Streamed answers (`text/event-stream`) at 500 requests/s: from 20 s to 40 s, 5% of the
 /// streams fail with an error event before any content and 1% are cut mid-stream.
