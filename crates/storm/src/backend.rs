@@ -416,7 +416,7 @@ struct Track {
     hinted_until_us: u64,
 }
 
-/// The provider's state, advanced by [`Model::admit`] one attempt at a time.
+/// The provider's state, advanced by [`Model::admit_weighing`] one attempt at a time.
 ///
 /// Times are microseconds from the start of the run; the model never reads a clock itself,
 /// which keeps it testable without a runtime.
@@ -520,14 +520,14 @@ impl Model {
         bucket
     }
 
-    /// Decide the answer to an attempt of logical request `id` arriving at `now_us`; the attempt
-    /// is open until [`close`](Model::close)d.
+    /// [`admit_weighing`](Model::admit_weighing) an attempt that weighs no tokens.
     #[cfg(test)]
     pub(crate) fn admit(&mut self, now_us: u64, id: Option<usize>) -> Decision {
         self.admit_weighing(now_us, id, 0)
     }
 
-    /// [`admit`](Model::admit) an attempt that weighs `tokens` against a token quota.
+    /// Decide the answer to an attempt of logical request `id` arriving at `now_us`, which weighs
+    /// `tokens` against a token quota; the attempt is open until [`close`](Model::close)d.
     pub(crate) fn admit_weighing(
         &mut self,
         now_us: u64,

@@ -8,7 +8,7 @@
 //! # Adding a scenario
 //! Write `src/scenarios/<name>.rs` with a `pub const SCENARIO: Builtin` (copy the closest one),
 //! declare it below (`mod name;`, a plain declaration so that `cargo fmt` formats the file) and
-//! give it its place in the [`registry!`]: `NAME: name`. `--scenario NAME`, `--help`,
+//! give it its place in `registry!`: `NAME: name`. `--scenario NAME`, `--help`,
 //! `--scenario all`, the overview and the document pick it up from there. A fault or a provider
 //! the simulator cannot model yet is new code in [`crate::backend`], not part of the scenario.
 //!

@@ -7,7 +7,7 @@ use crate::pipeline::Pipeline;
 use crate::scenario::TAIL_ANSWER_MEDIAN;
 use crate::scenario::{Builtin, Doc, Fault, FaultKind, Health, Scenario, StreamShape, StreamStart};
 
-/// Concurrent slots of the tail scenario's provider at [`FIELD_QPS`]: the field's 40,000, ample.
+/// Concurrent slots of the tail scenario's provider at [`FIELD_QPS`](crate::scenario::FIELD_QPS): the field's 40,000, ample.
 ///
 /// Little's law: an attempt holds its slot to the end of its stream: 0.52 s to its first token
 /// on average (the log-normal means of 200 ms and 300 ms at sigma 0.25), 0.59 s with the slow
