@@ -104,15 +104,15 @@ use crate::json_body::{ERROR_BODY, OK_BODY, OVERLOADED_BODY, RATE_LIMITED_BODY, 
 use crate::scenario::{FaultKind, Scenario, StreamShape, StreamStart};
 
 /// Request header carrying the logical request's id (the same on every attempt).
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id");
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-storm-request-id");
 
 /// Request header carrying the request's weight in tokens (prompt and `max_tokens`), which the
 /// provider counts against a token quota. Its body says the same to a client that weighs it (see
 /// `sim`); the header spares the provider parsing it.
-pub const TOKENS: HeaderName = HeaderName::from_static("x-storm-tokens");
+pub(crate) const TOKENS: HeaderName = HeaderName::from_static("x-storm-tokens");
 
 /// Status the provider sheds with when its queue is full (Anthropic's "overloaded").
-pub const STATUS_OVERLOADED: u16 = 529;
+pub(crate) const STATUS_OVERLOADED: u16 = 529;
 
 /// Resolution of the provider's fine-grained counts ([`BackendStats::fine`]): 100 ms, ten times
 /// finer than the per-second buckets, to time how fast a client cuts its traffic.
@@ -123,7 +123,7 @@ const MAX_TRACKED_IDS: usize = 1 << 27;
 
 /// What the provider did with one second of attempts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     /// Attempts that arrived.
     pub attempts: u64,
     /// Attempts whose logical request had been seen before.
@@ -143,7 +143,7 @@ pub struct Bucket {
 
 /// What the provider saw in one [`FINE_BUCKET`] (100 ms).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FineBucket {
+pub(crate) struct FineBucket {
     /// Attempts that arrived (measured ones, as in [`Bucket`]).
     pub attempts: u64,
     /// Most attempts open at once (see [`BackendStats::peak_open`]).
@@ -152,7 +152,7 @@ pub struct FineBucket {
 
 /// Everything the provider counted during a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BackendStats {
+pub(crate) struct BackendStats {
     /// One entry per second of the run, by arrival time of the attempt.
     pub buckets: Vec<Bucket>,
     /// One entry per [`FINE_BUCKET`] (100 ms) of the run.
@@ -205,7 +205,7 @@ impl BackendStats {
     /// The counts of several providers taken as one (the deployments of a balance scenario):
     /// every count and bucket summed; the peaks (in flight, open) summed too, the most the
     /// providers together could have held at once.
-    pub fn merged(all: &[BackendStats]) -> BackendStats {
+    pub(crate) fn merged(all: &[BackendStats]) -> BackendStats {
         let mut merged = BackendStats::default();
         for stats in all {
             for (second, bucket) in stats.buckets.iter().enumerate() {
@@ -244,7 +244,7 @@ impl BackendStats {
 
 /// The provider's answer to one attempt, decided when it arrives.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// Status of the answer.
     pub status: StatusCode,
     /// When the answer is sent, in microseconds from the start of the run; `None`: never (a
@@ -285,7 +285,7 @@ impl Decision {
 
 /// One dimension of a quota as the provider's headers state it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuotaState {
+pub(crate) struct QuotaState {
     /// The quota a minute (`x-ratelimit-limit-*`).
     pub limit: u64,
     /// The minute's quota less what the bucket is short of full (`x-ratelimit-remaining-*`).
@@ -296,7 +296,7 @@ pub struct QuotaState {
 
 /// The quota of requests and tokens a minute as an answer's headers state it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RateLimitState {
+pub(crate) struct RateLimitState {
     /// Requests.
     pub requests: QuotaState,
     /// Tokens.
@@ -416,11 +416,11 @@ struct Track {
     hinted_until_us: u64,
 }
 
-/// The provider's state, advanced by [`Model::admit`] one attempt at a time.
+/// The provider's state, advanced by [`Model::admit_weighing`] one attempt at a time.
 ///
 /// Times are microseconds from the start of the run; the model never reads a clock itself,
 /// which keeps it testable without a runtime.
-pub struct Model {
+pub(crate) struct Model {
     scenario: Scenario,
     rng: SmallRng,
     /// When each slot frees, per millisecond.
@@ -466,34 +466,30 @@ impl Model {
     }
 
     /// What the provider has counted so far.
-    pub fn stats(&self) -> &BackendStats {
+    pub(crate) fn stats(&self) -> &BackendStats {
         &self.stats
-    }
-
-    /// Take the counts out of the model.
-    pub fn into_stats(self) -> BackendStats {
-        self.stats
     }
 
     /// From now on, count only attempts of requests whose id is below `id` (the rest are load
     /// that keeps the provider busy while the measured requests finish).
-    pub fn count_ids_below(&mut self, id: u64) {
+    pub(crate) fn count_ids_below(&mut self, id: u64) {
         self.counted_ids = Some(usize::try_from(id).unwrap_or(usize::MAX));
     }
 
     /// Requests running or queued at `now_us`.
-    pub fn in_flight(&mut self, now_us: u64) -> u64 {
+    pub(crate) fn in_flight(&mut self, now_us: u64) -> u64 {
         self.ends.discard_through(ms_floor(now_us))
     }
 
     /// Attempts open now, client side: admitted and not [closed](Model::close) yet.
+    #[cfg(test)]
     pub fn open(&self) -> u64 {
         self.open
     }
 
     /// The client is done with an attempt of request `id` at `now_us`: it was answered, dropped
     /// or cut.
-    pub fn close(&mut self, now_us: u64, id: Option<usize>) {
+    pub(crate) fn close(&mut self, now_us: u64, id: Option<usize>) {
         if let Some(track) = id.and_then(|id| self.requests.get_mut(id)) {
             track.open = track.open.saturating_sub(1);
         }
@@ -524,14 +520,20 @@ impl Model {
         bucket
     }
 
-    /// Decide the answer to an attempt of logical request `id` arriving at `now_us`; the attempt
-    /// is open until [`close`](Model::close)d.
-    pub fn admit(&mut self, now_us: u64, id: Option<usize>) -> Decision {
+    /// [`admit_weighing`](Model::admit_weighing) an attempt that weighs no tokens.
+    #[cfg(test)]
+    pub(crate) fn admit(&mut self, now_us: u64, id: Option<usize>) -> Decision {
         self.admit_weighing(now_us, id, 0)
     }
 
-    /// [`admit`](Model::admit) an attempt that weighs `tokens` against a token quota.
-    pub fn admit_weighing(&mut self, now_us: u64, id: Option<usize>, tokens: u64) -> Decision {
+    /// Decide the answer to an attempt of logical request `id` arriving at `now_us`, which weighs
+    /// `tokens` against a token quota; the attempt is open until [`close`](Model::close)d.
+    pub(crate) fn admit_weighing(
+        &mut self,
+        now_us: u64,
+        id: Option<usize>,
+        tokens: u64,
+    ) -> Decision {
         let counted = match (self.counted_ids, id) {
             (Some(limit), Some(id)) => id < limit,
             (Some(_), None) => false,
@@ -897,7 +899,7 @@ fn retry_after_secs(after: Duration) -> u64 {
 
 /// A duration as Go writes it, as OpenAI's `x-ratelimit-reset-*` headers do, to the millisecond
 /// (rounded up): `0s`, `6ms`, `1s`, `1.5s`, `6m0s`.
-pub fn go_duration(duration: Duration) -> String {
+pub(crate) fn go_duration(duration: Duration) -> String {
     let ms = duration.as_micros().div_ceil(1_000);
     if ms == 0 {
         return "0s".to_owned();
@@ -1008,11 +1010,11 @@ fn service_time_us(rng: &mut SmallRng, median: Duration, sigma: f64) -> u64 {
 
 /// The body of the provider's answers: one JSON body, or, where the scenario streams, an event
 /// stream for a success.
-pub type ProviderBody = Either<Full<Bytes>, EventStream>;
+pub(crate) type ProviderBody = Either<Full<Bytes>, EventStream>;
 
 /// The provider as a tower service; clones share one [`Model`].
 #[derive(Clone)]
-pub struct Backend {
+pub(crate) struct Backend {
     model: Arc<Mutex<Model>>,
     epoch: Instant,
 }
@@ -1174,7 +1176,7 @@ fn respond(decision: Decision) -> Response<ProviderBody> {
 pin_project! {
     /// Response future of [`Backend`]: the answer, held back until its time, or never (a black
     /// hole).
-    pub struct ResponseFuture {
+    pub(crate) struct ResponseFuture {
         #[pin]
         delay: Option<Sleep>,
         // `None` while the attempt is open: swallowed by a black hole.
@@ -1213,7 +1215,8 @@ impl Future for ResponseFuture {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::scenario::{BALANCE_FLEET_DYING, DEGRADED_MEDIAN, HEALTHY_MEDIAN, ScenarioKind};
+    use crate::scenario::{BALANCE_FLEET_DYING, DEGRADED_MEDIAN, HEALTHY_MEDIAN};
+    use crate::scenarios;
 
     const SECOND: u64 = 1_000_000;
 
@@ -1240,7 +1243,7 @@ mod tests {
 
     /// A healthy provider (its fault moved out of the way).
     fn healthy(qps: f64, capacity: u32) -> Scenario {
-        let mut scenario = Scenario::builtin(ScenarioKind::Seed)
+        let mut scenario = Scenario::builtin(scenarios::SEED)
             .with_qps(qps)
             .with_capacity(capacity);
         scenario.fault.start = Duration::from_secs(1_000);
@@ -1273,7 +1276,7 @@ mod tests {
 
     #[test]
     fn under_capacity_the_median_latency_is_the_healthy_800_ms() {
-        let scenario = Scenario::builtin(ScenarioKind::Seed).with_qps(1_000.0);
+        let scenario = Scenario::builtin(scenarios::SEED).with_qps(1_000.0);
         let mut model = Model::new(&scenario);
         let (latencies, statuses) = offer(&mut model, 1_000, 0, 5);
         let median = median_us(latencies) as f64 / 1e3;
@@ -1292,7 +1295,7 @@ mod tests {
 
     #[test]
     fn degraded_window_steps_latency_and_errors() {
-        let scenario = Scenario::builtin(ScenarioKind::Seed).with_qps(1_000.0);
+        let scenario = Scenario::builtin(scenarios::SEED).with_qps(1_000.0);
         let mut model = Model::new(&scenario);
         let (latencies, statuses) = offer(&mut model, 1_000, 12, 10);
         let median = median_us(latencies) as f64 / 1e3;
@@ -1359,7 +1362,7 @@ mod tests {
 
     #[test]
     fn outage_answers_503_at_once_and_cuts_work_in_flight() {
-        let scenario = Scenario::builtin(ScenarioKind::Outage).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::OUTAGE).with_qps(100.0);
         let mut model = Model::new(&scenario);
         let before = model.admit(19_900_000, Some(0));
         assert_eq!(before.status.as_u16(), 503);
@@ -1375,7 +1378,7 @@ mod tests {
 
     #[test]
     fn a_refusing_deployment_finishes_its_work_in_flight_and_refuses_the_rest() {
-        let fleet = Scenario::builtin(ScenarioKind::BalanceFleet).with_qps(100.0);
+        let fleet = Scenario::builtin(scenarios::BALANCE_FLEET).with_qps(100.0);
         let dying = fleet.deployment(BALANCE_FLEET_DYING).unwrap();
         let mut model = Model::new(&dying);
         let caught = model.admit(19_900_000, Some(0));
@@ -1393,7 +1396,7 @@ mod tests {
 
     #[test]
     fn blackhole_never_answers_what_arrives_in_it_or_is_in_flight_when_it_starts() {
-        let scenario = Scenario::builtin(ScenarioKind::Blackhole).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::BLACKHOLE).with_qps(100.0);
         let mut model = Model::new(&scenario);
         let early = model.admit(10 * SECOND, Some(0));
         assert_eq!(early.status, StatusCode::OK);
@@ -1415,7 +1418,7 @@ mod tests {
 
     #[test]
     fn failover_primary_fails_what_is_in_flight_refuses_then_swallows_then_serves() {
-        let scenario = Scenario::builtin(ScenarioKind::Failover).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::FAILOVER).with_qps(100.0);
         let mut model = Model::new(&scenario);
         let caught = model.admit(19_900_000, Some(0));
         assert_eq!(
@@ -1463,7 +1466,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_attempt_stays_open_until_answered_or_dropped() {
-        let scenario = Scenario::builtin(ScenarioKind::Blackhole).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::BLACKHOLE).with_qps(100.0);
         let backend = Backend::new(&scenario, Instant::now());
         let request = || Request::new(Full::new(Bytes::new()));
         // Healthy: open until the answer is handed over.
@@ -1483,7 +1486,7 @@ mod tests {
 
     #[test]
     fn quota_answers_429_with_retry_after_and_counts_early_retries() {
-        let scenario = Scenario::builtin(ScenarioKind::Quota).with_qps(1_000.0);
+        let scenario = Scenario::builtin(scenarios::QUOTA).with_qps(1_000.0);
         let mut model = Model::new(&scenario);
         let (_, statuses) = offer(&mut model, 1_000, 12, 8);
         // One second of burst (750) lasts 3 s at a 250/s deficit; then a quarter is refused.
@@ -1529,7 +1532,7 @@ mod tests {
     /// The burst scenario's provider with a quota of 600 requests and 60,000 tokens a minute: 10
     /// requests and 1,000 tokens a second, a bucket of one second's worth of each.
     fn quota_a_minute() -> Model {
-        let mut scenario = Scenario::builtin(ScenarioKind::Burst);
+        let mut scenario = Scenario::builtin(scenarios::BURST);
         scenario.fault.kind = FaultKind::RateLimit {
             requests_per_minute: 600,
             tokens_per_minute: 60_000,
@@ -1685,7 +1688,7 @@ mod tests {
 
     #[test]
     fn streams_fail_in_their_window_before_content_or_mid_stream() {
-        let scenario = Scenario::builtin(ScenarioKind::Streams);
+        let scenario = Scenario::builtin(scenarios::STREAMS);
         let mut model = Model::new(&scenario);
         // 500 attempts a second (the scenario's load), from 10 s to 20 s and from 20 s to 40 s.
         let plans = |model: &mut Model, from_s: u64, secs: u64, first: usize| {
@@ -1763,7 +1766,7 @@ mod tests {
 
     #[test]
     fn silent_streams_start_late_and_in_the_fault_some_are_silent_or_slow() {
-        let scenario = Scenario::builtin(ScenarioKind::Silent);
+        let scenario = Scenario::builtin(scenarios::SILENT);
         let mut model = Model::new(&scenario);
         // Healthy: the head after 200 ms and the first token 300 ms after it, at the median.
         let before = silent_attempts(&mut model, 5, 10);
@@ -1825,7 +1828,7 @@ mod tests {
 
     #[test]
     fn tail_streams_start_after_half_a_second_and_one_in_seventy_ten_times_later() {
-        let scenario = Scenario::builtin(ScenarioKind::Tail);
+        let scenario = Scenario::builtin(scenarios::TAIL);
         let mut model = Model::new(&scenario);
         // 100,000 attempts before the outage, 10 a millisecond.
         let starts: Vec<StreamPlan> = (0..100_000_u64)
@@ -1855,7 +1858,7 @@ mod tests {
 
     #[test]
     fn a_stream_in_flight_when_the_outage_starts_is_reset_then_and_one_without_a_head_fails() {
-        let scenario = Scenario::builtin(ScenarioKind::Tail).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
         let mut model = Model::new(&scenario);
         let crash = 30 * SECOND;
         // Arrived 2 s before the outage: its head long out, its stream reset at the crash.
@@ -1883,7 +1886,7 @@ mod tests {
 
     #[test]
     fn an_attempt_sent_while_another_of_its_request_is_open_is_a_hedge() {
-        let scenario = Scenario::builtin(ScenarioKind::Tail).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
         let mut model = Model::new(&scenario);
         model.admit(0, Some(0));
         // A second attempt while the first is open: a hedge, and a repeat of the request.
@@ -1901,7 +1904,7 @@ mod tests {
 
     #[test]
     fn a_stream_holds_its_slot_until_it_ends_or_fails() {
-        let mut scenario = Scenario::builtin(ScenarioKind::Streams).with_capacity(1);
+        let mut scenario = Scenario::builtin(scenarios::STREAMS).with_capacity(1);
         let mut model = Model::new(&scenario);
         let first = model.admit(0, Some(0));
         let length = micros(first.stream.unwrap().length());
@@ -1925,7 +1928,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_streamed_answer_keeps_its_attempt_open_until_it_ends() {
         use http_body_util::BodyExt;
-        let scenario = Scenario::builtin(ScenarioKind::Streams).with_qps(10.0);
+        let scenario = Scenario::builtin(scenarios::STREAMS).with_qps(10.0);
         let backend = Backend::new(&scenario, Instant::now());
         let response = backend
             .clone()
@@ -1954,7 +1957,7 @@ mod tests {
         drop(response);
         assert_eq!(backend.model().open(), 0);
         // Where the scenario does not stream, a success is one JSON body, as before.
-        let seed = Backend::new(&Scenario::builtin(ScenarioKind::Seed), Instant::now());
+        let seed = Backend::new(&Scenario::builtin(scenarios::SEED), Instant::now());
         let response = seed
             .clone()
             .call(Request::new(Full::new(Bytes::new())))
@@ -1967,7 +1970,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_continuation_is_answered_from_where_its_prefill_ends() {
         use http_body_util::BodyExt;
-        let scenario = Scenario::builtin(ScenarioKind::Streams).with_qps(10.0);
+        let scenario = Scenario::builtin(scenarios::STREAMS).with_qps(10.0);
         let backend = Backend::new(&scenario, Instant::now());
         let send = |body: &'static str| {
             let mut request = Request::new(Full::new(Bytes::from_static(body.as_bytes())));

@@ -81,7 +81,7 @@ const FINISH_AND_DONE: &[u8] = concat!(
 
 /// In which provider's form a stream's error event comes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorForm {
+pub(crate) enum ErrorForm {
     /// Anthropic's: `event: error` with `{"type":"error","error":{"type":"overloaded_error"}}`
     /// (retryable, like a 529).
     Anthropic,
@@ -91,7 +91,7 @@ pub enum ErrorForm {
 
 impl ErrorForm {
     /// The error event, as the provider sends it.
-    pub fn event(self) -> Bytes {
+    pub(crate) fn event(self) -> Bytes {
         let (name, body): (&[u8], &[u8]) = match self {
             ErrorForm::Anthropic => (b"event: error\n", OVERLOADED_BODY),
             ErrorForm::OpenAi => (b"", ERROR_BODY),
@@ -102,7 +102,7 @@ impl ErrorForm {
 
 /// How a stream ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StreamFate {
+pub(crate) enum StreamFate {
     /// Whole: every content event, the finish chunk and `[DONE]`.
     Complete,
     /// An error event when the first content event was due, then the end of the body.
@@ -118,25 +118,25 @@ pub enum StreamFate {
 /// One streamed answer: its shape, its length in content events, how it ends, and how long it
 /// takes to start.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct StreamPlan {
+pub(crate) struct StreamPlan {
     /// Pace and tokens per event.
-    pub shape: StreamShape,
+    pub(crate) shape: StreamShape,
     /// Content events of the whole answer (at least one).
-    pub events: u32,
+    pub(crate) events: u32,
     /// How it ends.
-    pub fate: StreamFate,
+    pub(crate) fate: StreamFate,
     /// Time from the provider starting on the request to the stream's head (the provider's
     /// business: the body starts with the head).
-    pub head: Duration,
+    pub(crate) head: Duration,
     /// Time from the head to the first content event; one `event_interval` unless the
     /// scenario draws it ([`StreamShape::start`]).
-    pub first_content: Duration,
+    pub(crate) first_content: Duration,
     /// The number of the first token of the first content event: 0, or where the request's
     /// prefill ends (see [`first_token`]).
-    pub first_token: u64,
+    pub(crate) first_token: u64,
     /// Whether its first content event was drawn in the slow tail of the stream's start
     /// ([`StreamStart::slow`](crate::scenario::StreamStart::slow)).
-    pub slow: bool,
+    pub(crate) slow: bool,
 }
 
 /// What the stream sends next.
@@ -154,7 +154,7 @@ enum Next {
 impl StreamPlan {
     /// The answer to a request served for `service`: one content event per `event_interval` of
     /// it (rounded, at least one), ending as `fate` says.
-    pub fn new(shape: StreamShape, service: Duration, fate: StreamFate) -> StreamPlan {
+    pub(crate) fn new(shape: StreamShape, service: Duration, fate: StreamFate) -> StreamPlan {
         let interval = shape.event_interval.as_nanos().max(1);
         let events = (service.as_nanos() + interval / 2) / interval;
         let events = u32::try_from(events).unwrap_or(u32::MAX).max(1);
@@ -170,7 +170,7 @@ impl StreamPlan {
     }
 
     /// Time from the start of the stream (its head) to its end (or its failure).
-    pub fn length(&self) -> Duration {
+    pub(crate) fn length(&self) -> Duration {
         let events = match self.fate {
             StreamFate::Complete => self.events,
             StreamFate::ErrorBeforeContent(_) => 1,
@@ -207,7 +207,8 @@ impl StreamPlan {
     }
 
     /// Content events the stream delivers.
-    pub fn content_events(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn content_events(&self) -> u32 {
         match self.fate {
             StreamFate::Complete => self.events,
             StreamFate::ErrorBeforeContent(_) => 0,
@@ -269,7 +270,7 @@ impl StreamPlan {
 pin_project! {
     /// The provider's streamed answer (see the [module docs](self)): an `http_body::Body` that
     /// sends each frame when it is due on tokio's clock.
-    pub struct EventStream {
+    pub(crate) struct EventStream {
         plan: StreamPlan,
         start: Instant,
         // Frames sent.
@@ -285,7 +286,7 @@ pin_project! {
 
 impl EventStream {
     /// The stream of `plan`, starting now.
-    pub fn new(plan: StreamPlan) -> EventStream {
+    pub(crate) fn new(plan: StreamPlan) -> EventStream {
         EventStream {
             plan,
             start: Instant::now(),
@@ -301,7 +302,8 @@ impl EventStream {
     }
 
     /// What the stream will send.
-    pub fn plan(&self) -> &StreamPlan {
+    #[cfg(test)]
+    pub(crate) fn plan(&self) -> &StreamPlan {
         &self.plan
     }
 }
@@ -357,7 +359,7 @@ impl Body for EventStream {
 
 /// How one stream ended, as its caller saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// Whole: `[DONE]`, then the end of the body, and no error.
     Complete,
     /// Failed (an error event, a body error, or an end without `[DONE]`) before any content.
@@ -369,7 +371,7 @@ pub enum Ending {
 /// What the caller of one request was shown, across the streams it read (see the
 /// [module docs](self)).
 #[derive(Clone, Debug, Default)]
-pub struct Transcript {
+pub(crate) struct Transcript {
     /// The current stream's parser.
     parser: Parser,
     /// The frames the last bytes completed.
@@ -393,7 +395,7 @@ pub struct Transcript {
 impl Transcript {
     /// A new stream of the same request begins: what it shows is compared with what the caller
     /// was shown before.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.parser = Parser::new();
         self.malformed = false;
         self.tokens = 0;
@@ -402,7 +404,7 @@ impl Transcript {
     }
 
     /// The caller received `bytes` of the current stream.
-    pub fn read(&mut self, bytes: &[u8]) {
+    pub(crate) fn read(&mut self, bytes: &[u8]) {
         let mut frames = std::mem::take(&mut self.frames);
         self.malformed |= self.parser.feed(bytes, &mut frames).is_err();
         for frame in frames.drain(..) {
@@ -433,7 +435,7 @@ impl Transcript {
     }
 
     /// How the current stream ended: `failed` when its body ended with an error.
-    pub fn ending(&self, failed: bool) -> Ending {
+    pub(crate) fn ending(&self, failed: bool) -> Ending {
         if self.done && !self.error && !self.malformed && !failed {
             Ending::Complete
         } else if self.tokens > 0 {
@@ -444,25 +446,26 @@ impl Transcript {
     }
 
     /// Content tokens of the current stream.
-    pub fn tokens(&self) -> u64 {
+    pub(crate) fn tokens(&self) -> u64 {
         self.tokens
     }
 
     /// The number of the next new token: the tokens shown across all streams, and the ones
     /// [lost](Transcript::lost_tokens) between them.
-    pub fn shown(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn shown(&self) -> u64 {
         self.shown
     }
 
     /// Tokens the caller was shown a second time (a restarted stream repeating what an earlier
     /// one had shown).
-    pub fn duplicated_tokens(&self) -> u64 {
+    pub(crate) fn duplicated_tokens(&self) -> u64 {
         self.duplicated
     }
 
     /// Tokens the caller was never shown though a later one was: the gaps in the numbers (a
     /// continuation that skipped part of the answer).
-    pub fn lost_tokens(&self) -> u64 {
+    pub(crate) fn lost_tokens(&self) -> u64 {
         self.lost
     }
 }
@@ -523,7 +526,7 @@ struct Message<'a> {
 /// `body`: one past the highest token of its prefill (a last message of the assistant's, whose
 /// text is `" t0 t1 ... tN"`), as a model goes on from the end of a prefill; 0 for any other
 /// request (a body that is not such JSON included: the provider answers it from the start).
-pub fn first_token(body: &[u8]) -> u64 {
+pub(crate) fn first_token(body: &[u8]) -> u64 {
     let Ok(request) = serde_json::from_slice::<ChatRequest<'_>>(body) else {
         return 0;
     };

@@ -26,28 +26,31 @@
 //!   cancelled, and, in the burst scenario, a quota of requests and tokens a minute enforced per
 //!   second and stated in OpenAI's `x-ratelimit-*` headers (the model and its calibration are
 //!   documented there and in [`scenario`]); in the streams and silent scenarios it streams its
-//!   successes ([`event_stream`]: OpenAI's chunks, paced on the virtual clock, a continuation
+//!   successes (`event_stream`: OpenAI's chunks, paced on the virtual clock, a continuation
 //!   answered from where its prefill ends), which callers read to the end; in the tail scenario
 //!   its streams start after a log-normal wait, a share of the attempts ten times later, and it
 //!   counts the hedges (attempts sent while another of the same request is still open).
-//! - [`pipeline`]: the clients: no retries; naive fixed-interval retries; a naive failover that
-//!   switches provider on every failure; tower's `retry` with `ExponentialBackoff` and `TpsBudget`;
-//!   `stormguard::ClientLayer::default()` with its stream continuation off and on, and with a
-//!   circuit breaker and a local fallback, or with a rate limit (configured with the provider's
-//!   quota, or learning it);
-//!   stormguard's `Failover` over two providers, with and without its per-attempt clocks;
+//! - [`pipeline`]: the clients, each described once in its registry (name, `--help` text, what
+//!   it needs of the providers) and built by [`sim`]: no retries; naive fixed-interval retries;
+//!   a naive failover that switches provider on every failure; tower's `retry` with
+//!   `ExponentialBackoff` and `TpsBudget`; `stormguard::ClientLayer::default()` with its stream
+//!   continuation off and on, and with a circuit breaker and a local fallback, or with a rate
+//!   limit (configured with the provider's quota, or learning it); stormguard's `Failover` over
+//!   two providers, with and without its per-attempt clocks;
 //!   hedging: a naive hedge that sends every request twice ([`naive_hedge`]), tower's `hedge`, and
 //!   `ClientLayer::default()` with `with_hedging(Hedging::default())`. Where the provider streams,
 //!   the `naive` row's callers also restart a stream that failed, as applications do.
-//! - [`router`]: the network to two providers: each request goes to the one its URI names.
+//! - [`scenarios`]: the built-in scenarios, one file each (load, providers, fault, durations,
+//!   default rows, headline figure and explanation), in one registry.
+//! - `router`: the network to two providers: each request goes to the one its URI names.
 //! - [`sim`]: Poisson arrivals (steady, or in bursts) through one pipeline on a paused-clock,
 //!   current-thread tokio runtime; seeded, so a seed always gives the same numbers.
-//! - [`metrics`], [`report`], [`chart`]: the figures (among them the attempts the clients hold
-//!   open, how fast traffic to a dead provider is cut, the fallback's answers, which are no
-//!   successes, the 429s, and the time to first token the callers saw), the table and an SVG
-//!   chart.
-//! - [`dashboard`]: what a dashboard would show of a stormguard pipeline's run, from the metrics
-//!   its engine emits (`stormguard::metrics`), collected per run ([`run_with_metrics`]).
+//! - [`metrics`], [`output`]: the figures (among them the attempts the clients hold open, how
+//!   fast traffic to a dead provider is cut, the fallback's answers, which are no successes, the
+//!   429s, and the time to first token the callers saw); the table, the SVG chart, the document
+//!   of every scenario, and ([`output::dashboard`]) what a dashboard would show of a stormguard
+//!   pipeline's run, from the metrics its engine emits (`stormguard::metrics`), collected per run
+//!   ([`run_with_metrics`]).
 //!
 //! # What is compared, and how fairly
 //! Every pipeline meets the same arrivals (same seed) and the same provider. Today's pipelines
@@ -61,14 +64,27 @@
 //! slots. `--attempt-timeout` changes the 4 s; with a generous one (30 s) naive retries do not
 //! storm on this scenario, because 5% errors alone stay inside the provider's headroom.
 //!
+//! # Adding a scenario
+//! One file and its entry in the registry: write `src/scenarios/<name>.rs` holding a
+//! `pub const SCENARIO: Builtin` (its name, `--help` text, default pipelines, the [`Scenario`]
+//! built from [`Scenario::healthy`], its headline figure and its section of the document), and
+//! in `src/scenarios/mod.rs` declare it (`mod name;`) and list it in `registry!` (`NAME: name`).
+//! `--scenario NAME`, `--help`, `--scenario all` and `docs/STORM.md` (`storm --scenario all
+//! --markdown docs/STORM.md --out docs/storm`, checked by `.ci/storm-docs`) pick it up from
+//! there.
+//!
+//! [`Scenario`]: scenario::Scenario
+//! [`Scenario::healthy`]: scenario::Scenario::healthy
+//!
 //! # Example
 //! ```
 //! use std::time::Duration;
 //! use stormguard_storm::pipeline::Pipeline;
-//! use stormguard_storm::scenario::{Scenario, ScenarioKind};
+//! use stormguard_storm::scenario::Scenario;
+//! use stormguard_storm::scenarios;
 //!
 //! // The field's incident, scaled down 100x in load and capacity, 6 s long.
-//! let scenario = Scenario::builtin(ScenarioKind::Seed)
+//! let scenario = Scenario::builtin(scenarios::SEED)
 //!     .with_qps(120.0)
 //!     .with_duration(Duration::from_secs(6));
 //! let runs = stormguard_storm::run(&scenario, &[Pipeline::None], || {}).unwrap();
@@ -76,18 +92,21 @@
 //! assert_eq!(runs[0].summary.amplification, 1.0);
 //! ```
 
+// Not published: its docs describe the simulator's parts to those who change them, read with
+// `cargo doc --document-private-items`, where links to crate-private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod backend;
-pub mod chart;
-pub mod dashboard;
-pub mod event_stream;
+mod event_stream;
 mod json_body;
 pub mod metrics;
 pub mod naive_hedge;
+pub mod output;
 pub mod pipeline;
-pub mod report;
-pub mod round_robin;
-pub mod router;
+mod round_robin;
+mod router;
 pub mod scenario;
+pub mod scenarios;
 pub mod sim;
 
 use tower::BoxError;
@@ -109,8 +128,8 @@ pub fn run(
 }
 
 /// [`run`], and collect the metrics stormguard's engine emits in each pipeline made of its
-/// layers ([`Run::metrics`], see [`dashboard`]). Each run records into a recorder of its own, on
-/// its own thread; the figures are those [`run`] gives.
+/// layers ([`Run::metrics`], see [`output::dashboard`]). Each run records into a recorder of its
+/// own, on its own thread; the figures are those [`run`] gives.
 pub fn run_with_metrics(
     scenario: &Scenario,
     pipelines: &[Pipeline],

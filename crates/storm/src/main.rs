@@ -9,10 +9,10 @@
 //!                    stormguard+rate-limit,stormguard+adaptive,
 //!                    stormguard+failover-no-clocks,stormguard+failover,round-robin,
 //!                    ordered-failover,stormguard+balance,stormguard+balance+cooldowns]
-//!       [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] [--help]
+//!       [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] [--markdown FILE] [--help]
 //! ```
 //!
-//! Without `--pipelines`, a scenario runs its default rows ([`Pipeline::defaults`]). The failover
+//! Without `--pipelines`, a scenario runs its default rows (its file's `pipelines`). The failover
 //! rows (`naive+failover`, `stormguard+failover-no-clocks`, `stormguard+failover`) need a scenario
 //! with two providers (`failover`, `silent`). In `streams`, every caller reads its streamed answer
 //! to the end, and `naive`'s restarts a stream that failed ([`Pipeline::stream_restarts`]);
@@ -26,7 +26,8 @@
 //! `--scenario all` runs every scenario with its default rows and ends with [`report::overview`].
 //! `--metrics` adds, after each scenario's table, the metrics stormguard's engine emitted in each
 //! of its rows made of stormguard's layers ([`report::dashboards`]; in the JSON, each such run's
-//! `metrics`). `--help` says what each option, scenario and pipeline is.
+//! `metrics`). `--markdown FILE` also writes the simulator's document ([`markdown::document`]).
+//! `--help` says what each option, scenario and pipeline is.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -34,20 +35,25 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use stormguard_storm::dashboard::Dashboard;
 use stormguard_storm::metrics::Summary;
+use stormguard_storm::output::dashboard::Dashboard;
+use stormguard_storm::output::{chart, markdown, report};
 use stormguard_storm::pipeline::Pipeline;
-use stormguard_storm::scenario::{Scenario, ScenarioKind};
-use stormguard_storm::{chart, report};
+use stormguard_storm::scenario::{Builtin, Scenario};
+use stormguard_storm::scenarios;
 
-const USAGE: &str = "usage: storm \
-[--scenario seed|outage|quota|blackhole|burst|failover|streams|silent|tail|balance|balance-fleet|\
-all] [--qps N] [--duration SECS] [--capacity SLOTS] [--seed N] \
-[--pipelines none,naive,naive+failover,naive-hedge,tower,tower-hedge,stormguard,\
-stormguard+continuation,stormguard+hedge,stormguard+breaker,stormguard+rate-limit,\
-stormguard+adaptive,stormguard+failover-no-clocks,stormguard+failover,round-robin,\
-ordered-failover,stormguard+balance,stormguard+balance+cooldowns] [--attempt-timeout SECS] \
-[--out DIR] [--json] [--metrics] [--help]";
+/// The usage line: every scenario and pipeline by name.
+fn usage() -> String {
+    let scenarios: Vec<&str> = scenarios::ALL.iter().map(|kind| kind.name).collect();
+    let pipelines: Vec<&str> = Pipeline::ALL.iter().map(|p| p.as_str()).collect();
+    format!(
+        "usage: storm [--scenario {}|{ALL}] [--qps N] [--duration SECS] [--capacity SLOTS] \
+         [--seed N] [--pipelines {}] [--attempt-timeout SECS] [--out DIR] [--json] [--metrics] \
+         [--help]",
+        scenarios.join("|"),
+        pipelines.join(",")
+    )
+}
 
 /// The value of `--scenario` that runs every built-in scenario.
 const ALL: &str = "all";
@@ -91,163 +97,15 @@ Options:
       table's requests (stormguard::metrics), one line per series: a counter's total, a gauge's
       last and highest value, a histogram's count, p50, p99 and max, and the same per 10 s. With
       --json, under \"metrics\" in each stormguard row's object. The figures do not change.
+  --markdown FILE
+      Also write FILE: the simulator's document, each scenario's explanation around the table,
+      chart and metrics this run gave, opening with the default run's table as the README shows
+      it (storm --scenario all --markdown docs/STORM.md --out docs/storm writes the committed one).
   -h, --help
       Print this help.
 
 With --scenario all, --qps, --duration, --capacity, --seed and --attempt-timeout apply to every
 scenario.";
-
-/// What a scenario replays, for `--help`.
-fn scenario_help(kind: ScenarioKind) -> &'static str {
-    match kind {
-        ScenarioKind::Seed => {
-            "The field's incident at 12,000 requests/s on 40,000 slots: from 10 s to 40 s errors go\n\
-             from 0.01% to 5% and the median latency from 800 ms to 2,500 ms."
-        }
-        ScenarioKind::Outage => {
-            "A total outage from 20 s to 30 s: every request fails at once with 503, and the work\n\
-             in flight is lost."
-        }
-        ScenarioKind::Quota => {
-            "From 10 s to 40 s the provider accepts 75% of the offered rate and answers the rest\n\
-             with 429 and Retry-After: 2."
-        }
-        ScenarioKind::Blackhole => {
-            "At 1,000 requests/s, from 20 s to 30 s the provider accepts connections and never\n\
-             answers: clients that retry on timeouts pile up open attempts."
-        }
-        ScenarioKind::Burst => {
-            "A quota of requests and tokens a minute for LLM-sized requests: traffic averages 70%\n\
-             of it and comes in bursts of 2x to 3x it; beyond the quota the provider answers 429."
-        }
-        ScenarioKind::Failover => {
-            "Two providers at 1,000 requests/s: the primary is down from 20 s to 35 s (503 at once,\n\
-             then a black hole); the secondary, with 60% of its slots, stays healthy."
-        }
-        ScenarioKind::Streams => {
-            "Streamed answers (text/event-stream) at 500 requests/s: from 20 s to 40 s, 5% of the\n\
-             streams fail with an error event before any content and 1% are cut mid-stream."
-        }
-        ScenarioKind::Silent => {
-            "Two providers, streamed answers and a 30 s deadline at 300 requests/s: from 20 s to\n\
-             40 s, 30% of the primary's attempts get no response head for 20 s and 2% of its\n\
-             streams wait 10 s to 20 s for their first token."
-        }
-        ScenarioKind::Tail => {
-            "Short streamed answers at 12,000 requests/s whose first token comes about half a\n\
-             second after the provider starts on them (log-normal, narrow), 1.5% of the\n\
-             attempts ten times later: what hedging is for. From 30 s to 40 s a total outage\n\
-             (503 at once)."
-        }
-        ScenarioKind::Balance => {
-            "Three deployments of one model at 1,000 LLM-sized requests/s: east, west and eu, 600,\n\
-             800 and 1,200 ms at the median, with quotas of 60%, 36% and 24% of the load (each\n\
-             stated in x-ratelimit-* headers, 429 beyond it). How the rows share the load, against\n\
-             the best split the quotas allow (east 60%, west 36%, eu 4%)."
-        }
-        ScenarioKind::BalanceFleet => {
-            "The balance scenario's deployments behind a gateway of 3 replicas, each sent every\n\
-             third request, their rate limits shared; eu dies at 20 s (new attempts refused\n\
-             with 503 at once, work in flight finished). The attempts reaching eu once a first\n\
-             replica saw it die (its breaker opened), with each replica's breakers its own or\n\
-             their cooldowns shared."
-        }
-    }
-}
-
-/// What a pipeline is, for `--help`.
-fn pipeline_help(pipeline: Pipeline) -> &'static str {
-    match pipeline {
-        Pipeline::None => "One attempt, timed out after --attempt-timeout; no retries.",
-        Pipeline::Naive => {
-            "Retries every failure 3 times, 1 s apart, with no budget; in streams its caller also\n\
-             restarts a stream that failed, from the start."
-        }
-        Pipeline::NaiveFailover => {
-            "Sends every failure to the other provider at once, 3 retries on each (two providers\n\
-             only)."
-        }
-        Pipeline::NaiveHedge => {
-            "Sends every request twice at once; the first attempt to produce content (a stream's\n\
-             first content event) answers, the other is dropped. No budget."
-        }
-        Pipeline::Tower => "tower's retry with ExponentialBackoff and TpsBudget (10 s, 10/s, 20%).",
-        Pipeline::TowerHedge => {
-            "tower's hedge: a second attempt once the first has waited the 95th percentile of the\n\
-             latencies it recorded (20 at least, over 2 s periods). It sees the response future\n\
-             alone: a stream's head, not its first content."
-        }
-        Pipeline::Stormguard => {
-            "stormguard::ClientLayer::default().without_continuation(): one deadline across all\n\
-             attempts, a retry budget, adaptive throttling, jitter and the provider's hints, and\n\
-             event streams retried before their first content, never restarted after it: a stream\n\
-             cut after content ends with StreamInterrupted. Continuation is off in every scenario\n\
-             (it acts on cut streams alone: elsewhere the row is ClientLayer::default())."
-        }
-        Pipeline::StormguardContinuation => {
-            "stormguard::ClientLayer::default(), continuation on: a stream cut after content is\n\
-             continued (the text received as an assistant prefill, under the retry budget) and\n\
-             spliced into the caller's, every token once."
-        }
-        Pipeline::StormguardHedge => {
-            "stormguard (continuation off, as its row) with hedging: an attempt that has produced\n\
-             no content (a stream's first content event) after the backend's learned 95th\n\
-             percentile of the time to it is hedged once, from the retry budget; the first with\n\
-             content answers, the other is cancelled."
-        }
-        Pipeline::StormguardBreaker => {
-            "ClientLayer::default() with a circuit breaker and a local fallback that answers a\n\
-             degraded 200 (counted as a fallback, never as a success)."
-        }
-        Pipeline::StormguardRateLimit => {
-            "ClientLayer::default() with a rate limit configured with the provider's quota."
-        }
-        Pipeline::StormguardAdaptive => {
-            "ClientLayer::default() with RateLimit::default(), which learns the quota from the\n\
-             provider."
-        }
-        Pipeline::StormguardFailoverNoClocks => {
-            "stormguard+failover made from ClientLayer::default().without_clocks(): no\n\
-             per-attempt clocks, only the deadline bounds an attempt (two providers only)."
-        }
-        Pipeline::StormguardFailover => {
-            "stormguard's Failover over the primary and the secondary, each with its default\n\
-             breaker and per-attempt clocks of its own (two providers only)."
-        }
-        Pipeline::RoundRobin
-        | Pipeline::OrderedFailover
-        | Pipeline::StormguardBalance
-        | Pipeline::StormguardBalanceCooldowns => balance_pipeline_help(pipeline),
-    }
-}
-
-/// What a balance row is, for `--help` (`""` for any other row).
-fn balance_pipeline_help(pipeline: Pipeline) -> &'static str {
-    match pipeline {
-        Pipeline::RoundRobin => {
-            "Each request to the next deployment in turn, behind an engine of its own made from\n\
-             ClientLayer::default() (its retries stay on its deployment); no rate limit\n\
-             (deployments only)."
-        }
-        Pipeline::OrderedFailover => {
-            "stormguard's Failover with the deployments as ranks of one, in order (with_backend\n\
-             each), each with its default breaker and RateLimit::default(), which learns its quota\n\
-             from the headers: the next only when the one before cannot take the request\n\
-             (deployments only)."
-        }
-        Pipeline::StormguardBalance => {
-            "stormguard's Failover with the deployments in one rank (with_rank), the same backends:\n\
-             the balancer sends each request to the cheaper of two drawn (latency, requests in\n\
-             flight, rate-limit headroom) (deployments only)."
-        }
-        Pipeline::StormguardBalanceCooldowns => {
-            "stormguard+balance, its replicas sharing their breakers' cooldowns\n\
-             (with_cooldowns(Cooldowns::local())): a deployment one replica's breaker left, the\n\
-             others leave too (deployments only; with one replica, as stormguard+balance)."
-        }
-        _ => "",
-    }
-}
 
 /// The `--help` text: usage, options, every scenario with its default pipelines, every pipeline.
 fn help() -> String {
@@ -256,21 +114,18 @@ fn help() -> String {
             .map(|line| format!("      {line}\n"))
             .collect::<String>()
     };
-    let mut help = format!("{USAGE}\n\n{OPTIONS_HELP}\n\nScenarios:\n");
-    for kind in ScenarioKind::ALL {
-        let defaults: Vec<&str> = Pipeline::defaults(kind)
-            .iter()
-            .map(|p| p.as_str())
-            .collect();
+    let mut help = format!("{}\n\n{OPTIONS_HELP}\n\nScenarios:\n", usage());
+    for kind in scenarios::ALL {
+        let defaults: Vec<&str> = kind.pipelines.iter().map(|p| p.as_str()).collect();
         help += &format!(
             "  {kind}\n{}      Default pipelines: {}.\n",
-            indent(scenario_help(kind)),
+            indent(kind.help),
             defaults.join(", ")
         );
     }
     help += "\nPipelines (real tower and stormguard code, meeting the same arrivals):\n";
     for pipeline in Pipeline::ALL {
-        help += &format!("  {pipeline}\n{}", indent(pipeline_help(pipeline)));
+        help += &format!("  {pipeline}\n{}", indent(pipeline.help()));
     }
     help
 }
@@ -284,6 +139,8 @@ struct Args {
     json: bool,
     /// `--metrics`: collect and print the engine's metrics of the stormguard rows.
     metrics: bool,
+    /// `--markdown FILE`: where to write the simulator's document.
+    markdown: Option<PathBuf>,
 }
 
 fn seconds(value: f64) -> Result<Duration, lexopt::Error> {
@@ -309,7 +166,7 @@ struct Overrides {
 
 impl Overrides {
     /// The built-in scenario `kind` with these settings.
-    fn scenario(&self, kind: ScenarioKind) -> Scenario {
+    fn scenario(&self, kind: &'static Builtin) -> Scenario {
         let mut scenario = Scenario::builtin(kind);
         if let Some(qps) = self.qps {
             scenario = scenario.with_qps(qps);
@@ -333,12 +190,13 @@ impl Overrides {
 /// The command line as given, before its options are checked against each other.
 struct Options {
     /// `None`: every scenario.
-    kind: Option<ScenarioKind>,
+    kind: Option<&'static Builtin>,
     overrides: Overrides,
     pipelines: Option<Vec<Pipeline>>,
     out: PathBuf,
     json: bool,
     metrics: bool,
+    markdown: Option<PathBuf>,
 }
 
 /// Read the command line; `--help` prints the help and exits.
@@ -346,12 +204,13 @@ fn read_options() -> Result<Options, lexopt::Error> {
     use lexopt::prelude::*;
 
     let mut options = Options {
-        kind: Some(ScenarioKind::Seed),
+        kind: Some(scenarios::SEED),
         overrides: Overrides::default(),
         pipelines: None,
         out: PathBuf::from("storm-out"),
         json: false,
         metrics: false,
+        markdown: None,
     };
     let given = &mut options.overrides;
     let mut parser = lexopt::Parser::from_env();
@@ -362,7 +221,7 @@ fn read_options() -> Result<Options, lexopt::Error> {
                 options.kind = if name == ALL {
                     None
                 } else {
-                    Some(name.parse().map_err(|e| format!("{e}, or {ALL}"))?)
+                    Some(scenarios::named(&name).map_err(|e| format!("{e}, or {ALL}"))?)
                 };
             }
             Long("qps") => given.qps = Some(parser.value()?.parse::<f64>()?),
@@ -380,6 +239,7 @@ fn read_options() -> Result<Options, lexopt::Error> {
             Long("out") => options.out = parser.value()?.into(),
             Long("json") => options.json = true,
             Long("metrics") => options.metrics = true,
+            Long("markdown") => options.markdown = Some(parser.value()?.into()),
             Short('h') | Long("help") => {
                 print!("{}", help());
                 std::process::exit(0);
@@ -400,6 +260,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
         out,
         json,
         metrics,
+        markdown,
     } = read_options()?;
     if let Some(qps) = overrides.qps
         && !(qps.is_finite() && qps > 0.0)
@@ -416,6 +277,7 @@ fn parse_args() -> Result<Args, lexopt::Error> {
         out,
         json,
         metrics,
+        markdown,
     })
 }
 
@@ -431,21 +293,21 @@ fn every_scenario(
         )
         .into());
     }
-    Ok(ScenarioKind::ALL
+    Ok(scenarios::ALL
         .into_iter()
-        .map(|kind| (overrides.scenario(kind), Pipeline::defaults(kind).to_vec()))
+        .map(|kind| (overrides.scenario(kind), kind.pipelines.to_vec()))
         .collect())
 }
 
 /// Scenario `kind` with `pipelines` (by default, its own), which it must be able to run: the
 /// failover rows need two providers.
 fn one_scenario(
-    kind: ScenarioKind,
+    kind: &'static Builtin,
     overrides: Overrides,
     pipelines: Option<Vec<Pipeline>>,
 ) -> Result<(Scenario, Vec<Pipeline>), lexopt::Error> {
     let scenario = overrides.scenario(kind);
-    let pipelines = pipelines.unwrap_or_else(|| Pipeline::defaults(kind).to_vec());
+    let pipelines = pipelines.unwrap_or_else(|| kind.pipelines.to_vec());
     if pipelines.is_empty() {
         return Err("--pipelines names no pipeline".into());
     }
@@ -602,14 +464,21 @@ fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
         Err(error) => {
-            eprintln!("storm: {error}\n{USAGE}\nstorm --help says what each option does");
+            eprintln!(
+                "storm: {error}\n{}\nstorm --help says what each option does",
+                usage()
+            );
             return ExitCode::from(2);
         }
     };
     let started = Instant::now();
     let mut outcomes = Vec::with_capacity(args.runs.len());
     for (scenario, pipelines) in &args.runs {
-        let outcome = match simulate(scenario, pipelines, &args.out, args.json, args.metrics) {
+        // The document shows the engine's metrics of the row its scenario names; collecting them
+        // changes no figure.
+        let metrics =
+            args.metrics || (args.markdown.is_some() && scenario.kind.doc.metrics_of.is_some());
+        let outcome = match simulate(scenario, pipelines, &args.out, args.json, metrics) {
             Ok(outcome) => outcome,
             Err(error) => {
                 eprintln!("storm: {error}");
@@ -632,7 +501,7 @@ fn main() -> ExitCode {
                 .iter()
                 .zip(&outcomes)
                 .map(|((scenario, _), outcome)| ScenarioRuns {
-                    scenario: scenario.kind.as_str(),
+                    scenario: scenario.kind.name,
                     runs: outcome.json(),
                 })
                 .collect();
@@ -665,6 +534,23 @@ fn main() -> ExitCode {
         )
     };
     print(&text);
+    if let Some(file) = &args.markdown {
+        let sections: Vec<markdown::Section<'_>> = args
+            .runs
+            .iter()
+            .zip(&outcomes)
+            .map(|((scenario, _), outcome)| markdown::Section {
+                scenario,
+                summaries: &outcome.summaries,
+                metrics: &outcome.metrics,
+            })
+            .collect();
+        let document = markdown::document(&sections, file, &args.out);
+        if let Err(error) = std::fs::write(file, document) {
+            eprintln!("storm: could not write {}: {error}", file.display());
+            return ExitCode::FAILURE;
+        }
+    }
     if outcomes.iter().all(|outcome| outcome.chart.is_ok()) {
         ExitCode::SUCCESS
     } else {

@@ -9,38 +9,38 @@ use crate::backend::{BackendStats, Bucket, FINE_BUCKET};
 use crate::scenario::{Fault, Scenario};
 
 /// Goodput share of the offered load that counts as recovered.
-pub const RECOVERED_GOODPUT: f64 = 0.95;
+pub(crate) const RECOVERED_GOODPUT: f64 = 0.95;
 
 /// Share of a second's attempts that must find every slot busy for the second to count as
 /// overloaded (a lone queued request in a Poisson burst does not).
-pub const OVERLOADED_SHARE: f64 = 0.01;
+pub(crate) const OVERLOADED_SHARE: f64 = 0.01;
 
 /// The part of a fault window not counted in `fault_load`: time a client is given to notice the
 /// fault (the field's breaker cut traffic in the 3rd second).
-pub const FAULT_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const FAULT_GRACE: Duration = Duration::from_secs(3);
 
 /// Share of the offered load under which the attempts reaching a dead provider count as cut
 /// (see [`cut_time`]): 5%.
-pub const CUT_SHARE: f64 = 0.05;
+pub(crate) const CUT_SHARE: f64 = 0.05;
 
 /// Time after the fault's end that `success_outside` leaves out, besides the fault window: 2 s,
 /// the field's target for traffic to be back after the provider's return.
-pub const RECOVERY_ALLOWANCE: Duration = Duration::from_secs(2);
+pub(crate) const RECOVERY_ALLOWANCE: Duration = Duration::from_secs(2);
 
 /// Time before the fault's start that `success_outside` leaves out: 4 s, the healthy provider's
 /// p99.9 service time (3.75 s) rounded up, and today's attempt timeout
 /// ([`ATTEMPT_TIMEOUT`](crate::scenario::ATTEMPT_TIMEOUT)). A request that arrives later may
 /// still wait for its answer when the fault begins: its answer is among what the fault loses,
 /// whatever the client does (a black hole answers nothing in flight).
-pub const LEAD_IN: Duration = Duration::from_secs(4);
+pub(crate) const LEAD_IN: Duration = Duration::from_secs(4);
 
 /// Share of the offered load that must reach the primary again, after its fault, for the traffic
 /// to count as back on it (see [`back_time`]): 95%.
-pub const BACK_SHARE: f64 = 0.95;
+pub(crate) const BACK_SHARE: f64 = 0.95;
 
 /// How a logical request ended, as its caller saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// A success answered by the provider.
     Success,
     /// An answer of the client's own: the circuit breaker's fallback (a 200, but not the
@@ -52,7 +52,7 @@ pub enum Answer {
 
 /// What the caller of one streamed request saw (the `streams` scenario), and the sum of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StreamTally {
+pub(crate) struct StreamTally {
     /// Streams that failed before any content and reached the caller, who gave up on them (no
     /// retry, no restart followed).
     pub given_up: u64,
@@ -87,7 +87,7 @@ impl StreamTally {
 
 /// Per-second (and per-[`FINE_BUCKET`]) counts of logical requests, as the callers saw them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     /// Requests that arrived, per second of arrival.
     pub offered: Vec<u64>,
     /// Requests that arrived, per [`FINE_BUCKET`] (100 ms) of arrival.
@@ -132,7 +132,7 @@ fn fine_index(at: Duration) -> usize {
 impl Recorder {
     /// A recorder that also keeps apart the latencies of the requests that arrive before `at`
     /// (from the start of the run): the healthy latencies, where `at` is a fault's start.
-    pub fn healthy_until(at: Duration) -> Recorder {
+    pub(crate) fn healthy_until(at: Duration) -> Recorder {
         Recorder {
             healthy_until: at,
             ..Recorder::default()
@@ -146,7 +146,7 @@ impl Recorder {
     }
 
     /// A request that arrived at `arrival` got its final answer at `completion`.
-    pub fn complete(&mut self, arrival: Duration, completion: Duration, answer: Answer) {
+    pub(crate) fn complete(&mut self, arrival: Duration, completion: Duration, answer: Answer) {
         let latency = completion.saturating_sub(arrival).as_millis();
         let latency = u32::try_from(latency).unwrap_or(u32::MAX);
         self.latencies_ms.push(latency);
@@ -209,7 +209,7 @@ pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
 /// `succeeded[b] / offered[b]` is the share of the requests that arrived in second `b` that
 /// succeeded. Returns `Some(0.0)` when goodput never dropped after the fault ended, `None` when it
 /// never comes back (or no full second follows the fault).
-pub fn recovery_time(
+pub(crate) fn recovery_time(
     offered: &[u64],
     succeeded: &[u64],
     fault_end: Duration,
@@ -242,7 +242,12 @@ pub fn recovery_time(
 /// Only buckets that lie wholly in the fault window count; the answer is the start of the first
 /// bucket of the last run of low ones, from the fault's start. `None` when the attempts are never
 /// cut, or the fault leaves the provider serving (there is nothing to cut).
-pub fn cut_time(offered: &[u64], attempts: &[u64], fault: &Fault, share: f64) -> Option<f64> {
+pub(crate) fn cut_time(
+    offered: &[u64],
+    attempts: &[u64],
+    fault: &Fault,
+    share: f64,
+) -> Option<f64> {
     if !fault.kind.is_dead() {
         return None;
     }
@@ -267,7 +272,7 @@ pub fn cut_time(offered: &[u64], attempts: &[u64], fault: &Fault, share: f64) ->
 /// `attempts / offered` over the [`FINE_BUCKET`]s (100 ms) that lie wholly in the fault window:
 /// the share of the offered load that reached the faulty provider during its fault. `None` when
 /// no request arrived in the window.
-pub fn share_in_fault(offered: &[u64], attempts: &[u64], fault: &Fault) -> Option<f64> {
+pub(crate) fn share_in_fault(offered: &[u64], attempts: &[u64], fault: &Fault) -> Option<f64> {
     let bucket = FINE_BUCKET.as_secs_f64();
     let first = (fault.start.as_secs_f64() / bucket).ceil() as usize;
     let end = (fault.end.as_secs_f64() / bucket).floor() as usize;
@@ -285,7 +290,7 @@ pub fn share_in_fault(offered: &[u64], attempts: &[u64], fault: &Fault) -> Optio
 /// a bucket without requests counts as back. The answer is the start of the first bucket of the
 /// last run of such buckets, from the fault's end: `Some(0.0)` when the traffic never left (or
 /// was back by the end of the fault), `None` when it is not back by `until`.
-pub fn back_time(
+pub(crate) fn back_time(
     offered: &[u64],
     attempts: &[u64],
     fault_end: Duration,
@@ -327,7 +332,7 @@ fn overloaded_seconds(stats: &BackendStats, duration: Duration) -> u64 {
 /// Whether [`FINE_BUCKET`] number `bucket` lies wholly outside `fault`, the [`LEAD_IN`] before it
 /// and the [`RECOVERY_ALLOWANCE`] after it: before the fault's start minus the lead-in, or from
 /// its end plus the allowance on.
-pub fn is_outside(bucket: usize, fault: &Fault) -> bool {
+pub(crate) fn is_outside(bucket: usize, fault: &Fault) -> bool {
     let width = FINE_BUCKET.as_secs_f64();
     let start = fault.start.saturating_sub(LEAD_IN);
     let before = (start.as_secs_f64() / width).floor() as usize;
@@ -631,7 +636,7 @@ pub struct FailoverFigures {
 /// scenario with deployments, each deployment, in its order, the provider columns then counting
 /// them together ([`BackendStats::merged`]), but for the fault's (its load, its cut), which
 /// count the deployment it strikes.
-pub fn summarize(
+pub(crate) fn summarize(
     name: &'static str,
     scenario: &Scenario,
     mut recorder: Recorder,
@@ -669,7 +674,7 @@ pub fn summarize(
 /// The figures of a run of a scenario whose fault kills one of its deployments, from each
 /// deployment's counts (`providers`, in the scenario's order) and when each replica's breaker of
 /// the dying one first opened (`opened`, see [`FleetFigures`]); `None` in any other scenario.
-pub fn fleet_figures(
+pub(crate) fn fleet_figures(
     scenario: &Scenario,
     providers: &[BackendStats],
     opened: &[Option<Duration>],
@@ -1010,7 +1015,7 @@ impl DeploymentSeries {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::scenario::ScenarioKind;
+    use crate::scenarios;
 
     #[test]
     fn percentiles_use_nearest_rank() {
@@ -1082,7 +1087,7 @@ mod tests {
         assert_eq!(r.fallbacks_by_completion[20], 1);
         assert_eq!(r.latencies_ms, vec![3], "an answer the caller got");
 
-        let scenario = Scenario::builtin(ScenarioKind::Blackhole);
+        let scenario = Scenario::builtin(scenarios::BLACKHOLE);
         let stats = BackendStats::default();
         let (summary, series) = summarize("stormguard+breaker", &scenario, r, &[stats]);
         assert_eq!(
@@ -1094,7 +1099,7 @@ mod tests {
     }
 
     fn blackhole() -> Fault {
-        Scenario::builtin(ScenarioKind::Blackhole).fault
+        Scenario::builtin(scenarios::BLACKHOLE).fault
     }
 
     #[test]
@@ -1123,9 +1128,9 @@ mod tests {
     fn cut_is_defined_for_dead_providers_only() {
         let offered = vec![100; 450];
         let none = vec![0; 450];
-        let outage = Scenario::builtin(ScenarioKind::Outage).fault;
+        let outage = Scenario::builtin(scenarios::OUTAGE).fault;
         assert_eq!(cut_time(&offered, &none, &outage, CUT_SHARE), Some(0.0));
-        for kind in [ScenarioKind::Seed, ScenarioKind::Quota] {
+        for kind in [scenarios::SEED, scenarios::QUOTA] {
             let fault = Scenario::builtin(kind).fault;
             assert_eq!(cut_time(&offered, &none, &fault, CUT_SHARE), None, "{kind}");
         }
@@ -1133,7 +1138,7 @@ mod tests {
 
     #[test]
     fn share_in_fault_counts_the_100_ms_buckets_wholly_in_the_window() {
-        let failover = Scenario::builtin(ScenarioKind::Failover).fault;
+        let failover = Scenario::builtin(scenarios::FAILOVER).fault;
         // 60 s at 100 per 100 ms; the fault is buckets 200..350.
         let offered = vec![100; 600];
         let mut attempts = vec![100; 600];
@@ -1143,7 +1148,7 @@ mod tests {
         let share = share_in_fault(&offered, &attempts, &failover).unwrap();
         assert!((share - 180.0 / 15_000.0).abs() < 1e-12, "{share}");
         // A window that does not start on a bucket leaves its first, partial bucket out.
-        let scaled = Scenario::builtin(ScenarioKind::Failover)
+        let scaled = Scenario::builtin(scenarios::FAILOVER)
             .with_duration(Duration::from_secs(40))
             .fault;
         assert_eq!(scaled.start, Duration::from_millis(13_333));
@@ -1185,7 +1190,7 @@ mod tests {
 
     #[test]
     fn a_second_provider_adds_its_figures_and_series() {
-        let scenario = Scenario::builtin(ScenarioKind::Failover).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::FAILOVER).with_qps(100.0);
         let primary = BackendStats {
             attempts: 10,
             buckets: vec![Bucket {
@@ -1246,7 +1251,7 @@ mod tests {
 
     #[test]
     fn streamed_requests_add_the_stream_figures_and_the_tokens_shown_twice() {
-        let scenario = Scenario::builtin(ScenarioKind::Streams).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::STREAMS).with_qps(100.0);
         let mut recorder = Recorder::default();
         recorder.arrive(Duration::ZERO);
         recorder.arrive(Duration::ZERO);
@@ -1294,7 +1299,7 @@ mod tests {
         assert_eq!(json["streams"]["duplicated_tokens"], 40);
         assert_eq!(json["streams"]["lost_tokens"], 5);
         // A provider that does not stream: no figures, no key, no series.
-        let seed = Scenario::builtin(ScenarioKind::Seed);
+        let seed = Scenario::builtin(scenarios::SEED);
         let (plain, series) = summarize(
             "naive",
             &seed,
@@ -1326,13 +1331,13 @@ mod tests {
         assert!((share - (outside - 11) as f64 / outside as f64).abs() < 1e-12);
         assert_eq!(success_outside(&[], &[], &blackhole()), None);
         // A fault that lasts the whole run leaves nothing outside.
-        let quota = Scenario::builtin(ScenarioKind::Burst).fault;
+        let quota = Scenario::builtin(scenarios::BURST).fault;
         assert_eq!(success_outside(&offered, &succeeded, &quota), None);
     }
 
     #[test]
     fn attempts_answered_429_are_counted_in_total_and_per_second() {
-        let scenario = Scenario::builtin(ScenarioKind::Burst);
+        let scenario = Scenario::builtin(scenarios::BURST);
         let mut stats = BackendStats {
             rate_limited: 5,
             attempts: 12,

@@ -103,10 +103,10 @@ use crate::round_robin::RoundRobin;
 use crate::router::{
     PRIMARY_AUTHORITY, Router, SECONDARY_AUTHORITY, SECONDARY_ORIGIN, deployment_origin,
 };
-use crate::scenario::{Scenario, ScenarioKind};
+use crate::scenario::Scenario;
 
 /// The request every pipeline sends.
-pub type SimRequest = Request<Full<Bytes>>;
+pub(crate) type SimRequest = Request<Full<Bytes>>;
 
 /// Which client pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -177,157 +177,43 @@ impl Pipeline {
         Pipeline::StormguardBalanceCooldowns,
     ];
 
-    /// The pipelines a scenario compares unless told otherwise: today's clients and stormguard's
-    /// default, and where the provider dies (outage, black hole) stormguard with a breaker too.
-    /// The black hole, the breaker's own incident, compares the retrying clients only; so do the
-    /// bursts, the rate limit's incident, with stormguard's rate limit configured and learning.
-    /// The failover compares stormguard on the primary alone with stormguard's failover and a
-    /// naive one; the streams, naive retries (and restarts) with stormguard's stream guard
-    /// alone and with its continuation; the silent provider, a naive failover, tower's retry and stormguard on the primary alone with
-    /// stormguard's failover without and with its per-attempt clocks; the slow first tokens
-    /// (`tail`), the naive hedge, tower's hedge and stormguard without and with hedging; the
-    /// deployments of one model (`balance`), a round robin, today's ordered failover and the
-    /// balancer; their fleet (`balance-fleet`), the balancer without and with shared cooldowns.
-    ///
-    /// In the seed and quota scenarios the breaker never opens (5% errors and 429s are no reason
-    /// to), so its row would repeat stormguard's at the cost of one more run.
-    pub fn defaults(kind: ScenarioKind) -> &'static [Pipeline] {
-        match kind {
-            ScenarioKind::Seed | ScenarioKind::Quota => &[
-                Pipeline::None,
-                Pipeline::Naive,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-            ],
-            ScenarioKind::Outage => &[
-                Pipeline::None,
-                Pipeline::Naive,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-                Pipeline::StormguardBreaker,
-            ],
-            ScenarioKind::Blackhole => &[
-                Pipeline::Naive,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-                Pipeline::StormguardBreaker,
-            ],
-            ScenarioKind::Burst => &[
-                Pipeline::Naive,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-                Pipeline::StormguardRateLimit,
-                Pipeline::StormguardAdaptive,
-            ],
-            ScenarioKind::Failover => &[
-                Pipeline::NaiveFailover,
-                Pipeline::Stormguard,
-                Pipeline::StormguardFailover,
-            ],
-            ScenarioKind::Streams => &[
-                Pipeline::Naive,
-                Pipeline::Stormguard,
-                Pipeline::StormguardContinuation,
-            ],
-            ScenarioKind::Silent => &[
-                Pipeline::NaiveFailover,
-                Pipeline::Tower,
-                Pipeline::Stormguard,
-                Pipeline::StormguardFailoverNoClocks,
-                Pipeline::StormguardFailover,
-            ],
-            ScenarioKind::Tail => &[
-                Pipeline::NaiveHedge,
-                Pipeline::TowerHedge,
-                Pipeline::Stormguard,
-                Pipeline::StormguardHedge,
-            ],
-            ScenarioKind::Balance => &[
-                Pipeline::RoundRobin,
-                Pipeline::OrderedFailover,
-                Pipeline::StormguardBalance,
-            ],
-            ScenarioKind::BalanceFleet => &[
-                Pipeline::StormguardBalance,
-                Pipeline::StormguardBalanceCooldowns,
-            ],
-        }
+    /// What the registry says of the pipeline.
+    fn entry(self) -> &'static Entry {
+        &REGISTRY[self as usize]
     }
 
     /// How many times the pipeline's caller restarts a stream that failed, from its start: the
     /// `naive` row's, [`NaivePolicy::RETRIES`], as applications do with today's SDKs (whose
     /// retries see only the response head); no other row restarts a stream.
     pub fn stream_restarts(self) -> u32 {
-        match self {
-            Pipeline::Naive => NaivePolicy::RETRIES,
-            _ => 0,
-        }
+        self.entry().stream_restarts
     }
 
     /// Whether the pipeline is made of stormguard's layers, whose engine emits the metrics of
-    /// `stormguard::metrics` (see [`dashboard`](crate::dashboard)).
+    /// `stormguard::metrics` (see [`dashboard`](crate::output::dashboard)).
     pub fn uses_stormguard(self) -> bool {
-        matches!(
-            self,
-            Pipeline::Stormguard
-                | Pipeline::StormguardContinuation
-                | Pipeline::StormguardHedge
-                | Pipeline::StormguardBreaker
-                | Pipeline::StormguardRateLimit
-                | Pipeline::StormguardAdaptive
-                | Pipeline::StormguardFailoverNoClocks
-                | Pipeline::StormguardFailover
-                | Pipeline::RoundRobin
-                | Pipeline::OrderedFailover
-                | Pipeline::StormguardBalance
-                | Pipeline::StormguardBalanceCooldowns
-        )
+        self.entry().stormguard
     }
 
     /// Whether the pipeline shares the load among a balance scenario's deployments (and needs a
     /// scenario that has them).
     pub fn balances(self) -> bool {
-        matches!(
-            self,
-            Pipeline::RoundRobin
-                | Pipeline::OrderedFailover
-                | Pipeline::StormguardBalance
-                | Pipeline::StormguardBalanceCooldowns
-        )
+        self.entry().needs == Needs::Deployments
     }
 
     /// Whether the pipeline sends to two providers (and needs a scenario that has them).
     pub fn fails_over(self) -> bool {
-        matches!(
-            self,
-            Pipeline::NaiveFailover
-                | Pipeline::StormguardFailoverNoClocks
-                | Pipeline::StormguardFailover
-        )
+        self.entry().needs == Needs::TwoProviders
     }
 
     /// The name used on the command line and in the report.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Pipeline::None => "none",
-            Pipeline::Naive => "naive",
-            Pipeline::NaiveFailover => "naive+failover",
-            Pipeline::NaiveHedge => "naive-hedge",
-            Pipeline::Tower => "tower",
-            Pipeline::TowerHedge => "tower-hedge",
-            Pipeline::Stormguard => "stormguard",
-            Pipeline::StormguardContinuation => "stormguard+continuation",
-            Pipeline::StormguardHedge => "stormguard+hedge",
-            Pipeline::StormguardBreaker => "stormguard+breaker",
-            Pipeline::StormguardRateLimit => "stormguard+rate-limit",
-            Pipeline::StormguardAdaptive => "stormguard+adaptive",
-            Pipeline::StormguardFailoverNoClocks => "stormguard+failover-no-clocks",
-            Pipeline::StormguardFailover => "stormguard+failover",
-            Pipeline::RoundRobin => "round-robin",
-            Pipeline::OrderedFailover => "ordered-failover",
-            Pipeline::StormguardBalance => "stormguard+balance",
-            Pipeline::StormguardBalanceCooldowns => "stormguard+balance+cooldowns",
-        }
+        self.entry().name
+    }
+
+    /// What the pipeline is, for `--help`.
+    pub fn help(self) -> &'static str {
+        self.entry().help
     }
 
     /// Parse a comma-separated list (`none,naive,tower,stormguard`), keeping report order and
@@ -344,6 +230,208 @@ impl Pipeline {
     }
 }
 
+/// What a pipeline needs of the scenario's providers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// Any provider: it sends to the primary.
+    OneProvider,
+    /// Two providers (`failover`, `silent`).
+    TwoProviders,
+    /// Deployments of one model (`balance`, `balance-fleet`).
+    Deployments,
+}
+
+/// What the simulator knows of a pipeline, in [`REGISTRY`]; how it is built is [`crate::sim`]'s.
+struct Entry {
+    /// The pipeline this entry describes (its place in [`REGISTRY`] is the variant's).
+    pipeline: Pipeline,
+    /// The name on the command line and in the report.
+    name: &'static str,
+    /// What it is, for `--help` (lines of at most 90 characters).
+    help: &'static str,
+    /// Whether it is made of stormguard's layers, whose engine emits `stormguard::metrics`.
+    stormguard: bool,
+    /// The providers it needs.
+    needs: Needs,
+    /// How many times its caller restarts a stream that failed, from its start.
+    stream_restarts: u32,
+}
+
+/// Every pipeline, in report order (the order of [`Pipeline`]'s variants): one entry each.
+const REGISTRY: [Entry; 18] = [
+    Entry {
+        pipeline: Pipeline::None,
+        name: "none",
+        help: "One attempt, timed out after --attempt-timeout; no retries.",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::Naive,
+        name: "naive",
+        help: "Retries every failure 3 times, 1 s apart, with no budget; in streams its caller also\n\
+             restarts a stream that failed, from the start.",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: NaivePolicy::RETRIES,
+    },
+    Entry {
+        pipeline: Pipeline::NaiveFailover,
+        name: "naive+failover",
+        help: "Sends every failure to the other provider at once, 3 retries on each (two providers\n\
+             only).",
+        stormguard: false,
+        needs: Needs::TwoProviders,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::NaiveHedge,
+        name: "naive-hedge",
+        help: "Sends every request twice at once; the first attempt to produce content (a stream's\n\
+             first content event) answers, the other is dropped. No budget.",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::Tower,
+        name: "tower",
+        help: "tower's retry with ExponentialBackoff and TpsBudget (10 s, 10/s, 20%).",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::TowerHedge,
+        name: "tower-hedge",
+        help: "tower's hedge: a second attempt once the first has waited the 95th percentile of the\n\
+             latencies it recorded (20 at least, over 2 s periods). It sees the response future\n\
+             alone: a stream's head, not its first content.",
+        stormguard: false,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::Stormguard,
+        name: "stormguard",
+        help: "stormguard::ClientLayer::default().without_continuation(): one deadline across all\n\
+             attempts, a retry budget, adaptive throttling, jitter and the provider's hints, and\n\
+             event streams retried before their first content, never restarted after it: a stream\n\
+             cut after content ends with StreamInterrupted. Continuation is off in every scenario\n\
+             (it acts on cut streams alone: elsewhere the row is ClientLayer::default()).",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardContinuation,
+        name: "stormguard+continuation",
+        help: "stormguard::ClientLayer::default(), continuation on: a stream cut after content is\n\
+             continued (the text received as an assistant prefill, under the retry budget) and\n\
+             spliced into the caller's, every token once.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardHedge,
+        name: "stormguard+hedge",
+        help: "stormguard (continuation off, as its row) with hedging: an attempt that has produced\n\
+             no content (a stream's first content event) after the backend's learned 95th\n\
+             percentile of the time to it is hedged once, from the retry budget; the first with\n\
+             content answers, the other is cancelled.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardBreaker,
+        name: "stormguard+breaker",
+        help: "ClientLayer::default() with a circuit breaker and a local fallback that answers a\n\
+             degraded 200 (counted as a fallback, never as a success).",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardRateLimit,
+        name: "stormguard+rate-limit",
+        help: "ClientLayer::default() with a rate limit configured with the provider's quota.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardAdaptive,
+        name: "stormguard+adaptive",
+        help: "ClientLayer::default() with RateLimit::default(), which learns the quota from the\n\
+             provider.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardFailoverNoClocks,
+        name: "stormguard+failover-no-clocks",
+        help: "stormguard+failover made from ClientLayer::default().without_clocks(): no\n\
+             per-attempt clocks, only the deadline bounds an attempt (two providers only).",
+        stormguard: true,
+        needs: Needs::TwoProviders,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardFailover,
+        name: "stormguard+failover",
+        help: "stormguard's Failover over the primary and the secondary, each with its default\n\
+             breaker and per-attempt clocks of its own (two providers only).",
+        stormguard: true,
+        needs: Needs::TwoProviders,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::RoundRobin,
+        name: "round-robin",
+        help: "Each request to the next deployment in turn, behind an engine of its own made from\n\
+             ClientLayer::default() (its retries stay on its deployment); no rate limit\n\
+             (deployments only).",
+        stormguard: true,
+        needs: Needs::Deployments,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::OrderedFailover,
+        name: "ordered-failover",
+        help: "stormguard's Failover with the deployments as ranks of one, in order (with_backend\n\
+             each), each with its default breaker and RateLimit::default(), which learns its quota\n\
+             from the headers: the next only when the one before cannot take the request\n\
+             (deployments only).",
+        stormguard: true,
+        needs: Needs::Deployments,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardBalance,
+        name: "stormguard+balance",
+        help: "stormguard's Failover with the deployments in one rank (with_rank), the same backends:\n\
+             the balancer sends each request to the cheaper of two drawn (latency, requests in\n\
+             flight, rate-limit headroom) (deployments only).",
+        stormguard: true,
+        needs: Needs::Deployments,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardBalanceCooldowns,
+        name: "stormguard+balance+cooldowns",
+        help: "stormguard+balance, its replicas sharing their breakers' cooldowns\n\
+             (with_cooldowns(Cooldowns::local())): a deployment one replica's breaker left, the\n\
+             others leave too (deployments only; with one replica, as stormguard+balance).",
+        stormguard: true,
+        needs: Needs::Deployments,
+        stream_restarts: 0,
+    },
+];
+
 impl fmt::Display for Pipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -356,14 +444,13 @@ pub struct UnknownPipeline(pub String);
 
 impl fmt::Display for UnknownPipeline {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = REGISTRY.iter().map(|entry| entry.name).collect();
+        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
         write!(
             f,
-            "unknown pipeline `{}` (expected none, naive, naive+failover, naive-hedge, tower, \
-             tower-hedge, stormguard, stormguard+continuation, stormguard+hedge, \
-             stormguard+breaker, stormguard+rate-limit, stormguard+adaptive, \
-             stormguard+failover-no-clocks, stormguard+failover, round-robin, ordered-failover, \
-             stormguard+balance or stormguard+balance+cooldowns)",
-            self.0
+            "unknown pipeline `{}` (expected {} or {last})",
+            self.0,
+            rest.join(", ")
         )
     }
 }
@@ -374,9 +461,10 @@ impl FromStr for Pipeline {
     type Err = UnknownPipeline;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Pipeline::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
+        REGISTRY
+            .iter()
+            .find(|entry| entry.name == s)
+            .map(|entry| entry.pipeline)
             .ok_or_else(|| UnknownPipeline(s.to_owned()))
     }
 }
@@ -406,15 +494,15 @@ pub(crate) fn clone_request(req: &SimRequest) -> SimRequest {
 /// The naive policy: retry every failure up to [`NaivePolicy::RETRIES`] times, each after a
 /// fixed [`NaivePolicy::INTERVAL`]. No budget, no jitter, no reading of `Retry-After`.
 #[derive(Clone, Debug, Default)]
-pub struct NaivePolicy {
+pub(crate) struct NaivePolicy {
     retries: u32,
 }
 
 impl NaivePolicy {
     /// Retries per request.
-    pub const RETRIES: u32 = 3;
+    pub(crate) const RETRIES: u32 = 3;
     /// Fixed pause before each retry.
-    pub const INTERVAL: Duration = Duration::from_secs(1);
+    pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 }
 
 impl<B> Policy<SimRequest, Response<B>, BoxError> for NaivePolicy {
@@ -443,7 +531,7 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for NaivePolicy {
 /// ..., at most 4 on the primary and 3 on the secondary. No budget, no health of either
 /// provider: every request starts on the primary, whatever happened to the ones before it.
 #[derive(Clone, Debug, Default)]
-pub struct NaiveFailoverPolicy {
+pub(crate) struct NaiveFailoverPolicy {
     /// Retries sent to the primary and to the secondary.
     retries: [u32; 2],
     /// Whether the attempt in flight went to the secondary.
@@ -452,7 +540,7 @@ pub struct NaiveFailoverPolicy {
 
 impl NaiveFailoverPolicy {
     /// Retries per provider.
-    pub const RETRIES: u32 = 3;
+    pub(crate) const RETRIES: u32 = 3;
 }
 
 impl<B> Policy<SimRequest, Response<B>, BoxError> for NaiveFailoverPolicy {
@@ -492,7 +580,7 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for NaiveFailoverPolicy {
 /// Like tower's own `HasherRng`, it is copied (not shared) when the backoff maker hands out a
 /// backoff, so every request's backoff draws the same sequence of jitter factors.
 #[derive(Clone, Debug)]
-pub struct SeededRng(SmallRng);
+pub(crate) struct SeededRng(SmallRng);
 
 impl SeededRng {
     /// A source seeded with `seed`.
@@ -513,7 +601,7 @@ impl Rng for SeededRng {
 /// follows, is used); every retry withdraws. Retries stop after [`TowerPolicy::RETRIES`] or when
 /// the budget is empty.
 #[derive(Clone, Debug)]
-pub struct TowerPolicy {
+pub(crate) struct TowerPolicy {
     budget: Arc<TpsBudget>,
     backoff: ExponentialBackoff<SeededRng>,
     retries: u32,
@@ -521,19 +609,19 @@ pub struct TowerPolicy {
 
 impl TowerPolicy {
     /// Retries per request at most (as in the naive policy).
-    pub const RETRIES: u32 = 3;
+    pub(crate) const RETRIES: u32 = 3;
     /// Budget window: tower's default.
-    pub const BUDGET_TTL: Duration = Duration::from_secs(10);
+    pub(crate) const BUDGET_TTL: Duration = Duration::from_secs(10);
     /// Retries per second always allowed: tower's default.
-    pub const BUDGET_MIN_PER_SEC: u32 = 10;
+    pub(crate) const BUDGET_MIN_PER_SEC: u32 = 10;
     /// Retries per deposit: tower's default.
-    pub const BUDGET_RATIO: f32 = 0.2;
+    pub(crate) const BUDGET_RATIO: f32 = 0.2;
     /// First backoff: tower's default.
-    pub const BACKOFF_MIN: Duration = Duration::from_millis(50);
+    pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(50);
     /// Longest backoff.
-    pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+    pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(10);
     /// Jitter ratio: tower's default.
-    pub const BACKOFF_JITTER: f64 = 0.99;
+    pub(crate) const BACKOFF_JITTER: f64 = 0.99;
 
     /// A policy (cloned per request by tower) sharing one budget.
     pub fn new(seed: u64) -> Result<TowerPolicy, BoxError> {
@@ -586,16 +674,16 @@ impl<B> Policy<SimRequest, Response<B>, BoxError> for TowerPolicy {
 /// period, no hedge before 20 are recorded, periods of 2 s. The same percentile and minimum as
 /// stormguard's `Hedging::default()` and its clocks.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TowerHedgePolicy;
+pub(crate) struct TowerHedgePolicy;
 
 impl TowerHedgePolicy {
     /// Latencies recorded before the first hedge.
-    pub const MIN_DATA_POINTS: u64 = 20;
+    pub(crate) const MIN_DATA_POINTS: u64 = 20;
     /// The quantile (0 to 1) of the recorded latencies a request waits before it is hedged.
-    pub const LATENCY_PERCENTILE: f32 = 0.95;
+    pub(crate) const LATENCY_PERCENTILE: f32 = 0.95;
     /// How long each of tower's two rotating histograms records: a hedge's delay is read from
     /// the previous period's.
-    pub const PERIOD: Duration = Duration::from_secs(2);
+    pub(crate) const PERIOD: Duration = Duration::from_secs(2);
 }
 
 impl tower::hedge::Policy<SimRequest> for TowerHedgePolicy {
@@ -610,7 +698,7 @@ impl tower::hedge::Policy<SimRequest> for TowerHedgePolicy {
 
 /// tower's hedge around `attempt` (the provider, each attempt timed out) with
 /// [`TowerHedgePolicy`], shared by the callers ([`Shared`]: tower's `Hedge` is not `Clone`).
-pub fn tower_hedge<S>(attempt: S) -> Shared<tower::hedge::Hedge<S, TowerHedgePolicy>>
+pub(crate) fn tower_hedge<S>(attempt: S) -> Shared<tower::hedge::Hedge<S, TowerHedgePolicy>>
 where
     S: tower::Service<SimRequest> + Clone,
     S::Error: Into<BoxError>,
@@ -665,10 +753,10 @@ const FALLBACK_BODY: &[u8] = br#"{"object":"chat.completion","degraded":true,"ch
 
 /// The name of the provider (the primary, where there are two), as stormguard's layers call it:
 /// the `gen_ai.provider.name` label of their metrics.
-pub const PRIMARY: &str = "primary";
+pub(crate) const PRIMARY: &str = "primary";
 
 /// The name of the secondary provider, as stormguard's failover calls it.
-pub const SECONDARY: &str = "secondary";
+pub(crate) const SECONDARY: &str = "secondary";
 
 /// `ClientLayer::default()`, named [`PRIMARY`] (a failover names each backend's), with the
 /// scenario's seed handed to every part that draws random numbers (throttle, backoff, hint
@@ -691,7 +779,7 @@ fn client_layer(scenario: &Scenario) -> ClientLayer {
 
 /// The engine around the provider without continuation: a stream cut after content ends with
 /// its in-band error event and `StreamInterrupted`.
-pub type NotContinuing = stormguard::ClientService<
+pub(crate) type NotContinuing = stormguard::ClientService<
     Backend,
     stormguard::classify::LlmClassifier,
     stormguard::jitter::FullJitter,
@@ -702,7 +790,7 @@ pub type NotContinuing = stormguard::ClientService<
 /// `ClientLayer::default().without_continuation()`, seeded. A stream cut after content ends
 /// with the in-band error event and `StreamInterrupted`; nothing else differs from the default
 /// (see the [module docs](self) for why in every scenario).
-pub fn stormguard(backend: Backend, scenario: &Scenario) -> NotContinuing {
+pub(crate) fn stormguard(backend: Backend, scenario: &Scenario) -> NotContinuing {
     client_layer(scenario).without_continuation().layer(backend)
 }
 
@@ -712,7 +800,7 @@ pub fn stormguard(backend: Backend, scenario: &Scenario) -> NotContinuing {
 /// backend's learned 95th percentile of the time to it is hedged, once, with the retry budget's
 /// grant; the first to produce content answers, the other is cancelled. Continuation is off,
 /// as in [`stormguard()`]'s row, so that the two rows differ in hedging alone.
-pub fn stormguard_hedge(backend: Backend, scenario: &Scenario) -> NotContinuing {
+pub(crate) fn stormguard_hedge(backend: Backend, scenario: &Scenario) -> NotContinuing {
     client_layer(scenario)
         .without_continuation()
         .with_hedging(Hedging::default())
@@ -722,7 +810,7 @@ pub fn stormguard_hedge(backend: Backend, scenario: &Scenario) -> NotContinuing 
 /// stormguard's client pipeline around the provider as it ships: `ClientLayer::default()`,
 /// seeded, which continues a stream cut after content (its own withdrawal from the retry
 /// budget, the same `REQUEST_ID` header, the text received as the prefill).
-pub fn stormguard_continuation(
+pub(crate) fn stormguard_continuation(
     backend: Backend,
     scenario: &Scenario,
 ) -> stormguard::ClientService<Backend> {
@@ -732,7 +820,7 @@ pub fn stormguard_continuation(
 /// stormguard's client pipeline with a circuit breaker (`BreakerConfig::default()`, seeded) and a
 /// fallback that answers 200 with a small degraded chat completion (`FALLBACK_BODY`) while the
 /// breaker refuses, and for the attempts a stall cuts. The breaker is returned too, to watch it.
-pub fn stormguard_breaker(
+pub(crate) fn stormguard_breaker(
     backend: Backend,
     scenario: &Scenario,
 ) -> (stormguard::ClientService<Backend>, CircuitBreaker) {
@@ -757,7 +845,7 @@ pub fn stormguard_breaker(
 /// learns them, as `stormguard+adaptive`'s): `ClientLayer::default()` (seeded)
 /// `.with_rate_limit(RateLimit::new(RateLimitConfig::default().with_requests_per_minute(..)
 /// .with_tokens_per_minute(..)))`.
-pub fn stormguard_rate_limit(
+pub(crate) fn stormguard_rate_limit(
     backend: Backend,
     scenario: &Scenario,
 ) -> stormguard::ClientService<Backend> {
@@ -795,7 +883,7 @@ const SECONDARY_QUOTA_SHARE: f64 = 0.9;
 /// for the secondary's origin, [`SECONDARY_ORIGIN`]), each with the default backend breaker
 /// ([`failover::Backend::default_breaker`], seeded) and per-attempt clocks of its own (the
 /// failover gives each backend fresh ones). The primary's breaker is returned too, to watch it.
-pub fn stormguard_failover(
+pub(crate) fn stormguard_failover(
     router: Router,
     scenario: &Scenario,
 ) -> (FailoverService<Router>, CircuitBreaker) {
@@ -805,7 +893,7 @@ pub fn stormguard_failover(
 /// [`stormguard_failover`] made from `ClientLayer::default().without_clocks()`: no backend has
 /// per-attempt clocks, and only the deadline (and the stream guard's own limits) bound an
 /// attempt.
-pub fn stormguard_failover_without_clocks(
+pub(crate) fn stormguard_failover_without_clocks(
     router: Router,
     scenario: &Scenario,
 ) -> (FailoverService<Router>, CircuitBreaker) {
@@ -841,7 +929,7 @@ fn failover_over(
 
 /// stormguard's client pipeline with a rate limit that learns the provider's quota from its
 /// headers and its 429s: `ClientLayer::default()` (seeded) `.with_rate_limit(RateLimit::default())`.
-pub fn stormguard_adaptive(
+pub(crate) fn stormguard_adaptive(
     backend: Backend,
     scenario: &Scenario,
 ) -> stormguard::ClientService<Backend> {
@@ -882,7 +970,7 @@ fn own_engine(layer: &ClientLayer, name: &str) -> ClientLayer {
 /// `ClientLayer::default()` (seeded; [`own_engine`]) over a router to it alone, no rate limit
 /// (see the [module docs](self)). One per replica of the gateway, each sent every replica-th
 /// request.
-pub fn round_robin(
+pub(crate) fn round_robin(
     providers: &[Backend],
     scenario: &Scenario,
 ) -> RoundRobin<RoundRobin<stormguard::ClientService<Router>>> {
@@ -906,7 +994,7 @@ pub fn round_robin(
 
 /// How a balance row ranks the deployments in its failover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ranking {
+pub(crate) enum Ranking {
     /// Ranks of one, in the order of the scenario's deployments (`with_backend` for each):
     /// today's ordered failover.
     InOrder,
@@ -917,7 +1005,7 @@ pub enum Ranking {
 /// The balance rows' gateway: one failover per replica, each sent every replica-th request in
 /// turn, and the breaker each replica has for the scenario's dying deployment (none without
 /// one), to watch.
-pub struct Gateway {
+pub(crate) struct Gateway {
     /// The replicas, in turn.
     pub replicas: RoundRobin<FailoverService<Router>>,
     /// Each replica's breaker of the dying deployment.
@@ -932,7 +1020,12 @@ pub struct Gateway {
 /// one per deployment that the replicas share (see the [module docs](self)); ranked as
 /// `ranking` says, the balancer's draws seeded; with `cooldowns`, the replicas share one
 /// `Cooldowns::local()`.
-pub fn gateway(router: Router, scenario: &Scenario, ranking: Ranking, cooldowns: bool) -> Gateway {
+pub(crate) fn gateway(
+    router: Router,
+    scenario: &Scenario,
+    ranking: Ranking,
+    cooldowns: bool,
+) -> Gateway {
     let limits: Vec<RateLimit> = scenario
         .deployments
         .iter()
@@ -985,6 +1078,15 @@ pub fn gateway(router: Router, scenario: &Scenario, ranking: Ranking, cooldowns:
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::scenarios;
+
+    #[test]
+    fn the_registry_has_one_entry_per_pipeline_in_order() {
+        for (entry, pipeline) in REGISTRY.iter().zip(Pipeline::ALL) {
+            assert_eq!(entry.pipeline, pipeline, "{}", entry.name);
+        }
+        assert_eq!(REGISTRY.len(), Pipeline::ALL.len());
+    }
     use http::StatusCode;
 
     fn response(status: u16) -> Result<Response<()>, BoxError> {
@@ -1051,15 +1153,16 @@ mod tests {
 
     #[test]
     fn the_rate_limit_rows_are_the_defaults_of_the_bursts_only() {
-        for kind in ScenarioKind::ALL {
-            let defaults = Pipeline::defaults(kind);
-            let burst = kind == ScenarioKind::Burst;
+        for kind in scenarios::ALL {
+            let defaults = kind.pipelines;
+            let burst = kind == scenarios::BURST;
             for row in [Pipeline::StormguardRateLimit, Pipeline::StormguardAdaptive] {
                 assert_eq!(defaults.contains(&row), burst, "{kind}");
             }
         }
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Burst)
+            scenarios::BURST
+                .pipelines
                 .iter()
                 .map(|p| p.as_str())
                 .collect::<Vec<_>>(),
@@ -1077,11 +1180,11 @@ mod tests {
     fn the_breaker_row_is_a_default_where_the_only_provider_dies() {
         // The tail scenario compares hedging; its outage is there to show that hedges stop.
         // The tail scenario's rows are the hedges; the balance scenarios' share deployments.
-        for kind in ScenarioKind::ALL
+        for kind in scenarios::ALL
             .into_iter()
-            .filter(|k| *k != ScenarioKind::Tail && Scenario::builtin(*k).deployments.is_empty())
+            .filter(|k| *k != scenarios::TAIL && Scenario::builtin(k).deployments.is_empty())
         {
-            let defaults = Pipeline::defaults(kind);
+            let defaults = kind.pipelines;
             let scenario = Scenario::builtin(kind);
             let alone = scenario.secondary().is_none();
             let dies = scenario.fault.kind.is_dead();
@@ -1103,9 +1206,9 @@ mod tests {
 
     #[test]
     fn the_balance_rows_are_the_defaults_of_the_scenarios_with_deployments_only() {
-        for kind in ScenarioKind::ALL {
+        for kind in scenarios::ALL {
             let balances = !Scenario::builtin(kind).deployments.is_empty();
-            let defaults = Pipeline::defaults(kind);
+            let defaults = kind.pipelines;
             assert!(!defaults.is_empty(), "{kind}");
             assert_eq!(
                 defaults.iter().all(|row| row.balances()),
@@ -1117,13 +1220,14 @@ mod tests {
 
     #[test]
     fn the_failover_rows_are_the_defaults_of_the_two_providers_only() {
-        for kind in ScenarioKind::ALL {
+        for kind in scenarios::ALL {
             let two = Scenario::builtin(kind).secondary().is_some();
-            let defaults = Pipeline::defaults(kind);
+            let defaults = kind.pipelines;
             assert_eq!(defaults.iter().any(|p| p.fails_over()), two, "{kind}");
         }
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Failover)
+            scenarios::FAILOVER
+                .pipelines
                 .iter()
                 .map(|p| p.as_str())
                 .collect::<Vec<_>>(),
@@ -1142,7 +1246,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn silent_compares_the_failover_without_and_with_clocks_under_the_callers_deadline() {
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Silent)
+            scenarios::SILENT
+                .pipelines
                 .iter()
                 .map(|p| p.as_str())
                 .collect::<Vec<_>>(),
@@ -1154,14 +1259,14 @@ mod tests {
                 "stormguard+failover"
             ]
         );
-        let scenario = Scenario::builtin(ScenarioKind::Silent);
+        let scenario = Scenario::builtin(scenarios::SILENT);
         let head = Request::new(()).into_parts().0;
         let layer = client_layer(&scenario);
         assert_eq!(
             layer.timeout_for(&head, None),
             Some(Duration::from_secs(30))
         );
-        let other = client_layer(&Scenario::builtin(ScenarioKind::Failover));
+        let other = client_layer(&Scenario::builtin(scenarios::FAILOVER));
         assert_eq!(
             other.timeout_for(&head, None),
             Some(stormguard::deadline::DEFAULT_TIMEOUT)
@@ -1184,7 +1289,7 @@ mod tests {
     #[test]
     fn streams_compare_naive_with_stormguard_and_only_naive_restarts_streams() {
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Streams),
+            scenarios::STREAMS.pipelines,
             [
                 Pipeline::Naive,
                 Pipeline::Stormguard,
@@ -1199,7 +1304,7 @@ mod tests {
         assert!(!Pipeline::StormguardContinuation.fails_over());
         // `stormguard+continuation` is the layer as the scenario builds it, which continues (its
         // type says so).
-        let scenario = Scenario::builtin(ScenarioKind::Streams);
+        let scenario = Scenario::builtin(scenarios::STREAMS);
         let _: ClientLayer<_, _, stormguard::retry::Continuing> = client_layer(&scenario);
         for pipeline in Pipeline::ALL {
             let restarts = if pipeline == Pipeline::Naive { 3 } else { 0 };
@@ -1210,7 +1315,8 @@ mod tests {
     #[test]
     fn tail_compares_the_naive_hedge_towers_and_stormguard_without_and_with_hedging() {
         assert_eq!(
-            Pipeline::defaults(ScenarioKind::Tail)
+            scenarios::TAIL
+                .pipelines
                 .iter()
                 .map(|p| p.as_str())
                 .collect::<Vec<_>>(),
@@ -1234,20 +1340,20 @@ mod tests {
             assert!(!row.uses_stormguard() && !row.fails_over(), "{row}");
         }
         // The hedging rows are defaults of the tail alone.
-        for kind in ScenarioKind::ALL {
-            let hedging = Pipeline::defaults(kind).iter().any(|p| {
+        for kind in scenarios::ALL {
+            let hedging = kind.pipelines.iter().any(|p| {
                 matches!(
                     p,
                     Pipeline::NaiveHedge | Pipeline::TowerHedge | Pipeline::StormguardHedge
                 )
             });
-            assert_eq!(hedging, kind == ScenarioKind::Tail, "{kind}");
+            assert_eq!(hedging, kind == scenarios::TAIL, "{kind}");
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn towers_hedge_is_shared_by_the_callers_and_hedges_a_slow_head() {
-        let scenario = Scenario::builtin(ScenarioKind::Tail).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
         let epoch = tokio::time::Instant::now();
         let backend = Backend::new(&scenario, epoch);
         let hedge = tower_hedge(backend.clone());

@@ -16,14 +16,14 @@ use tower::util::Oneshot;
 /// Each call to the next of `services` in turn (the first call to the first). Clones share the
 /// turn. Each call readies a clone of its service and calls it ([`Oneshot`]), so that a
 /// service's readiness is never taken by another's call.
-pub struct RoundRobin<S> {
+pub(crate) struct RoundRobin<S> {
     services: Arc<[S]>,
     next: Arc<AtomicUsize>,
 }
 
 impl<S> RoundRobin<S> {
     /// Calls to `services` in turn. At least one.
-    pub fn new(services: Vec<S>) -> RoundRobin<S> {
+    pub(crate) fn new(services: Vec<S>) -> RoundRobin<S> {
         assert!(!services.is_empty(), "a round robin over no service");
         RoundRobin {
             services: services.into(),
@@ -32,7 +32,8 @@ impl<S> RoundRobin<S> {
     }
 
     /// The services, in turn order.
-    pub fn services(&self) -> &[S] {
+    #[cfg(test)]
+    pub(crate) fn services(&self) -> &[S] {
         &self.services
     }
 }

@@ -21,22 +21,22 @@ use tower::Service;
 use crate::backend::{Backend, ProviderBody, ResponseFuture};
 
 /// Authority of the primary provider, to which every pipeline sends its requests first.
-pub const PRIMARY_AUTHORITY: &str = "llm.invalid";
+pub(crate) const PRIMARY_AUTHORITY: &str = "llm.invalid";
 
 /// Authority of the secondary provider.
-pub const SECONDARY_AUTHORITY: &str = "secondary.invalid";
+pub(crate) const SECONDARY_AUTHORITY: &str = "secondary.invalid";
 
 /// Origin (scheme and authority) of the secondary provider, as a failover's adapter is given it.
-pub const SECONDARY_ORIGIN: &str = "http://secondary.invalid";
+pub(crate) const SECONDARY_ORIGIN: &str = "http://secondary.invalid";
 
 /// The authority of the deployment named `name` (`east.invalid`).
-pub fn deployment_authority(name: &str) -> String {
+pub(crate) fn deployment_authority(name: &str) -> String {
     format!("{name}.invalid")
 }
 
 /// The origin (scheme and authority) of the deployment named `name`, as a client that sends it
 /// requests is given it (`http://east.invalid`).
-pub fn deployment_origin(name: &str) -> http::Uri {
+pub(crate) fn deployment_origin(name: &str) -> http::Uri {
     let origin = format!("http://{}", deployment_authority(name));
     origin
         .parse()
@@ -46,13 +46,13 @@ pub fn deployment_origin(name: &str) -> http::Uri {
 /// Providers behind one service, each at its authority: a request goes to the one its authority
 /// names, or to the first when none does. Clones share the providers.
 #[derive(Clone)]
-pub struct Router {
+pub(crate) struct Router {
     providers: Arc<[(String, Backend)]>,
 }
 
 impl Router {
     /// A router to `primary` and `secondary` ([`SECONDARY_AUTHORITY`]).
-    pub fn new(primary: Backend, secondary: Backend) -> Router {
+    pub(crate) fn new(primary: Backend, secondary: Backend) -> Router {
         Router::of(vec![
             (PRIMARY_AUTHORITY.to_owned(), primary),
             (SECONDARY_AUTHORITY.to_owned(), secondary),
@@ -60,7 +60,7 @@ impl Router {
     }
 
     /// A router to `providers`, each at its authority; the first takes every other request.
-    pub fn of(providers: Vec<(String, Backend)>) -> Router {
+    pub(crate) fn of(providers: Vec<(String, Backend)>) -> Router {
         Router {
             providers: providers.into(),
         }
@@ -68,7 +68,7 @@ impl Router {
 
     /// A router to a balance scenario's deployments, each `(name, provider)` at its name's
     /// authority ([`deployment_authority`]); the first takes every other request.
-    pub fn deployments(deployments: Vec<(&str, Backend)>) -> Router {
+    pub(crate) fn deployments(deployments: Vec<(&str, Backend)>) -> Router {
         Router::of(
             deployments
                 .into_iter()
@@ -78,21 +78,8 @@ impl Router {
     }
 
     /// The primary provider (the first).
-    pub fn primary(&self) -> &Backend {
+    pub(crate) fn primary(&self) -> &Backend {
         &self.providers[0].1
-    }
-
-    /// The secondary provider (the second; the primary where there is one alone).
-    pub fn secondary(&self) -> &Backend {
-        &self.providers[1.min(self.providers.len() - 1)].1
-    }
-
-    /// Whether `request` is for the secondary.
-    pub fn is_for_secondary<B>(request: &Request<B>) -> bool {
-        request
-            .uri()
-            .authority()
-            .is_some_and(|authority| authority.as_str() == SECONDARY_AUTHORITY)
     }
 
     /// The provider `request`'s authority names, or the first.
@@ -128,7 +115,8 @@ where
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::scenario::{Scenario, ScenarioKind};
+    use crate::scenario::Scenario;
+    use crate::scenarios;
     use http::Uri;
     use tokio::time::Instant;
     use tower::ServiceExt;
@@ -141,7 +129,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn requests_go_to_the_provider_their_authority_names() {
-        let scenario = Scenario::builtin(ScenarioKind::Failover).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::FAILOVER).with_qps(100.0);
         let epoch = Instant::now();
         let primary = Backend::new(&scenario, epoch);
         let secondary = Backend::new(&scenario.secondary().unwrap(), epoch);
@@ -161,7 +149,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn each_deployment_takes_the_requests_for_its_name_and_the_first_the_others() {
-        let scenario = Scenario::builtin(ScenarioKind::Balance).with_qps(100.0);
+        let scenario = Scenario::builtin(scenarios::BALANCE).with_qps(100.0);
         let epoch = Instant::now();
         let deployments: Vec<(&str, Backend)> = scenario
             .deployments

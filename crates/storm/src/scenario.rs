@@ -4,29 +4,31 @@
 //! documented constant here, so a reader can check the calibration in one place.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
+use crate::metrics::Summary;
+use crate::pipeline::Pipeline;
+
 /// Offered load of the field's incident: 12,000 requests per second.
-pub const FIELD_QPS: f64 = 12_000.0;
+pub(crate) const FIELD_QPS: f64 = 12_000.0;
 
 /// Median service time of the healthy provider (the field's 800 ms).
-pub const HEALTHY_MEDIAN: Duration = Duration::from_millis(800);
+pub(crate) const HEALTHY_MEDIAN: Duration = Duration::from_millis(800);
 
 /// Error rate of the healthy provider (the field's 0.01%).
-pub const HEALTHY_ERROR_RATE: f64 = 0.0001;
+pub(crate) const HEALTHY_ERROR_RATE: f64 = 0.0001;
 
 /// Median service time while degraded (the field's 2500 ms).
-pub const DEGRADED_MEDIAN: Duration = Duration::from_millis(2500);
+pub(crate) const DEGRADED_MEDIAN: Duration = Duration::from_millis(2500);
 
 /// Error rate while degraded (the field's 5%).
-pub const DEGRADED_ERROR_RATE: f64 = 0.05;
+pub(crate) const DEGRADED_ERROR_RATE: f64 = 0.05;
 
 /// Shape (sigma of the underlying normal) of the log-normal service time.
 ///
 /// LLM latency is dominated by the number of generated tokens, which is right-skewed; sigma 0.5
 /// puts the healthy p99 at about 2.6 s for an 800 ms median.
-pub const SERVICE_TIME_SIGMA: f64 = 0.5;
+pub(crate) const SERVICE_TIME_SIGMA: f64 = 0.5;
 
 /// Concurrent slots of the simulated provider at [`FIELD_QPS`].
 ///
@@ -34,10 +36,10 @@ pub const SERVICE_TIME_SIGMA: f64 = 0.5;
 /// is 2500 ms x exp(sigma^2 / 2) = 2.83 s, so 12,000 req/s keep about 34,000 slots busy. 40,000
 /// slots leave 18% headroom: the provider survives the degradation when nobody retries, and
 /// falls over when retries add more than that.
-pub const FIELD_CAPACITY: u32 = 40_000;
+pub(crate) const FIELD_CAPACITY: u32 = 40_000;
 
 /// Longest a request may wait in the provider's queue before it is shed with 529 (overloaded).
-pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const MAX_QUEUE_WAIT: Duration = Duration::from_secs(5);
 
 /// How far above capacity (in-flight work / slots - 1) the provider fails every request it admits.
 ///
@@ -46,32 +48,29 @@ pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// preemption and recomputation, memory pressure, engine restarts) and burns GPU time on work it
 /// then fails. This is the "errors rise sharply" half of the overload; the queue is the "latency
 /// grows" half.
-pub const OVERLOAD_ERROR_SPAN: f64 = 0.25;
+pub(crate) const OVERLOAD_ERROR_SPAN: f64 = 0.25;
 
 /// Per-attempt timeout of today's clients (the `none`, `naive` and `tower` pipelines).
 ///
 /// Tuned, as clients usually are, to the healthy provider: about its p99.9 (3.7 s for an 800 ms
 /// median at sigma 0.5). stormguard's pipeline has no per-attempt timeout: one deadline spans all
 /// attempts (see `stormguard-deadline`).
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(4);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How long after the end of the scenario a run waits for its last answers at most.
 ///
 /// A safety net so that a run always ends; no built-in pipeline comes close to it (requests
 /// still unanswered then count as failures).
-pub const CALLER_PATIENCE: Duration = Duration::from_secs(120);
+pub(crate) const CALLER_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Length of the built-in scenarios.
-pub const DEFAULT_DURATION: Duration = Duration::from_secs(60);
-
-/// Share of the offered load the quota scenario's provider accepts.
-pub const QUOTA_SHARE: f64 = 0.75;
+pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 
 /// `Retry-After` the quota scenario's provider sends with its 429s.
-pub const QUOTA_RETRY_AFTER: Duration = Duration::from_secs(2);
+pub(crate) const QUOTA_RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// Seed of the built-in scenarios.
-pub const DEFAULT_SEED: u64 = 42;
+pub(crate) const DEFAULT_SEED: u64 = 42;
 
 /// Mixed into the seed of a second provider, so that its service times and errors are drawn
 /// apart from the primary's.
@@ -82,18 +81,11 @@ const SECONDARY_SEED: u64 = 0x5ec0_0d00_0000_0002;
 const DEPLOYMENT_SEED: u64 = 0xde91_0e00_0000_0003;
 
 /// Offered load of the black-hole incident: 1,000 requests per second.
-pub const BLACKHOLE_QPS: f64 = 1_000.0;
-
-/// Concurrent slots of the black-hole scenario's provider at [`BLACKHOLE_QPS`]: ample.
-///
-/// Healthy, 1,000 req/s keep about 900 slots busy (Little's law: 1,000 x 0.91 s mean); 10,000
-/// slots take even four attempts per request (naive retries' worst) with room to spare. The
-/// incident is about the connections the clients hold open, not about the provider's capacity.
-pub const BLACKHOLE_CAPACITY: u32 = 10_000;
+pub(crate) const BLACKHOLE_QPS: f64 = 1_000.0;
 
 /// Requests a minute of the burst scenario's quota: 10,000, the size of OpenAI's higher usage
 /// tiers for its flagship models.
-pub const BURST_REQUESTS_PER_MINUTE: u32 = 10_000;
+pub(crate) const BURST_REQUESTS_PER_MINUTE: u32 = 10_000;
 
 /// Tokens a minute of the burst scenario's quota: 30,000,000 (the same tiers).
 ///
@@ -101,13 +93,13 @@ pub const BURST_REQUESTS_PER_MINUTE: u32 = 10_000;
 /// 162.6 of them, fewer than the 166.7 requests a second of [`BURST_REQUESTS_PER_MINUTE`]. Tokens
 /// are the tighter dimension, as they usually are for LLM traffic: a limit that counts requests
 /// alone lets 2.5% too many tokens through.
-pub const BURST_TOKENS_PER_MINUTE: u32 = 30_000_000;
+pub(crate) const BURST_TOKENS_PER_MINUTE: u32 = 30_000_000;
 
 /// Average offered load of the burst scenario, as a share of its quota: 70%.
-pub const BURST_AVERAGE_SHARE: f64 = 0.7;
+pub(crate) const BURST_AVERAGE_SHARE: f64 = 0.7;
 
 /// Heights of the burst scenario's bursts, as multiples of the quota, cycled in this order.
-pub const BURST_HEIGHTS: [f64; 3] = [2.0, 2.5, 3.0];
+pub(crate) const BURST_HEIGHTS: [f64; 3] = [2.0, 2.5, 3.0];
 
 /// What each burst sends above the quota, in seconds of quota: 2 s.
 ///
@@ -118,123 +110,81 @@ pub const BURST_HEIGHTS: [f64; 3] = [2.0, 2.5, 3.0];
 /// meets a 429 for about one second of quota per burst. Were the excess beyond the bucket more
 /// than 2 s of quota, the last requests of every burst would need to wait longer than 2 s, and no
 /// pacing with a bounded wait could answer them.
-pub const BURST_EXCESS: Duration = Duration::from_secs(2);
+pub(crate) const BURST_EXCESS: Duration = Duration::from_secs(2);
 
 /// One burst every 10 s: between two bursts the calm rate (37% to 44% of the quota) drains the
 /// queue and refills the bucket in under 4 s.
-pub const BURST_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const BURST_PERIOD: Duration = Duration::from_secs(10);
 
 /// Where in its period each burst starts: 3 s (the first at 3 s, the sixth at 53 s).
-pub const BURST_OFFSET: Duration = Duration::from_secs(3);
-
-/// Concurrent slots of the burst scenario's provider: ample.
-///
-/// The quota admits at most 166.7 requests a second (and a second's worth at once), which keep
-/// about 150 slots busy (Little's law: 166.7 x 0.91 s mean); 1,500 slots leave the quota, not the
-/// slots, as the only limit.
-pub const BURST_CAPACITY: u32 = 1_500;
+pub(crate) const BURST_OFFSET: Duration = Duration::from_secs(3);
 
 /// Offered load of the failover scenario: 1,000 requests per second, the black hole's.
-pub const FAILOVER_QPS: f64 = 1_000.0;
-
-/// Concurrent slots of the failover scenario's primary at [`FAILOVER_QPS`]: twice what the load
-/// keeps busy.
-///
-/// Little's law: 1,000 req/s x 0.9065 s (the healthy mean) keep 906.5 slots busy; 1,813 slots
-/// make the offered load half the primary's capacity (it completes 2,000 req/s).
-pub const FAILOVER_CAPACITY: u32 = 1_813;
+pub(crate) const FAILOVER_QPS: f64 = 1_000.0;
 
 /// The failover scenario's secondary provider, as a share of the primary's slots: 60%.
 ///
 /// 1,088 slots complete 1,200 req/s: the secondary carries the whole offered load alone at 83%
 /// of its slots, with room for little more. It is healthy throughout.
-pub const FAILOVER_SECONDARY_SHARE: f64 = 0.6;
+pub(crate) const FAILOVER_SECONDARY_SHARE: f64 = 0.6;
 
 /// Offered load of the streams scenario: 500 requests per second.
-pub const STREAMS_QPS: f64 = 500.0;
+pub(crate) const STREAMS_QPS: f64 = 500.0;
 
 /// Median length of a streamed answer in the streams scenario: 4 s, about 200 tokens at
 /// [`STREAM_TOKENS_PER_EVENT`] tokens every [`STREAM_EVENT_INTERVAL`] (50 tokens a second, a
 /// common decoding speed of large hosted models).
-pub const STREAM_MEDIAN: Duration = Duration::from_secs(4);
-
-/// Concurrent slots of the streams scenario's provider at [`STREAMS_QPS`]: ample.
-///
-/// Little's law: 500 req/s x 4.53 s (the log-normal mean of a 4 s median) keep about 2,270 slots
-/// busy; 5,000 slots leave the stream faults, not the slots, as what goes wrong.
-pub const STREAMS_CAPACITY: u32 = 5_000;
+pub(crate) const STREAM_MEDIAN: Duration = Duration::from_secs(4);
 
 /// Time between two content events of a streamed answer: 100 ms.
-pub const STREAM_EVENT_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const STREAM_EVENT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Tokens each content event of a streamed answer carries: 5 (providers send a token or a few per
 /// event; a group of 5 keeps the simulation's event count down).
-pub const STREAM_TOKENS_PER_EVENT: u32 = 5;
-
-/// Share of the streams that fail with an error event before any content during the streams
-/// scenario's fault: 5%.
-pub const STREAM_ERRORS_BEFORE_CONTENT: f64 = 0.05;
-
-/// Share of the streams cut mid-stream (the connection fails after some content) during the
-/// streams scenario's fault: 1%.
-pub const STREAM_CUTS: f64 = 0.01;
+pub(crate) const STREAM_TOKENS_PER_EVENT: u32 = 5;
 
 /// Offered load of the silent scenario: 300 requests per second, a few hundred a second, as a
 /// busy LLM feature of one product sends.
-pub const SILENT_QPS: f64 = 300.0;
-
-/// Concurrent slots of the silent scenario's primary at [`SILENT_QPS`]: ample.
-///
-/// Little's law: healthy, 300 req/s x 5 s (0.5 s to the first token on average, see
-/// [`StreamStart::LLM`], then 4.53 s of content, the log-normal mean of a 4 s median) keep about
-/// 1,500 slots busy; in the fault the silent attempts hold theirs [`SILENCE`] longer (90 a
-/// second for 20 s: 1,800 more). 5,000 slots leave the silence, not the slots, as what goes
-/// wrong. The secondary has [`FAILOVER_SECONDARY_SHARE`] of them (3,000): the whole load alone
-/// at half its slots.
-pub const SILENT_CAPACITY: u32 = 5_000;
+pub(crate) const SILENT_QPS: f64 = 300.0;
 
 /// Share of the primary's attempts that the silent scenario's fault keeps silent: 30%, nearly a
 /// third of a provider's replicas stuck (accepting connections, answering nothing) behind a load
 /// balancer that still sends them their share.
-pub const SILENT_SHARE: f64 = 0.3;
+pub(crate) const SILENT_SHARE: f64 = 0.3;
 
 /// How long a silent attempt waits for its response head: 20 s, then it is answered as usual.
 /// Two thirds of the callers' [`SILENT_DEADLINE`]: a caller that waits gets its answer late,
 /// or, for an answer longer than the 10 s left, not at all.
-pub const SILENCE: Duration = Duration::from_secs(20);
-
-/// Share of the primary's streams slow to their first token during the silent scenario's
-/// fault: 2% (prefills queued behind the stuck replicas' work).
-pub const SLOW_FIRST_TOKEN_SHARE: f64 = 0.02;
+pub(crate) const SILENCE: Duration = Duration::from_secs(20);
 
 /// How long a slow stream of the silent scenario waits for its first token after its head:
 /// uniformly 10 s to 20 s. All of it beyond the 5 s floor of stormguard's first-content clock
 /// (`stormguard_deadline::clocks`), so none of the tail is learned as healthy.
-pub const SLOW_FIRST_TOKEN: (Duration, Duration) =
+pub(crate) const SLOW_FIRST_TOKEN: (Duration, Duration) =
     (Duration::from_secs(10), Duration::from_secs(20));
 
 /// The callers' deadline in the silent scenario: 30 s for a streamed chat answer, what an
 /// interactive product gives a request (the SDKs' default of 600 s is no user's patience).
-pub const SILENT_DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const SILENT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Median time from the provider starting on a streamed request to its response head, where
 /// the scenario draws it ([`StreamStart::LLM`]): 200 ms, a round trip and the provider's
 /// admission (OpenAI and Anthropic send a stream's head within a second when healthy; see
 /// `stormguard_deadline::clocks`).
-pub const STREAM_HEAD_MEDIAN: Duration = Duration::from_millis(200);
+pub(crate) const STREAM_HEAD_MEDIAN: Duration = Duration::from_millis(200);
 
 /// Median time from a stream's head to its first content event, where the scenario draws it
 /// ([`StreamStart::LLM`]): 300 ms, the prefill of a chat prompt. With the head, half a second
 /// to the first token at the median, the order that public measurements of hosted models' time
 /// to first token show for a short prompt.
-pub const STREAM_FIRST_TOKEN_MEDIAN: Duration = Duration::from_millis(300);
+pub(crate) const STREAM_FIRST_TOKEN_MEDIAN: Duration = Duration::from_millis(300);
 
 /// Length of a streamed answer in the tail scenario, at the median: 400 ms, 4 content events of
 /// [`STREAM_TOKENS_PER_EVENT`] tokens (about 20 tokens: a classification, a short reply, a
 /// completion of a line), answers whose time to the first token is most of what their user waits
 /// for, and what hedging is for. Short answers also keep the simulation fast: 12,000 streams a
 /// second of about 5 events each.
-pub const TAIL_ANSWER_MEDIAN: Duration = Duration::from_millis(400);
+pub(crate) const TAIL_ANSWER_MEDIAN: Duration = Duration::from_millis(400);
 
 /// Shape (sigma of the underlying normal) of the tail scenario's draws of a stream's start (its
 /// head and its first token, [`StreamStart::TAIL`]): 0.25, a narrow spread. The time to a first
@@ -242,7 +192,7 @@ pub const TAIL_ANSWER_MEDIAN: Duration = Duration::from_millis(400);
 /// attempt to the next (it grows with the prompt's length, not with the answer's); at 0.25 a
 /// draw's p99 is 1.8 times its median, where the scenario's 0.5 for the answers' lengths (which
 /// do vary) puts it at 3.2 times.
-pub const TAIL_START_SIGMA: f64 = 0.25;
+pub(crate) const TAIL_START_SIGMA: f64 = 0.25;
 
 /// Share of the tail scenario's attempts ten times slower to their first token
 /// ([`TAIL_SLOW_FACTOR`]): 1.5% (an attempt that lands on a busy replica, or behind a long
@@ -262,27 +212,14 @@ pub const TAIL_START_SIGMA: f64 = 0.25;
 /// 1.4%, 3.41x to 3.48x. 1.5% puts the p99 inside the slow tail at every scale and seed tried
 /// (3.86x at the full scale, 3.50x to 3.69x at the test's over five seeds), and keeps the tail a
 /// heavy tail of rare attempts: one in about seventy, ten times slower.
-pub const TAIL_SLOW_SHARE: f64 = 0.015;
+pub(crate) const TAIL_SLOW_SHARE: f64 = 0.015;
 
 /// How much later a slow attempt of the tail scenario gets its first token: ten times its own
 /// draw (about 5 s, against half a second). Its head comes when
 /// it would have: the provider admitted the request, and it is the prefill behind it that is
 /// slow, as it is when a stream's head goes out before its first token (OpenAI's and
 /// Anthropic's do).
-pub const TAIL_SLOW_FACTOR: f64 = 10.0;
-
-/// Concurrent slots of the tail scenario's provider at [`FIELD_QPS`]: the field's 40,000, ample.
-///
-/// Little's law: an attempt holds its slot to the end of its stream: 0.52 s to its first token
-/// on average (the log-normal means of 200 ms and 300 ms at sigma 0.25), 0.59 s with the slow
-/// 1.5% at ten times that, then its content events after the first, 0.35 s (the log-normal
-/// mean of a 400 ms median at the scenario's sigma 0.5, 0.45 s, less the first event): about
-/// 0.94 s, so 12,000 req/s keep about 11,300 slots busy. A client that sends every request twice
-/// (the naive hedge: the attempt that loses the race is dropped, but its work goes on, as work
-/// the provider has started does) keeps about 22,500 busy, 56% of the slots: the load alone
-/// never overloads the provider, whatever the row, and the outage, not the slots, is what goes
-/// wrong.
-pub const TAIL_CAPACITY: u32 = 40_000;
+pub(crate) const TAIL_SLOW_FACTOR: f64 = 10.0;
 
 /// Offered load of the balance scenarios: 1,000 LLM-sized requests a second ([`TokenSizes::LLM`],
 /// 3,075 tokens on average: about 3.1 million tokens a second over three deployments).
@@ -296,35 +233,35 @@ pub const TAIL_CAPACITY: u32 = 40_000;
 /// split's east) stay well inside the 20% the quotas leave over the load, as they do for a
 /// gateway of this size. A few thousand a second would tighten no figure, and a row of 1,000
 /// requests a second runs in about two seconds.
-pub const BALANCE_QPS: f64 = 1_000.0;
+pub(crate) const BALANCE_QPS: f64 = 1_000.0;
 
 /// The deployments' quotas together, as a multiple of the offered load: 1.2 (each one's is its
 /// share of [`BALANCE_QUOTA_SHARES`] of the load, times this).
-pub const BALANCE_QUOTA_HEADROOM: f64 = 1.2;
+pub(crate) const BALANCE_QUOTA_HEADROOM: f64 = 1.2;
 
 /// Each deployment's share of the deployments' quotas: 50%, 30% and 20% (east, west, eu), times
 /// [`BALANCE_QUOTA_HEADROOM`]: quotas of 60%, 36% and 24% of the offered load, as a gateway gets
 /// them for three deployments of one model (regions, keys, provisioned and pay-as-you-go
 /// capacity), never in equal parts.
-pub const BALANCE_QUOTA_SHARES: [f64; 3] = [0.5, 0.3, 0.2];
+pub(crate) const BALANCE_QUOTA_SHARES: [f64; 3] = [0.5, 0.3, 0.2];
 
 /// Median latencies of the three deployments: 600 ms, 800 ms and 1,200 ms (log-normal at the
 /// scenario's [`SERVICE_TIME_SIGMA`]). The quickest has the largest quota, so that the best
 /// split fills it first and the quotas, not the latencies alone, decide the rest.
-pub const BALANCE_MEDIANS: [Duration; 3] = [
+pub(crate) const BALANCE_MEDIANS: [Duration; 3] = [
     Duration::from_millis(600),
     Duration::from_millis(800),
     Duration::from_millis(1_200),
 ];
 
 /// The deployments' names: the backends' names in the failover, and the columns of the report.
-pub const BALANCE_NAMES: [&str; 3] = ["east", "west", "eu"];
+pub(crate) const BALANCE_NAMES: [&str; 3] = ["east", "west", "eu"];
 
 /// Tokens a minute per request a minute of a deployment's quota: 3,000, the burst scenario's
 /// (30,000,000 tokens and 10,000 requests). For the mean request of [`TokenSizes::LLM`] (3,075
 /// tokens) tokens are the tighter dimension, by 2.5%, as they usually are for LLM traffic: a
 /// deployment's quota admits its share of the load, in tokens, and a little more in requests.
-pub const BALANCE_TOKENS_PER_REQUEST: f64 = 3_000.0;
+pub(crate) const BALANCE_TOKENS_PER_REQUEST: f64 = 3_000.0;
 
 /// Concurrent slots of the balance scenarios' deployments together at [`BALANCE_QPS`]: ample.
 ///
@@ -333,10 +270,7 @@ pub const BALANCE_TOKENS_PER_REQUEST: f64 = 3_000.0;
 /// 1,060 slots together. 3,200 slots, split in proportion to those needs
 /// ([`Scenario::deployment`]), give each one three times what its quota can keep busy: the
 /// quotas, not the slots, are what a deployment runs out of.
-pub const BALANCE_CAPACITY: u32 = 3_200;
-
-/// The replicas of the balance-fleet scenario's gateway: 3, each sent every third request.
-pub const BALANCE_FLEET_REPLICAS: u32 = 3;
+pub(crate) const BALANCE_CAPACITY: u32 = 3_200;
 
 /// The deployment that dies in the balance-fleet scenario: eu (index 2), the slowest and
 /// smallest.
@@ -346,18 +280,7 @@ pub const BALANCE_FLEET_REPLICAS: u32 = 3;
 /// still answers nearly every request. Without east, the other two's quotas would make 60% of it,
 /// and 40% of the requests would fail whatever the breakers did, their refusals and waits in the
 /// rate limits drowning the figure the run is about.
-pub const BALANCE_FLEET_DYING: usize = 2;
-
-/// When the balance-fleet scenario's deployment dies: at 20 s, for the rest of the run.
-///
-/// It dies to new requests ([`FaultKind::Refusing`]: 503 at once) and finishes those it was
-/// serving. What the run compares is what reaches it after the first replica saw it die, so the
-/// replicas must each be able to see it at their own time, by attempts of their own, as a
-/// fleet's replicas do when a deployment is taken out of service or its region fails. An
-/// [`Outage`](FaultKind::Outage) fails every replica's attempts in flight there at one instant:
-/// all three replicas' breakers open in the same millisecond, there is nothing left for one
-/// replica to tell the others, and the comparison measures only the probes.
-pub const BALANCE_FLEET_DEATH: Duration = Duration::from_secs(20);
+pub(crate) const BALANCE_FLEET_DYING: usize = 2;
 
 /// How the provider streams its answers (`text/event-stream`, OpenAI's chat completion chunks):
 /// an opening chunk with the role, one content event every `event_interval` for the length of
@@ -426,7 +349,7 @@ impl StreamStart {
     /// The tail scenario's: the same medians as [`StreamStart::LLM`] (half a second to the first
     /// token), drawn at [`TAIL_START_SIGMA`] (0.25), and [`TAIL_SLOW_SHARE`] of the attempts
     /// [`TAIL_SLOW_FACTOR`] times slower to their first token.
-    pub const TAIL: StreamStart = StreamStart {
+    pub(crate) const TAIL: StreamStart = StreamStart {
         head: STREAM_HEAD_MEDIAN,
         first_token: STREAM_FIRST_TOKEN_MEDIAN,
         sigma: Some(TAIL_START_SIGMA),
@@ -437,195 +360,57 @@ impl StreamStart {
     };
 }
 
-/// Which built-in scenario.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScenarioKind {
-    /// The field's incident: errors 0.01% -> 5% and latency 800 -> 2500 ms from 10 s to 40 s.
-    Seed,
-    /// A total outage from 20 s to 30 s: every request fails fast with 503, in-flight work is lost.
-    Outage,
-    /// From 10 s to 40 s the provider accepts 75% of the offered rate and answers the rest with
-    /// 429 and `Retry-After: 2`.
-    Quota,
-    /// The field's black hole, at 1,000 requests/s: from 20 s to 30 s the provider accepts
-    /// connections and never answers.
-    Blackhole,
-    /// Bursts above a provider's quota of requests and tokens a minute: traffic averages 70% of
-    /// the quota and comes in bursts of 2x to 3x it; beyond the quota the provider answers 429.
-    Burst,
-    /// Two providers, at 1,000 requests/s (half the primary's capacity; the secondary has 60% of
-    /// it and is healthy throughout): from 20 s to 35 s the primary is down, answering 503 at
-    /// once for the first half and a black hole for the second.
-    Failover,
-    /// Streamed answers (`text/event-stream`) at 500 requests/s: from 20 s to 40 s, 5% of the
-    /// streams fail with an error event before any content and 1% are cut mid-stream.
-    Streams,
-    /// Two providers and streamed answers under a 30 s deadline, at 300 requests/s: from 20 s
-    /// to 40 s, 30% of the primary's attempts get no response head for 20 s, and 2% of its
-    /// streams wait 10 s to 20 s for their first token.
-    Silent,
-    /// Streamed short answers at 12,000 requests/s whose first token comes about half a second
-    /// after the provider starts on them (log-normal, narrow), 1.5% of the attempts ten times
-    /// later: what hedging is for. From 30 s to 40 s a total outage (503 at once, work in
-    /// flight lost).
-    Tail,
-    /// Three deployments of one model (east, west and eu: 600, 800 and 1,200 ms at the median)
-    /// with quotas of 60%, 36% and 24% of the offered load (1,000 LLM-sized requests a second),
-    /// stated in OpenAI's `x-ratelimit-*` headers, 429 beyond them: how a gateway shares a rank
-    /// of deployments.
-    Balance,
-    /// The balance scenario's deployments behind a gateway of three replicas, each sent every
-    /// third request; eu dies at 20 s (new attempts refused with 503 at once, work in flight
-    /// finished): what each replica sends
-    /// it once one has seen it die, with breakers of its own or cooldowns shared.
-    BalanceFleet,
+/// A built-in scenario: what `--scenario NAME` runs, with everything said of it. Each is one file
+/// of [`crate::scenarios`], listed once in its registry.
+pub struct Builtin {
+    /// The name on the command line, in the chart's file name and in the JSON.
+    pub name: &'static str,
+    /// What it replays, for `--help` (lines of at most 90 characters).
+    pub help: &'static str,
+    /// The pipelines it compares unless `--pipelines` says otherwise, in order.
+    pub pipelines: &'static [Pipeline],
+    /// The scenario at its defaults.
+    pub build: fn() -> Scenario,
+    /// The figure it is about, named, for the overview of `--scenario all`.
+    pub headline: fn(&Scenario, &Summary) -> String,
+    /// Its section of the simulator's document (`--markdown`).
+    pub doc: Doc,
 }
 
-impl ScenarioKind {
-    /// Every built-in scenario.
-    pub const ALL: [ScenarioKind; 11] = [
-        ScenarioKind::Seed,
-        ScenarioKind::Outage,
-        ScenarioKind::Quota,
-        ScenarioKind::Blackhole,
-        ScenarioKind::Burst,
-        ScenarioKind::Failover,
-        ScenarioKind::Streams,
-        ScenarioKind::Silent,
-        ScenarioKind::Tail,
-        ScenarioKind::Balance,
-        ScenarioKind::BalanceFleet,
-    ];
+/// A scenario's section of the simulator's document: prose around the table the run prints.
+pub struct Doc {
+    /// Before the table: the incident and the rows. Markdown.
+    pub before: &'static str,
+    /// After the table: what the figures say. Markdown, where `{chart}` stands for the chart's
+    /// path and `{metrics}` for the engine's metrics of the [`Doc::metrics_of`] row.
+    pub after: &'static str,
+    /// The row whose engine's metrics (`--metrics`) the section shows, if any.
+    pub metrics_of: Option<&'static str>,
+}
 
-    /// The name used on the command line and in file names.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ScenarioKind::Seed => "seed",
-            ScenarioKind::Outage => "outage",
-            ScenarioKind::Quota => "quota",
-            ScenarioKind::Blackhole => "blackhole",
-            ScenarioKind::Burst => "burst",
-            ScenarioKind::Failover => "failover",
-            ScenarioKind::Streams => "streams",
-            ScenarioKind::Silent => "silent",
-            ScenarioKind::Tail => "tail",
-            ScenarioKind::Balance => "balance",
-            ScenarioKind::BalanceFleet => "balance-fleet",
-        }
-    }
-
-    /// The built-in scenario's offered load (requests a second, the bursts' average in `burst`)
-    /// and its provider's slots.
-    fn load(self) -> (f64, u32) {
-        match self {
-            ScenarioKind::Blackhole => (BLACKHOLE_QPS, BLACKHOLE_CAPACITY),
-            ScenarioKind::Burst => (
-                Bursts::builtin().quota * BURST_AVERAGE_SHARE,
-                BURST_CAPACITY,
-            ),
-            ScenarioKind::Failover => (FAILOVER_QPS, FAILOVER_CAPACITY),
-            ScenarioKind::Streams => (STREAMS_QPS, STREAMS_CAPACITY),
-            ScenarioKind::Silent => (SILENT_QPS, SILENT_CAPACITY),
-            ScenarioKind::Tail => (FIELD_QPS, TAIL_CAPACITY),
-            ScenarioKind::Balance | ScenarioKind::BalanceFleet => (BALANCE_QPS, BALANCE_CAPACITY),
-            ScenarioKind::Seed | ScenarioKind::Outage | ScenarioKind::Quota => {
-                (FIELD_QPS, FIELD_CAPACITY)
-            }
-        }
-    }
-
-    /// The built-in scenario's fault, in a run of [`DEFAULT_DURATION`].
-    fn fault(self) -> Fault {
-        let window = |start: u64, end: u64, kind: FaultKind| Fault {
-            start: Duration::from_secs(start),
-            end: Duration::from_secs(end),
-            kind,
-        };
-        match self {
-            ScenarioKind::Seed => window(10, 40, FaultKind::Degraded(Health::DEGRADED)),
-            ScenarioKind::Outage => window(20, 30, FaultKind::Outage),
-            ScenarioKind::Quota => window(
-                10,
-                40,
-                FaultKind::Quota {
-                    per_sec: FIELD_QPS * QUOTA_SHARE,
-                    retry_after: QUOTA_RETRY_AFTER,
-                },
-            ),
-            ScenarioKind::Blackhole => window(20, 30, FaultKind::Blackhole),
-            ScenarioKind::Burst => Fault {
-                start: Duration::ZERO,
-                end: DEFAULT_DURATION,
-                kind: FaultKind::RateLimit {
-                    requests_per_minute: BURST_REQUESTS_PER_MINUTE,
-                    tokens_per_minute: BURST_TOKENS_PER_MINUTE,
-                },
-            },
-            ScenarioKind::Failover => window(20, 35, FaultKind::OutageThenBlackhole),
-            ScenarioKind::Streams => window(
-                20,
-                40,
-                FaultKind::StreamErrors {
-                    before_content: STREAM_ERRORS_BEFORE_CONTENT,
-                    cut: STREAM_CUTS,
-                },
-            ),
-            ScenarioKind::Silent => window(
-                20,
-                40,
-                FaultKind::Silent {
-                    silent: SILENT_SHARE,
-                    silence: SILENCE,
-                    slow: SLOW_FIRST_TOKEN_SHARE,
-                    slow_first_token: SLOW_FIRST_TOKEN,
-                },
-            ),
-            ScenarioKind::Tail => window(30, 40, FaultKind::Outage),
-            ScenarioKind::Balance => window(0, 60, FaultKind::Quotas),
-            ScenarioKind::BalanceFleet => Fault {
-                start: BALANCE_FLEET_DEATH,
-                end: DEFAULT_DURATION,
-                kind: FaultKind::Refusing,
-            },
-        }
-    }
-
-    /// The built-in scenario's healthy provider, and how it streams its answers, if it does: the
-    /// streams' and the silent's stream for [`STREAM_MEDIAN`], the silent's starting after
-    /// [`StreamStart::LLM`]; the tail's for [`TAIL_ANSWER_MEDIAN`], starting after
-    /// [`StreamStart::TAIL`].
-    fn streaming(self) -> (Health, Option<StreamShape>) {
-        let streaming = Health {
-            median: STREAM_MEDIAN,
-            ..Health::HEALTHY
-        };
-        match self {
-            ScenarioKind::Tail => (
-                Health {
-                    median: TAIL_ANSWER_MEDIAN,
-                    ..Health::HEALTHY
-                },
-                Some(StreamShape {
-                    start: Some(StreamStart::TAIL),
-                    ..StreamShape::LLM
-                }),
-            ),
-            ScenarioKind::Streams => (streaming, Some(StreamShape::LLM)),
-            ScenarioKind::Silent => (
-                streaming,
-                Some(StreamShape {
-                    start: Some(StreamStart::LLM),
-                    ..StreamShape::LLM
-                }),
-            ),
-            _ => (Health::HEALTHY, None),
-        }
+impl Builtin {
+    /// The scenario at its defaults.
+    pub fn scenario(&self) -> Scenario {
+        (self.build)()
     }
 }
 
-impl fmt::Display for ScenarioKind {
+impl fmt::Display for Builtin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.name)
+    }
+}
+
+impl fmt::Debug for Builtin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Two built-in scenarios are the same when they have the same name.
+impl PartialEq for Builtin {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
     }
 }
 
@@ -635,27 +420,18 @@ pub struct UnknownScenario(pub String);
 
 impl fmt::Display for UnknownScenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = crate::scenarios::ALL.iter().map(|b| b.name).collect();
+        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
         write!(
             f,
-            "unknown scenario `{}` (expected seed, outage, quota, blackhole, burst, failover, \
-             streams, silent, tail, balance or balance-fleet)",
-            self.0
+            "unknown scenario `{}` (expected {} or {last})",
+            self.0,
+            rest.join(", ")
         )
     }
 }
 
 impl std::error::Error for UnknownScenario {}
-
-impl FromStr for ScenarioKind {
-    type Err = UnknownScenario;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ScenarioKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == s)
-            .ok_or_else(|| UnknownScenario(s.to_owned()))
-    }
-}
 
 /// How the provider behaves when it is up and not rate limited.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -668,12 +444,12 @@ pub struct Health {
 
 impl Health {
     /// The healthy provider.
-    pub const HEALTHY: Health = Health {
+    pub(crate) const HEALTHY: Health = Health {
         error_rate: HEALTHY_ERROR_RATE,
         median: HEALTHY_MEDIAN,
     };
     /// The field's degraded provider.
-    pub const DEGRADED: Health = Health {
+    pub(crate) const DEGRADED: Health = Health {
         error_rate: DEGRADED_ERROR_RATE,
         median: DEGRADED_MEDIAN,
     };
@@ -757,7 +533,7 @@ pub enum FaultKind {
 impl FaultKind {
     /// Whether the provider serves nothing during the fault (an outage, a black hole): the
     /// faults a client does best to stop sending to.
-    pub fn is_dead(self) -> bool {
+    pub(crate) fn is_dead(self) -> bool {
         matches!(
             self,
             FaultKind::Outage
@@ -769,7 +545,7 @@ impl FaultKind {
 
     /// Whether the work in flight when the fault starts is lost then (an outage, a black hole):
     /// every dead fault's but a [`Refusing`](FaultKind::Refusing) provider's.
-    pub fn loses_in_flight(self) -> bool {
+    pub(crate) fn loses_in_flight(self) -> bool {
         self.is_dead() && self != FaultKind::Refusing
     }
 }
@@ -799,7 +575,7 @@ impl TokenSizes {
     }
 
     /// Tokens of the heaviest request.
-    pub fn largest(&self) -> u64 {
+    pub(crate) fn largest(&self) -> u64 {
         u64::from(self.prompt.1) + u64::from(self.max_tokens.1)
     }
 }
@@ -845,7 +621,7 @@ impl MinuteQuota {
     /// The quota that admits `rate` requests a second of `sizes`' mean request, tokens being the
     /// tighter dimension ([`BALANCE_TOKENS_PER_REQUEST`] tokens a minute per request a minute), and
     /// holding the heaviest request in its second's worth of tokens.
-    pub fn admitting(rate: f64, sizes: TokenSizes) -> MinuteQuota {
+    pub(crate) fn admitting(rate: f64, sizes: TokenSizes) -> MinuteQuota {
         let whole = |n: f64| n.round().clamp(1.0, f64::from(u32::MAX)) as u32;
         let tokens = (rate * sizes.mean() * 60.0).max(sizes.largest() as f64 * 60.0);
         MinuteQuota {
@@ -920,7 +696,7 @@ impl Bursts {
     /// The burst scenario's: [`BURST_HEIGHTS`] of the quota of [`BURST_REQUESTS_PER_MINUTE`] and
     /// [`BURST_TOKENS_PER_MINUTE`] for the mean request of [`TokenSizes::LLM`], averaging
     /// [`BURST_AVERAGE_SHARE`] of it.
-    fn builtin() -> Bursts {
+    pub(crate) fn builtin() -> Bursts {
         Bursts {
             quota: quota_rate(
                 BURST_REQUESTS_PER_MINUTE,
@@ -954,7 +730,7 @@ impl Bursts {
     }
 
     /// The offered rate at `at`, requests a second.
-    pub fn rate_at(&self, at: Duration) -> f64 {
+    pub(crate) fn rate_at(&self, at: Duration) -> f64 {
         let k = self.period_of(at);
         let burst = self.burst(k);
         if burst.contains(at) {
@@ -966,7 +742,7 @@ impl Bursts {
 
     /// The rate between the bursts of period `k`, requests a second: what makes the period
     /// average `average` of the quota.
-    pub fn calm_rate(&self, k: u64) -> f64 {
+    pub(crate) fn calm_rate(&self, k: u64) -> f64 {
         let burst = self.burst(k);
         let period = self.period.as_secs_f64();
         let length = (burst.end - burst.start).as_secs_f64();
@@ -1010,12 +786,12 @@ impl Fault {
 
     /// The middle of the window, where an [`OutageThenBlackhole`](FaultKind::OutageThenBlackhole)
     /// turns from the outage into the black hole.
-    pub fn middle(&self) -> Duration {
+    pub(crate) fn middle(&self) -> Duration {
         self.start + self.end.saturating_sub(self.start) / 2
     }
 
     /// Whether the provider answers every attempt at `at` with 503 at once.
-    pub fn refuses_at(&self, at: Duration) -> bool {
+    pub(crate) fn refuses_at(&self, at: Duration) -> bool {
         self.contains(at)
             && match self.kind {
                 FaultKind::Outage | FaultKind::Refusing => true,
@@ -1025,7 +801,7 @@ impl Fault {
     }
 
     /// Whether the provider swallows every attempt that arrives at `at` (a black hole).
-    pub fn swallows_at(&self, at: Duration) -> bool {
+    pub(crate) fn swallows_at(&self, at: Duration) -> bool {
         self.contains(at)
             && match self.kind {
                 FaultKind::Blackhole => true,
@@ -1039,7 +815,7 @@ impl Fault {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
     /// Which built-in scenario this derives from (names the chart file).
-    pub kind: ScenarioKind,
+    pub kind: &'static Builtin,
     /// Offered load: Poisson arrivals per second.
     pub qps: f64,
     /// How long requests arrive. The run lasts until the last of them has an answer.
@@ -1098,53 +874,40 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A built-in scenario at the field's load (12,000 req/s, 40,000 slots, 60 s); the black
-    /// hole at its incident's (1,000 req/s, 10,000 slots, 60 s); the bursts at 70% of a quota of
-    /// 10,000 requests and 30,000,000 tokens a minute (113.8 req/s on average, 1,500 slots, 60 s);
-    /// the failover at 1,000 req/s with 1,813 slots on the primary and 60% of them (1,088) on the
-    /// secondary, 60 s; the streams at 500 req/s with 5,000 slots, answers streamed for 4 s
-    /// (median), 60 s; the silent at 300 req/s with 5,000 slots on the primary and 60% of them
-    /// (3,000) on the secondary, the streams' answers starting after half a second (median), a
-    /// 30 s deadline, 60 s; the tail at the field's load and slots, short answers streamed after
-    /// half a second (median), 1.5% of the attempts ten times later, 60 s.
-    pub fn builtin(kind: ScenarioKind) -> Scenario {
-        let (qps, capacity) = kind.load();
-        let (baseline, stream) = kind.streaming();
-        let (arrivals, sizes) = match kind {
-            ScenarioKind::Burst => (Arrivals::Bursts(Bursts::builtin()), Some(TokenSizes::LLM)),
-            ScenarioKind::Balance | ScenarioKind::BalanceFleet => {
-                (Arrivals::Poisson, Some(TokenSizes::LLM))
-            }
-            _ => (Arrivals::Poisson, None),
-        };
-        let balanced = matches!(kind, ScenarioKind::Balance | ScenarioKind::BalanceFleet);
-        let fleet = kind == ScenarioKind::BalanceFleet;
+    /// Built-in scenario `kind` at its defaults.
+    pub fn builtin(kind: &'static Builtin) -> Scenario {
+        kind.scenario()
+    }
+
+    /// The field's healthy provider under scenario `kind`'s name, with no fault: 12,000 req/s
+    /// on 40,000 slots for [`DEFAULT_DURATION`], one provider, small chat completions answered
+    /// whole. Each built-in scenario starts from it and says what it changes.
+    pub fn healthy(kind: &'static Builtin) -> Scenario {
         Scenario {
             kind,
-            qps,
+            qps: FIELD_QPS,
             duration: DEFAULT_DURATION,
-            capacity,
+            capacity: FIELD_CAPACITY,
             seed: DEFAULT_SEED,
-            baseline,
+            baseline: Health::HEALTHY,
             sigma: SERVICE_TIME_SIGMA,
             max_queue_wait: MAX_QUEUE_WAIT,
             overload_error_span: OVERLOAD_ERROR_SPAN,
-            fault: kind.fault(),
-            attempt_timeout: ATTEMPT_TIMEOUT,
-            arrivals,
-            sizes,
-            stream,
-            secondary_share: matches!(kind, ScenarioKind::Failover | ScenarioKind::Silent)
-                .then_some(FAILOVER_SECONDARY_SHARE),
-            deadline: (kind == ScenarioKind::Silent).then_some(SILENT_DEADLINE),
-            asks_for_stream: matches!(kind, ScenarioKind::Silent | ScenarioKind::Tail),
-            deployments: if balanced {
-                Deployment::balance()
-            } else {
-                Vec::new()
+            fault: Fault {
+                start: Duration::ZERO,
+                end: Duration::ZERO,
+                kind: FaultKind::Degraded(Health::HEALTHY),
             },
-            dying: fleet.then_some(BALANCE_FLEET_DYING),
-            replicas: if fleet { BALANCE_FLEET_REPLICAS } else { 1 },
+            attempt_timeout: ATTEMPT_TIMEOUT,
+            arrivals: Arrivals::Poisson,
+            sizes: None,
+            stream: None,
+            secondary_share: None,
+            deadline: None,
+            asks_for_stream: false,
+            deployments: Vec::new(),
+            dying: None,
+            replicas: 1,
             minute_quota: None,
         }
     }
@@ -1188,7 +951,7 @@ impl Scenario {
     /// soonest without any deployment answering 429: with log-normal latencies of one shape, a
     /// quicker deployment's latency is lower at every percentile, so moving a request from a
     /// slower deployment to a quicker one with room lowers every percentile of the mix.
-    pub fn best_split(&self) -> Vec<f64> {
+    pub(crate) fn best_split(&self) -> Vec<f64> {
         let mut order: Vec<usize> = (0..self.deployments.len()).collect();
         order.sort_by_key(|i| self.deployments[*i].median);
         let mut split = vec![0.0; self.deployments.len()];
@@ -1205,7 +968,7 @@ impl Scenario {
     /// log-normal service times (each deployment's median, the scenario's sigma), found by
     /// bisection on the mix's distribution function. What a client that routed every request by
     /// that split, with no wait, no retry and no 429, would measure.
-    pub fn split_latency(&self, split: &[f64], p: f64) -> Duration {
+    pub(crate) fn split_latency(&self, split: &[f64], p: f64) -> Duration {
         let total: f64 = split.iter().sum();
         let below = |seconds: f64| -> f64 {
             let mixed: f64 = self
@@ -1331,7 +1094,7 @@ impl Scenario {
     }
 
     /// The provider's health at `at` (the baseline, or the degraded health in a degraded window).
-    pub fn health_at(&self, at: Duration) -> Health {
+    pub(crate) fn health_at(&self, at: Duration) -> Health {
         match self.fault.kind {
             FaultKind::Degraded(health) if self.fault.contains(at) => health,
             _ => self.baseline,
@@ -1339,14 +1102,14 @@ impl Scenario {
     }
 
     /// Mean of the log-normal service time for a given median: median x exp(sigma^2 / 2).
-    pub fn mean_service_time(&self, median: Duration) -> Duration {
+    pub(crate) fn mean_service_time(&self, median: Duration) -> Duration {
         let factor = (self.sigma * self.sigma / 2.0).exp();
         Duration::try_from_secs_f64(median.as_secs_f64() * factor).unwrap_or(median)
     }
 
     /// Requests per second the provider can complete at `at` (capacity / mean service time; under
     /// a quota of requests and tokens, at most the quota for the mean request).
-    pub fn throughput_at(&self, at: Duration) -> f64 {
+    pub(crate) fn throughput_at(&self, at: Duration) -> f64 {
         if self.fault.kind.is_dead() && self.fault.contains(at) {
             return 0.0;
         }
@@ -1363,7 +1126,7 @@ impl Scenario {
     /// The provider's quota of requests and tokens a minute, enforced per second: the one its
     /// fault states ([`FaultKind::RateLimit`]), or its own ([`Scenario::minute_quota`]); `None`
     /// without one.
-    pub fn provider_quota(&self) -> Option<MinuteQuota> {
+    pub(crate) fn provider_quota(&self) -> Option<MinuteQuota> {
         match self.fault.kind {
             FaultKind::RateLimit {
                 requests_per_minute,
@@ -1397,19 +1160,19 @@ impl Scenario {
     /// Whether the scenario's streams fail ([`FaultKind::StreamErrors`]): what the report's
     /// stream columns and the chart's panel of tokens shown twice count. A streaming provider
     /// whose streams do not fail (the silent one) would leave them at 0.
-    pub fn streams_fail(&self) -> bool {
+    pub(crate) fn streams_fail(&self) -> bool {
         self.stream.is_some() && matches!(self.fault.kind, FaultKind::StreamErrors { .. })
     }
 
     /// Whether the scenario's provider goes silent ([`FaultKind::Silent`]).
-    pub fn goes_silent(&self) -> bool {
+    pub(crate) fn goes_silent(&self) -> bool {
         matches!(self.fault.kind, FaultKind::Silent { .. })
     }
 
     /// Whether the scenario's streams start with a slow tail ([`StreamStart::slow`]), what
     /// hedging is for: then the report measures the time to first token and the hedges (the
     /// tail scenario).
-    pub fn has_slow_starts(&self) -> bool {
+    pub(crate) fn has_slow_starts(&self) -> bool {
         self.stream
             .and_then(|shape| shape.start)
             .is_some_and(|start| start.slow.is_some())
@@ -1417,7 +1180,7 @@ impl Scenario {
 
     /// The stretches of the run the chart shades: the bursts, or the fault window (none where
     /// nothing goes wrong, [`FaultKind::Quotas`]).
-    pub fn highlights(&self, until: Duration) -> Vec<(Duration, Duration)> {
+    pub(crate) fn highlights(&self, until: Duration) -> Vec<(Duration, Duration)> {
         match &self.arrivals {
             Arrivals::Bursts(bursts) => bursts
                 .until(until)
@@ -1659,7 +1422,11 @@ fn secs(d: Duration) -> String {
 
 /// Requests a second that a quota of `requests_per_minute` and `tokens_per_minute` admits for
 /// requests of `mean_tokens` tokens: the tighter of the two (requests alone for weightless ones).
-pub fn quota_rate(requests_per_minute: u32, tokens_per_minute: u32, mean_tokens: f64) -> f64 {
+pub(crate) fn quota_rate(
+    requests_per_minute: u32,
+    tokens_per_minute: u32,
+    mean_tokens: f64,
+) -> f64 {
     let requests = f64::from(requests_per_minute) / 60.0;
     let mean = mean_tokens;
     if mean > 0.0 {
@@ -1673,10 +1440,11 @@ pub fn quota_rate(requests_per_minute: u32, tokens_per_minute: u32, mean_tokens:
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::scenarios;
 
     #[test]
     fn capacity_has_headroom_for_the_degraded_load_by_littles_law() {
-        let s = Scenario::builtin(ScenarioKind::Seed);
+        let s = Scenario::builtin(scenarios::SEED);
         let busy = s.qps * s.mean_service_time(DEGRADED_MEDIAN).as_secs_f64();
         assert!((33_000.0..35_000.0).contains(&busy), "{busy}");
         let headroom = f64::from(s.capacity) / busy;
@@ -1685,7 +1453,7 @@ mod tests {
 
     #[test]
     fn qps_scales_capacity_and_quota_together() {
-        let s = Scenario::builtin(ScenarioKind::Quota).with_qps(1_200.0);
+        let s = Scenario::builtin(scenarios::QUOTA).with_qps(1_200.0);
         assert_eq!(s.capacity, 4_000);
         assert_eq!(
             s.fault.kind,
@@ -1698,7 +1466,7 @@ mod tests {
 
     #[test]
     fn the_best_split_fills_the_quickest_deployment_to_its_quota_first() {
-        let s = Scenario::builtin(ScenarioKind::Balance);
+        let s = Scenario::builtin(scenarios::BALANCE);
         let split = s.best_split();
         let expected = [0.6, 0.36, 0.04];
         for (share, want) in split.iter().zip(expected) {
@@ -1712,7 +1480,7 @@ mod tests {
 
     #[test]
     fn a_splits_latency_is_the_percentile_of_its_mix_of_log_normals() {
-        let s = Scenario::builtin(ScenarioKind::Balance);
+        let s = Scenario::builtin(scenarios::BALANCE);
         let ms = |split: &[f64], p: f64| s.split_latency(split, p).as_secs_f64() * 1_000.0;
         // One deployment alone: its median, and its 84.13th percentile one sigma above it.
         assert!((ms(&[1.0, 0.0, 0.0], 50.0) - 600.0).abs() < 0.5);
@@ -1729,7 +1497,7 @@ mod tests {
 
     #[test]
     fn each_deployment_is_a_provider_with_its_quota_latency_and_slots() {
-        let s = Scenario::builtin(ScenarioKind::BalanceFleet);
+        let s = Scenario::builtin(scenarios::BALANCE_FLEET);
         let sizes = TokenSizes::LLM;
         let rates: Vec<f64> = (0..3)
             .map(|i| {
@@ -1755,14 +1523,14 @@ mod tests {
 
     #[test]
     fn duration_scales_the_fault_window() {
-        let s = Scenario::builtin(ScenarioKind::Seed).with_duration(Duration::from_secs(30));
+        let s = Scenario::builtin(scenarios::SEED).with_duration(Duration::from_secs(30));
         assert_eq!(s.fault.start, Duration::from_secs(5));
         assert_eq!(s.fault.end, Duration::from_secs(20));
     }
 
     #[test]
     fn blackhole_runs_at_its_incident_load_with_ample_capacity() {
-        let s = Scenario::builtin(ScenarioKind::Blackhole);
+        let s = Scenario::builtin(scenarios::BLACKHOLE);
         assert_eq!((s.qps, s.capacity), (1_000.0, 10_000));
         assert_eq!(
             (s.fault.start, s.fault.end),
@@ -1776,7 +1544,7 @@ mod tests {
 
     #[test]
     fn burst_quota_binds_on_tokens_and_offers_70_percent_of_it() {
-        let s = Scenario::builtin(ScenarioKind::Burst);
+        let s = Scenario::builtin(scenarios::BURST);
         assert_eq!(TokenSizes::LLM.mean(), 3_075.0);
         assert_eq!(
             s.quota_per_minute(),
@@ -1796,7 +1564,7 @@ mod tests {
 
     #[test]
     fn bursts_are_2_to_3_times_the_quota_and_average_70_percent() {
-        let s = Scenario::builtin(ScenarioKind::Burst);
+        let s = Scenario::builtin(scenarios::BURST);
         let Arrivals::Bursts(bursts) = s.arrivals else {
             panic!("bursts")
         };
@@ -1832,21 +1600,21 @@ mod tests {
 
     #[test]
     fn qps_scales_the_bursts_and_the_token_quota_keeps_room_for_the_heaviest_request() {
-        let tenth = Scenario::builtin(ScenarioKind::Burst).qps / 10.0;
-        let s = Scenario::builtin(ScenarioKind::Burst).with_qps(tenth);
+        let tenth = Scenario::builtin(scenarios::BURST).qps / 10.0;
+        let s = Scenario::builtin(scenarios::BURST).with_qps(tenth);
         assert_eq!(s.quota_per_minute(), (Some(1_000), Some(3_000_000)));
         let Arrivals::Bursts(bursts) = s.arrivals else {
             panic!("bursts")
         };
         assert!((bursts.quota * 0.7 - tenth).abs() < 1e-9);
         assert_eq!(s.capacity, 150);
-        let tiny = Scenario::builtin(ScenarioKind::Burst).with_qps(0.1);
+        let tiny = Scenario::builtin(scenarios::BURST).with_qps(0.1);
         assert_eq!(tiny.quota_per_minute(), (Some(9), Some(6_000 * 60)));
     }
 
     #[test]
     fn failover_offers_half_the_primarys_capacity_and_the_secondary_can_carry_it_alone() {
-        let s = Scenario::builtin(ScenarioKind::Failover);
+        let s = Scenario::builtin(scenarios::FAILOVER);
         assert_eq!((s.qps, s.capacity), (1_000.0, 1_813));
         // Little's law: 1,000 req/s x 0.9065 s keep 906.5 slots busy, half of 1,813.
         let busy = s.qps * s.mean_service_time(HEALTHY_MEDIAN).as_secs_f64();
@@ -1867,7 +1635,7 @@ mod tests {
 
     #[test]
     fn failover_primary_refuses_then_swallows_from_the_middle_of_its_fault() {
-        let s = Scenario::builtin(ScenarioKind::Failover);
+        let s = Scenario::builtin(scenarios::FAILOVER);
         let fault = s.fault;
         assert_eq!(
             (fault.start, fault.middle(), fault.end),
@@ -1886,15 +1654,15 @@ mod tests {
         assert!(!fault.refuses_at(at(35_000)) && !fault.swallows_at(at(35_000)));
         assert_eq!(s.throughput_at(at(30_000)), 0.0);
         // The other dead providers are one or the other for the whole window.
-        let outage = Scenario::builtin(ScenarioKind::Outage).fault;
+        let outage = Scenario::builtin(scenarios::OUTAGE).fault;
         assert!(outage.refuses_at(at(29_999)) && !outage.swallows_at(at(25_000)));
-        let hole = Scenario::builtin(ScenarioKind::Blackhole).fault;
+        let hole = Scenario::builtin(scenarios::BLACKHOLE).fault;
         assert!(hole.swallows_at(at(20_000)) && !hole.refuses_at(at(25_000)));
     }
 
     #[test]
     fn failover_scales_both_providers_and_its_fault() {
-        let s = Scenario::builtin(ScenarioKind::Failover)
+        let s = Scenario::builtin(scenarios::FAILOVER)
             .with_qps(400.0)
             .with_duration(Duration::from_secs(40));
         assert_eq!(s.capacity, 725);
@@ -1903,8 +1671,8 @@ mod tests {
         assert_eq!(s.fault.end, Duration::from_millis(23_333));
         let s = s.with_capacity(1_000);
         assert_eq!(s.secondary().unwrap().capacity, 600);
-        for kind in ScenarioKind::ALL {
-            let two = matches!(kind, ScenarioKind::Failover | ScenarioKind::Silent);
+        for kind in scenarios::ALL {
+            let two = [scenarios::FAILOVER, scenarios::SILENT].contains(&kind);
             assert_eq!(Scenario::builtin(kind).secondary().is_some(), two, "{kind}");
         }
         assert!(s.describe().contains(
@@ -1915,7 +1683,7 @@ mod tests {
 
     #[test]
     fn streams_stream_4_s_answers_with_ample_slots_and_fail_from_20_s_to_40_s() {
-        let s = Scenario::builtin(ScenarioKind::Streams);
+        let s = Scenario::builtin(scenarios::STREAMS);
         assert_eq!((s.qps, s.capacity), (500.0, 5_000));
         assert_eq!(s.stream, Some(StreamShape::LLM));
         assert_eq!(s.baseline.median, Duration::from_secs(4));
@@ -1946,18 +1714,15 @@ mod tests {
              cut mid-stream; answers streamed (text/event-stream): 5 tokens every 100 ms for \
              4000 ms (median)"
         ));
-        for kind in ScenarioKind::ALL {
-            let streams = matches!(
-                kind,
-                ScenarioKind::Streams | ScenarioKind::Silent | ScenarioKind::Tail
-            );
+        for kind in scenarios::ALL {
+            let streams = [scenarios::STREAMS, scenarios::SILENT, scenarios::TAIL].contains(&kind);
             assert_eq!(Scenario::builtin(kind).stream.is_some(), streams, "{kind}");
         }
     }
 
     #[test]
     fn silent_streams_start_after_half_a_second_with_two_providers_and_a_30_s_deadline() {
-        let s = Scenario::builtin(ScenarioKind::Silent);
+        let s = Scenario::builtin(scenarios::SILENT);
         assert_eq!((s.qps, s.capacity), (300.0, 5_000));
         assert_eq!(s.secondary().unwrap().capacity, 3_000);
         assert_eq!(s.deadline, Some(Duration::from_secs(30)));
@@ -2000,13 +1765,13 @@ mod tests {
         );
         assert_eq!(
             small.fault.kind,
-            Scenario::builtin(ScenarioKind::Silent).fault.kind
+            Scenario::builtin(scenarios::SILENT).fault.kind
         );
     }
 
     #[test]
     fn tail_streams_short_answers_at_the_fields_load_with_an_outage_from_30_s_to_40_s() {
-        let s = Scenario::builtin(ScenarioKind::Tail);
+        let s = Scenario::builtin(scenarios::TAIL);
         assert_eq!((s.qps, s.capacity), (12_000.0, 40_000));
         assert!(s.asks_for_stream && s.has_slow_starts());
         assert!(!s.streams_fail() && !s.goes_silent());
@@ -2047,10 +1812,10 @@ mod tests {
             s.describe()
         );
         // The silent scenario's streams start as they did: the scenario's sigma, no slow tail.
-        let silent = Scenario::builtin(ScenarioKind::Silent);
+        let silent = Scenario::builtin(scenarios::SILENT);
         assert!(!silent.has_slow_starts());
-        for kind in ScenarioKind::ALL {
-            let tail = kind == ScenarioKind::Tail;
+        for kind in scenarios::ALL {
+            let tail = kind == scenarios::TAIL;
             assert_eq!(Scenario::builtin(kind).has_slow_starts(), tail, "{kind}");
         }
         // Scaled, the outage keeps its place.
@@ -2064,9 +1829,9 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for kind in ScenarioKind::ALL {
-            assert_eq!(kind.as_str().parse::<ScenarioKind>().unwrap(), kind);
+        for kind in scenarios::ALL {
+            assert_eq!(scenarios::named(kind.name).unwrap(), kind);
         }
-        assert!("storm".parse::<ScenarioKind>().is_err());
+        assert!(scenarios::named("storm").is_err());
     }
 }

@@ -27,7 +27,7 @@
 //! No other caller restarts anything.
 //!
 //! [`simulate_with_metrics`] also collects the metrics stormguard's engine emits
-//! ([`dashboard`](crate::dashboard)) for the pipelines made of its layers: each measured request's
+//! ([`dashboard`](crate::output::dashboard)) for the pipelines made of its layers: each measured request's
 //! task is polled with the run's [`Collector`] as the thread's recorder, and a window of the
 //! dashboard closes every [`WINDOW`] of the scenario's duration.
 
@@ -52,10 +52,10 @@ use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
 
 use crate::backend::{Backend, BackendStats, FINE_BUCKET, REQUEST_ID, TOKENS};
-use crate::dashboard::{Collector, Dashboard, Recorded, WINDOW};
 use crate::event_stream::{Ending, Transcript};
 use crate::metrics::{Answer, Recorder, Series, StreamTally, Summary, fleet_figures, summarize};
 use crate::naive_hedge::NaiveHedge;
+use crate::output::dashboard::{Collector, Dashboard, Recorded, WINDOW};
 use crate::pipeline::{
     self, NaiveFailoverPolicy, NaivePolicy, Pipeline, Ranking, SimRequest, TowerPolicy,
 };
@@ -69,13 +69,13 @@ const REQUEST_BODY: &[u8] =
 
 /// Bytes of prompt text per token: what `stormguard_deadline::TokenEstimate` (the rate limit's
 /// weight of a request) reads a prompt at (its `BYTES_PER_TOKEN`).
-pub const BYTES_PER_TOKEN: usize = 4;
+pub(crate) const BYTES_PER_TOKEN: usize = 4;
 
 /// The chat completion of `prompt` prompt tokens that allows `max_tokens` output tokens, as a
 /// client weighs it (`TokenEstimate`: every string of `messages` at [`BYTES_PER_TOKEN`] bytes a
 /// token, the role's 4 bytes included, and `max_tokens`): the content is `x`s, 4 bytes a token
 /// less the role's 4. One allocation and a fill; the rate limit parses it once per request.
-pub fn llm_body(prompt: u32, max_tokens: u32) -> Bytes {
+pub(crate) fn llm_body(prompt: u32, max_tokens: u32) -> Bytes {
     const ROLE: &str = "user";
     let content = (prompt as usize * BYTES_PER_TOKEN).saturating_sub(ROLE.len());
     let head = format!(
@@ -92,7 +92,7 @@ pub fn llm_body(prompt: u32, max_tokens: u32) -> Bytes {
 /// The arrivals of a scenario, drawn one millisecond at a time: a Poisson process at the
 /// scenario's `qps`, or at the rate of the moment for bursts (the same draws on a clock that runs
 /// at `rate / qps`, the time-rescaling of a Poisson process).
-pub struct ArrivalProcess {
+pub(crate) struct ArrivalProcess {
     rng: SmallRng,
     qps: f64,
     arrivals: Arrivals,
@@ -122,7 +122,7 @@ impl ArrivalProcess {
     }
 
     /// How many requests arrive in millisecond `ms`; call it for 0, 1, 2, ... in turn.
-    pub fn tick(&mut self, ms: u64) -> u32 {
+    pub(crate) fn tick(&mut self, ms: u64) -> u32 {
         let tick_end = match &self.arrivals {
             Arrivals::Poisson => (ms + 1) as f64 / 1_000.0,
             Arrivals::Bursts(bursts) => {
@@ -194,7 +194,7 @@ pub fn simulate(
 /// [`simulate`], and collect the metrics stormguard's engine emits for the measured requests
 /// into [`Run::metrics`], if the pipeline is made of stormguard's layers
 /// ([`Pipeline::uses_stormguard`]). The run's figures are those [`simulate`] gives.
-pub fn simulate_with_metrics(
+pub(crate) fn simulate_with_metrics(
     scenario: &Scenario,
     pipeline: Pipeline,
     on_second: impl Fn() + 'static,
@@ -803,7 +803,7 @@ fn is_local_answer<B>(response: &Response<B>) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::scenario::ScenarioKind;
+    use crate::scenarios;
 
     /// Requests per second of `scenario`'s arrivals over its duration.
     fn per_second(scenario: &Scenario) -> Vec<u64> {
@@ -818,7 +818,7 @@ mod tests {
 
     #[test]
     fn burst_arrivals_average_70_percent_of_the_quota_in_bursts_of_2_to_3_times_it() {
-        let scenario = Scenario::builtin(ScenarioKind::Burst);
+        let scenario = Scenario::builtin(scenarios::BURST);
         let Arrivals::Bursts(bursts) = scenario.arrivals else {
             panic!("bursts")
         };
@@ -849,11 +849,11 @@ mod tests {
 
     #[test]
     fn metrics_change_no_figure_and_a_failover_counts_its_moves() {
-        use crate::dashboard::Value;
+        use crate::output::dashboard::Value;
         use stormguard::metrics::{FAILOVERS, REQUEST_ATTEMPTS};
 
         // The primary is down from 6.7 s to 11.7 s.
-        let scenario = Scenario::builtin(ScenarioKind::Failover)
+        let scenario = Scenario::builtin(scenarios::FAILOVER)
             .with_qps(100.0)
             .with_duration(Duration::from_secs(20));
         let pipeline = Pipeline::StormguardFailover;
@@ -904,7 +904,7 @@ mod tests {
 
     #[test]
     fn poisson_arrivals_are_the_scenarios_rate() {
-        let scenario = Scenario::builtin(ScenarioKind::Seed).with_qps(1_000.0);
+        let scenario = Scenario::builtin(scenarios::SEED).with_qps(1_000.0);
         let seconds = per_second(&scenario);
         let total: u64 = seconds.iter().sum();
         assert!((59_000..61_000).contains(&total), "{total}");

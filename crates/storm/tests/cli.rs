@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use stormguard_storm::pipeline::Pipeline;
-use stormguard_storm::scenario::ScenarioKind;
+use stormguard_storm::scenarios;
 
 fn out_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("storm-cli-{name}-{}", std::process::id()))
@@ -379,7 +379,7 @@ fn help_says_what_every_option_scenario_and_pipeline_is() {
             );
         }
         assert!(help.contains("`all`"), "{help}");
-        for kind in ScenarioKind::ALL {
+        for kind in scenarios::ALL {
             assert!(help.contains(&format!("\n  {kind}\n")), "{kind} in {help}");
         }
         for pipeline in Pipeline::ALL {
@@ -421,17 +421,14 @@ fn all_runs_every_scenario_and_ends_with_one_line_per_default_pipeline() {
         assert!(header.contains(column), "{column} in {header}");
     }
     // Each scenario's own table, as `--scenario NAME` prints it.
-    assert_eq!(
-        tables.matches("\npipeline ").count(),
-        ScenarioKind::ALL.len()
-    );
+    assert_eq!(tables.matches("\npipeline ").count(), scenarios::ALL.len());
     let mut expected = Vec::new();
-    for kind in ScenarioKind::ALL {
+    for kind in scenarios::ALL {
         assert!(
             out.join(format!("{kind}.svg")).exists(),
             "{kind}'s chart is written"
         );
-        for pipeline in Pipeline::defaults(kind) {
+        for pipeline in kind.pipelines {
             expected.push((kind.to_string(), pipeline.to_string()));
         }
     }
@@ -453,7 +450,7 @@ fn all_runs_every_scenario_and_ends_with_one_line_per_default_pipeline() {
         .iter()
         .filter_map(|e| e["scenario"].as_str())
         .collect();
-    let names: Vec<&str> = ScenarioKind::ALL.iter().map(|k| k.as_str()).collect();
+    let names: Vec<&str> = scenarios::ALL.iter().map(|k| k.name).collect();
     assert_eq!(scenarios, names);
     let rows: usize = elements
         .iter()
@@ -729,4 +726,38 @@ fn json_metrics_match_the_row(row: &serde_json::Value, metrics: &serde_json::Val
         assert_eq!(windows.len(), 2, "20 s: two windows of 10 s");
         assert_eq!(s["labels"]["gen_ai.provider.name"], "primary", "{s}");
     }
+}
+
+#[test]
+fn markdown_writes_the_document_with_the_runs_tables_and_the_headline_block() {
+    let out = out_dir("markdown");
+    std::fs::create_dir_all(&out).expect("a temporary directory");
+    let file = out.join("STORM.md");
+    let args = ["--qps", "200", "--duration", "5", "--out"];
+    let output = Command::new(env!("CARGO_BIN_EXE_storm"))
+        .args(args)
+        .arg(out.join("charts"))
+        .arg("--markdown")
+        .arg(&file)
+        .output()
+        .expect("storm runs");
+    assert!(output.status.success(), "{output:?}");
+    let document = std::fs::read_to_string(&file).expect("the document is written");
+    let stdout = String::from_utf8(output.stdout).expect("utf-8 output");
+    // The table the run printed, as it printed it, once in the headline block and once in the
+    // scenario's section; the chart linked from where the document is.
+    let table: String = stdout
+        .lines()
+        .skip_while(|line| !line.starts_with("pipeline"))
+        .take_while(|line| !line.is_empty())
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert_eq!(table.lines().count(), 5, "{stdout}");
+    let headline = format!("<!-- storm:headline -->\n```\n{table}```\n<!-- /storm:headline -->\n");
+    assert!(document.contains(&headline), "{document}");
+    assert_eq!(document.matches(&table).count(), 2, "{document}");
+    assert!(document.contains("\n## `--scenario seed`\n"), "{document}");
+    assert!(document.contains("(charts/seed.svg)"), "{document}");
+    assert!(!document.contains("{chart}") && !document.contains("wall time"));
+    let _ = std::fs::remove_dir_all(&out);
 }

@@ -2,10 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::dashboard::{Dashboard, Value};
 use crate::metrics::Summary;
+use crate::output::dashboard::{Dashboard, Value};
 use crate::pipeline::Pipeline;
-use crate::scenario::{Scenario, ScenarioKind};
+use crate::scenario::Scenario;
 
 /// The columns a scenario with two providers adds, after the others: the secondary's load, and
 /// how much of the traffic the primary got during its fault and after it.
@@ -307,73 +307,14 @@ pub fn overview(runs: &[(&Scenario, &[Summary])]) -> String {
     aligned(&header, &rows, 2)
 }
 
-/// The figure each scenario is about, named: how long the provider takes to recover (seed,
-/// outage), retries sent before their `Retry-After` (quota), how fast traffic to the dead provider
-/// is cut (blackhole), 429s (burst), the secondary's peak load (failover), content tokens shown
-/// twice and lost (streams), the p99 latency against the healthy p99 (silent), the p99 time to
-/// first token and the hedges per request (tail).
+/// The figure `scenario` is about, named, as its file says
+/// ([`Builtin::headline`](crate::scenario::Builtin::headline)).
 pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
-    match scenario.kind {
-        ScenarioKind::Seed | ScenarioKind::Outage => match summary.recovery_s {
-            Some(r) => format!("recovery {r:.0} s"),
-            None if scenario.fault.end >= scenario.duration => "recovery -".to_owned(),
-            None => "recovery never".to_owned(),
-        },
-        ScenarioKind::Quota => format!("early retries {}", summary.early_retries),
-        ScenarioKind::Blackhole => summary
-            .cut_s
-            .map_or_else(|| "cut never".to_owned(), |c| format!("cut {c:.1} s")),
-        ScenarioKind::Burst => format!("429s {}", summary.too_many_requests),
-        ScenarioKind::Failover => summary.failover.as_ref().map_or_else(
-            || "secondary peak load -".to_owned(),
-            |f| format!("secondary peak load {:.2}x", f.secondary_peak_load),
-        ),
-        ScenarioKind::Streams => summary.streams.as_ref().map_or_else(
-            || "duplicated tokens -, lost -".to_owned(),
-            |f| {
-                format!(
-                    "duplicated tokens {}, lost {}",
-                    f.duplicated_tokens, f.lost_tokens
-                )
-            },
-        ),
-        ScenarioKind::Silent => summary.p99_over_healthy().map_or_else(
-            || "p99 / healthy -".to_owned(),
-            |ratio| format!("p99 / healthy {ratio:.2}x"),
-        ),
-        ScenarioKind::Balance => summary.balance.as_ref().map_or_else(
-            || "p50 / best split -".to_owned(),
-            |f| {
-                format!(
-                    "p50 / best split {:.2}x, 429s {}",
-                    f.p50_over_best, summary.too_many_requests
-                )
-            },
-        ),
-        ScenarioKind::BalanceFleet => summary.fleet.as_ref().map_or_else(
-            || "attempts after it was seen dying -".to_owned(),
-            |f| match f.after_first_saw {
-                Some(n) => format!("attempts to {} after it was seen dying {n}", f.dying),
-                None => format!("attempts to {} after it was seen dying -", f.dying),
-            },
-        ),
-        ScenarioKind::Tail => summary.tail.as_ref().map_or_else(
-            || "first token p99 -".to_owned(),
-            |f| {
-                let p99 = f
-                    .first_token_p99_ms
-                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
-                format!(
-                    "first token p99 {p99}, {:.3} hedges/request",
-                    f.hedges_per_request
-                )
-            },
-        ),
-    }
+    (scenario.kind.headline)(scenario, summary)
 }
 
 /// What the lines of [`dashboards`] show, printed above them.
-pub const DASHBOARD_LEGEND: &str = "\
+pub(crate) const DASHBOARD_LEGEND: &str = "\
 metrics = what stormguard's engine counted and measured (stormguard::metrics) for the requests of
 the table, as a dashboard shows it: one line per series (name and labels as an exporter names
 them), a counter's total, a gauge's last and highest value, a histogram's count, p50, p99 and max
@@ -389,38 +330,46 @@ pub fn dashboards(rows: &[(&str, &Dashboard)]) -> String {
         return "metrics: none of these pipelines is made of stormguard's layers.\n".to_owned();
     }
     let mut out = format!("{DASHBOARD_LEGEND}\n");
-    for (name, dashboard) in rows {
-        let windows = dashboard
-            .series
-            .iter()
-            .map(|series| per_window(&series.value).len())
-            .max()
-            .unwrap_or(0);
-        let starts: Vec<String> = (0..windows as u64)
-            .map(|w| format!("{} s", w * dashboard.window_s))
-            .collect();
-        let mut header = vec!["series", "type", "figures"];
-        header.extend(starts.iter().map(String::as_str));
-        let lines: Vec<Vec<String>> = dashboard
-            .series
-            .iter()
-            .map(|series| {
-                let mut line = vec![
-                    series.id(),
-                    series.value.kind().to_owned(),
-                    figures(&series.value),
-                ];
-                line.extend(per_window(&series.value));
-                line.resize(header.len(), String::new());
-                line
-            })
-            .collect();
-        let _ = write!(out, "\nmetrics of {name}:\n");
-        if lines.is_empty() {
-            out += "(no series: the engine emitted nothing)\n";
-        } else {
-            out += &aligned(&header, &lines, 3);
-        }
+    for (name, metrics) in rows {
+        out += "\n";
+        out += &dashboard(name, metrics);
+    }
+    out
+}
+
+/// The metrics stormguard's engine emitted in the row `name`: a `metrics of NAME:` line, then one
+/// line per series with its figures and its figure per window.
+pub fn dashboard(name: &str, dashboard: &Dashboard) -> String {
+    let windows = dashboard
+        .series
+        .iter()
+        .map(|series| per_window(&series.value).len())
+        .max()
+        .unwrap_or(0);
+    let starts: Vec<String> = (0..windows as u64)
+        .map(|w| format!("{} s", w * dashboard.window_s))
+        .collect();
+    let mut header = vec!["series", "type", "figures"];
+    header.extend(starts.iter().map(String::as_str));
+    let lines: Vec<Vec<String>> = dashboard
+        .series
+        .iter()
+        .map(|series| {
+            let mut line = vec![
+                series.id(),
+                series.value.kind().to_owned(),
+                figures(&series.value),
+            ];
+            line.extend(per_window(&series.value));
+            line.resize(header.len(), String::new());
+            line
+        })
+        .collect();
+    let mut out = format!("metrics of {name}:\n");
+    if lines.is_empty() {
+        out += "(no series: the engine emitted nothing)\n";
+    } else {
+        out += &aligned(&header, &lines, 3);
     }
     out
 }
@@ -614,7 +563,7 @@ pub fn legend(scenario: &Scenario) -> String {
 }
 
 /// What the columns of a scenario with deployments mean, printed under [`LEGEND`].
-pub const BALANCE_LEGEND: &str = "\
+pub(crate) const BALANCE_LEGEND: &str = "\
 with deployments, the provider columns above (attempts, ampl, peak load, peak in-flight,
 overloaded, 429s, retries) count them together (the peaks: the sum of each one's);
 <name> share = the deployment's share of the successes of all the deployments (in brackets: its
@@ -625,7 +574,7 @@ deployments' latencies mixed in the best split's shares, with no wait, no retry 
 
 /// What the columns of a scenario whose fault kills a deployment mean, printed under
 /// [`BALANCE_LEGEND`].
-pub const FLEET_LEGEND: &str = "\
+pub(crate) const FLEET_LEGEND: &str = "\
 with replicas and a dying deployment, cut and fault load count the dying deployment alone;
 first / last saw it die = when the first and the last replica saw it die: its breaker of that
 deployment opened (never: it did not);
@@ -637,7 +586,7 @@ breakers independent).";
 
 /// What the columns of a scenario whose streams start with a slow tail mean, printed under
 /// [`LEGEND`].
-pub const TAIL_LEGEND: &str = "\
+pub(crate) const TAIL_LEGEND: &str = "\
 with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
 error), and latency = until the stream's end;
 first token p50, p99, p99.9 = time to first token of the requests that succeeded: from the
@@ -650,7 +599,7 @@ fault ampl = attempts reaching the provider / offered during the whole fault, th
 slow first tokens = attempts the provider drew in the slow tail of its first tokens.";
 
 /// What the columns of a scenario whose provider goes silent mean, printed under [`LEGEND`].
-pub const SILENT_LEGEND: &str = "\
+pub(crate) const SILENT_LEGEND: &str = "\
 with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
 error) within the callers' deadline, and latency = until the stream's end (a request given up at
 the deadline counts its deadline);
@@ -660,7 +609,7 @@ silent attempts = attempts the primary kept without a response head for the faul
 slow first tokens = the primary's streams slow to their first token (its count).";
 
 /// What the columns of a scenario whose provider streams mean, printed under [`LEGEND`].
-pub const STREAMS_LEGEND: &str = "\
+pub(crate) const STREAMS_LEGEND: &str = "\
 with streamed answers, success = requests whose caller read a whole stream (to data: [DONE], no
 error); a stream cut after content is no success;
 pre-content errors = streams the provider failed with an error event before any content;
@@ -676,7 +625,7 @@ lost tokens = content tokens callers never got though they got a later one (a co
 on from the wrong place).";
 
 /// What the columns of a scenario with two providers mean, printed under [`LEGEND`].
-pub const FAILOVER_LEGEND: &str = "\
+pub(crate) const FAILOVER_LEGEND: &str = "\
 with two providers, the provider columns above (attempts, ampl, peak load, peak in-flight,
 overloaded, cut, fault load, 429s, retries) are the primary's; success, fallback, latency and
 recovery are the callers', whichever provider answered;
@@ -688,7 +637,7 @@ back = seconds after the primary's fault ends until the attempts reaching it sta
 offered (per 100 ms of arrival).";
 
 /// What the columns mean, printed under the table.
-pub const LEGEND: &str = "\
+pub(crate) const LEGEND: &str = "\
 ampl = attempts reaching the provider / offered (peak ampl: in the worst second);
 peak load = most requests in the provider at once (running + queued) / its slots;
 peak in-flight = most attempts open at once, client side (sent, not yet answered, dropped or cut);
@@ -711,7 +660,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::metrics::{FailoverFigures, SilentFigures, StreamFigures};
-    use crate::scenario::ScenarioKind;
+    use crate::scenarios;
 
     #[test]
     fn table_aligns_columns_and_says_never() {
@@ -744,7 +693,7 @@ mod tests {
             balance: None,
             fleet: None,
         };
-        let outage = Scenario::builtin(ScenarioKind::Outage);
+        let outage = Scenario::builtin(scenarios::OUTAGE);
         let text = table(&outage, std::slice::from_ref(&summary));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
@@ -762,7 +711,7 @@ mod tests {
         };
         // Columns: ... recovery, cut, fault load ...
         assert_eq!(cells(&text)[14..16], ["never", "never"]);
-        let seed = Scenario::builtin(ScenarioKind::Seed);
+        let seed = Scenario::builtin(scenarios::SEED);
         assert_eq!(
             cells(&table(&seed, std::slice::from_ref(&summary)))[14..16],
             ["never", "-"],
@@ -778,7 +727,7 @@ mod tests {
         assert_eq!(cells[15], "2.1 s");
         assert_eq!((cells[9].as_str(), cells[12].as_str()), ("9000", "2003 ms"));
         // The burst scenario's quota lasts the whole run: nothing outside it, no recovery from it.
-        let burst = Scenario::builtin(ScenarioKind::Burst);
+        let burst = Scenario::builtin(scenarios::BURST);
         let limited = Summary {
             success_outside: None,
             too_many_requests: 1_234,
@@ -848,7 +797,7 @@ mod tests {
 
     #[test]
     fn two_providers_add_the_failover_columns_at_the_end() {
-        let failover = Scenario::builtin(ScenarioKind::Failover);
+        let failover = Scenario::builtin(scenarios::FAILOVER);
         let (alone, failing_over) = failover_rows();
         let text = table(&failover, &[alone.clone(), failing_over]);
         let lines: Vec<&str> = text.lines().collect();
@@ -878,7 +827,7 @@ mod tests {
         assert!(legend(&failover).ends_with(FAILOVER_LEGEND));
         assert!(!legend(&failover).contains("streamed"));
         // A one-provider scenario's table is as it always was.
-        let outage = Scenario::builtin(ScenarioKind::Outage);
+        let outage = Scenario::builtin(scenarios::OUTAGE);
         let one = table(&outage, &[alone]);
         assert!(
             one.lines()
@@ -890,7 +839,7 @@ mod tests {
 
     #[test]
     fn streams_add_their_columns_at_the_end() {
-        let streams = Scenario::builtin(ScenarioKind::Streams);
+        let streams = Scenario::builtin(scenarios::STREAMS);
         let figures = StreamFigures {
             failed_before_content: 554,
             retried: 552,
@@ -1012,7 +961,7 @@ mod tests {
 
     #[test]
     fn slow_first_tokens_add_the_first_token_percentiles_and_the_hedges_at_the_end() {
-        let tail = Scenario::builtin(ScenarioKind::Tail);
+        let tail = Scenario::builtin(scenarios::TAIL);
         let (plain, hedged) = tail_rows();
         let text = table(&tail, &[plain.clone(), hedged.clone()]);
         let lines: Vec<&str> = text.lines().collect();
@@ -1052,13 +1001,13 @@ mod tests {
         assert!(legend.starts_with(LEGEND) && legend.ends_with(TAIL_LEGEND));
         assert!(!legend.contains(STREAMS_LEGEND) && !legend.contains(SILENT_LEGEND));
         // Another scenario's table has none of these columns.
-        let outage = Scenario::builtin(ScenarioKind::Outage);
+        let outage = Scenario::builtin(scenarios::OUTAGE);
         assert!(!table(&outage, &[plain]).contains("first token"));
     }
 
     #[test]
     fn a_silent_provider_adds_the_healthy_p99_and_the_ratio_to_it_and_no_stream_columns() {
-        let silent = Scenario::builtin(ScenarioKind::Silent);
+        let silent = Scenario::builtin(scenarios::SILENT);
         let figures = SilentFigures {
             healthy_p99_ms: Some(13_479),
             silent_attempts: 807,

@@ -35,7 +35,7 @@ use crate::metrics::percentile;
 
 /// The length of a window of [`MetricSeries::value`]'s `per_window` figures: 10 s of simulated
 /// time.
-pub const WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const WINDOW: Duration = Duration::from_secs(10);
 
 /// The engine's metric names in the order of their table (`stormguard::metrics`), which is the
 /// order the dashboard lists them in; a name not in it comes after them.
@@ -55,7 +55,7 @@ const ORDER: [&str; 11] = [
 
 /// The metrics of one run: a `metrics::Recorder` keeping every series it is given, and the
 /// windows closed so far ([`Collector::close_window`]).
-pub struct Collector {
+pub(crate) struct Collector {
     counters: RefCell<HashMap<Key, Arc<Instrument<CounterState>>>>,
     gauges: RefCell<HashMap<Key, Arc<Instrument<GaugeState>>>>,
     histograms: RefCell<HashMap<Key, Arc<Instrument<HistogramState>>>>,
@@ -81,7 +81,7 @@ impl Collector {
 
     /// End the current window (call it every [`WINDOW`] of simulated time): what follows counts
     /// in the next one.
-    pub fn close_window(&self) {
+    pub(crate) fn close_window(&self) {
         self.windows.set(self.windows.get() + 1);
         for instrument in self.counters.borrow().values() {
             instrument.lock().close();
@@ -181,7 +181,7 @@ impl Recorder for Collector {
 pin_project! {
     /// A future polled with a [`Collector`] as the thread's recorder: what it emits (the engine
     /// running in it) is collected, and nothing else is.
-    pub struct Recorded<F> {
+    pub(crate) struct Recorded<F> {
         #[pin]
         future: F,
         collector: Rc<Collector>,

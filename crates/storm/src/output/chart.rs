@@ -504,7 +504,7 @@ fn format_count(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::ScenarioKind;
+    use crate::scenarios;
 
     #[test]
     fn nice_ceilings() {
@@ -518,7 +518,7 @@ mod tests {
 
     #[test]
     fn chart_has_one_line_per_pipeline_and_panel() {
-        let scenario = Scenario::builtin(ScenarioKind::Seed).with_duration(Duration::from_secs(6));
+        let scenario = Scenario::builtin(scenarios::SEED).with_duration(Duration::from_secs(6));
         let series = Series {
             offered: vec![10; 6],
             attempts: vec![12; 6],
@@ -548,7 +548,7 @@ mod tests {
 
     #[test]
     fn two_providers_get_a_panel_for_the_secondary_with_its_throughput() {
-        let scenario = Scenario::builtin(ScenarioKind::Failover);
+        let scenario = Scenario::builtin(scenarios::FAILOVER);
         let series = Series {
             offered: vec![10; 60],
             attempts: vec![10; 60],
@@ -570,7 +570,7 @@ mod tests {
         assert!(svg.contains(">secondary</text>") && svg.contains(">primary</text>"));
         assert!(svg.contains("1813 + 1088 slots"));
         let one = render(
-            &Scenario::builtin(ScenarioKind::Outage),
+            &Scenario::builtin(scenarios::OUTAGE),
             &[("stormguard", &series)],
         );
         assert!(!one.contains("secondary") && one.contains(">provider</text>"));
@@ -578,7 +578,7 @@ mod tests {
 
     #[test]
     fn streams_get_a_panel_for_the_tokens_shown_twice() {
-        let scenario = Scenario::builtin(ScenarioKind::Streams);
+        let scenario = Scenario::builtin(scenarios::STREAMS);
         let series = Series {
             offered: vec![10; 60],
             attempts: vec![10; 60],
@@ -596,16 +596,13 @@ mod tests {
             "one line a panel, five panels"
         );
         assert!(svg.contains("content tokens shown twice to callers"));
-        let one = render(
-            &Scenario::builtin(ScenarioKind::Seed),
-            &[("naive", &series)],
-        );
+        let one = render(&Scenario::builtin(scenarios::SEED), &[("naive", &series)]);
         assert!(!one.contains("shown twice"));
     }
 
     #[test]
     fn fallback_answers_are_a_dashed_line_of_the_pipelines_colour() {
-        let scenario = Scenario::builtin(ScenarioKind::Blackhole);
+        let scenario = Scenario::builtin(scenarios::BLACKHOLE);
         let series = Series {
             offered: vec![10; 60],
             attempts: vec![10; 60],
