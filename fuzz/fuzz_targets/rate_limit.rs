@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use libfuzzer_sys::fuzz_target;
-use stormguard_classify::decimal::{DecimalError, parse_decimal};
+use stormguard_numbers::decimal::{DecimalError, parse_decimal};
 use stormguard_classify::hint::{HINT_CEILING, go_duration};
 use stormguard_classify::{LlmClassifier, Permit, Reason, headers};
 use stormguard_rate_limit::{

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
-use stormguard_classify::window::SlidingWindow;
 use stormguard_classify::{Outcome, Permit, Reason};
+use stormguard_numbers::window::SlidingWindow;
 use tokio::time::Instant;
 
 use crate::gcra::{Gcra, Slot};
