@@ -141,7 +141,7 @@ impl ThrottleConfig {
         self
     }
 
-    /// Draw from a [`RandomSource`](stormguard_classify::random::RandomSource) seeded with
+    /// Draw from a [`RandomSource`](stormguard_numbers::random::RandomSource) seeded with
     /// `seed`, shared by every clone of the throttle, so that the same requests are dropped on
     /// every run. Unseeded throttles draw from the thread's generator.
     #[must_use]

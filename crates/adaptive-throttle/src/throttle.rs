@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
-use stormguard_classify::random::RandomSource;
-use stormguard_classify::window::SlidingWindow;
 use stormguard_classify::{Outcome, Permit};
+use stormguard_numbers::random::RandomSource;
+use stormguard_numbers::window::SlidingWindow;
 
 use crate::sync::{AtomicBool, AtomicU32, Ordering};
 use crate::{ThrottleConfig, Throttled};
@@ -40,7 +40,7 @@ const ACCEPTS: usize = 1;
 /// Cloning is cheap (an `Arc`): all clones share the counts and the configuration, which is fixed
 /// when the throttle is made. [`try_acquire`](Self::try_acquire) and the [`ThrottlePermit`]'s
 /// record take no lock: they read or add to the atomic counters of a
-/// [`SlidingWindow`](stormguard_classify::window::SlidingWindow). Under `--cfg stormguard_loom`
+/// [`SlidingWindow`](stormguard_numbers::window::SlidingWindow). Under `--cfg stormguard_loom`
 /// the atomics are loom's models: `tests/loom.rs` explores every interleaving of racing records,
 /// snapshots and recovery runs.
 #[derive(Clone)]

@@ -8,7 +8,7 @@
 //!
 //! The clock is not a loom object: the window is an hour, so the microseconds a model takes stay
 //! in its first slice, and each execution starts from a new throttle. Slices that end under
-//! racing threads are covered by the window's own models (`crates/classify/tests/loom.rs`) and
+//! racing threads are covered by the window's own models (`crates/numbers/tests/loom.rs`) and
 //! by the threaded tests on a paused clock (tests/concurrency.rs).
 //!
 //! loom can miss the interleavings in which a thread's plain load sees a write that another

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig};
-use stormguard_classify::random::RandomSource;
+use stormguard_numbers::random::RandomSource;
 
 mod support;
 use support::answer;

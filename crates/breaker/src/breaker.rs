@@ -9,9 +9,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::HeaderMap;
-use stormguard_classify::random::RandomSource;
-use stormguard_classify::window::{Age, SlidingWindow, Tagged};
 use stormguard_classify::{GrpcCode, Outcome, Permit, Reason};
+use stormguard_numbers::random::RandomSource;
+use stormguard_numbers::window::{Age, SlidingWindow, Tagged};
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;

@@ -16,7 +16,7 @@ use http::HeaderMap;
 use stormguard_breaker::{BreakerConfig, BreakerPermit, CircuitBreaker, OpenCause, State};
 use stormguard_classify::Outcome;
 use stormguard_classify::Permit;
-use stormguard_classify::random::RandomSource;
+use stormguard_numbers::random::RandomSource;
 use tokio::time::Instant;
 
 /// A client and a backend, on the paused clock.

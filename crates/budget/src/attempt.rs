@@ -2,10 +2,10 @@
 //! [`previous_attempts`].
 
 use http::header::{HeaderMap, HeaderValue};
-use stormguard_classify::decimal::{DecimalError, parse_decimal};
 use stormguard_classify::headers::{
     GRPC_PREVIOUS_RPC_ATTEMPTS, X_ENVOY_ATTEMPT_COUNT, X_RETRY_ATTEMPT, X_STAINLESS_RETRY_COUNT,
 };
+use stormguard_numbers::decimal::{DecimalError, parse_decimal};
 
 /// What a present but invalid attempt header counts as: one previous attempt (see
 /// [`previous_attempts`]).

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stormguard_classify::window::{Age, SlidingWindow, Tagged};
+use stormguard_numbers::window::{Age, SlidingWindow, Tagged};
 
 use crate::BudgetConfig;
 use crate::sync::{AtomicU64, Ordering};

@@ -16,7 +16,7 @@
 //! # The algorithm
 //!
 //! [`RetryBudget`] keeps a sliding window of `ttl` (10 s by default) in 10 slices of `ttl / 10`:
-//! the workspace's one lock-free sliding window, [`stormguard_classify::window::SlidingWindow`],
+//! the workspace's one lock-free sliding window, [`stormguard_numbers::window::SlidingWindow`],
 //! with three counters per slice (deposits, withdrawals, refusals).
 //! Each **successful response** [deposits](RetryBudget::deposit) into the current slice; each
 //! retry [withdraws](RetryBudget::withdraw) from it, and is granted only if the retries in the

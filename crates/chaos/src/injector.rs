@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use stormguard_classify::random::RandomSource;
+use stormguard_numbers::random::RandomSource;
 use tokio::time::Instant;
 
 use crate::fault::{Fault, pick};

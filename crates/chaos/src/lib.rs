@@ -30,7 +30,7 @@
 //! Each call draws once for the faults that act on the call and once for those that act on an
 //! event stream; the faults of a sort share the draw in their order, each by its rate (see
 //! [`Fault`]), so a fault at 5% hits 5% of the calls however many others there are. The draws
-//! come from `stormguard-classify`'s [`random`](stormguard_classify::random) source:
+//! come from `stormguard-numbers`'s [`random`](stormguard_numbers::random) source:
 //! [`ChaosLayer::with_seed`] replays the same faults call for call. Schedules run on tokio's
 //! clock, so tests can run them on a paused one.
 //!

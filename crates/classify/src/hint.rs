@@ -20,8 +20,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderValue};
+use stormguard_numbers::decimal::parse_decimal;
 
-use crate::decimal::parse_decimal;
 use crate::headers;
 
 /// Upper bound of every parsed hint (one day). Values above it are reported as this ceiling: long

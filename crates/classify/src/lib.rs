@@ -72,9 +72,6 @@
 //!   [`Outcome`] in their source chain), found by one bounded walk down the chain;
 //! - [`refusal_response`] and [`error_response`]: the one shape of an answer stormguard gives in
 //!   place of a backend's (HTTP and gRPC);
-//! - [`decimal`]: the one parser of numbers from the network;
-//! - [`window`]: the lock-free sliding window the retry budget and the adaptive throttle count in;
-//! - [`random`]: where every randomised part draws its numbers, and how it is seeded;
 //! - [`Permit`]: the one protocol by which every guard admits an attempt and learns how it ended;
 //! - [`body`]: reading the start of a body without taking it from its next reader.
 //!
@@ -104,20 +101,16 @@ mod admission;
 pub mod body;
 mod classify;
 mod completed;
-pub mod decimal;
 mod failure;
 mod grpc;
 pub mod headers;
 pub mod hint;
 mod llm;
 mod outcome;
-pub mod random;
 mod refusal;
 mod status;
-mod sync;
 mod transport;
 pub mod usage;
-pub mod window;
 
 pub use self::admission::Permit;
 pub use self::body::is_event_stream;

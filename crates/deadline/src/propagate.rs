@@ -39,11 +39,11 @@
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Request};
-use stormguard_classify::decimal::parse_decimal;
 use stormguard_classify::headers::{
     GRPC_TIMEOUT, X_ENVOY_EXPECTED_RQ_TIMEOUT_MS, X_REQUEST_TIMEOUT_MS,
 };
 use stormguard_classify::is_grpc;
+use stormguard_numbers::decimal::parse_decimal;
 
 use crate::Deadline;
 

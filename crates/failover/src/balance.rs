@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rand::RngExt;
-use stormguard_classify::random::RandomSource;
+use stormguard_numbers::random::RandomSource;
 use tokio::time::Instant;
 
 /// The time constant of the latency's decay: 10 s, linkerd's `PeakEWMA` default.

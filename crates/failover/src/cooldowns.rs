@@ -31,21 +31,66 @@ use tokio::time::Instant;
 ///   (a short timeout, no stall, the outage logged once).
 #[derive(Clone)]
 pub struct Cooldowns {
-    store: Store,
+    store: Arc<dyn Store>,
 }
 
-#[derive(Clone)]
-enum Store {
-    Local(Arc<Mutex<HashMap<String, Instant>>>),
-    #[cfg(feature = "redis")]
-    Fleet(stormguard_rate_limit::Fleet),
+/// Where cooldowns are kept: one trait, implemented by [`Local`] (a map in this process) and,
+/// with the `redis` feature, by a [fleet](stormguard_rate_limit::Fleet) (in Redis, for every
+/// replica). Which one is the caller's choice at run time ([`Cooldowns::local`],
+/// `Cooldowns::fleet`), off the success path: a decision asks only when cooldowns are shared.
+trait Store: Send + Sync + 'static {
+    /// The backend named `backend` is left for `wait`.
+    fn publish(&self, backend: &str, wait: Duration);
+    /// Whether the backend named `backend` is left now.
+    fn cooling(&self, backend: &str) -> bool;
+    /// What the store is, for `Debug`.
+    fn kind(&self) -> &'static str;
+}
+
+/// Cooldowns kept in this process: each backend's name and when its cooldown ends.
+#[derive(Default)]
+struct Local(Mutex<HashMap<String, Instant>>);
+
+impl Store for Local {
+    fn publish(&self, backend: &str, wait: Duration) {
+        let until = Instant::now() + wait;
+        let mut cooldowns = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = cooldowns.entry(backend.to_owned()).or_insert(until);
+        *known = (*known).max(until);
+    }
+
+    fn cooling(&self, backend: &str) -> bool {
+        let cooldowns = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        cooldowns
+            .get(backend)
+            .is_some_and(|until| Instant::now() < *until)
+    }
+
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Store for stormguard_rate_limit::Fleet {
+    fn publish(&self, backend: &str, wait: Duration) {
+        self.publish_cooldown(backend, wait);
+    }
+
+    fn cooling(&self, backend: &str) -> bool {
+        stormguard_rate_limit::Fleet::cooling(self, backend)
+    }
+
+    fn kind(&self) -> &'static str {
+        "fleet"
+    }
 }
 
 impl Cooldowns {
     /// Cooldowns shared by the failovers of one process that are given clones of these.
     pub fn local() -> Self {
         Self {
-            store: Store::Local(Arc::default()),
+            store: Arc::new(Local::default()),
         }
     }
 
@@ -53,47 +98,26 @@ impl Cooldowns {
     #[cfg(feature = "redis")]
     pub fn fleet(fleet: stormguard_rate_limit::Fleet) -> Self {
         Self {
-            store: Store::Fleet(fleet),
+            store: Arc::new(fleet),
         }
     }
 
     /// The backend named `backend` is left for `wait`.
     pub fn publish(&self, backend: &str, wait: Duration) {
-        match &self.store {
-            Store::Local(local) => {
-                let until = Instant::now() + wait;
-                let mut cooldowns = local.lock().unwrap_or_else(PoisonError::into_inner);
-                let known = cooldowns.entry(backend.to_owned()).or_insert(until);
-                *known = (*known).max(until);
-            }
-            #[cfg(feature = "redis")]
-            Store::Fleet(fleet) => fleet.publish_cooldown(backend, wait),
-        }
+        self.store.publish(backend, wait);
     }
 
     /// Whether the backend named `backend` is left now.
     pub fn cooling(&self, backend: &str) -> bool {
-        match &self.store {
-            Store::Local(local) => {
-                let cooldowns = local.lock().unwrap_or_else(PoisonError::into_inner);
-                cooldowns
-                    .get(backend)
-                    .is_some_and(|until| Instant::now() < *until)
-            }
-            #[cfg(feature = "redis")]
-            Store::Fleet(fleet) => fleet.cooling(backend),
-        }
+        self.store.cooling(backend)
     }
 }
 
 impl fmt::Debug for Cooldowns {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let store = match &self.store {
-            Store::Local(_) => "local",
-            #[cfg(feature = "redis")]
-            Store::Fleet(_) => "fleet",
-        };
-        f.debug_struct("Cooldowns").field("store", &store).finish()
+        f.debug_struct("Cooldowns")
+            .field("store", &self.store.kind())
+            .finish()
     }
 }
 

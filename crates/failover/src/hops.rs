@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::balance::{Candidate, InFlight, rendezvous, two_choices};
 use crate::marks::{Cure, NoBackend, mark};
+use crate::record::{FailoverRecorder, Recorder};
 use crate::shared::Shared;
 
 /// What the failover hands back.
@@ -521,13 +522,7 @@ impl<S, C: Classify, Bk: Backoff> Hops<S, C, Bk> {
     pub(crate) fn hedged(&self, index: usize, event: &'static str) {
         let name: &Arc<str> = self.shared.engines[index].backend.shared_name();
         tracing::debug!(backend = &**name, event, "hedge");
-        #[cfg(feature = "metrics")]
-        metrics::counter!(
-            stormguard_retry::metrics::HEDGES,
-            stormguard_retry::metrics::PROVIDER => metrics::SharedString::from(Arc::clone(name)),
-            "outcome" => event
-        )
-        .increment(1);
+        FailoverRecorder::hedged(name, event);
     }
 
     /// The budget every backend shares.
@@ -543,14 +538,7 @@ const DEGRADED: &str = "degraded";
 /// the failures themselves) and counted (feature `metrics`).
 fn moved(from: &Arc<str>, to: &str, reason: Reason) {
     tracing::debug!(from = &**from, to, reason = reason.as_str(), "failing over");
-    #[cfg(feature = "metrics")]
-    metrics::counter!(
-        stormguard_retry::metrics::FAILOVERS,
-        "from" => metrics::SharedString::from(Arc::clone(from)),
-        "to" => to.to_owned(),
-        "reason" => reason.as_str()
-    )
-    .increment(1);
+    FailoverRecorder::moved(from, to, reason);
 }
 
 /// The outcome of a request no backend could take: 503, retry in a second (the backends'

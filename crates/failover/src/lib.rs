@@ -136,6 +136,7 @@ mod future;
 mod hops;
 mod layer;
 mod marks;
+mod record;
 mod shared;
 
 pub use backend::{Adapter, Backend};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use http::request::Parts;
-use stormguard_classify::random::RandomSource;
+use stormguard_numbers::random::RandomSource;
 use stormguard_retry::{ClientLayer, ClientService, Hedging, NotContinuing};
 
 use crate::balance::Load;

@@ -15,9 +15,9 @@
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
-use stormguard_classify::decimal::{DecimalError, parse_decimal};
 use stormguard_classify::hint::{HINT_CEILING, go_duration};
 use stormguard_classify::{LlmClassifier, Permit, Reason, headers};
+use stormguard_numbers::decimal::{DecimalError, parse_decimal};
 use stormguard_rate_limit::{
     RateLimit, RateLimitCause, RateLimitConfig, Reservation, usage_tokens,
 };

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use stormguard_classify::hint::DEFAULT_MAX_HINT;
-use stormguard_classify::random::RandomSource;
+use stormguard_numbers::random::RandomSource;
 
 use crate::strategy::{from_nanos, uniform};
 

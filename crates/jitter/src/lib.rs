@@ -26,7 +26,7 @@
 //! `Duration::MAX`) overflows or panics.
 //!
 //! Randomness comes from `rand` (its `SmallRng`), through
-//! [`stormguard_classify::random::RandomSource`], the one source every randomised stormguard part
+//! [`stormguard_numbers::random::RandomSource`], the one source every randomised stormguard part
 //! draws from. Unseeded, each schedule (and each hint's or start's jitter) gets a generator seeded
 //! from the thread's generator; `with_seed(u64)`, on every randomised part here, makes the
 //! *sequence of schedules* replay exactly on every run, while successive schedules still differ
@@ -85,7 +85,7 @@ pub mod shape {
 /// Implementations are cheap to clone. Clones of a randomised backoff share its [`RandomSource`],
 /// so clones of a seeded backoff keep handing out distinct schedules.
 ///
-/// [`RandomSource`]: stormguard_classify::random::RandomSource
+/// [`RandomSource`]: stormguard_numbers::random::RandomSource
 pub trait Backoff: Clone + Send + Sync + 'static {
     /// The per-request sequence of delays.
     type Schedule: Iterator<Item = Duration> + Send + 'static;

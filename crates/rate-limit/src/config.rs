@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::store::FleetStore;
+
 /// The settings of a [`RateLimit`](crate::RateLimit): a plain value, changed with consuming
 /// `with_*` methods and read with getters of the same name, fixed when the limit is made.
 ///
@@ -27,8 +29,7 @@ pub struct RateLimitConfig {
     usage_correction: bool,
     max_keys: usize,
     idle: Duration,
-    #[cfg(feature = "redis")]
-    fleet: Option<crate::Fleet>,
+    fleet: Option<FleetStore>,
 }
 
 impl RateLimitConfig {
@@ -125,6 +126,12 @@ impl RateLimitConfig {
         self.fleet.as_ref()
     }
 
+    /// The store that shares the limit beyond this process, if any (a fleet's, with the `redis`
+    /// feature; never one without it).
+    pub(crate) fn store(&self) -> Option<&FleetStore> {
+        self.fleet.as_ref()
+    }
+
     /// The configured requests a minute.
     pub fn requests_per_minute(&self) -> Option<u32> {
         self.requests_per_minute
@@ -173,7 +180,6 @@ impl Default for RateLimitConfig {
             usage_correction: false,
             max_keys: Self::DEFAULT_MAX_KEYS,
             idle: Self::DEFAULT_IDLE,
-            #[cfg(feature = "redis")]
             fleet: None,
         }
     }

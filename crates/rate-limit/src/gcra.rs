@@ -89,7 +89,6 @@ impl Gcra {
     }
 
     /// Nanoseconds per unit and units the bucket holds, if limited.
-    #[cfg(feature = "redis")]
     pub(crate) fn shape(&self) -> Option<(u64, u64)> {
         match self.interval.load(Ordering::Acquire) {
             0 => None,
@@ -132,7 +131,6 @@ impl Gcra {
     /// than its share through Redis (the others were idle) had it counted in the fleet's bucket,
     /// and its share only has to keep its own later decisions from going on top of that.
     /// Returns what the bucket was charged, to give back as a reservation's slot is.
-    #[cfg(feature = "redis")]
     pub(crate) fn charge(&self, start: u64, units: u64) -> Slot {
         let interval = self.interval.load(Ordering::Acquire);
         let cost = units.saturating_mul(interval);
@@ -346,7 +344,6 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "redis")]
     #[test]
     fn a_share_starts_empty_and_counts_slots_decided_elsewhere_down_to_empty() {
         // 600 a minute for three: a share of 200, one every 300 ms, a bucket of 3.

@@ -4,9 +4,9 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use stormguard_classify::decimal::{DecimalError, parse_decimal};
 use stormguard_classify::headers;
 use stormguard_classify::hint::{HINT_CEILING, go_duration, reset_at};
+use stormguard_numbers::decimal::{DecimalError, parse_decimal};
 
 /// One limit as a provider states it: its size a minute, what is left, and when it is whole again.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

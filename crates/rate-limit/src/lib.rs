@@ -133,6 +133,7 @@ mod gcra;
 mod learn;
 mod limit;
 mod service;
+mod store;
 mod sync;
 mod usage;
 

@@ -12,14 +12,13 @@ use std::time::{Duration, SystemTime};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 use stormguard_classify::polled_after_completion;
-use stormguard_classify::window::SlidingWindow;
 use stormguard_classify::{Outcome, Permit, Reason};
+use stormguard_numbers::window::SlidingWindow;
 use tokio::time::Instant;
 
-#[cfg(feature = "redis")]
-use crate::fleet;
 use crate::gcra::{Gcra, Slot};
 use crate::learn::{Cubic, Stated, believed};
+use crate::store::{FleetStore, Shape, Store};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::{RateLimitCause, RateLimitConfig, RateLimited};
 
@@ -76,9 +75,8 @@ struct Bucket {
     /// With a fleet: this replica's share of the limit (requests, tokens), which decides while
     /// Redis is away, and counts the slots Redis gives this replica while it answers.
     share: Option<[Gcra; 2]>,
-    /// With a fleet: the bucket's keys in Redis.
-    #[cfg(feature = "redis")]
-    fleet: Option<fleet::Keys>,
+    /// With a fleet: the bucket's keys in its store.
+    fleet: Option<<FleetStore as Store>::Keys>,
 }
 
 /// What a bucket learned from the provider.
@@ -193,8 +191,7 @@ impl RateLimit {
     /// share when Redis is away or slower than the fleet's timeout). The decision is ready at
     /// once ([`Acquire::now`]) unless Redis is asked.
     pub fn acquire(&self, head: &Parts, tokens: u64, deadline: Option<Instant>) -> Acquire {
-        #[cfg(feature = "redis")]
-        if let Some(fleet) = self.shared.config.fleet() {
+        if let Some(fleet) = self.shared.config.store() {
             return match self.weigh(head, tokens) {
                 Ok((key, tokens)) => self.ask(fleet, key, tokens, deadline),
                 Err(limited) => Acquire::decided(Err(limited)),
@@ -264,10 +261,9 @@ impl RateLimit {
 
     /// Asks the fleet's Redis for the slot: a decision to wait for, or the local share's at once
     /// while Redis is away.
-    #[cfg(feature = "redis")]
     fn ask(
         &self,
-        fleet: &crate::Fleet,
+        fleet: &FleetStore,
         key: Option<Arc<Bucket>>,
         tokens: u64,
         deadline: Option<Instant>,
@@ -276,32 +272,23 @@ impl RateLimit {
         let now = Instant::now();
         let at = shared.nanos(now);
         let bucket = shared.bucket(&key);
-        let requests = Shape::of(&bucket.requests, 1);
-        let weighed = Shape::of(&bucket.tokens, tokens);
-        let block = |gcra: &Gcra| fleet::micros(gcra.blocked().saturating_sub(at));
+        let shapes = [
+            Shape::of(&bucket.requests, 1),
+            Shape::of(&bucket.tokens, tokens),
+        ];
+        let blocked =
+            [&bucket.requests, &bucket.tokens].map(|gcra| gcra.blocked().saturating_sub(at));
         let Some(keys) = &bucket.fleet else {
             return Acquire::decided(self.decide_here(key, tokens, deadline));
         };
-        let mut invocation = fleet.invocation(keys, "reserve");
-        invocation
-            .arg(fleet.id())
-            .arg(block(&bucket.requests))
-            .arg(block(&bucket.tokens))
-            .arg(&requests.interval)
-            .arg(requests.burst)
-            .arg(&weighed.interval)
-            .arg(weighed.burst)
-            .arg(weighed.units)
-            .arg(fleet::micros(nanos_of(shared.max_wait(now, deadline))));
-        let Some(call) = fleet.call(invocation) else {
+        let max_wait = nanos_of(shared.max_wait(now, deadline));
+        let Some(call) = fleet.reserve(keys, blocked, &shapes, max_wait) else {
             return Acquire::decided(self.decide_here(key, tokens, deadline));
         };
         let limit = self.clone();
         Acquire::asking(Box::pin(async move {
             match call.await {
-                Some(reply) => {
-                    limit.decided_in_fleet(key, tokens, deadline, &reply, [requests, weighed])
-                }
+                Some(reply) => limit.decided_in_fleet(key, tokens, deadline, &reply, shapes),
                 // Past the timeout the reply is never read: the share's decision is the only
                 // one. The slot the script may still take in Redis stays taken there: it is the
                 // fleet's count of the request the share lets go.
@@ -311,7 +298,6 @@ impl RateLimit {
     }
 
     /// The fleet's decision, from the script's reply.
-    #[cfg(feature = "redis")]
     fn decided_in_fleet(
         &self,
         key: Option<Arc<Bucket>>,
@@ -325,7 +311,7 @@ impl RateLimit {
             // Not the script's reply: decide here.
             return self.decide_here(key, tokens, deadline);
         };
-        if let Some(fleet) = self.shared.config.fleet() {
+        if let Some(fleet) = self.shared.config.store() {
             fleet.decided(u32::try_from(replicas).unwrap_or(u32::MAX));
         }
         let wait = Duration::from_micros(wait);
@@ -411,17 +397,12 @@ impl Shared {
 
     /// The replicas sharing the limit: 1 without a fleet.
     fn replicas(&self) -> u32 {
-        #[cfg(feature = "redis")]
-        if let Some(fleet) = self.config.fleet() {
-            return fleet.share();
-        }
-        1
+        self.config.store().map_or(1, Store::share)
     }
 
     /// Counts a decision made on the local share of a fleet's quota.
     fn decided_locally(&self) {
-        #[cfg(feature = "redis")]
-        if let Some(fleet) = self.config.fleet() {
+        if let Some(fleet) = self.config.store() {
             fleet.decided_locally();
         }
     }
@@ -469,20 +450,13 @@ impl Keyed {
 impl Bucket {
     /// A bucket for the key `key` (`None`: the unkeyed bucket).
     fn new(config: &RateLimitConfig, at: u64, key: Option<&[u8]>) -> Self {
-        #[cfg(feature = "redis")]
-        let fleet = config.fleet().map(|fleet| fleet.keys(key));
-        #[cfg(not(feature = "redis"))]
-        let _ = key;
-        #[cfg(feature = "redis")]
+        let fleet = config.store().map(|fleet| fleet.keys(key));
         let share = fleet.as_ref().map(|_| {
             let dimension = || Gcra::new(None, config.burst());
             [dimension(), dimension()]
         });
-        #[cfg(not(feature = "redis"))]
-        let share = None;
         Self {
             share,
-            #[cfg(feature = "redis")]
             fleet,
             requests: Gcra::new(config.requests_per_minute(), config.burst()),
             tokens: Gcra::new(config.tokens_per_minute(), config.burst()),
@@ -678,7 +652,6 @@ pub struct Acquire {
 
 enum Decision {
     Made(Option<Result<Reservation, RateLimited>>),
-    #[cfg(feature = "redis")]
     Asking(Pin<Box<dyn Future<Output = Result<Reservation, RateLimited>> + Send>>),
 }
 
@@ -689,7 +662,6 @@ impl Acquire {
         }
     }
 
-    #[cfg(feature = "redis")]
     fn asking(
         future: Pin<Box<dyn Future<Output = Result<Reservation, RateLimited>> + Send>>,
     ) -> Self {
@@ -702,7 +674,6 @@ impl Acquire {
     pub fn now(&mut self) -> Option<Result<Reservation, RateLimited>> {
         match &mut self.decision {
             Decision::Made(made) => made.take(),
-            #[cfg(feature = "redis")]
             Decision::Asking(_) => None,
         }
     }
@@ -712,13 +683,11 @@ impl Future for Acquire {
     type Output = Result<Reservation, RateLimited>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let _ = &cx;
         match &mut self.decision {
             Decision::Made(made) => match made.take() {
                 Some(result) => Poll::Ready(result),
                 None => polled_after_completion("rate limit Acquire"),
             },
-            #[cfg(feature = "redis")]
             Decision::Asking(future) => future.as_mut().poll(cx),
         }
     }
@@ -759,38 +728,8 @@ enum Taken {
         requests: Slot,
         tokens: Slot,
     },
-    /// From the fleet's bucket in Redis: the requests' and tokens' shapes and the TATs left.
-    #[cfg(feature = "redis")]
+    /// From the fleet's bucket in its store: the requests' and tokens' shapes and the TATs left.
     Fleet(Box<[Shape; 2]>),
-}
-
-/// One dimension of a decision in Redis, as the script takes it and answered it.
-#[cfg(feature = "redis")]
-struct Shape {
-    /// Microseconds per unit, a decimal ("0": no limit).
-    interval: String,
-    /// Units the bucket holds.
-    burst: u64,
-    /// Units taken.
-    units: u64,
-    /// The TAT the decision left ("": none).
-    end: String,
-    /// What it was charged in this replica's local share, given back with the slot.
-    share: Slot,
-}
-
-#[cfg(feature = "redis")]
-impl Shape {
-    fn of(gcra: &Gcra, units: u64) -> Self {
-        let (interval, burst) = gcra.shape().unwrap_or_default();
-        Self {
-            interval: fleet::micros_per_unit(interval),
-            burst,
-            units: if interval == 0 { 0 } else { units },
-            end: String::new(),
-            share: Slot::default(),
-        }
-    }
 }
 
 impl RateLimitPermit {
@@ -820,7 +759,6 @@ impl RateLimitPermit {
         }
         let place = match &self.taken {
             Taken::Here { share, .. } => Place::Here { share: *share },
-            #[cfg(feature = "redis")]
             Taken::Fleet(shapes) => Place::Fleet {
                 interval: shapes[1].interval.clone(),
             },
@@ -847,20 +785,15 @@ impl Permit for RateLimitPermit {
         let bucket = self.shared.bucket(&self.key);
         let blocked = [bucket.requests.blocked(), bucket.tokens.blocked()];
         bucket.learn(&self.shared, headers, outcome, self.reserved);
-        #[cfg(feature = "redis")]
-        if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet)
+        if let (Some(fleet), Some(keys)) = (self.shared.config.store(), &bucket.fleet)
             && [bucket.requests.blocked(), bucket.tokens.blocked()] != blocked
         {
             // The provider said its quota is spent: every replica is to know now.
             let at = self.shared.nanos(Instant::now());
-            let mut invocation = fleet.invocation(keys, "block");
-            for gcra in [&bucket.requests, &bucket.tokens] {
-                invocation.arg(fleet::micros(gcra.blocked().saturating_sub(at)));
-            }
-            fleet.spawn(invocation);
+            let blocked =
+                [&bucket.requests, &bucket.tokens].map(|gcra| gcra.blocked().saturating_sub(at));
+            fleet.block(keys, blocked);
         }
-        #[cfg(not(feature = "redis"))]
-        let _ = blocked;
     }
 }
 
@@ -880,23 +813,14 @@ impl Drop for RateLimitPermit {
                 request_gcra.give_back(*requests);
                 token_gcra.give_back(*tokens);
             }
-            #[cfg(feature = "redis")]
             Taken::Fleet(shapes) => {
                 if let Some(share) = &bucket.share {
                     for (gcra, shape) in share.iter().zip(shapes.iter()) {
                         gcra.give_back(shape.share);
                     }
                 }
-                if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet) {
-                    let mut invocation = fleet.invocation(keys, "return");
-                    for shape in shapes.iter() {
-                        invocation
-                            .arg(&shape.interval)
-                            .arg(shape.burst)
-                            .arg(shape.units)
-                            .arg(&shape.end);
-                    }
-                    fleet.spawn(invocation);
+                if let (Some(fleet), Some(keys)) = (self.shared.config.store(), &bucket.fleet) {
+                    fleet.give_back(keys, shapes);
                 }
             }
         }
@@ -925,8 +849,7 @@ pub struct Usage {
 enum Place {
     /// From this process's bucket: the whole limit, or (`share`) a fleet's local share.
     Here { share: bool },
-    /// From the fleet's bucket in Redis, at this interval per token.
-    #[cfg(feature = "redis")]
+    /// From the fleet's bucket in its store, at this interval per token.
     Fleet { interval: String },
 }
 
@@ -952,12 +875,9 @@ impl Usage {
             // The share keeps the weight it was charged: its charge may have been cut short at
             // an empty bucket, and giving back tokens it never took would leave it fuller than
             // this replica left it.
-            #[cfg(feature = "redis")]
             Place::Fleet { interval } => {
-                if let (Some(fleet), Some(keys)) = (self.shared.config.fleet(), &bucket.fleet) {
-                    let mut invocation = fleet.invocation(keys, "adjust");
-                    invocation.arg(interval).arg(difference);
-                    fleet.spawn(invocation);
+                if let (Some(fleet), Some(keys)) = (self.shared.config.store(), &bucket.fleet) {
+                    fleet.adjust(keys, interval, difference);
                 }
             }
         }
@@ -1042,10 +962,10 @@ mod tests {
         let replicas = REPLICAS.to_string();
         let reply = match redis.reserve(at, 1, nanos_of(shared.config.max_wait())) {
             Ok(slot) => {
-                let wait = fleet::micros(slot.start - at).to_string();
+                let wait = crate::fleet::micros(slot.start - at).to_string();
                 vec!["1".into(), wait, replicas, String::new(), String::new()]
             }
-            Err(wait) => vec!["0".into(), fleet::micros(wait).to_string(), replicas],
+            Err(wait) => vec!["0".into(), crate::fleet::micros(wait).to_string(), replicas],
         };
         let bucket = &shared.unkeyed;
         let shapes = [Shape::of(&bucket.requests, 1), Shape::of(&bucket.tokens, 0)];

@@ -188,6 +188,7 @@ pub mod metrics;
 mod observe;
 mod policy;
 pub mod race;
+mod record;
 mod route;
 mod service;
 mod template;

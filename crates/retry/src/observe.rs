@@ -1,5 +1,6 @@
 //! What the engine tells about one request: its `tracing` spans, its log lines (see [`log`]),
-//! and, with the `metrics` feature, what it counts and measures (see [`metrics`](crate::metrics)).
+//! and what its [`Recorder`] counts and measures (with the `metrics` feature, see
+//! [`metrics`](crate::metrics); nothing without it).
 //!
 //! Spans: `stormguard.request` (fields `backend`, `attempts`, `outcome`, `error.type`), and in it
 //! one `stormguard.attempt` per attempt sent (`attempt`, `backend`, `outcome`, `reason`,
@@ -25,27 +26,26 @@ use tracing::span::EnteredSpan;
 use crate::admission::Guards;
 use crate::error::{Error, GiveUpCause};
 use crate::log::{self, Quiet};
+use crate::record::{EngineRecorder, Recorder};
 
-/// One request's spans and, with the `metrics` feature, its meter.
+/// One request's spans and its [`Recorder`].
 ///
-/// When no subscriber wants the spans (they are disabled) and without the feature, it costs next
-/// to nothing: nothing is recorded, cloned or entered, and no label is worked out. It lives in
+/// When no subscriber wants the spans (they are disabled) and without the `metrics` feature (the
+/// recorder then records nothing), it costs next to nothing: nothing is recorded, cloned or entered, and no label is worked out. It lives in
 /// the response future, which is moved whole, so it holds nothing it can read elsewhere (the
 /// backend's name is the configuration's). What it keeps of each attempt is the attempt's own
 /// ([`AttemptWatch`]), so that two attempts of a request in flight (a hedge) are watched apart.
 pub(crate) struct Watch {
     request: Span,
-    #[cfg(feature = "metrics")]
-    meter: meter::Meter,
+    recorder: EngineRecorder,
 }
 
 /// What the [`Watch`] keeps of one attempt, in the attempt: its span (none before it is sent),
-/// whether it is in flight (an attempt is answered once), and, for the metrics, when it was sent.
+/// whether it is in flight (an attempt is answered once), and what the recorder keeps of it.
 pub(crate) struct AttemptWatch {
     span: Span,
     in_flight: bool,
-    #[cfg(feature = "metrics")]
-    started: Option<tokio::time::Instant>,
+    recorded: <EngineRecorder as Recorder>::Attempt,
 }
 
 impl Default for AttemptWatch {
@@ -53,8 +53,7 @@ impl Default for AttemptWatch {
         Self {
             span: Span::none(),
             in_flight: false,
-            #[cfg(feature = "metrics")]
-            started: None,
+            recorded: Default::default(),
         }
     }
 }
@@ -70,8 +69,7 @@ impl Watch {
         );
         Self {
             request,
-            #[cfg(feature = "metrics")]
-            meter: meter::Meter::new(name),
+            recorder: EngineRecorder::new(name),
         }
     }
 
@@ -118,11 +116,7 @@ impl Watch {
             let _in = attempt.span.enter();
             tracing::debug!(attempt = number, "hedging request");
         }
-        #[cfg(feature = "metrics")]
-        {
-            attempt.started = Some(tokio::time::Instant::now());
-            self.meter.sending(hedge);
-        }
+        self.recorder.sending(&mut attempt.recorded, hedge);
     }
 
     /// The attempt in flight ended with `outcome` (`status`: the answer's, if there was one).
@@ -146,10 +140,8 @@ impl Watch {
                 span.record("status", status.as_u16());
             }
         }
-        #[cfg(feature = "metrics")]
-        if let Some(started) = attempt.started.take() {
-            self.meter.answered(started, outcome, status);
-        }
+        self.recorder
+            .answered(&mut attempt.recorded, outcome, status);
     }
 
     /// The attempt in flight ended unanswered: cut by the breaker, or out of time.
@@ -171,16 +163,12 @@ impl Watch {
 
     /// A hedge's race ended with an answer: the hedge's (`won`), or the first attempt's.
     pub(crate) fn hedge_raced(&self, won: bool) {
-        #[cfg(feature = "metrics")]
-        self.meter.hedge(if won { "won" } else { "cancelled" });
-        #[cfg(not(feature = "metrics"))]
-        let _ = won;
+        self.recorder.hedge(if won { "won" } else { "cancelled" });
     }
 
     /// A hedge failed while the attempt it raced was still in flight: that one goes on alone.
     pub(crate) fn hedge_failed(&self) {
-        #[cfg(feature = "metrics")]
-        self.meter.hedge("failed");
+        self.recorder.hedge("failed");
     }
 
     /// A hedge was due and not sent: the budget refused it (`reason`: `None`), or a guard
@@ -189,8 +177,7 @@ impl Watch {
         let _in = self.span(attempt).enter();
         let why = reason.map_or("budget", Reason::as_str);
         tracing::debug!(reason = why, "hedge not sent");
-        #[cfg(feature = "metrics")]
-        self.meter.hedge(match reason {
+        self.recorder.hedge(match reason {
             None => "budget",
             Some(_) => "refused",
         });
@@ -213,8 +200,7 @@ impl Watch {
             reason = reason.as_str(),
             "retrying request"
         );
-        #[cfg(feature = "metrics")]
-        self.meter.retrying(reason);
+        self.recorder.retrying(reason);
     }
 
     /// The failure just recorded is not retried, for `cause`: once at ERROR after retries (they
@@ -238,8 +224,7 @@ impl Watch {
             let _in = self.span(attempt).enter();
             log::quiet(Quiet::GaveUp(cause), attempts);
         }
-        #[cfg(feature = "metrics")]
-        self.meter.refused(Quiet::GaveUp(cause).cause());
+        self.recorder.refused(Quiet::GaveUp(cause).cause());
     }
 
     /// An attempt was refused on this side, for `reason` (the throttle, the breaker, the rate
@@ -247,14 +232,12 @@ impl Watch {
     pub(crate) fn refused(&self, attempt: &AttemptWatch, reason: Reason, attempts: u32) {
         let _in = self.span(attempt).enter();
         log::quiet(Quiet::Refused(reason), attempts);
-        #[cfg(feature = "metrics")]
-        self.meter.refused(Quiet::Refused(reason).cause());
+        self.recorder.refused(Quiet::Refused(reason).cause());
     }
 
     /// The request is out of time before its next attempt could start.
     pub(crate) fn out_of_time(&self) {
-        #[cfg(feature = "metrics")]
-        self.meter.refused("deadline");
+        self.recorder.refused("deadline");
     }
 
     /// The request ended with `output` (`failed`: a failed answer's reason) after `attempts`
@@ -265,7 +248,7 @@ impl Watch {
         failed: Option<Reason>,
         attempts: u32,
     ) {
-        if self.request.is_disabled() && !cfg!(feature = "metrics") {
+        if self.request.is_disabled() && !EngineRecorder::RECORDS {
             return;
         }
         let (outcome, error_type) = match output {
@@ -288,326 +271,72 @@ impl Watch {
         if let Some(reason) = error_type {
             span.record("error.type", reason.as_str());
         }
-        #[cfg(feature = "metrics")]
-        self.meter.finished(attempts, outcome, error_type);
+        self.recorder.finished(attempts, outcome, error_type);
     }
 
     /// The guards' state after an attempt was admitted, refused or answered: the throttle's
     /// drop probability and the breaker's state, for the metrics.
     pub(crate) fn health(&self, guards: &Guards) {
-        #[cfg(feature = "metrics")]
-        self.meter.health(guards.throttle(), guards.breaker());
-        #[cfg(not(feature = "metrics"))]
-        let _ = guards;
+        self.recorder.health(guards);
     }
 
     /// The rate limit `limit` gave the attempt a slot that starts at `start`.
     pub(crate) fn slot_reserved(&self, start: tokio::time::Instant, limit: &RateLimit) {
-        #[cfg(feature = "metrics")]
-        {
-            let wait = start.saturating_duration_since(tokio::time::Instant::now());
-            self.meter.slot_reserved(wait, limit);
-        }
-        #[cfg(not(feature = "metrics"))]
-        let _ = (start, limit);
+        self.recorder.slot_reserved(start, limit);
     }
 
     /// An attempt's event stream failed before its first content.
     pub(crate) fn stream_failed(&self) {
-        #[cfg(feature = "metrics")]
-        self.meter.stream_failed();
+        self.recorder.stream_failed();
     }
 
     /// Whether the answers' token usage is recorded (feature `metrics`).
     pub(crate) fn counts_usage(&self) -> bool {
-        cfg!(feature = "metrics")
+        EngineRecorder::RECORDS
     }
 
     /// What records the usage of a whole answer handed back, once its reader has read it
     /// (feature `metrics`; `None` without it).
     pub(crate) fn usage_recorder(&self) -> Option<UsageRecorder> {
-        #[cfg(feature = "metrics")]
-        return Some(UsageRecorder {
-            provider: self.meter.provider(),
-        });
-        #[cfg(not(feature = "metrics"))]
-        None
+        EngineRecorder::RECORDS.then(|| UsageRecorder {
+            label: self.recorder.label(),
+        })
     }
 
     /// What counts how an event stream handed back ends.
     pub(crate) fn stream_end(&self) -> StreamEnd {
         StreamEnd {
-            #[cfg(feature = "metrics")]
-            count: self.meter.stream_end(),
+            label: self.recorder.label(),
         }
     }
 }
 
 /// Records the tokens a whole answer said it used (feature `metrics`).
 pub(crate) struct UsageRecorder {
-    #[cfg(feature = "metrics")]
-    provider: metrics::SharedString,
+    label: <EngineRecorder as Recorder>::Label,
 }
 
 impl UsageRecorder {
     /// The answer said it used `counts`.
     pub(crate) fn record(self, counts: TokenCounts) {
-        #[cfg(feature = "metrics")]
-        meter::record_usage(self.provider, counts, "answer");
-        #[cfg(not(feature = "metrics"))]
-        let _ = counts;
+        EngineRecorder::answer_used(self.label, counts);
     }
 }
 
 /// Counts how one event stream ends (feature `metrics`; nothing without it).
 pub(crate) struct StreamEnd {
-    #[cfg(feature = "metrics")]
-    count: meter::StreamCount,
+    label: <EngineRecorder as Recorder>::Label,
 }
 
 impl StreamEnd {
     /// Whether there is anything to count.
     pub(crate) fn counts(&self) -> bool {
-        cfg!(feature = "metrics")
+        EngineRecorder::RECORDS
     }
 
     /// The stream ended with `outcome`, having said it used `usage` (`continuation`: the
     /// stream of a request that continues another).
     pub(crate) fn ended(self, outcome: &Outcome, usage: Option<TokenCounts>, continuation: bool) {
-        #[cfg(feature = "metrics")]
-        {
-            if let Some(usage) = usage {
-                let attempt = match (outcome.is_success(), continuation) {
-                    (_, true) => "continuation",
-                    (true, false) => "answer",
-                    (false, false) => "interrupted",
-                };
-                meter::record_usage(self.count.provider.clone(), usage, attempt);
-            }
-            self.count.ended(outcome);
-        }
-        #[cfg(not(feature = "metrics"))]
-        let _ = (outcome, usage, continuation);
-    }
-}
-
-#[cfg(feature = "metrics")]
-pub(crate) mod meter {
-    //! The `metrics` half of [`Watch`](super::Watch).
-
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use http::StatusCode;
-    use metrics::{SharedString, counter, gauge, histogram};
-    use stormguard_adaptive_throttle::AdaptiveThrottle;
-    use stormguard_breaker::{CircuitBreaker, State};
-    use stormguard_classify::usage::TokenCounts;
-    use stormguard_classify::{Outcome, Reason};
-    use stormguard_rate_limit::RateLimit;
-    use tokio::time::Instant;
-
-    use crate::metrics::{
-        ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, HEDGES, PROVIDER, RATE_LIMIT_HEADROOM,
-        RATE_LIMIT_WAIT, REFUSALS, REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STATUS_CODE,
-        STREAMS, THROTTLE_DROP_PROBABILITY, TOKEN_USAGE,
-    };
-
-    /// The `gen_ai.provider.name` of a layer with no name.
-    const UNKNOWN: &str = "unknown";
-
-    pub(crate) struct Meter {
-        provider: SharedString,
-        started: Instant,
-        /// The reason of the retry decided and not sent yet: counted when it is sent, so a retry
-        /// the throttle, the breaker, the rate limit or the deadline then refuses is not.
-        retry: Option<Reason>,
-    }
-
-    impl Meter {
-        pub(super) fn provider(&self) -> SharedString {
-            self.provider.clone()
-        }
-
-        pub(super) fn new(name: Option<&Arc<str>>) -> Self {
-            Self {
-                provider: provider(name),
-                started: Instant::now(),
-                retry: None,
-            }
-        }
-
-        /// An attempt is sent: a retry, if one was decided, or a hedge.
-        pub(super) fn sending(&mut self, hedge: bool) {
-            if hedge {
-                self.hedge("sent");
-            } else if let Some(reason) = self.retry.take() {
-                counter!(RETRIES, PROVIDER => self.provider.clone(), "reason" => reason.as_str())
-                    .increment(1);
-            }
-        }
-
-        /// Counts a hedge's `event` (`sent`, `won`, `cancelled`, `failed`, `budget`, `refused`).
-        pub(super) fn hedge(&self, event: &'static str) {
-            counter!(HEDGES, PROVIDER => self.provider.clone(), "outcome" => event).increment(1);
-        }
-
-        pub(super) fn answered(
-            &self,
-            started: Instant,
-            outcome: &Outcome,
-            status: Option<StatusCode>,
-        ) {
-            let seconds = started.elapsed().as_secs_f64();
-            let provider = self.provider.clone();
-            let reason = outcome.reason().as_str();
-            let duration = match (status, outcome.is_success()) {
-                (Some(status), true) => histogram!(
-                    ATTEMPT_DURATION,
-                    PROVIDER => provider,
-                    STATUS_CODE => status_label(status)
-                ),
-                (Some(status), false) => histogram!(
-                    ATTEMPT_DURATION,
-                    PROVIDER => provider,
-                    STATUS_CODE => status_label(status),
-                    ERROR_TYPE => reason
-                ),
-                (None, _) => {
-                    histogram!(ATTEMPT_DURATION, PROVIDER => provider, ERROR_TYPE => reason)
-                }
-            };
-            duration.record(seconds);
-        }
-
-        pub(super) fn retrying(&mut self, reason: Reason) {
-            self.retry = Some(reason);
-        }
-
-        pub(super) fn refused(&self, cause: &'static str) {
-            counter!(REFUSALS, PROVIDER => self.provider.clone(), "cause" => cause).increment(1);
-        }
-
-        pub(super) fn finished(&self, attempts: u32, outcome: &'static str, error: Option<Reason>) {
-            let seconds = self.started.elapsed().as_secs_f64();
-            histogram!(REQUEST_ATTEMPTS, PROVIDER => self.provider.clone(), "outcome" => outcome)
-                .record(f64::from(attempts));
-            match error {
-                None => histogram!(
-                    REQUEST_DURATION,
-                    PROVIDER => self.provider.clone(),
-                    "outcome" => outcome
-                )
-                .record(seconds),
-                Some(reason) => histogram!(
-                    REQUEST_DURATION,
-                    PROVIDER => self.provider.clone(),
-                    "outcome" => outcome,
-                    ERROR_TYPE => reason.as_str()
-                )
-                .record(seconds),
-            }
-        }
-
-        /// The throttle's and the breaker's state, as of now.
-        pub(super) fn health(
-            &self,
-            throttle: Option<&AdaptiveThrottle>,
-            breaker: Option<&CircuitBreaker>,
-        ) {
-            if let Some(throttle) = throttle {
-                gauge!(THROTTLE_DROP_PROBABILITY, PROVIDER => self.provider.clone())
-                    .set(throttle.probability());
-            }
-            if let Some(breaker) = breaker {
-                let state = match breaker.state() {
-                    State::Closed => 0.0,
-                    State::HalfOpen => 1.0,
-                    State::Open => 2.0,
-                };
-                gauge!(BREAKER_STATE, PROVIDER => self.provider.clone()).set(state);
-            }
-        }
-
-        /// The rate limit admitted an attempt after `wait`.
-        pub(super) fn slot_reserved(&self, wait: Duration, limit: &RateLimit) {
-            histogram!(RATE_LIMIT_WAIT, PROVIDER => self.provider.clone())
-                .record(wait.as_secs_f64());
-            let snapshot = limit.snapshot();
-            for (dimension, available) in [
-                ("requests", snapshot.requests_available),
-                ("tokens", snapshot.tokens_available),
-            ] {
-                if let Some(available) = available {
-                    gauge!(
-                        RATE_LIMIT_HEADROOM,
-                        PROVIDER => self.provider.clone(),
-                        "dimension" => dimension
-                    )
-                    .set(available as f64);
-                }
-            }
-        }
-
-        /// An attempt's stream failed before its first content.
-        pub(super) fn stream_failed(&self) {
-            counter!(STREAMS, PROVIDER => self.provider.clone(), "outcome" => "failed_before_content")
-                .increment(1);
-        }
-
-        /// What counts a stream's end.
-        pub(super) fn stream_end(&self) -> StreamCount {
-            StreamCount {
-                provider: self.provider.clone(),
-            }
-        }
-    }
-
-    /// Records the tokens an attempt's answer said it used (`attempt`: `answer`,
-    /// `continuation`, `interrupted`).
-    pub(crate) fn record_usage(provider: SharedString, counts: TokenCounts, attempt: &'static str) {
-        for (kind, tokens) in [("input", counts.input), ("output", counts.output)] {
-            histogram!(
-                TOKEN_USAGE,
-                PROVIDER => provider.clone(),
-                "gen_ai.token.type" => kind,
-                "stormguard.attempt" => attempt
-            )
-            .record(tokens as f64);
-        }
-    }
-
-    /// Counts one stream's end, under its provider's label.
-    pub(crate) struct StreamCount {
-        pub(super) provider: SharedString,
-    }
-
-    impl StreamCount {
-        pub(crate) fn ended(self, outcome: &Outcome) {
-            let provider = self.provider;
-            if outcome.is_success() {
-                counter!(STREAMS, PROVIDER => provider, "outcome" => "complete").increment(1);
-            } else {
-                counter!(
-                    STREAMS,
-                    PROVIDER => provider,
-                    "outcome" => "interrupted",
-                    ERROR_TYPE => outcome.reason().as_str()
-                )
-                .increment(1);
-            }
-        }
-    }
-
-    pub(super) fn provider(name: Option<&Arc<str>>) -> SharedString {
-        match name {
-            Some(name) => SharedString::from(Arc::clone(name)),
-            None => SharedString::const_str(UNKNOWN),
-        }
-    }
-
-    /// A status code as a label (`"503"`).
-    fn status_label(status: StatusCode) -> SharedString {
-        SharedString::from(status.as_str().to_owned())
+        EngineRecorder::stream_ended(self.label, outcome, usage, continuation);
     }
 }

@@ -20,10 +20,10 @@ use stormguard_classify::headers::{
     GRPC_PREVIOUS_RPC_ATTEMPTS, GRPC_RETRY_PUSHBACK_MS, IDEMPOTENCY_KEY, X_REQUEST_TIMEOUT_MS,
     X_RETRY_ATTEMPT, X_SHOULD_RETRY,
 };
-use stormguard_classify::random::RandomSource;
 use stormguard_classify::{BoxError, Reason, chain};
 use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::{Constant, FullJitter, HintPolicy};
+use stormguard_numbers::random::RandomSource;
 use stormguard_retry::{ClientLayer, GiveUpCause, Route};
 use support::{Log, Reply, body_bytes, instant, post, reply, retries_only, scripted, status};
 use tokio::time::Instant;

@@ -6,8 +6,7 @@
 use std::fmt;
 
 use http::{HeaderValue, StatusCode};
-
-use crate::decimal::parse_decimal;
+use stormguard_numbers::decimal::parse_decimal;
 
 /// The gRPC status codes (0 ..= 16), as listed in the gRPC document "Status codes and their use
 /// in gRPC".

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use stormguard_classify::random::RandomSource;
+use stormguard_numbers::random::RandomSource;
 use tower_layer::Layer;
 
 use super::Spread;

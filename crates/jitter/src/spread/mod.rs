@@ -112,7 +112,7 @@ mod tests {
     use tokio::time::Instant;
     use tower::{Layer, ServiceExt, service_fn};
 
-    use stormguard_classify::random::RandomSource;
+    use stormguard_numbers::random::RandomSource;
 
     use super::*;
     use crate::strategy::uniform;

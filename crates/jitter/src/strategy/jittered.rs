@@ -3,7 +3,7 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
-use stormguard_classify::random::RandomSource;
+use stormguard_numbers::random::RandomSource;
 
 use super::{DEFAULT_BASE, DEFAULT_CAP};
 use crate::Backoff;

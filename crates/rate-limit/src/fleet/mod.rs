@@ -15,6 +15,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
 
+use crate::store::{Shape, Store};
+
 /// The script every decision runs: the GCRA of one bucket, atomically in Redis.
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fleet.lua")));
 
@@ -228,39 +230,15 @@ impl Fleet {
         }
     }
 
-    /// What the local share divides the quota by.
-    pub(crate) fn share(&self) -> u32 {
-        self.replicas
-            .unwrap_or_else(|| self.state.seen.load(Ordering::Relaxed).max(1))
-    }
-
-    /// The Redis key of a bucket (`None`: the limit's unkeyed one), and of its replicas.
-    pub(crate) fn keys(&self, key: Option<&[u8]>) -> Keys {
-        let mut bucket = Vec::with_capacity(self.prefix.len() + 8 + key.map_or(3, <[u8]>::len));
-        bucket.extend_from_slice(self.prefix.as_bytes());
-        // The braces make both keys one hash slot, as a script's keys must be in a cluster.
-        match key {
-            Some(key) => {
-                bucket.extend_from_slice(b":k:{");
-                bucket.extend_from_slice(key);
-            }
-            None => bucket.extend_from_slice(b":u:{all"),
-        }
-        bucket.push(b'}');
-        let mut replicas = bucket.clone();
-        replicas.extend_from_slice(b":replicas");
-        Keys { bucket, replicas }
-    }
-
     /// The invocation of one operation on a bucket.
-    pub(crate) fn invocation(&self, keys: &Keys, op: &str) -> ScriptInvocation<'static> {
+    fn invocation(&self, keys: &Keys, op: &str) -> ScriptInvocation<'static> {
         let mut invocation = SCRIPT.key(&keys.bucket[..]);
         invocation.key(&keys.replicas[..]).arg(op);
         invocation
     }
 
     /// This replica's id, for the script's count of replicas.
-    pub(crate) fn id(&self) -> &str {
+    fn id(&self) -> &str {
         &self.state.id
     }
 
@@ -294,7 +272,7 @@ impl Fleet {
 
     /// Runs `invocation` in Redis within the timeout: its reply, or `None` (Redis away, slow or
     /// failing: the caller decides locally).
-    pub(crate) fn call(
+    fn call(
         &self,
         invocation: ScriptInvocation<'static>,
     ) -> Option<impl Future<Output = Option<Vec<String>>> + Send + 'static> {
@@ -321,23 +299,12 @@ impl Fleet {
 
     /// Runs `invocation` in the background, for what needs no answer (a slot given back, a
     /// weight corrected): lost if Redis is away, which only errs on the safe side.
-    pub(crate) fn spawn(&self, invocation: ScriptInvocation<'static>) {
+    fn spawn(&self, invocation: ScriptInvocation<'static>) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current()
             && let Some(call) = self.call(invocation)
         {
             runtime.spawn(call);
         }
-    }
-
-    /// Counts a decision made in Redis that saw `replicas` replicas.
-    pub(crate) fn decided(&self, replicas: u32) {
-        self.state.seen.store(replicas, Ordering::Relaxed);
-        self.state.fleet_decisions.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a decision made on the local share.
-    pub(crate) fn decided_locally(&self) {
-        self.state.local_decisions.fetch_add(1, Ordering::Relaxed);
     }
 
     fn health(&self) -> std::sync::MutexGuard<'_, Health> {
@@ -397,9 +364,88 @@ pub(crate) struct Keys {
     replicas: Vec<u8>,
 }
 
-/// A rate as the script takes it: microseconds per unit, as a decimal (0: no limit).
-pub(crate) fn micros_per_unit(interval_nanos: u64) -> String {
-    format!("{}.{:03}", interval_nanos / 1_000, interval_nanos % 1_000)
+impl Store for Fleet {
+    type Keys = Keys;
+
+    /// The Redis key of a bucket (`None`: the limit's unkeyed one), and of its replicas.
+    fn keys(&self, key: Option<&[u8]>) -> Keys {
+        let mut bucket = Vec::with_capacity(self.prefix.len() + 8 + key.map_or(3, <[u8]>::len));
+        bucket.extend_from_slice(self.prefix.as_bytes());
+        // The braces make both keys one hash slot, as a script's keys must be in a cluster.
+        match key {
+            Some(key) => {
+                bucket.extend_from_slice(b":k:{");
+                bucket.extend_from_slice(key);
+            }
+            None => bucket.extend_from_slice(b":u:{all"),
+        }
+        bucket.push(b'}');
+        let mut replicas = bucket.clone();
+        replicas.extend_from_slice(b":replicas");
+        Keys { bucket, replicas }
+    }
+
+    fn share(&self) -> u32 {
+        self.replicas
+            .unwrap_or_else(|| self.state.seen.load(Ordering::Relaxed).max(1))
+    }
+
+    fn decided(&self, replicas: u32) {
+        self.state.seen.store(replicas, Ordering::Relaxed);
+        self.state.fleet_decisions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn decided_locally(&self) {
+        self.state.local_decisions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn reserve(
+        &self,
+        keys: &Keys,
+        blocked: [u64; 2],
+        shapes: &[Shape; 2],
+        max_wait: u64,
+    ) -> Option<impl Future<Output = Option<Vec<String>>> + Send + 'static> {
+        let [requests, weighed] = shapes;
+        let mut invocation = self.invocation(keys, "reserve");
+        invocation
+            .arg(self.id())
+            .arg(micros(blocked[0]))
+            .arg(micros(blocked[1]))
+            .arg(&requests.interval)
+            .arg(requests.burst)
+            .arg(&weighed.interval)
+            .arg(weighed.burst)
+            .arg(weighed.units)
+            .arg(micros(max_wait));
+        self.call(invocation)
+    }
+
+    fn block(&self, keys: &Keys, blocked: [u64; 2]) {
+        let mut invocation = self.invocation(keys, "block");
+        for blocked in blocked {
+            invocation.arg(micros(blocked));
+        }
+        self.spawn(invocation);
+    }
+
+    fn give_back(&self, keys: &Keys, shapes: &[Shape; 2]) {
+        let mut invocation = self.invocation(keys, "return");
+        for shape in shapes {
+            invocation
+                .arg(&shape.interval)
+                .arg(shape.burst)
+                .arg(shape.units)
+                .arg(&shape.end);
+        }
+        self.spawn(invocation);
+    }
+
+    fn adjust(&self, keys: &Keys, interval: &str, difference: i64) {
+        let mut invocation = self.invocation(keys, "adjust");
+        invocation.arg(interval).arg(difference);
+        self.spawn(invocation);
+    }
 }
 
 /// Nanoseconds as whole microseconds, rounded up (a wait, a block: never shorter).

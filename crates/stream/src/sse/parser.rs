@@ -3,7 +3,7 @@
 
 use std::mem;
 
-use stormguard_classify::decimal::parse_decimal;
+use stormguard_numbers::decimal::parse_decimal;
 
 use super::error::SseError;
 

@@ -27,7 +27,7 @@ impl std::error::Error for DecimalError {}
 /// (callers trim what their header allows). Never panics or overflows; it reads each byte once.
 ///
 /// ```
-/// use stormguard_classify::decimal::{DecimalError, parse_decimal};
+/// use stormguard_numbers::decimal::{DecimalError, parse_decimal};
 ///
 /// assert_eq!(parse_decimal(b"1500"), Ok(1500));
 /// assert_eq!(parse_decimal(b"-5"), Err(DecimalError::NotANumber));

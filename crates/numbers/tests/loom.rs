@@ -5,7 +5,7 @@
 //! throttle uses them.
 //!
 //! Run with `RUSTFLAGS="--cfg stormguard_loom" CARGO_TARGET_DIR=target/loom cargo test -p
-//! stormguard-classify --test loom --release`. Without the flag this file is empty.
+//! stormguard-numbers --test loom --release`. Without the flag this file is empty.
 //!
 //! Epochs are passed in, not read from the clock: a model can put two threads in two slices.
 //!
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loom::thread;
-use stormguard_classify::window::SlidingWindow;
+use stormguard_numbers::window::SlidingWindow;
 
 const SLICES: usize = 4;
 

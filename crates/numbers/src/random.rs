@@ -26,7 +26,7 @@ const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 ///
 /// ```
 /// use rand::RngExt;
-/// use stormguard_classify::random::RandomSource;
+/// use stormguard_numbers::random::RandomSource;
 ///
 /// let a = RandomSource::seeded(7);
 /// let b = RandomSource::seeded(7);
