@@ -8,7 +8,7 @@
 //!
 //! Each hop is one backend's engine, which retries on that backend as its policy allows, handed
 //! the request with a [`Route`](stormguard_retry::Route) and answering with a
-//! [`Report`](stormguard_retry::Report); what happens between hops is decided by [`Hops`]. The
+//! [`Report`](stormguard_retry::Report); what happens between hops is decided by [`Ledger`]. The
 //! engine enforces the deadline once it has the request; while a backend's engine is not ready to
 //! take it, the failover does.
 //!
@@ -40,7 +40,7 @@ use stormguard_retry::{ClientService, Error, NoHedge, NotContinuing, ReplayBody,
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::hops::{Hop, Hops, MakeContinuer, Next, Output};
+use crate::ledger::{Hop, Ledger, MakeContinuer, Next, Output};
 use crate::shared::Shared;
 
 pin_project! {
@@ -60,7 +60,7 @@ pin_project! {
         // When the hop in flight is hedged, made the first time one is due.
         #[pin]
         hedge_timer: Option<Sleep>,
-        hops: Hops<S, C, Bk>,
+        ledger: Ledger<S, C, Bk>,
         body: PhantomData<fn(B)>,
     }
 }
@@ -140,7 +140,7 @@ where
         Self {
             race: Race::new(lane),
             hedge_timer: None,
-            hops: Hops::new(shared, head, continuer, continues),
+            ledger: Ledger::new(shared, head, continuer, continues),
             body: PhantomData,
         }
     }
@@ -162,11 +162,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            if let Poll::Ready(output) = this.race.as_mut().poll(this.hops, cx) {
+            if let Poll::Ready(output) = this.race.as_mut().poll(this.ledger, cx) {
                 return Poll::Ready(output);
             }
             // Waiting: a hop with its engine is hedged once its delay has passed.
-            let Some(due) = hedge_clock(this.race.as_mut(), this.hops) else {
+            let Some(due) = hedge_clock(this.race.as_mut(), this.ledger) else {
                 return Poll::Pending;
             };
             ready!(stormguard_deadline::poll_until(
@@ -174,13 +174,13 @@ where
                 due,
                 cx
             ));
-            start_hedge(this.race.as_mut(), this.hops, cx);
+            start_hedge(this.race.as_mut(), this.ledger, cx);
         }
     }
 }
 
 /// The hops' side of the race: a backend's engine at a time, the hedge's like the request's own.
-impl<S, B, RB, C, Bk> Lane<Hops<S, C, Bk>> for HopLane<S, B, RB, C, Bk>
+impl<S, B, RB, C, Bk> Lane<Ledger<S, C, Bk>> for HopLane<S, B, RB, C, Bk>
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone,
     S::Error: Into<BoxError>,
@@ -195,7 +195,7 @@ where
 
     fn poll_lap(
         self: Pin<&mut Self>,
-        hops: &mut Hops<S, C, Bk>,
+        ledger: &mut Ledger<S, C, Bk>,
         racing: bool,
         cx: &mut Context<'_>,
     ) -> Poll<Lap<Output<RB>>> {
@@ -203,7 +203,7 @@ where
         let next = match this.state.as_mut().project() {
             StateProj::Buffering { read } => {
                 let (bytes, tail, rest) = ready!(Pin::new(read).poll(cx));
-                hops.buffered(bytes, tail, rest)
+                ledger.buffered(bytes, tail, rest)
             }
             StateProj::Ready {
                 client,
@@ -214,37 +214,37 @@ where
                 let ready = match client.poll_ready(cx) {
                     Poll::Ready(ready) => ready,
                     Poll::Pending => {
-                        ready!(poll_expiry(hops, expiry, cx));
+                        ready!(poll_expiry(ledger, expiry, cx));
                         Err(out_of_time())
                     }
                 };
                 match (ready, request.take()) {
                     (Ok(()), Some(request)) => {
                         let hop = &mut *this.hop;
-                        hop.in_flight = Some(hops.shared.engines[hop.backend].load.start());
+                        hop.in_flight = Some(ledger.shared.engines[hop.backend].load.start());
                         let turn =
-                            client.route(request, hops.route_for(hop.backend, ticket.take()));
+                            client.route(request, ledger.route_for(hop.backend, ticket.take()));
                         this.state.set(State::Calling { turn });
                         return Poll::Ready(Lap::Stepped);
                     }
                     (Err(error), _) => {
                         let report = Report::of_error(&error);
-                        hops.after(this.hop, Err(error), &report, racing)
+                        ledger.after(this.hop, Err(error), &report, racing)
                     }
                     (Ok(()), None) => polled_again(),
                 }
             }
             StateProj::Calling { turn } => {
                 let (output, report) = ready!(turn.poll(cx));
-                hops.after(this.hop, output, &report, racing)
+                ledger.after(this.hop, output, &report, racing)
             }
             StateProj::Done => polled_again(),
         };
         Poll::Ready(match next {
             Next::Hop { to, ticket, once } => {
                 *this.hop = Hop::new(to, false);
-                let request = Some(hops.request_for(to, once));
-                let client = hops.shared.engines[to].client.clone();
+                let request = Some(ledger.request_for(to, once));
+                let client = ledger.shared.engines[to].client.clone();
                 this.state.set(State::Ready {
                     client,
                     request,
@@ -268,16 +268,16 @@ where
     /// The other hop answered first: this one's engine cancels its attempts as losers. The
     /// request's own hop, when its hedge wins, teaches its backend what it waited; a hedge that
     /// loses, nothing.
-    fn lose(self: Pin<&mut Self>, hops: &mut Hops<S, C, Bk>) {
+    fn lose(self: Pin<&mut Self>, ledger: &mut Ledger<S, C, Bk>) {
         let this = self.project();
         if let StateProj::Calling { turn } = this.state.project() {
             turn.lose();
         }
         let hop = &*this.hop;
         if hop.hedge {
-            hops.hedged(hop.backend, "cancelled");
+            ledger.hedged(hop.backend, "cancelled");
         } else {
-            hops.learn_lost(hop.backend, hop.started);
+            ledger.learn_lost(hop.backend, hop.started);
         }
     }
 
@@ -301,7 +301,7 @@ where
 /// once per hop, the first time it waits.
 fn hedge_clock<S, B, RB, C, Bk>(
     race: Pin<&mut Lanes<S, B, RB, C, Bk>>,
-    hops: &Hops<S, C, Bk>,
+    ledger: &Ledger<S, C, Bk>,
 ) -> Option<Instant>
 where
     S: Service<Request<B>>,
@@ -309,11 +309,11 @@ where
     C: Classify,
     Bk: Backoff,
 {
-    let hedging = hops.shared.hedging.filter(|_| hops.hedgeable())?;
+    let hedging = ledger.shared.hedging.filter(|_| ledger.hedgeable())?;
     let backend = race.lanes().0?.hop.backend;
     let clocks = || {
-        let clocks = hops.shared.engines[backend].backend.clocks();
-        (clocks, hops.streaming(backend))
+        let clocks = ledger.shared.engines[backend].backend.clocks();
+        (clocks, ledger.streaming(backend))
     };
     race.hedge_clock(&hedging, clocks)
 }
@@ -322,7 +322,7 @@ where
 /// no other), if the race's rules grant it and that backend's engine is ready at once.
 fn start_hedge<S, B, RB, C, Bk>(
     mut race: Pin<&mut Lanes<S, B, RB, C, Bk>>,
-    hops: &mut Hops<S, C, Bk>,
+    ledger: &mut Ledger<S, C, Bk>,
     cx: &mut Context<'_>,
 ) where
     S: Service<Request<B>, Response = Response<RB>> + Clone,
@@ -334,7 +334,7 @@ fn start_hedge<S, B, RB, C, Bk>(
     C: Classify + Clone,
     Bk: Backoff + Clone,
 {
-    let Some(hedging) = hops.shared.hedging else {
+    let Some(hedging) = ledger.shared.hedging else {
         return;
     };
     if !race.as_mut().hedge_due() {
@@ -344,23 +344,23 @@ fn start_hedge<S, B, RB, C, Bk>(
         return;
     };
     let (from, waited) = (hop.backend, hop.started.elapsed());
-    let deadline = hops.deadline.map(|deadline| deadline.instant());
-    let ticket = match race.grant_hedge(&hedging, waited, deadline, hops.budget()) {
+    let deadline = ledger.deadline.map(|deadline| deadline.instant());
+    let ticket = match race.grant_hedge(&hedging, waited, deadline, ledger.budget()) {
         Ok(ticket) => ticket,
-        Err(NoHedge::Budget) => return hops.hedged(from, "budget"),
+        Err(NoHedge::Budget) => return ledger.hedged(from, "budget"),
         Err(NoHedge::Spent) => return,
     };
-    let to = hops.next_healthy().unwrap_or(from);
-    let mut client = hops.shared.engines[to].client.clone();
+    let to = ledger.next_healthy().unwrap_or(from);
+    let mut client = ledger.shared.engines[to].client.clone();
     // Not ready at once: the hedge is not sent, its ticket given back.
     if !matches!(client.poll_ready(cx), Poll::Ready(Ok(()))) {
         return;
     }
-    let request = hops.request_for(to, None);
+    let request = ledger.request_for(to, None);
     let mut hop = Hop::new(to, true);
-    hop.in_flight = Some(hops.shared.engines[to].load.start());
-    hops.hedged(to, "sent");
-    let turn = client.route(request, hops.route_for(to, Some(ticket)));
+    hop.in_flight = Some(ledger.shared.engines[to].load.start());
+    ledger.hedged(to, "sent");
+    let turn = client.route(request, ledger.route_for(to, Some(ticket)));
     race.start_hedge(HopLane {
         state: State::Calling { turn },
         hop,
@@ -369,11 +369,11 @@ fn start_hedge<S, B, RB, C, Bk>(
 
 /// Ready once the request's deadline has passed; never without one.
 fn poll_expiry<S, C, Bk>(
-    hops: &Hops<S, C, Bk>,
+    ledger: &Ledger<S, C, Bk>,
     expiry: Pin<&mut Option<Sleep>>,
     cx: &mut Context<'_>,
 ) -> Poll<()> {
-    match hops.deadline {
+    match ledger.deadline {
         Some(deadline) => stormguard_deadline::poll_until(expiry, deadline.instant(), cx),
         None => Poll::Pending,
     }

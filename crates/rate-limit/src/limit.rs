@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::gcra::{Gcra, Slot};
 use crate::learn::{Cubic, Stated, believed};
-use crate::store::{FleetStore, Shape, Store};
+use crate::store::{FleetDimension, FleetStore, Store};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::{RateLimitCause, RateLimitConfig, RateLimited};
 
@@ -272,9 +272,9 @@ impl RateLimit {
         let now = Instant::now();
         let at = shared.nanos(now);
         let bucket = shared.bucket(&key);
-        let shapes = [
-            Shape::of(&bucket.requests, 1),
-            Shape::of(&bucket.tokens, tokens),
+        let dimensions = [
+            FleetDimension::of(&bucket.requests, 1),
+            FleetDimension::of(&bucket.tokens, tokens),
         ];
         let blocked =
             [&bucket.requests, &bucket.tokens].map(|gcra| gcra.blocked().saturating_sub(at));
@@ -282,13 +282,13 @@ impl RateLimit {
             return Acquire::decided(self.decide_here(key, tokens, deadline));
         };
         let max_wait = nanos_of(shared.max_wait(now, deadline));
-        let Some(call) = fleet.reserve(keys, blocked, &shapes, max_wait) else {
+        let Some(call) = fleet.reserve(keys, blocked, &dimensions, max_wait) else {
             return Acquire::decided(self.decide_here(key, tokens, deadline));
         };
         let limit = self.clone();
         Acquire::asking(Box::pin(async move {
             match call.await {
-                Some(reply) => limit.decided_in_fleet(key, tokens, deadline, &reply, shapes),
+                Some(reply) => limit.decided_in_fleet(key, tokens, deadline, &reply, dimensions),
                 // Past the timeout the reply is never read: the share's decision is the only
                 // one. The slot the script may still take in Redis stays taken there: it is the
                 // fleet's count of the request the share lets go.
@@ -304,7 +304,7 @@ impl RateLimit {
         tokens: u64,
         deadline: Option<Instant>,
         reply: &[String],
-        mut shapes: [Shape; 2],
+        mut dimensions: [FleetDimension; 2],
     ) -> Result<Reservation, RateLimited> {
         let number = |i: usize| reply.get(i).and_then(|text| text.parse::<u64>().ok());
         let (Some(wait), Some(replicas)) = (number(1), number(2)) else {
@@ -319,7 +319,7 @@ impl RateLimit {
             return Err(RateLimited::new(wait, RateLimitCause::Wait));
         }
         let now = Instant::now();
-        for (shape, end) in shapes.iter_mut().zip(reply.iter().skip(3)) {
+        for (shape, end) in dimensions.iter_mut().zip(reply.iter().skip(3)) {
             shape.end.clone_from(end);
         }
         let at = self.shared.nanos(now);
@@ -327,11 +327,11 @@ impl RateLimit {
         // gave still go, and the share starts with them spent.
         if let Some(share) = self.shared.bucket(&key).local_share(&self.shared, at) {
             let start = at.saturating_add(nanos_of(wait));
-            for ((gcra, shape), units) in share.iter().zip(&mut shapes).zip([1, tokens]) {
+            for ((gcra, shape), units) in share.iter().zip(&mut dimensions).zip([1, tokens]) {
                 shape.share = gcra.charge(start, units);
             }
         }
-        let taken = Taken::Fleet(Box::new(shapes));
+        let taken = Taken::Fleet(Box::new(dimensions));
         Ok(Reservation {
             permit: RateLimitPermit::new(Arc::clone(&self.shared), key, tokens, at, taken),
             start: now + wait,
@@ -647,10 +647,10 @@ impl fmt::Debug for Reservation {
 /// A decision on a request's slot, as [`RateLimit::acquire`] returns it: ready at once
 /// ([`now`](Self::now)) unless the limit asks its fleet's Redis, then a future to await.
 pub struct Acquire {
-    decision: Decision,
+    admission: Admission,
 }
 
-enum Decision {
+enum Admission {
     Made(Option<Result<Reservation, RateLimited>>),
     Asking(Pin<Box<dyn Future<Output = Result<Reservation, RateLimited>> + Send>>),
 }
@@ -658,7 +658,7 @@ enum Decision {
 impl Acquire {
     fn decided(result: Result<Reservation, RateLimited>) -> Self {
         Self {
-            decision: Decision::Made(Some(result)),
+            admission: Admission::Made(Some(result)),
         }
     }
 
@@ -666,15 +666,15 @@ impl Acquire {
         future: Pin<Box<dyn Future<Output = Result<Reservation, RateLimited>> + Send>>,
     ) -> Self {
         Self {
-            decision: Decision::Asking(future),
+            admission: Admission::Asking(future),
         }
     }
 
     /// The decision, if it was made without waiting for Redis (always, without a fleet).
     pub fn now(&mut self) -> Option<Result<Reservation, RateLimited>> {
-        match &mut self.decision {
-            Decision::Made(made) => made.take(),
-            Decision::Asking(_) => None,
+        match &mut self.admission {
+            Admission::Made(made) => made.take(),
+            Admission::Asking(_) => None,
         }
     }
 }
@@ -683,19 +683,19 @@ impl Future for Acquire {
     type Output = Result<Reservation, RateLimited>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.decision {
-            Decision::Made(made) => match made.take() {
+        match &mut self.admission {
+            Admission::Made(made) => match made.take() {
                 Some(result) => Poll::Ready(result),
                 None => polled_after_completion("rate limit Acquire"),
             },
-            Decision::Asking(future) => future.as_mut().poll(cx),
+            Admission::Asking(future) => future.as_mut().poll(cx),
         }
     }
 }
 
 impl fmt::Debug for Acquire {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let asking = !matches!(self.decision, Decision::Made(_));
+        let asking = !matches!(self.admission, Admission::Made(_));
         f.debug_struct("Acquire").field("asking", &asking).finish()
     }
 }
@@ -728,8 +728,8 @@ enum Taken {
         requests: Slot,
         tokens: Slot,
     },
-    /// From the fleet's bucket in its store: the requests' and tokens' shapes and the TATs left.
-    Fleet(Box<[Shape; 2]>),
+    /// From the fleet's bucket in its store: the requests' and tokens' dimensions and the TATs left.
+    Fleet(Box<[FleetDimension; 2]>),
 }
 
 impl RateLimitPermit {
@@ -759,8 +759,8 @@ impl RateLimitPermit {
         }
         let place = match &self.taken {
             Taken::Here { share, .. } => Place::Here { share: *share },
-            Taken::Fleet(shapes) => Place::Fleet {
-                interval: shapes[1].interval.clone(),
+            Taken::Fleet(dimensions) => Place::Fleet {
+                interval: dimensions[1].interval.clone(),
             },
         };
         Some(Usage {
@@ -813,14 +813,14 @@ impl Drop for RateLimitPermit {
                 request_gcra.give_back(*requests);
                 token_gcra.give_back(*tokens);
             }
-            Taken::Fleet(shapes) => {
+            Taken::Fleet(dimensions) => {
                 if let Some(share) = &bucket.share {
-                    for (gcra, shape) in share.iter().zip(shapes.iter()) {
+                    for (gcra, shape) in share.iter().zip(dimensions.iter()) {
                         gcra.give_back(shape.share);
                     }
                 }
                 if let (Some(fleet), Some(keys)) = (self.shared.config.store(), &bucket.fleet) {
-                    fleet.give_back(keys, shapes);
+                    fleet.give_back(keys, dimensions);
                 }
             }
         }
@@ -968,8 +968,11 @@ mod tests {
             Err(wait) => vec!["0".into(), crate::fleet::micros(wait).to_string(), replicas],
         };
         let bucket = &shared.unkeyed;
-        let shapes = [Shape::of(&bucket.requests, 1), Shape::of(&bucket.tokens, 0)];
-        limit.decided_in_fleet(None, 0, None, &reply, shapes)
+        let dimensions = [
+            FleetDimension::of(&bucket.requests, 1),
+            FleetDimension::of(&bucket.tokens, 0),
+        ];
+        limit.decided_in_fleet(None, 0, None, &reply, dimensions)
     }
 
     /// Where a slot was decided.

@@ -32,21 +32,21 @@ pub(crate) trait Store: Send + Sync + 'static {
     fn decided(&self, replicas: u32);
     /// Counts a decision made on the local share.
     fn decided_locally(&self);
-    /// Asks the store for a slot of `shapes` (requests, tokens), in a bucket blocked for
+    /// Asks the store for a slot of `dimensions` (requests, tokens), in a bucket blocked for
     /// `blocked` nanoseconds more per dimension, waiting `max_wait` nanoseconds at most: its
     /// reply, or `None` at once or later (the store is away, slow or failing: decide locally).
     fn reserve(
         &self,
         keys: &Self::Keys,
         blocked: [u64; 2],
-        shapes: &[Shape; 2],
+        dimensions: &[FleetDimension; 2],
         max_wait: u64,
     ) -> Option<impl Future<Output = Option<Vec<String>>> + Send + 'static>;
     /// The provider said a quota is spent: the bucket is blocked for `blocked` nanoseconds more
     /// per dimension, for every replica (in the background).
     fn block(&self, keys: &Self::Keys, blocked: [u64; 2]);
     /// A slot the store gave was not used: given back (in the background).
-    fn give_back(&self, keys: &Self::Keys, shapes: &[Shape; 2]);
+    fn give_back(&self, keys: &Self::Keys, dimensions: &[FleetDimension; 2]);
     /// A request's tokens are corrected by `difference`, at `interval` per token (in the
     /// background).
     fn adjust(&self, keys: &Self::Keys, interval: &str, difference: i64);
@@ -81,7 +81,7 @@ impl Store for NoFleet {
         &self,
         _: &Self,
         _: [u64; 2],
-        _: &[Shape; 2],
+        _: &[FleetDimension; 2],
         _: u64,
     ) -> Option<impl Future<Output = Option<Vec<String>>> + Send + 'static> {
         // Never called: there is no value to call it on.
@@ -92,7 +92,7 @@ impl Store for NoFleet {
         match *self {}
     }
 
-    fn give_back(&self, _: &Self, _: &[Shape; 2]) {
+    fn give_back(&self, _: &Self, _: &[FleetDimension; 2]) {
         match *self {}
     }
 
@@ -104,7 +104,7 @@ impl Store for NoFleet {
 /// One dimension of a decision in the store, as it takes it and answered it (only a store reads
 /// what it takes).
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) struct Shape {
+pub(crate) struct FleetDimension {
     /// Microseconds per unit, a decimal ("0": no limit).
     pub(crate) interval: String,
     /// Units the bucket holds.
@@ -117,7 +117,7 @@ pub(crate) struct Shape {
     pub(crate) share: Slot,
 }
 
-impl Shape {
+impl FleetDimension {
     /// The shape of taking `units` from `gcra`.
     pub(crate) fn of(gcra: &Gcra, units: u64) -> Self {
         let (interval, burst) = gcra.shape().unwrap_or_default();

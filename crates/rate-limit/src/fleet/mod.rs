@@ -15,7 +15,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
 
-use crate::store::{Shape, Store};
+use crate::store::{FleetDimension, Store};
 
 /// The script every decision runs: the GCRA of one bucket, atomically in Redis.
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fleet.lua")));
@@ -403,10 +403,10 @@ impl Store for Fleet {
         &self,
         keys: &Keys,
         blocked: [u64; 2],
-        shapes: &[Shape; 2],
+        dimensions: &[FleetDimension; 2],
         max_wait: u64,
     ) -> Option<impl Future<Output = Option<Vec<String>>> + Send + 'static> {
-        let [requests, weighed] = shapes;
+        let [requests, weighed] = dimensions;
         let mut invocation = self.invocation(keys, "reserve");
         invocation
             .arg(self.id())
@@ -429,9 +429,9 @@ impl Store for Fleet {
         self.spawn(invocation);
     }
 
-    fn give_back(&self, keys: &Keys, shapes: &[Shape; 2]) {
+    fn give_back(&self, keys: &Keys, dimensions: &[FleetDimension; 2]) {
         let mut invocation = self.invocation(keys, "return");
-        for shape in shapes {
+        for shape in dimensions {
             invocation
                 .arg(&shape.interval)
                 .arg(shape.burst)

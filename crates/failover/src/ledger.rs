@@ -1,4 +1,4 @@
-//! [`Hops`]: the books of one request across its backends, and what the failover decides between
+//! [`Ledger`]: the books of one request across its backends, and what the failover decides between
 //! two hops: which backend takes the request first, whether a hop's answer is handed back or the
 //! request moves on (a cure, a refusal, a backend that keeps answering 429 or handed it on, one
 //! that failed and is unhealthy now), whether the move fits the deadline and the budget, what ends
@@ -42,7 +42,7 @@ pub(crate) const MAX_BACKENDS: usize = 64;
 pub(crate) type MakeContinuer<S, C, Bk> = fn(&Arc<Shared<S, C, Bk>>, usize) -> Continuer;
 
 /// The books of one request across its backends.
-pub(crate) struct Hops<S, C, Bk> {
+pub(crate) struct Ledger<S, C, Bk> {
     pub(crate) shared: Arc<Shared<S, C, Bk>>,
     /// The retry budget every backend shares (the layer's).
     budget: RetryBudget,
@@ -101,7 +101,7 @@ impl Hop {
     }
 }
 
-impl<S, C: Classify, Bk: Backoff> Hops<S, C, Bk> {
+impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     pub(crate) fn new(
         shared: Arc<Shared<S, C, Bk>>,
         head: Parts,
