@@ -1243,7 +1243,8 @@ mod tests {
 
     /// A healthy provider (its fault moved out of the way).
     fn healthy(qps: f64, capacity: u32) -> Scenario {
-        let mut scenario = Scenario::builtin(scenarios::SEED)
+        let mut scenario = scenarios::SEED
+            .scenario()
             .with_qps(qps)
             .with_capacity(capacity);
         scenario.fault.start = Duration::from_secs(1_000);
@@ -1276,7 +1277,7 @@ mod tests {
 
     #[test]
     fn under_capacity_the_median_latency_is_the_healthy_800_ms() {
-        let scenario = Scenario::builtin(scenarios::SEED).with_qps(1_000.0);
+        let scenario = scenarios::SEED.scenario().with_qps(1_000.0);
         let mut model = Model::new(&scenario);
         let (latencies, statuses) = offer(&mut model, 1_000, 0, 5);
         let median = median_us(latencies) as f64 / 1e3;
@@ -1295,7 +1296,7 @@ mod tests {
 
     #[test]
     fn degraded_window_steps_latency_and_errors() {
-        let scenario = Scenario::builtin(scenarios::SEED).with_qps(1_000.0);
+        let scenario = scenarios::SEED.scenario().with_qps(1_000.0);
         let mut model = Model::new(&scenario);
         let (latencies, statuses) = offer(&mut model, 1_000, 12, 10);
         let median = median_us(latencies) as f64 / 1e3;
@@ -1362,7 +1363,7 @@ mod tests {
 
     #[test]
     fn outage_answers_503_at_once_and_cuts_work_in_flight() {
-        let scenario = Scenario::builtin(scenarios::OUTAGE).with_qps(100.0);
+        let scenario = scenarios::OUTAGE.scenario().with_qps(100.0);
         let mut model = Model::new(&scenario);
         let before = model.admit(19_900_000, Some(0));
         assert_eq!(before.status.as_u16(), 503);
@@ -1378,7 +1379,7 @@ mod tests {
 
     #[test]
     fn a_refusing_deployment_finishes_its_work_in_flight_and_refuses_the_rest() {
-        let fleet = Scenario::builtin(scenarios::BALANCE_FLEET).with_qps(100.0);
+        let fleet = scenarios::BALANCE_FLEET.scenario().with_qps(100.0);
         let dying = fleet.deployment(BALANCE_FLEET_DYING).unwrap();
         let mut model = Model::new(&dying);
         let caught = model.admit(19_900_000, Some(0));
@@ -1396,7 +1397,7 @@ mod tests {
 
     #[test]
     fn blackhole_never_answers_what_arrives_in_it_or_is_in_flight_when_it_starts() {
-        let scenario = Scenario::builtin(scenarios::BLACKHOLE).with_qps(100.0);
+        let scenario = scenarios::BLACKHOLE.scenario().with_qps(100.0);
         let mut model = Model::new(&scenario);
         let early = model.admit(10 * SECOND, Some(0));
         assert_eq!(early.status, StatusCode::OK);
@@ -1418,7 +1419,7 @@ mod tests {
 
     #[test]
     fn failover_primary_fails_what_is_in_flight_refuses_then_swallows_then_serves() {
-        let scenario = Scenario::builtin(scenarios::FAILOVER).with_qps(100.0);
+        let scenario = scenarios::FAILOVER.scenario().with_qps(100.0);
         let mut model = Model::new(&scenario);
         let caught = model.admit(19_900_000, Some(0));
         assert_eq!(
@@ -1466,7 +1467,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_attempt_stays_open_until_answered_or_dropped() {
-        let scenario = Scenario::builtin(scenarios::BLACKHOLE).with_qps(100.0);
+        let scenario = scenarios::BLACKHOLE.scenario().with_qps(100.0);
         let backend = Backend::new(&scenario, Instant::now());
         let request = || Request::new(Full::new(Bytes::new()));
         // Healthy: open until the answer is handed over.
@@ -1486,7 +1487,7 @@ mod tests {
 
     #[test]
     fn quota_answers_429_with_retry_after_and_counts_early_retries() {
-        let scenario = Scenario::builtin(scenarios::QUOTA).with_qps(1_000.0);
+        let scenario = scenarios::QUOTA.scenario().with_qps(1_000.0);
         let mut model = Model::new(&scenario);
         let (_, statuses) = offer(&mut model, 1_000, 12, 8);
         // One second of burst (750) lasts 3 s at a 250/s deficit; then a quarter is refused.
@@ -1532,7 +1533,7 @@ mod tests {
     /// The burst scenario's provider with a quota of 600 requests and 60,000 tokens a minute: 10
     /// requests and 1,000 tokens a second, a bucket of one second's worth of each.
     fn quota_a_minute() -> Model {
-        let mut scenario = Scenario::builtin(scenarios::BURST);
+        let mut scenario = scenarios::BURST.scenario();
         scenario.fault.kind = FaultKind::RateLimit {
             requests_per_minute: 600,
             tokens_per_minute: 60_000,
@@ -1688,7 +1689,7 @@ mod tests {
 
     #[test]
     fn streams_fail_in_their_window_before_content_or_mid_stream() {
-        let scenario = Scenario::builtin(scenarios::STREAMS);
+        let scenario = scenarios::STREAMS.scenario();
         let mut model = Model::new(&scenario);
         // 500 attempts a second (the scenario's load), from 10 s to 20 s and from 20 s to 40 s.
         let plans = |model: &mut Model, from_s: u64, secs: u64, first: usize| {
@@ -1766,7 +1767,7 @@ mod tests {
 
     #[test]
     fn silent_streams_start_late_and_in_the_fault_some_are_silent_or_slow() {
-        let scenario = Scenario::builtin(scenarios::SILENT);
+        let scenario = scenarios::SILENT.scenario();
         let mut model = Model::new(&scenario);
         // Healthy: the head after 200 ms and the first token 300 ms after it, at the median.
         let before = silent_attempts(&mut model, 5, 10);
@@ -1828,7 +1829,7 @@ mod tests {
 
     #[test]
     fn tail_streams_start_after_half_a_second_and_one_in_seventy_ten_times_later() {
-        let scenario = Scenario::builtin(scenarios::TAIL);
+        let scenario = scenarios::TAIL.scenario();
         let mut model = Model::new(&scenario);
         // 100,000 attempts before the outage, 10 a millisecond.
         let starts: Vec<StreamPlan> = (0..100_000_u64)
@@ -1858,7 +1859,7 @@ mod tests {
 
     #[test]
     fn a_stream_in_flight_when_the_outage_starts_is_reset_then_and_one_without_a_head_fails() {
-        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
+        let scenario = scenarios::TAIL.scenario().with_qps(100.0);
         let mut model = Model::new(&scenario);
         let crash = 30 * SECOND;
         // Arrived 2 s before the outage: its head long out, its stream reset at the crash.
@@ -1886,7 +1887,7 @@ mod tests {
 
     #[test]
     fn an_attempt_sent_while_another_of_its_request_is_open_is_a_hedge() {
-        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
+        let scenario = scenarios::TAIL.scenario().with_qps(100.0);
         let mut model = Model::new(&scenario);
         model.admit(0, Some(0));
         // A second attempt while the first is open: a hedge, and a repeat of the request.
@@ -1904,7 +1905,7 @@ mod tests {
 
     #[test]
     fn a_stream_holds_its_slot_until_it_ends_or_fails() {
-        let mut scenario = Scenario::builtin(scenarios::STREAMS).with_capacity(1);
+        let mut scenario = scenarios::STREAMS.scenario().with_capacity(1);
         let mut model = Model::new(&scenario);
         let first = model.admit(0, Some(0));
         let length = micros(first.stream.unwrap().length());
@@ -1928,7 +1929,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_streamed_answer_keeps_its_attempt_open_until_it_ends() {
         use http_body_util::BodyExt;
-        let scenario = Scenario::builtin(scenarios::STREAMS).with_qps(10.0);
+        let scenario = scenarios::STREAMS.scenario().with_qps(10.0);
         let backend = Backend::new(&scenario, Instant::now());
         let response = backend
             .clone()
@@ -1957,7 +1958,7 @@ mod tests {
         drop(response);
         assert_eq!(backend.model().open(), 0);
         // Where the scenario does not stream, a success is one JSON body, as before.
-        let seed = Backend::new(&Scenario::builtin(scenarios::SEED), Instant::now());
+        let seed = Backend::new(&scenarios::SEED.scenario(), Instant::now());
         let response = seed
             .clone()
             .call(Request::new(Full::new(Bytes::new())))
@@ -1970,7 +1971,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_continuation_is_answered_from_where_its_prefill_ends() {
         use http_body_util::BodyExt;
-        let scenario = Scenario::builtin(scenarios::STREAMS).with_qps(10.0);
+        let scenario = scenarios::STREAMS.scenario().with_qps(10.0);
         let backend = Backend::new(&scenario, Instant::now());
         let send = |body: &'static str| {
             let mut request = Request::new(Full::new(Bytes::from_static(body.as_bytes())));

@@ -84,7 +84,7 @@
 //! use stormguard_storm::scenarios;
 //!
 //! // The field's incident, scaled down 100x in load and capacity, 6 s long.
-//! let scenario = Scenario::builtin(scenarios::SEED)
+//! let scenario = scenarios::SEED.scenario()
 //!     .with_qps(120.0)
 //!     .with_duration(Duration::from_secs(6));
 //! let runs = stormguard_storm::run(&scenario, &[Pipeline::None], || {}).unwrap();

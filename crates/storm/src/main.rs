@@ -39,8 +39,9 @@ use stormguard_storm::metrics::Summary;
 use stormguard_storm::output::dashboard::Dashboard;
 use stormguard_storm::output::{chart, markdown, report};
 use stormguard_storm::pipeline::Pipeline;
-use stormguard_storm::scenario::{Builtin, Scenario};
+use stormguard_storm::scenario::Scenario;
 use stormguard_storm::scenarios;
+use stormguard_storm::scenarios::Builtin;
 
 /// The usage line: every scenario and pipeline by name.
 fn usage() -> String {
@@ -167,7 +168,7 @@ struct Overrides {
 impl Overrides {
     /// The built-in scenario `kind` with these settings.
     fn scenario(&self, kind: &'static Builtin) -> Scenario {
-        let mut scenario = Scenario::builtin(kind);
+        let mut scenario = kind.scenario();
         if let Some(qps) = self.qps {
             scenario = scenario.with_qps(qps);
         }
@@ -359,7 +360,7 @@ fn simulate(
     {
         bar.set_style(style.progress_chars("=> "));
     }
-    bar.set_message(format!("simulating {}", scenario.kind));
+    bar.set_message(format!("simulating {}", scenario.name));
     let ticker = bar.clone();
     let on_second = move || ticker.inc(1);
     let runs = if metrics {
@@ -381,7 +382,7 @@ fn simulate(
         .map(|run| (run.summary.name, &run.series))
         .collect();
     let svg = chart::render(scenario, &lines);
-    let path = out.join(format!("{}.svg", scenario.kind));
+    let path = out.join(format!("{}.svg", scenario.name));
     let chart = match std::fs::create_dir_all(out).and_then(|()| std::fs::write(&path, svg)) {
         Ok(()) => Ok(path),
         Err(error) => Err(format!("could not write {}: {error}", path.display())),
@@ -476,8 +477,8 @@ fn main() -> ExitCode {
     for (scenario, pipelines) in &args.runs {
         // The document shows the engine's metrics of the row its scenario names; collecting them
         // changes no figure.
-        let metrics =
-            args.metrics || (args.markdown.is_some() && scenario.kind.doc.metrics_of.is_some());
+        let metrics = args.metrics
+            || (args.markdown.is_some() && scenarios::of(scenario).doc.metrics_of.is_some());
         let outcome = match simulate(scenario, pipelines, &args.out, args.json, metrics) {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -501,7 +502,7 @@ fn main() -> ExitCode {
                 .iter()
                 .zip(&outcomes)
                 .map(|((scenario, _), outcome)| ScenarioRuns {
-                    scenario: scenario.kind.name,
+                    scenario: scenario.name,
                     runs: outcome.json(),
                 })
                 .collect();

@@ -1087,7 +1087,7 @@ mod tests {
         assert_eq!(r.fallbacks_by_completion[20], 1);
         assert_eq!(r.latencies_ms, vec![3], "an answer the caller got");
 
-        let scenario = Scenario::builtin(scenarios::BLACKHOLE);
+        let scenario = scenarios::BLACKHOLE.scenario();
         let stats = BackendStats::default();
         let (summary, series) = summarize("stormguard+breaker", &scenario, r, &[stats]);
         assert_eq!(
@@ -1099,7 +1099,7 @@ mod tests {
     }
 
     fn blackhole() -> Fault {
-        Scenario::builtin(scenarios::BLACKHOLE).fault
+        scenarios::BLACKHOLE.scenario().fault
     }
 
     #[test]
@@ -1128,17 +1128,17 @@ mod tests {
     fn cut_is_defined_for_dead_providers_only() {
         let offered = vec![100; 450];
         let none = vec![0; 450];
-        let outage = Scenario::builtin(scenarios::OUTAGE).fault;
+        let outage = scenarios::OUTAGE.scenario().fault;
         assert_eq!(cut_time(&offered, &none, &outage, CUT_SHARE), Some(0.0));
         for kind in [scenarios::SEED, scenarios::QUOTA] {
-            let fault = Scenario::builtin(kind).fault;
+            let fault = kind.scenario().fault;
             assert_eq!(cut_time(&offered, &none, &fault, CUT_SHARE), None, "{kind}");
         }
     }
 
     #[test]
     fn share_in_fault_counts_the_100_ms_buckets_wholly_in_the_window() {
-        let failover = Scenario::builtin(scenarios::FAILOVER).fault;
+        let failover = scenarios::FAILOVER.scenario().fault;
         // 60 s at 100 per 100 ms; the fault is buckets 200..350.
         let offered = vec![100; 600];
         let mut attempts = vec![100; 600];
@@ -1148,7 +1148,8 @@ mod tests {
         let share = share_in_fault(&offered, &attempts, &failover).unwrap();
         assert!((share - 180.0 / 15_000.0).abs() < 1e-12, "{share}");
         // A window that does not start on a bucket leaves its first, partial bucket out.
-        let scaled = Scenario::builtin(scenarios::FAILOVER)
+        let scaled = scenarios::FAILOVER
+            .scenario()
             .with_duration(Duration::from_secs(40))
             .fault;
         assert_eq!(scaled.start, Duration::from_millis(13_333));
@@ -1190,7 +1191,7 @@ mod tests {
 
     #[test]
     fn a_second_provider_adds_its_figures_and_series() {
-        let scenario = Scenario::builtin(scenarios::FAILOVER).with_qps(100.0);
+        let scenario = scenarios::FAILOVER.scenario().with_qps(100.0);
         let primary = BackendStats {
             attempts: 10,
             buckets: vec![Bucket {
@@ -1251,7 +1252,7 @@ mod tests {
 
     #[test]
     fn streamed_requests_add_the_stream_figures_and_the_tokens_shown_twice() {
-        let scenario = Scenario::builtin(scenarios::STREAMS).with_qps(100.0);
+        let scenario = scenarios::STREAMS.scenario().with_qps(100.0);
         let mut recorder = Recorder::default();
         recorder.arrive(Duration::ZERO);
         recorder.arrive(Duration::ZERO);
@@ -1299,7 +1300,7 @@ mod tests {
         assert_eq!(json["streams"]["duplicated_tokens"], 40);
         assert_eq!(json["streams"]["lost_tokens"], 5);
         // A provider that does not stream: no figures, no key, no series.
-        let seed = Scenario::builtin(scenarios::SEED);
+        let seed = scenarios::SEED.scenario();
         let (plain, series) = summarize(
             "naive",
             &seed,
@@ -1331,13 +1332,13 @@ mod tests {
         assert!((share - (outside - 11) as f64 / outside as f64).abs() < 1e-12);
         assert_eq!(success_outside(&[], &[], &blackhole()), None);
         // A fault that lasts the whole run leaves nothing outside.
-        let quota = Scenario::builtin(scenarios::BURST).fault;
+        let quota = scenarios::BURST.scenario().fault;
         assert_eq!(success_outside(&offered, &succeeded, &quota), None);
     }
 
     #[test]
     fn attempts_answered_429_are_counted_in_total_and_per_second() {
-        let scenario = Scenario::builtin(scenarios::BURST);
+        let scenario = scenarios::BURST.scenario();
         let mut stats = BackendStats {
             rate_limited: 5,
             attempts: 12,

@@ -334,7 +334,6 @@ mod tests {
 
     use crate::backend::{Backend, REQUEST_ID};
     use crate::event_stream::Transcript;
-    use crate::scenario::Scenario;
     use crate::scenarios;
 
     fn request(id: u64) -> SimRequest {
@@ -350,7 +349,7 @@ mod tests {
     /// about a second each: before the scenario's outage).
     #[tokio::test(start_paused = true)]
     async fn both_attempts_go_at_once_and_the_first_content_answers() {
-        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
+        let scenario = scenarios::TAIL.scenario().with_qps(100.0);
         let backend = Backend::new(&scenario, Instant::now());
         let hedge = NaiveHedge::new(backend.clone());
         let mut first_tokens = Vec::new();
@@ -383,7 +382,7 @@ mod tests {
     /// In an outage both attempts fail at once and the caller gets the first's 503.
     #[tokio::test(start_paused = true)]
     async fn when_both_fail_the_first_failure_answers() {
-        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
+        let scenario = scenarios::TAIL.scenario().with_qps(100.0);
         let backend = Backend::new(&scenario, Instant::now());
         tokio::time::advance(Duration::from_secs(35)).await;
         let response = NaiveHedge::new(backend.clone())

@@ -1182,10 +1182,10 @@ mod tests {
         // The tail scenario's rows are the hedges; the balance scenarios' share deployments.
         for kind in scenarios::ALL
             .into_iter()
-            .filter(|k| *k != scenarios::TAIL && Scenario::builtin(k).deployments.is_empty())
+            .filter(|k| *k != scenarios::TAIL && k.scenario().deployments.is_empty())
         {
             let defaults = kind.pipelines;
-            let scenario = Scenario::builtin(kind);
+            let scenario = kind.scenario();
             let alone = scenario.secondary().is_none();
             let dies = scenario.fault.kind.is_dead();
             assert_eq!(
@@ -1207,7 +1207,7 @@ mod tests {
     #[test]
     fn the_balance_rows_are_the_defaults_of_the_scenarios_with_deployments_only() {
         for kind in scenarios::ALL {
-            let balances = !Scenario::builtin(kind).deployments.is_empty();
+            let balances = !kind.scenario().deployments.is_empty();
             let defaults = kind.pipelines;
             assert!(!defaults.is_empty(), "{kind}");
             assert_eq!(
@@ -1221,7 +1221,7 @@ mod tests {
     #[test]
     fn the_failover_rows_are_the_defaults_of_the_two_providers_only() {
         for kind in scenarios::ALL {
-            let two = Scenario::builtin(kind).secondary().is_some();
+            let two = kind.scenario().secondary().is_some();
             let defaults = kind.pipelines;
             assert_eq!(defaults.iter().any(|p| p.fails_over()), two, "{kind}");
         }
@@ -1259,14 +1259,14 @@ mod tests {
                 "stormguard+failover"
             ]
         );
-        let scenario = Scenario::builtin(scenarios::SILENT);
+        let scenario = scenarios::SILENT.scenario();
         let head = Request::new(()).into_parts().0;
         let layer = client_layer(&scenario);
         assert_eq!(
             layer.timeout_for(&head, None),
             Some(Duration::from_secs(30))
         );
-        let other = client_layer(&Scenario::builtin(scenarios::FAILOVER));
+        let other = client_layer(&scenarios::FAILOVER.scenario());
         assert_eq!(
             other.timeout_for(&head, None),
             Some(stormguard::deadline::DEFAULT_TIMEOUT)
@@ -1304,7 +1304,7 @@ mod tests {
         assert!(!Pipeline::StormguardContinuation.fails_over());
         // `stormguard+continuation` is the layer as the scenario builds it, which continues (its
         // type says so).
-        let scenario = Scenario::builtin(scenarios::STREAMS);
+        let scenario = scenarios::STREAMS.scenario();
         let _: ClientLayer<_, _, stormguard::retry::Continuing> = client_layer(&scenario);
         for pipeline in Pipeline::ALL {
             let restarts = if pipeline == Pipeline::Naive { 3 } else { 0 };
@@ -1353,7 +1353,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn towers_hedge_is_shared_by_the_callers_and_hedges_a_slow_head() {
-        let scenario = Scenario::builtin(scenarios::TAIL).with_qps(100.0);
+        let scenario = scenarios::TAIL.scenario().with_qps(100.0);
         let epoch = tokio::time::Instant::now();
         let backend = Backend::new(&scenario, epoch);
         let hedge = tower_hedge(backend.clone());

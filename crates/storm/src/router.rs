@@ -115,7 +115,6 @@ where
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::scenario::Scenario;
     use crate::scenarios;
     use http::Uri;
     use tokio::time::Instant;
@@ -129,7 +128,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn requests_go_to_the_provider_their_authority_names() {
-        let scenario = Scenario::builtin(scenarios::FAILOVER).with_qps(100.0);
+        let scenario = scenarios::FAILOVER.scenario().with_qps(100.0);
         let epoch = Instant::now();
         let primary = Backend::new(&scenario, epoch);
         let secondary = Backend::new(&scenario.secondary().unwrap(), epoch);
@@ -149,7 +148,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn each_deployment_takes_the_requests_for_its_name_and_the_first_the_others() {
-        let scenario = Scenario::builtin(scenarios::BALANCE).with_qps(100.0);
+        let scenario = scenarios::BALANCE.scenario().with_qps(100.0);
         let epoch = Instant::now();
         let deployments: Vec<(&str, Backend)> = scenario
             .deployments

@@ -3,11 +3,7 @@
 //! The built-in scenarios replay the field's incidents. Every number that shapes them is a
 //! documented constant here, so a reader can check the calibration in one place.
 
-use std::fmt;
 use std::time::Duration;
-
-use crate::metrics::Summary;
-use crate::pipeline::Pipeline;
 
 /// Offered load of the field's incident: 12,000 requests per second.
 pub(crate) const FIELD_QPS: f64 = 12_000.0;
@@ -359,79 +355,6 @@ impl StreamStart {
         }),
     };
 }
-
-/// A built-in scenario: what `--scenario NAME` runs, with everything said of it. Each is one file
-/// of [`crate::scenarios`], listed once in its registry.
-pub struct Builtin {
-    /// The name on the command line, in the chart's file name and in the JSON.
-    pub name: &'static str,
-    /// What it replays, for `--help` (lines of at most 90 characters).
-    pub help: &'static str,
-    /// The pipelines it compares unless `--pipelines` says otherwise, in order.
-    pub pipelines: &'static [Pipeline],
-    /// The scenario at its defaults.
-    pub build: fn() -> Scenario,
-    /// The figure it is about, named, for the overview of `--scenario all`.
-    pub headline: fn(&Scenario, &Summary) -> String,
-    /// Its section of the simulator's document (`--markdown`).
-    pub doc: Doc,
-}
-
-/// A scenario's section of the simulator's document: prose around the table the run prints.
-pub struct Doc {
-    /// Before the table: the incident and the rows. Markdown.
-    pub before: &'static str,
-    /// After the table: what the figures say. Markdown, where `{chart}` stands for the chart's
-    /// path and `{metrics}` for the engine's metrics of the [`Doc::metrics_of`] row.
-    pub after: &'static str,
-    /// The row whose engine's metrics (`--metrics`) the section shows, if any.
-    pub metrics_of: Option<&'static str>,
-}
-
-impl Builtin {
-    /// The scenario at its defaults.
-    pub fn scenario(&self) -> Scenario {
-        (self.build)()
-    }
-}
-
-impl fmt::Display for Builtin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name)
-    }
-}
-
-impl fmt::Debug for Builtin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name)
-    }
-}
-
-/// Two built-in scenarios are the same when they have the same name.
-impl PartialEq for Builtin {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-
-/// Error for an unknown scenario name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownScenario(pub String);
-
-impl fmt::Display for UnknownScenario {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = crate::scenarios::ALL.iter().map(|b| b.name).collect();
-        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
-        write!(
-            f,
-            "unknown scenario `{}` (expected {} or {last})",
-            self.0,
-            rest.join(", ")
-        )
-    }
-}
-
-impl std::error::Error for UnknownScenario {}
 
 /// How the provider behaves when it is up and not rate limited.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -814,8 +737,9 @@ impl Fault {
 /// One complete scenario: load, backend, fault and client settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
-    /// Which built-in scenario this derives from (names the chart file).
-    pub kind: &'static Builtin,
+    /// The name of the built-in scenario this derives from (names the chart file; its
+    /// [`Builtin`](crate::scenarios::Builtin) is [`scenarios::of`](crate::scenarios::of)).
+    pub name: &'static str,
     /// Offered load: Poisson arrivals per second.
     pub qps: f64,
     /// How long requests arrive. The run lasts until the last of them has an answer.
@@ -874,17 +798,12 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Built-in scenario `kind` at its defaults.
-    pub fn builtin(kind: &'static Builtin) -> Scenario {
-        kind.scenario()
-    }
-
     /// The field's healthy provider under scenario `kind`'s name, with no fault: 12,000 req/s
     /// on 40,000 slots for [`DEFAULT_DURATION`], one provider, small chat completions answered
     /// whole. Each built-in scenario starts from it and says what it changes.
-    pub fn healthy(kind: &'static Builtin) -> Scenario {
+    pub fn healthy(name: &'static str) -> Scenario {
         Scenario {
-            kind,
+            name,
             qps: FIELD_QPS,
             duration: DEFAULT_DURATION,
             capacity: FIELD_CAPACITY,
@@ -1232,7 +1151,7 @@ impl Scenario {
         format!(
             "scenario {}: {:.0} req/s for {} s, {} slots, seed {}; fault {} s..{} s: {}{}{}{}{}{}; \
              attempt timeout (none/naive/tower) {} s",
-            self.kind,
+            self.name,
             self.qps,
             secs(self.duration),
             self.capacity,
@@ -1444,7 +1363,7 @@ mod tests {
 
     #[test]
     fn capacity_has_headroom_for_the_degraded_load_by_littles_law() {
-        let s = Scenario::builtin(scenarios::SEED);
+        let s = scenarios::SEED.scenario();
         let busy = s.qps * s.mean_service_time(DEGRADED_MEDIAN).as_secs_f64();
         assert!((33_000.0..35_000.0).contains(&busy), "{busy}");
         let headroom = f64::from(s.capacity) / busy;
@@ -1453,7 +1372,7 @@ mod tests {
 
     #[test]
     fn qps_scales_capacity_and_quota_together() {
-        let s = Scenario::builtin(scenarios::QUOTA).with_qps(1_200.0);
+        let s = scenarios::QUOTA.scenario().with_qps(1_200.0);
         assert_eq!(s.capacity, 4_000);
         assert_eq!(
             s.fault.kind,
@@ -1466,7 +1385,7 @@ mod tests {
 
     #[test]
     fn the_best_split_fills_the_quickest_deployment_to_its_quota_first() {
-        let s = Scenario::builtin(scenarios::BALANCE);
+        let s = scenarios::BALANCE.scenario();
         let split = s.best_split();
         let expected = [0.6, 0.36, 0.04];
         for (share, want) in split.iter().zip(expected) {
@@ -1480,7 +1399,7 @@ mod tests {
 
     #[test]
     fn a_splits_latency_is_the_percentile_of_its_mix_of_log_normals() {
-        let s = Scenario::builtin(scenarios::BALANCE);
+        let s = scenarios::BALANCE.scenario();
         let ms = |split: &[f64], p: f64| s.split_latency(split, p).as_secs_f64() * 1_000.0;
         // One deployment alone: its median, and its 84.13th percentile one sigma above it.
         assert!((ms(&[1.0, 0.0, 0.0], 50.0) - 600.0).abs() < 0.5);
@@ -1497,7 +1416,7 @@ mod tests {
 
     #[test]
     fn each_deployment_is_a_provider_with_its_quota_latency_and_slots() {
-        let s = Scenario::builtin(scenarios::BALANCE_FLEET);
+        let s = scenarios::BALANCE_FLEET.scenario();
         let sizes = TokenSizes::LLM;
         let rates: Vec<f64> = (0..3)
             .map(|i| {
@@ -1523,14 +1442,16 @@ mod tests {
 
     #[test]
     fn duration_scales_the_fault_window() {
-        let s = Scenario::builtin(scenarios::SEED).with_duration(Duration::from_secs(30));
+        let s = scenarios::SEED
+            .scenario()
+            .with_duration(Duration::from_secs(30));
         assert_eq!(s.fault.start, Duration::from_secs(5));
         assert_eq!(s.fault.end, Duration::from_secs(20));
     }
 
     #[test]
     fn blackhole_runs_at_its_incident_load_with_ample_capacity() {
-        let s = Scenario::builtin(scenarios::BLACKHOLE);
+        let s = scenarios::BLACKHOLE.scenario();
         assert_eq!((s.qps, s.capacity), (1_000.0, 10_000));
         assert_eq!(
             (s.fault.start, s.fault.end),
@@ -1544,7 +1465,7 @@ mod tests {
 
     #[test]
     fn burst_quota_binds_on_tokens_and_offers_70_percent_of_it() {
-        let s = Scenario::builtin(scenarios::BURST);
+        let s = scenarios::BURST.scenario();
         assert_eq!(TokenSizes::LLM.mean(), 3_075.0);
         assert_eq!(
             s.quota_per_minute(),
@@ -1564,7 +1485,7 @@ mod tests {
 
     #[test]
     fn bursts_are_2_to_3_times_the_quota_and_average_70_percent() {
-        let s = Scenario::builtin(scenarios::BURST);
+        let s = scenarios::BURST.scenario();
         let Arrivals::Bursts(bursts) = s.arrivals else {
             panic!("bursts")
         };
@@ -1600,21 +1521,21 @@ mod tests {
 
     #[test]
     fn qps_scales_the_bursts_and_the_token_quota_keeps_room_for_the_heaviest_request() {
-        let tenth = Scenario::builtin(scenarios::BURST).qps / 10.0;
-        let s = Scenario::builtin(scenarios::BURST).with_qps(tenth);
+        let tenth = scenarios::BURST.scenario().qps / 10.0;
+        let s = scenarios::BURST.scenario().with_qps(tenth);
         assert_eq!(s.quota_per_minute(), (Some(1_000), Some(3_000_000)));
         let Arrivals::Bursts(bursts) = s.arrivals else {
             panic!("bursts")
         };
         assert!((bursts.quota * 0.7 - tenth).abs() < 1e-9);
         assert_eq!(s.capacity, 150);
-        let tiny = Scenario::builtin(scenarios::BURST).with_qps(0.1);
+        let tiny = scenarios::BURST.scenario().with_qps(0.1);
         assert_eq!(tiny.quota_per_minute(), (Some(9), Some(6_000 * 60)));
     }
 
     #[test]
     fn failover_offers_half_the_primarys_capacity_and_the_secondary_can_carry_it_alone() {
-        let s = Scenario::builtin(scenarios::FAILOVER);
+        let s = scenarios::FAILOVER.scenario();
         assert_eq!((s.qps, s.capacity), (1_000.0, 1_813));
         // Little's law: 1,000 req/s x 0.9065 s keep 906.5 slots busy, half of 1,813.
         let busy = s.qps * s.mean_service_time(HEALTHY_MEDIAN).as_secs_f64();
@@ -1635,7 +1556,7 @@ mod tests {
 
     #[test]
     fn failover_primary_refuses_then_swallows_from_the_middle_of_its_fault() {
-        let s = Scenario::builtin(scenarios::FAILOVER);
+        let s = scenarios::FAILOVER.scenario();
         let fault = s.fault;
         assert_eq!(
             (fault.start, fault.middle(), fault.end),
@@ -1654,15 +1575,16 @@ mod tests {
         assert!(!fault.refuses_at(at(35_000)) && !fault.swallows_at(at(35_000)));
         assert_eq!(s.throughput_at(at(30_000)), 0.0);
         // The other dead providers are one or the other for the whole window.
-        let outage = Scenario::builtin(scenarios::OUTAGE).fault;
+        let outage = scenarios::OUTAGE.scenario().fault;
         assert!(outage.refuses_at(at(29_999)) && !outage.swallows_at(at(25_000)));
-        let hole = Scenario::builtin(scenarios::BLACKHOLE).fault;
+        let hole = scenarios::BLACKHOLE.scenario().fault;
         assert!(hole.swallows_at(at(20_000)) && !hole.refuses_at(at(25_000)));
     }
 
     #[test]
     fn failover_scales_both_providers_and_its_fault() {
-        let s = Scenario::builtin(scenarios::FAILOVER)
+        let s = scenarios::FAILOVER
+            .scenario()
             .with_qps(400.0)
             .with_duration(Duration::from_secs(40));
         assert_eq!(s.capacity, 725);
@@ -1673,7 +1595,7 @@ mod tests {
         assert_eq!(s.secondary().unwrap().capacity, 600);
         for kind in scenarios::ALL {
             let two = [scenarios::FAILOVER, scenarios::SILENT].contains(&kind);
-            assert_eq!(Scenario::builtin(kind).secondary().is_some(), two, "{kind}");
+            assert_eq!(kind.scenario().secondary().is_some(), two, "{kind}");
         }
         assert!(s.describe().contains(
             "from 18.333 s a black hole (connections accepted, never answered); secondary \
@@ -1683,7 +1605,7 @@ mod tests {
 
     #[test]
     fn streams_stream_4_s_answers_with_ample_slots_and_fail_from_20_s_to_40_s() {
-        let s = Scenario::builtin(scenarios::STREAMS);
+        let s = scenarios::STREAMS.scenario();
         assert_eq!((s.qps, s.capacity), (500.0, 5_000));
         assert_eq!(s.stream, Some(StreamShape::LLM));
         assert_eq!(s.baseline.median, Duration::from_secs(4));
@@ -1716,13 +1638,13 @@ mod tests {
         ));
         for kind in scenarios::ALL {
             let streams = [scenarios::STREAMS, scenarios::SILENT, scenarios::TAIL].contains(&kind);
-            assert_eq!(Scenario::builtin(kind).stream.is_some(), streams, "{kind}");
+            assert_eq!(kind.scenario().stream.is_some(), streams, "{kind}");
         }
     }
 
     #[test]
     fn silent_streams_start_after_half_a_second_with_two_providers_and_a_30_s_deadline() {
-        let s = Scenario::builtin(scenarios::SILENT);
+        let s = scenarios::SILENT.scenario();
         assert_eq!((s.qps, s.capacity), (300.0, 5_000));
         assert_eq!(s.secondary().unwrap().capacity, 3_000);
         assert_eq!(s.deadline, Some(Duration::from_secs(30)));
@@ -1763,15 +1685,12 @@ mod tests {
             (small.fault.start, small.fault.end),
             (Duration::from_secs(10), Duration::from_secs(20))
         );
-        assert_eq!(
-            small.fault.kind,
-            Scenario::builtin(scenarios::SILENT).fault.kind
-        );
+        assert_eq!(small.fault.kind, scenarios::SILENT.scenario().fault.kind);
     }
 
     #[test]
     fn tail_streams_short_answers_at_the_fields_load_with_an_outage_from_30_s_to_40_s() {
-        let s = Scenario::builtin(scenarios::TAIL);
+        let s = scenarios::TAIL.scenario();
         assert_eq!((s.qps, s.capacity), (12_000.0, 40_000));
         assert!(s.asks_for_stream && s.has_slow_starts());
         assert!(!s.streams_fail() && !s.goes_silent());
@@ -1812,11 +1731,11 @@ mod tests {
             s.describe()
         );
         // The silent scenario's streams start as they did: the scenario's sigma, no slow tail.
-        let silent = Scenario::builtin(scenarios::SILENT);
+        let silent = scenarios::SILENT.scenario();
         assert!(!silent.has_slow_starts());
         for kind in scenarios::ALL {
             let tail = kind == scenarios::TAIL;
-            assert_eq!(Scenario::builtin(kind).has_slow_starts(), tail, "{kind}");
+            assert_eq!(kind.scenario().has_slow_starts(), tail, "{kind}");
         }
         // Scaled, the outage keeps its place.
         let small = s.with_qps(1_000.0).with_duration(Duration::from_secs(30));

@@ -272,14 +272,14 @@ fn check(scenario: &Scenario, pipeline: Pipeline) -> Result<(), BoxError> {
     if pipeline.fails_over() && scenario.secondary().is_none() {
         return Err(format!(
             "pipeline {pipeline} needs a scenario with two providers (failover, silent), not {}",
-            scenario.kind
+            scenario.name
         )
         .into());
     }
     if pipeline.balances() && scenario.deployments.is_empty() {
         return Err(format!(
             "pipeline {pipeline} needs a scenario with deployments (balance, balance-fleet), not {}",
-            scenario.kind
+            scenario.name
         )
         .into());
     }
@@ -818,7 +818,7 @@ mod tests {
 
     #[test]
     fn burst_arrivals_average_70_percent_of_the_quota_in_bursts_of_2_to_3_times_it() {
-        let scenario = Scenario::builtin(scenarios::BURST);
+        let scenario = scenarios::BURST.scenario();
         let Arrivals::Bursts(bursts) = scenario.arrivals else {
             panic!("bursts")
         };
@@ -853,7 +853,8 @@ mod tests {
         use stormguard::metrics::{FAILOVERS, REQUEST_ATTEMPTS};
 
         // The primary is down from 6.7 s to 11.7 s.
-        let scenario = Scenario::builtin(scenarios::FAILOVER)
+        let scenario = scenarios::FAILOVER
+            .scenario()
             .with_qps(100.0)
             .with_duration(Duration::from_secs(20));
         let pipeline = Pipeline::StormguardFailover;
@@ -904,7 +905,7 @@ mod tests {
 
     #[test]
     fn poisson_arrivals_are_the_scenarios_rate() {
-        let scenario = Scenario::builtin(scenarios::SEED).with_qps(1_000.0);
+        let scenario = scenarios::SEED.scenario().with_qps(1_000.0);
         let seconds = per_second(&scenario);
         let total: u64 = seconds.iter().sum();
         assert!((59_000..61_000).contains(&total), "{total}");

@@ -16,12 +16,14 @@ use stormguard::budget::{DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL};
 use stormguard_storm::backend::FINE_BUCKET;
 use stormguard_storm::metrics::{StreamFigures, Summary};
 use stormguard_storm::pipeline::Pipeline;
-use stormguard_storm::scenario::{Builtin, Scenario};
+use stormguard_storm::scenario::Scenario;
 use stormguard_storm::scenarios;
+use stormguard_storm::scenarios::Builtin;
 use stormguard_storm::sim::Run;
 
 fn run(kind: &'static Builtin, qps: f64, secs: u64) -> (Summary, Summary, Scenario) {
-    let scenario = Scenario::builtin(kind)
+    let scenario = kind
+        .scenario()
         .with_qps(qps)
         .with_duration(Duration::from_secs(secs));
     let runs: Vec<Run> =
@@ -95,7 +97,8 @@ fn quota_stormguard_honours_retry_after_within_its_budget() {
 #[test]
 fn blackhole_the_breaker_cuts_within_3_s_and_is_back_within_2_s() {
     // 400 req/s on 4,000 slots for 40 s; a black hole from 13.3 s to 20 s.
-    let scenario = Scenario::builtin(scenarios::BLACKHOLE)
+    let scenario = scenarios::BLACKHOLE
+        .scenario()
         .with_qps(400.0)
         .with_duration(Duration::from_secs(40));
     let runs: Vec<Run> = stormguard_storm::run(
@@ -163,7 +166,7 @@ fn burst_pacing_cuts_429s_and_answers_nearly_every_request() {
     // exactly, so that a unit's interval stays a whole number of nanoseconds, as at full scale),
     // 57 req/s on average for 30 s: bursts of 2x the quota from 3 s to 5 s, 2.5x from 13 s to
     // 14.33 s and 3x from 23 s to 24 s.
-    let full = Scenario::builtin(scenarios::BURST);
+    let full = scenarios::BURST.scenario();
     let scenario = full
         .clone()
         .with_qps(full.qps / 2.0)
@@ -208,7 +211,8 @@ fn burst_pacing_cuts_429s_and_answers_nearly_every_request() {
 /// The failover scenario at 400 req/s for 40 s (725 slots on the primary, 435 on the secondary):
 /// the primary answers 503 from 13.3 s to 18.3 s and is a black hole from 18.3 s to 23.3 s.
 fn failover_runs() -> (Scenario, Vec<Run>) {
-    let scenario = Scenario::builtin(scenarios::FAILOVER)
+    let scenario = scenarios::FAILOVER
+        .scenario()
         .with_qps(400.0)
         .with_duration(Duration::from_secs(40));
     let runs = stormguard_storm::run(
@@ -280,7 +284,8 @@ fn failover_answers_999_in_1000_without_overloading_the_secondary() {
 fn streams_runs() -> &'static (Scenario, Vec<Run>) {
     static RUNS: OnceLock<(Scenario, Vec<Run>)> = OnceLock::new();
     RUNS.get_or_init(|| {
-        let scenario = Scenario::builtin(scenarios::STREAMS)
+        let scenario = scenarios::STREAMS
+            .scenario()
             .with_qps(100.0)
             .with_duration(Duration::from_secs(30));
         let runs = stormguard_storm::run(
@@ -392,7 +397,8 @@ fn streams_stormguard_continues_every_cut_stream_with_every_token_once() {
 fn silent_runs() -> &'static [Run] {
     static RUNS: OnceLock<Vec<Run>> = OnceLock::new();
     RUNS.get_or_init(|| {
-        let scenario = Scenario::builtin(scenarios::SILENT)
+        let scenario = scenarios::SILENT
+            .scenario()
             .with_qps(300.0)
             .with_duration(Duration::from_secs(45));
         stormguard_storm::run(
@@ -460,7 +466,8 @@ fn silent_the_clocks_answer_999_in_1000() {
 /// token comes about half a second after the provider starts on them, 1.5% of the attempts ten
 /// times later; a total outage from 15 s to 20 s. stormguard without and with hedging.
 fn tail_runs() -> Vec<Run> {
-    let scenario = Scenario::builtin(scenarios::TAIL)
+    let scenario = scenarios::TAIL
+        .scenario()
         .with_qps(1_500.0)
         .with_duration(Duration::from_secs(30));
     stormguard_storm::run(
@@ -519,7 +526,8 @@ fn tail_hedging_cuts_the_first_token_p99_3x_for_5_percent_more_attempts_and_stop
 /// of the mean request at east, west and eu): the round robin, today's ordered failover and the
 /// balancer over the same three deployments.
 fn balance_runs() -> Vec<Run> {
-    let scenario = Scenario::builtin(scenarios::BALANCE)
+    let scenario = scenarios::BALANCE
+        .scenario()
         .with_qps(300.0)
         .with_duration(Duration::from_secs(20));
     stormguard_storm::run(
@@ -587,7 +595,8 @@ fn balance_the_balancer_meets_no_quota_and_answers_near_the_best_split() {
 /// of each replica's own (`stormguard+balance`) and with their cooldowns shared
 /// (`stormguard+balance+cooldowns`).
 fn fleet_runs() -> Vec<Run> {
-    let scenario = Scenario::builtin(scenarios::BALANCE_FLEET)
+    let scenario = scenarios::BALANCE_FLEET
+        .scenario()
         .with_qps(300.0)
         .with_duration(Duration::from_secs(30));
     stormguard_storm::run(

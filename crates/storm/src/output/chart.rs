@@ -358,7 +358,7 @@ fn draw_heading(svg: &mut String, scenario: &Scenario, secondary: Option<&Scenar
     let _ = writeln!(
         svg,
         r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">stormguard storm: scenario {} ({:.0} req/s, {slots}, seed {})</text>"#,
-        scenario.kind, scenario.qps, scenario.seed
+        scenario.name, scenario.qps, scenario.seed
     );
 }
 
@@ -518,7 +518,9 @@ mod tests {
 
     #[test]
     fn chart_has_one_line_per_pipeline_and_panel() {
-        let scenario = Scenario::builtin(scenarios::SEED).with_duration(Duration::from_secs(6));
+        let scenario = scenarios::SEED
+            .scenario()
+            .with_duration(Duration::from_secs(6));
         let series = Series {
             offered: vec![10; 6],
             attempts: vec![12; 6],
@@ -548,7 +550,7 @@ mod tests {
 
     #[test]
     fn two_providers_get_a_panel_for_the_secondary_with_its_throughput() {
-        let scenario = Scenario::builtin(scenarios::FAILOVER);
+        let scenario = scenarios::FAILOVER.scenario();
         let series = Series {
             offered: vec![10; 60],
             attempts: vec![10; 60],
@@ -569,16 +571,13 @@ mod tests {
         assert!(svg.contains("attempts reaching the secondary (requests/s)"));
         assert!(svg.contains(">secondary</text>") && svg.contains(">primary</text>"));
         assert!(svg.contains("1813 + 1088 slots"));
-        let one = render(
-            &Scenario::builtin(scenarios::OUTAGE),
-            &[("stormguard", &series)],
-        );
+        let one = render(&scenarios::OUTAGE.scenario(), &[("stormguard", &series)]);
         assert!(!one.contains("secondary") && one.contains(">provider</text>"));
     }
 
     #[test]
     fn streams_get_a_panel_for_the_tokens_shown_twice() {
-        let scenario = Scenario::builtin(scenarios::STREAMS);
+        let scenario = scenarios::STREAMS.scenario();
         let series = Series {
             offered: vec![10; 60],
             attempts: vec![10; 60],
@@ -596,13 +595,13 @@ mod tests {
             "one line a panel, five panels"
         );
         assert!(svg.contains("content tokens shown twice to callers"));
-        let one = render(&Scenario::builtin(scenarios::SEED), &[("naive", &series)]);
+        let one = render(&scenarios::SEED.scenario(), &[("naive", &series)]);
         assert!(!one.contains("shown twice"));
     }
 
     #[test]
     fn fallback_answers_are_a_dashed_line_of_the_pipelines_colour() {
-        let scenario = Scenario::builtin(scenarios::BLACKHOLE);
+        let scenario = scenarios::BLACKHOLE.scenario();
         let series = Series {
             offered: vec![10; 60],
             attempts: vec![10; 60],

@@ -1,5 +1,5 @@
 //! The simulator's document (`storm --scenario all --markdown docs/STORM.md`): each scenario's
-//! explanation ([`Doc`](crate::scenario::Doc), in its file under [`crate::scenarios`]) around the
+//! explanation ([`Doc`](crate::scenarios::Doc), in its file under [`crate::scenarios`]) around the
 //! table, the chart and the engine's metrics its run gave, so that no figure in it is written by
 //! hand. The same seed gives the same file: nothing in it depends on the machine (no wall time).
 
@@ -104,7 +104,7 @@ pub struct Section<'a> {
     pub summaries: &'a [Summary],
     /// The engine's metrics of each pipeline (collected for the row its [`Doc`] names).
     ///
-    /// [`Doc`]: crate::scenario::Doc
+    /// [`Doc`]: crate::scenarios::Doc
     pub metrics: &'a [Option<Dashboard>],
 }
 
@@ -113,7 +113,7 @@ pub struct Section<'a> {
 pub fn headline(sections: &[Section<'_>]) -> Option<String> {
     let section = sections
         .iter()
-        .find(|section| section.scenario.kind == scenarios::DEFAULT)?;
+        .find(|section| section.scenario.name == scenarios::DEFAULT.name)?;
     Some(format!(
         "{HEADLINE_START}\n```text\n{}```\n{HEADLINE_END}\n",
         report::table(section.scenario, section.summaries)
@@ -139,7 +139,7 @@ pub fn document(sections: &[Section<'_>], file: &Path, charts: &Path) -> String 
     out += INTRODUCTION;
     out += "\n";
     for section in sections {
-        let kind = section.scenario.kind;
+        let kind = scenarios::of(section.scenario);
         let table = report::table(section.scenario, section.summaries);
         let chart = charts.join(format!("{kind}.svg"));
         let chart = chart.to_string_lossy().replace('\\', "/");

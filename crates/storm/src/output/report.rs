@@ -6,6 +6,7 @@ use crate::metrics::Summary;
 use crate::output::dashboard::{Dashboard, Value};
 use crate::pipeline::Pipeline;
 use crate::scenario::Scenario;
+use crate::scenarios;
 
 /// The columns a scenario with two providers adds, after the others: the secondary's load, and
 /// how much of the traffic the primary got during its fault and after it.
@@ -290,7 +291,7 @@ pub fn overview(runs: &[(&Scenario, &[Summary])]) -> String {
         .flat_map(|(scenario, summaries)| {
             summaries.iter().map(|s| {
                 vec![
-                    scenario.kind.to_string(),
+                    scenario.name.to_owned(),
                     s.name.to_owned(),
                     format!("{:.2}%", s.success_rate * 100.0),
                     s.success_outside
@@ -308,9 +309,9 @@ pub fn overview(runs: &[(&Scenario, &[Summary])]) -> String {
 }
 
 /// The figure `scenario` is about, named, as its file says
-/// ([`Builtin::headline`](crate::scenario::Builtin::headline)).
+/// ([`Builtin::headline`](crate::scenarios::Builtin::headline)).
 pub fn headline(scenario: &Scenario, summary: &Summary) -> String {
-    (scenario.kind.headline)(scenario, summary)
+    (scenarios::of(scenario).headline)(scenario, summary)
 }
 
 /// What the lines of [`dashboards`] show, printed above them.
@@ -693,7 +694,7 @@ mod tests {
             balance: None,
             fleet: None,
         };
-        let outage = Scenario::builtin(scenarios::OUTAGE);
+        let outage = scenarios::OUTAGE.scenario();
         let text = table(&outage, std::slice::from_ref(&summary));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
@@ -711,7 +712,7 @@ mod tests {
         };
         // Columns: ... recovery, cut, fault load ...
         assert_eq!(cells(&text)[14..16], ["never", "never"]);
-        let seed = Scenario::builtin(scenarios::SEED);
+        let seed = scenarios::SEED.scenario();
         assert_eq!(
             cells(&table(&seed, std::slice::from_ref(&summary)))[14..16],
             ["never", "-"],
@@ -727,7 +728,7 @@ mod tests {
         assert_eq!(cells[15], "2.1 s");
         assert_eq!((cells[9].as_str(), cells[12].as_str()), ("9000", "2003 ms"));
         // The burst scenario's quota lasts the whole run: nothing outside it, no recovery from it.
-        let burst = Scenario::builtin(scenarios::BURST);
+        let burst = scenarios::BURST.scenario();
         let limited = Summary {
             success_outside: None,
             too_many_requests: 1_234,
@@ -797,7 +798,7 @@ mod tests {
 
     #[test]
     fn two_providers_add_the_failover_columns_at_the_end() {
-        let failover = Scenario::builtin(scenarios::FAILOVER);
+        let failover = scenarios::FAILOVER.scenario();
         let (alone, failing_over) = failover_rows();
         let text = table(&failover, &[alone.clone(), failing_over]);
         let lines: Vec<&str> = text.lines().collect();
@@ -827,7 +828,7 @@ mod tests {
         assert!(legend(&failover).ends_with(FAILOVER_LEGEND));
         assert!(!legend(&failover).contains("streamed"));
         // A one-provider scenario's table is as it always was.
-        let outage = Scenario::builtin(scenarios::OUTAGE);
+        let outage = scenarios::OUTAGE.scenario();
         let one = table(&outage, &[alone]);
         assert!(
             one.lines()
@@ -839,7 +840,7 @@ mod tests {
 
     #[test]
     fn streams_add_their_columns_at_the_end() {
-        let streams = Scenario::builtin(scenarios::STREAMS);
+        let streams = scenarios::STREAMS.scenario();
         let figures = StreamFigures {
             failed_before_content: 554,
             retried: 552,
@@ -961,7 +962,7 @@ mod tests {
 
     #[test]
     fn slow_first_tokens_add_the_first_token_percentiles_and_the_hedges_at_the_end() {
-        let tail = Scenario::builtin(scenarios::TAIL);
+        let tail = scenarios::TAIL.scenario();
         let (plain, hedged) = tail_rows();
         let text = table(&tail, &[plain.clone(), hedged.clone()]);
         let lines: Vec<&str> = text.lines().collect();
@@ -1001,13 +1002,13 @@ mod tests {
         assert!(legend.starts_with(LEGEND) && legend.ends_with(TAIL_LEGEND));
         assert!(!legend.contains(STREAMS_LEGEND) && !legend.contains(SILENT_LEGEND));
         // Another scenario's table has none of these columns.
-        let outage = Scenario::builtin(scenarios::OUTAGE);
+        let outage = scenarios::OUTAGE.scenario();
         assert!(!table(&outage, &[plain]).contains("first token"));
     }
 
     #[test]
     fn a_silent_provider_adds_the_healthy_p99_and_the_ratio_to_it_and_no_stream_columns() {
-        let silent = Scenario::builtin(scenarios::SILENT);
+        let silent = scenarios::SILENT.scenario();
         let figures = SilentFigures {
             healthy_p99_ms: Some(13_479),
             silent_attempts: 807,

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::{BALANCE_CAPACITY, BALANCE_QPS};
-use crate::scenario::{Builtin, Deployment, Doc, Fault, FaultKind, Scenario, TokenSizes};
+use crate::scenario::{Deployment, Fault, FaultKind, Scenario, TokenSizes};
 
 /// Three deployments of one model (east, west and eu: 600, 800 and 1,200 ms at the median)
 /// with quotas of 60%, 36% and 24% of the offered load (1,000 LLM-sized requests a second),
@@ -85,7 +86,7 @@ fn build() -> Scenario {
         },
         sizes: Some(TokenSizes::LLM),
         deployments: Deployment::balance(),
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::{BALANCE_CAPACITY, BALANCE_FLEET_DYING, BALANCE_QPS, DEFAULT_DURATION};
-use crate::scenario::{Builtin, Deployment, Doc, Fault, FaultKind, Scenario, TokenSizes};
+use crate::scenario::{Deployment, Fault, FaultKind, Scenario, TokenSizes};
 
 /// When the balance-fleet scenario's deployment dies: at 20 s, for the rest of the run.
 ///
@@ -82,7 +83,7 @@ fn build() -> Scenario {
         deployments: Deployment::balance(),
         dying: Some(BALANCE_FLEET_DYING),
         replicas: BALANCE_FLEET_REPLICAS,
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 

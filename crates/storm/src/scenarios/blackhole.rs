@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::BLACKHOLE_QPS;
-use crate::scenario::{Builtin, Doc, Fault, FaultKind, Scenario};
+use crate::scenario::{Fault, FaultKind, Scenario};
 
 /// Concurrent slots of the black-hole scenario's provider at [`BLACKHOLE_QPS`]: ample.
 ///
@@ -77,7 +78,7 @@ fn build() -> Scenario {
             end: Duration::from_secs(30),
             kind: FaultKind::Blackhole,
         },
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
-use crate::scenario::{Arrivals, Builtin, Bursts, Doc, Fault, FaultKind, Scenario, TokenSizes};
+use crate::scenario::{Arrivals, Bursts, Fault, FaultKind, Scenario, TokenSizes};
 use crate::scenario::{
     BURST_AVERAGE_SHARE, BURST_REQUESTS_PER_MINUTE, BURST_TOKENS_PER_MINUTE, DEFAULT_DURATION,
 };
@@ -100,7 +101,7 @@ fn build() -> Scenario {
         },
         arrivals: Arrivals::Bursts(Bursts::builtin()),
         sizes: Some(TokenSizes::LLM),
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
-use crate::scenario::{Builtin, Doc, Fault, FaultKind, Scenario};
 use crate::scenario::{FAILOVER_QPS, FAILOVER_SECONDARY_SHARE};
+use crate::scenario::{Fault, FaultKind, Scenario};
 
 /// Concurrent slots of the failover scenario's primary at [`FAILOVER_QPS`]: twice what the load
 /// keeps busy.
@@ -89,7 +90,7 @@ fn build() -> Scenario {
             kind: FaultKind::OutageThenBlackhole,
         },
         secondary_share: Some(FAILOVER_SECONDARY_SHARE),
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 

@@ -15,7 +15,11 @@
 //! [`Scenario`]: crate::scenario::Scenario
 //! [`Scenario::healthy`]: crate::scenario::Scenario::healthy
 
-use crate::scenario::{Builtin, UnknownScenario};
+use std::fmt;
+
+use crate::metrics::Summary;
+use crate::pipeline::Pipeline;
+use crate::scenario::Scenario;
 
 mod balance;
 mod balance_fleet;
@@ -74,4 +78,84 @@ fn recovery(scenario: &crate::scenario::Scenario, summary: &crate::metrics::Summ
         None if scenario.fault.end >= scenario.duration => "recovery -".to_owned(),
         None => "recovery never".to_owned(),
     }
+}
+
+/// A built-in scenario: what `--scenario NAME` runs, with everything said of it. Each is one file
+/// of this module, listed once in its registry.
+pub struct Builtin {
+    /// The name on the command line, in the chart's file name and in the JSON.
+    pub name: &'static str,
+    /// What it replays, for `--help` (lines of at most 90 characters).
+    pub help: &'static str,
+    /// The pipelines it compares unless `--pipelines` says otherwise, in order.
+    pub pipelines: &'static [Pipeline],
+    /// The scenario at its defaults.
+    pub build: fn() -> Scenario,
+    /// The figure it is about, named, for the overview of `--scenario all`.
+    pub headline: fn(&Scenario, &Summary) -> String,
+    /// Its section of the simulator's document (`--markdown`).
+    pub doc: Doc,
+}
+
+/// A scenario's section of the simulator's document: prose around the table the run prints.
+pub struct Doc {
+    /// Before the table: the incident and the rows. Markdown.
+    pub before: &'static str,
+    /// After the table: what the figures say. Markdown, where `{chart}` stands for the chart's
+    /// path and `{metrics}` for the engine's metrics of the [`Doc::metrics_of`] row.
+    pub after: &'static str,
+    /// The row whose engine's metrics (`--metrics`) the section shows, if any.
+    pub metrics_of: Option<&'static str>,
+}
+
+impl Builtin {
+    /// The scenario at its defaults.
+    pub fn scenario(&self) -> Scenario {
+        (self.build)()
+    }
+}
+
+impl fmt::Display for Builtin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl fmt::Debug for Builtin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Two built-in scenarios are the same when they have the same name.
+impl PartialEq for Builtin {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+/// Error for an unknown scenario name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownScenario(pub String);
+
+impl fmt::Display for UnknownScenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = ALL.iter().map(|b| b.name).collect();
+        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+        write!(
+            f,
+            "unknown scenario `{}` (expected {} or {last})",
+            self.0,
+            rest.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownScenario {}
+
+/// The built-in scenario `scenario` derives from (every scenario is made from one, by
+/// [`Builtin::scenario`]; a name no built-in has, which only a hand-made `Scenario` could carry,
+/// is taken as the [`DEFAULT`]).
+pub fn of(scenario: &Scenario) -> &'static Builtin {
+    named(scenario.name).unwrap_or(DEFAULT)
 }

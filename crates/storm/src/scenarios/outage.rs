@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::pipeline::Pipeline;
-use crate::scenario::{Builtin, Doc, Fault, FaultKind, Scenario};
+use crate::scenario::{Fault, FaultKind, Scenario};
 
 /// A total outage from 20 s to 30 s: every request fails fast with 503, in-flight work is lost.
 pub const SCENARIO: Builtin = Builtin {
@@ -62,6 +63,6 @@ fn build() -> Scenario {
             end: Duration::from_secs(30),
             kind: FaultKind::Outage,
         },
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
-use crate::scenario::{Builtin, Doc, Fault, FaultKind, Scenario};
 use crate::scenario::{FIELD_QPS, QUOTA_RETRY_AFTER};
+use crate::scenario::{Fault, FaultKind, Scenario};
 
 /// Share of the offered load the quota scenario's provider accepts.
 const QUOTA_SHARE: f64 = 0.75;
@@ -47,7 +48,7 @@ fn build() -> Scenario {
                 retry_after: QUOTA_RETRY_AFTER,
             },
         },
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 

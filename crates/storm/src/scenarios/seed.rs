@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::pipeline::Pipeline;
-use crate::scenario::{Builtin, Doc, Fault, FaultKind, Health, Scenario};
+use crate::scenario::{Fault, FaultKind, Health, Scenario};
 
 /// The field's incident: errors 0.01% -> 5% and latency 800 -> 2500 ms from 10 s to 40 s.
 pub const SCENARIO: Builtin = Builtin {
@@ -42,6 +43,6 @@ fn build() -> Scenario {
             end: Duration::from_secs(40),
             kind: FaultKind::Degraded(Health::DEGRADED),
         },
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }

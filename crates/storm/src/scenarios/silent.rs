@@ -2,13 +2,14 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
-use crate::scenario::{Builtin, Doc, Fault, FaultKind, Health, Scenario, StreamShape, StreamStart};
 use crate::scenario::{
     FAILOVER_SECONDARY_SHARE, SILENCE, SILENT_DEADLINE, SILENT_QPS, SILENT_SHARE, SLOW_FIRST_TOKEN,
     STREAM_MEDIAN,
 };
+use crate::scenario::{Fault, FaultKind, Health, Scenario, StreamShape, StreamStart};
 
 /// Share of the primary's streams slow to their first token during the silent scenario's
 /// fault: 2% (prefills queued behind the stuck replicas' work).
@@ -128,7 +129,7 @@ fn build() -> Scenario {
         secondary_share: Some(FAILOVER_SECONDARY_SHARE),
         deadline: Some(SILENT_DEADLINE),
         asks_for_stream: true,
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
-use crate::scenario::{Builtin, Doc, Fault, FaultKind, Health, Scenario, StreamShape};
+use crate::scenario::{Fault, FaultKind, Health, Scenario, StreamShape};
 use crate::scenario::{STREAM_MEDIAN, STREAMS_QPS};
 
 /// Share of the streams cut mid-stream (the connection fails after some content) during the
@@ -119,7 +120,7 @@ fn build() -> Scenario {
             },
         },
         stream: Some(StreamShape::LLM),
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use super::{Builtin, Doc};
 use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::TAIL_ANSWER_MEDIAN;
-use crate::scenario::{Builtin, Doc, Fault, FaultKind, Health, Scenario, StreamShape, StreamStart};
+use crate::scenario::{Fault, FaultKind, Health, Scenario, StreamShape, StreamStart};
 
 /// Concurrent slots of the tail scenario's provider at [`FIELD_QPS`](crate::scenario::FIELD_QPS): the field's 40,000, ample.
 ///
@@ -124,7 +125,7 @@ fn build() -> Scenario {
             ..StreamShape::LLM
         }),
         asks_for_stream: true,
-        ..Scenario::healthy(&SCENARIO)
+        ..Scenario::healthy(SCENARIO.name)
     }
 }
 
