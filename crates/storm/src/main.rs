@@ -496,57 +496,19 @@ fn main() -> ExitCode {
     }
 
     let text = if args.json {
-        let json = if args.all {
-            let runs: Vec<_> = args
-                .runs
-                .iter()
-                .zip(&outcomes)
-                .map(|((scenario, _), outcome)| ScenarioRuns {
-                    scenario: scenario.name,
-                    runs: outcome.json(),
-                })
-                .collect();
-            serde_json::to_string_pretty(&runs)
-        } else {
-            serde_json::to_string_pretty(&outcomes[0].json())
-        };
-        match json {
-            Ok(json) => json + "\n",
+        match json_text(&args, &outcomes) {
+            Ok(json) => json,
             Err(error) => {
                 eprintln!("storm: {error}");
                 return ExitCode::FAILURE;
             }
         }
     } else {
-        let overview = if args.all {
-            let runs: Vec<(&Scenario, &[Summary])> = args
-                .runs
-                .iter()
-                .zip(&outcomes)
-                .map(|((scenario, _), outcome)| (scenario, outcome.summaries.as_slice()))
-                .collect();
-            format!("\nall scenarios:\n{}", report::overview(&runs))
-        } else {
-            String::new()
-        };
-        format!(
-            "{overview}wall time: {:.1} s\n",
-            started.elapsed().as_secs_f64()
-        )
+        closing_text(&args, &outcomes, started)
     };
     print(&text);
     if let Some(file) = &args.markdown {
-        let sections: Vec<markdown::Section<'_>> = args
-            .runs
-            .iter()
-            .zip(&outcomes)
-            .map(|((scenario, _), outcome)| markdown::Section {
-                scenario,
-                summaries: &outcome.summaries,
-                metrics: &outcome.metrics,
-            })
-            .collect();
-        let document = markdown::document(&sections, file, &args.out);
+        let document = markdown_document(&args, &outcomes, file);
         if let Err(error) = std::fs::write(file, document) {
             eprintln!("storm: could not write {}: {error}", file.display());
             return ExitCode::FAILURE;
@@ -557,4 +519,57 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The JSON of the runs: one scenario's runs, or with `--scenario all` every scenario's.
+fn json_text(args: &Args, outcomes: &[Outcome]) -> serde_json::Result<String> {
+    let json = if args.all {
+        let runs: Vec<_> = args
+            .runs
+            .iter()
+            .zip(outcomes)
+            .map(|((scenario, _), outcome)| ScenarioRuns {
+                scenario: scenario.name,
+                runs: outcome.json(),
+            })
+            .collect();
+        serde_json::to_string_pretty(&runs)
+    } else {
+        serde_json::to_string_pretty(&outcomes[0].json())
+    };
+    json.map(|json| json + "\n")
+}
+
+/// What the text output ends with: the overview of `--scenario all`, and the wall time.
+fn closing_text(args: &Args, outcomes: &[Outcome], started: Instant) -> String {
+    let overview = if args.all {
+        let runs: Vec<(&Scenario, &[Summary])> = args
+            .runs
+            .iter()
+            .zip(outcomes)
+            .map(|((scenario, _), outcome)| (scenario, outcome.summaries.as_slice()))
+            .collect();
+        format!("\nall scenarios:\n{}", report::overview(&runs))
+    } else {
+        String::new()
+    };
+    format!(
+        "{overview}wall time: {:.1} s\n",
+        started.elapsed().as_secs_f64()
+    )
+}
+
+/// The simulator's document (`--markdown`) of the runs, to be written at `file`.
+fn markdown_document(args: &Args, outcomes: &[Outcome], file: &std::path::Path) -> String {
+    let sections: Vec<markdown::Section<'_>> = args
+        .runs
+        .iter()
+        .zip(outcomes)
+        .map(|((scenario, _), outcome)| markdown::Section {
+            scenario,
+            summaries: &outcome.summaries,
+            metrics: &outcome.metrics,
+        })
+        .collect();
+    markdown::document(&sections, file, &args.out)
 }
