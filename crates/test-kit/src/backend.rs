@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -255,6 +256,7 @@ pub struct ScriptedBackend<R> {
     log: Log,
     latency: Duration,
     respond: R,
+    cancelled: Option<Arc<AtomicUsize>>,
 }
 
 impl ScriptedBackend<Replies> {
@@ -283,11 +285,12 @@ impl<F> ScriptedBackend<F> {
 
 impl<R> ScriptedBackend<R> {
     /// Answers as `respond` says, with a log of its own.
-    fn new(respond: R) -> Self {
+    pub fn new(respond: R) -> Self {
         Self {
             log: Log::default(),
             latency: Duration::ZERO,
             respond,
+            cancelled: None,
         }
     }
 
@@ -300,6 +303,13 @@ impl<R> ScriptedBackend<R> {
     /// Waits `latency` before every answer, after noting the request.
     pub fn latency(mut self, latency: Duration) -> Self {
         self.latency = latency;
+        self
+    }
+
+    /// Counts one into `cancelled` for every request dropped after it was noted and before it
+    /// was answered (a caller that gave up on it while the backend was still working).
+    pub fn watched(mut self, cancelled: &Arc<AtomicUsize>) -> Self {
+        self.cancelled = Some(Arc::clone(cancelled));
         self
     }
 
@@ -327,14 +337,30 @@ where
         let log = self.log.clone();
         let latency = self.latency;
         let respond = self.respond.clone();
+        let cancelled = self.cancelled.clone();
         Box::pin(async move {
             let seen = Seen::read(request).await;
             let index = log.push(seen.clone());
+            let mut unanswered = Unanswered(cancelled);
             let wait = latency + respond.delay(index);
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
-            respond.respond(index, &seen)
+            let answer = respond.respond(index, &seen);
+            unanswered.0 = None;
+            answer
         })
+    }
+}
+
+/// Counts a cancellation when dropped while it still holds its counter: a request noted but not
+/// answered yet.
+struct Unanswered(Option<Arc<AtomicUsize>>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(cancelled) = self.0.take() {
+            cancelled.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }

@@ -127,8 +127,8 @@ impl ScriptedBody {
         self
     }
 
-    /// The same body, counting one into `cancelled` if it is dropped before it ends (by its last
-    /// step or an error).
+    /// The same body, counting one into `cancelled` if it is dropped before its end: while a step
+    /// is left to play (a hang never ends). An error is an end.
     pub fn watched(mut self, cancelled: &Arc<AtomicUsize>) -> Self {
         self.cancelled = Some(Arc::clone(cancelled));
         self
@@ -140,11 +140,6 @@ impl ScriptedBody {
         let token: Arc<T> = Arc::clone(token);
         self.token = Some(token);
         self
-    }
-
-    /// The body reached its end: it is no longer cancelled by a drop.
-    fn finish(&mut self) {
-        self.cancelled = None;
     }
 }
 
@@ -165,7 +160,6 @@ impl Body for ScriptedBody {
                 this.sleep = None;
             }
             let Some(step) = this.steps.pop_front() else {
-                this.finish();
                 return Poll::Ready(None);
             };
             match step {
@@ -174,7 +168,6 @@ impl Body for ScriptedBody {
                 Step::Until(at) => this.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
                 Step::Error(error) => {
                     this.steps.clear();
-                    this.finish();
                     return Poll::Ready(Some(Err(error)));
                 }
                 Step::Yield => {
@@ -200,7 +193,9 @@ impl Body for ScriptedBody {
 
 impl Drop for ScriptedBody {
     fn drop(&mut self) {
-        if let Some(cancelled) = self.cancelled.take() {
+        if let Some(cancelled) = self.cancelled.take()
+            && !self.is_end_stream()
+        {
             cancelled.fetch_add(1, Ordering::SeqCst);
         }
     }

@@ -45,7 +45,7 @@ mod backend;
 mod body;
 mod request;
 
-pub use backend::{Log, Reply, Respond, ScriptedBackend, Seen};
+pub use backend::{Log, Replies, Reply, Respond, ScriptedBackend, Seen};
 pub use body::ScriptedBody;
 pub use request::{ANTHROPIC_MESSAGES, OPENAI_CHAT, anthropic_messages, openai_chat, post};
 
