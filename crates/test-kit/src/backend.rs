@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::AsHeaderName;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
-use http_body::Body;
+use http_body::{Body, SizeHint};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 use tower_service::Service;
@@ -164,9 +164,11 @@ impl Reply {
         self
     }
 
-    /// The answer as a response.
+    /// The answer as a response: its body announces its exact size, as a whole body does.
     pub fn to_response(&self) -> Response<ScriptedBody> {
-        let mut response = Response::new(ScriptedBody::from(self.body.clone()));
+        let size = SizeHint::with_exact(self.body.len() as u64);
+        let body = ScriptedBody::from(self.body.clone()).size_hint(size);
+        let mut response = Response::new(body);
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers.clone();
         response

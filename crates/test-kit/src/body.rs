@@ -212,21 +212,27 @@ impl fmt::Debug for ScriptedBody {
     }
 }
 
+/// A body of these bytes in one frame (none if they are empty), its size unknown unless set.
 impl From<Bytes> for ScriptedBody {
     fn from(bytes: Bytes) -> Self {
+        if bytes.is_empty() {
+            return Self::new();
+        }
         Self::new().data(bytes)
     }
 }
 
+/// A body of this text in one frame (none if it is empty), its size unknown unless set.
 impl From<&'static str> for ScriptedBody {
     fn from(text: &'static str) -> Self {
-        Self::new().data(text)
+        Self::from(Bytes::from_static(text.as_bytes()))
     }
 }
 
+/// A body of this text in one frame (none if it is empty), its size unknown unless set.
 impl From<String> for ScriptedBody {
     fn from(text: String) -> Self {
-        Self::new().data(text)
+        Self::from(Bytes::from(text))
     }
 }
 
