@@ -29,7 +29,7 @@ pub struct Seen {
     pub uri: Uri,
     /// Every request header.
     pub headers: HeaderMap,
-    /// The whole request body (what was read of it, if reading it failed).
+    /// The whole request body (empty if reading it failed).
     pub body: Bytes,
 }
 

@@ -102,11 +102,6 @@ pub fn status(status: u16) -> Reply {
     reply(status, &[], "")
 }
 
-/// A JSON `POST` of `body` to a chat completions endpoint.
-pub fn post(body: &'static str) -> Request<Full<Bytes>> {
-    kit::post(CHAT_URI, body)
-}
-
 /// Where the requests of the engine's tests go.
 pub const CHAT_URI: &str = "http://llm.test/v1/chat/completions";
 
