@@ -20,9 +20,7 @@
 pub struct Readme;
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -32,7 +30,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as LegacyClient;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -44,10 +42,12 @@ use stormguard::classify::headers::{
 use stormguard::deadline::propagate::parse_grpc_timeout;
 use stormguard::jitter::FullJitter;
 use stormguard::{ClientLayer, ClientService};
+use stormguard_test_kit::{self as kit, Log, OPENAI_CHAT, ScriptedBody, openai_chat};
+pub use stormguard_test_kit::{Reply, Seen};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tower::Layer;
+use tower::Service;
 
 /// OpenAI's error body for an account out of credit: `429` that no retry can fix.
 pub const INSUFFICIENT_QUOTA: &str = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
@@ -56,8 +56,7 @@ pub const INSUFFICIENT_QUOTA: &str = r#"{"error":{"message":"You exceeded your c
 pub const RATE_LIMITED: &str = r#"{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
 
 /// A small chat completion request body.
-pub const CHAT_REQUEST: &str =
-    r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":16}"#;
+pub const CHAT_REQUEST: &str = OPENAI_CHAT;
 
 /// A full-jitter backoff of 1 ms growing to at most 5 ms: real retries on real sockets that keep
 /// the suite fast.
@@ -103,10 +102,7 @@ pub fn guarded_hyper(budget: RetryBudget) -> ClientService<HyperClient> {
 ///
 /// If `url` is not a valid URI.
 pub fn chat_post(url: &str) -> http::Request<Full<Bytes>> {
-    http::Request::post(url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from_static(CHAT_REQUEST.as_bytes())))
-        .expect("valid request")
+    openai_chat(url, 16)
 }
 
 /// Reads the whole body of `response` as UTF-8 text.
@@ -128,96 +124,25 @@ where
     String::from_utf8(bytes.to_vec()).expect("UTF-8 body")
 }
 
-/// One scripted answer of a [`ScriptedBackend`].
-#[derive(Clone, Debug)]
-pub struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-    delay: Duration,
+/// The deadline the caller sent with the request `seen`, in milliseconds: `x-request-timeout-ms`,
+/// or `grpc-timeout`.
+pub fn timeout_ms(seen: &Seen) -> Option<u64> {
+    if let Some(ms) = seen.header(&X_REQUEST_TIMEOUT_MS) {
+        return ms.parse().ok();
+    }
+    let grpc = seen.headers.get(GRPC_TIMEOUT)?;
+    let timeout = parse_grpc_timeout(grpc.as_bytes())?;
+    u64::try_from(timeout.as_millis()).ok()
 }
 
-impl Reply {
-    /// An answer with status `code` and an empty body.
-    ///
-    /// # Panics
-    ///
-    /// If `code` is not a valid HTTP status (100..=999).
-    pub fn status(code: u16) -> Self {
-        Self {
-            status: StatusCode::from_u16(code).expect("valid status code"),
-            headers: HeaderMap::new(),
-            body: Bytes::new(),
-            delay: Duration::ZERO,
-        }
-    }
-
-    /// Adds the header `name: value`.
-    pub fn header(mut self, name: &'static str, value: &'static str) -> Self {
-        self.headers.insert(
-            HeaderName::from_static(name),
-            HeaderValue::from_static(value),
-        );
-        self
-    }
-
-    /// Sets a JSON body.
-    pub fn json(mut self, body: &'static str) -> Self {
-        self.headers.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        self.body = Bytes::from_static(body.as_bytes());
-        self
-    }
-
-    /// Waits `delay` before answering.
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
+/// The `x-retry-attempt` header of the request `seen`, parsed.
+pub fn retry_attempt(seen: &Seen) -> Option<u32> {
+    seen.header(&X_RETRY_ATTEMPT).and_then(|v| v.parse().ok())
 }
 
-/// What a [`ScriptedBackend`] saw of one request.
-#[derive(Clone, Debug)]
-pub struct Seen {
-    /// The request method.
-    pub method: Method,
-    /// The request path.
-    pub path: String,
-    /// Every request header.
-    pub headers: HeaderMap,
-    /// The whole request body.
-    pub body: Bytes,
-    /// When the request arrived.
-    pub at: Instant,
-}
-
-impl Seen {
-    /// The value of header `name`, if present and visible ASCII.
-    pub fn header(&self, name: &HeaderName) -> Option<&str> {
-        self.headers.get(name).and_then(|value| value.to_str().ok())
-    }
-
-    /// The `x-retry-attempt` header, parsed.
-    pub fn retry_attempt(&self) -> Option<u32> {
-        self.header(&X_RETRY_ATTEMPT).and_then(|v| v.parse().ok())
-    }
-
-    /// The `Idempotency-Key` header.
-    pub fn idempotency_key(&self) -> Option<&str> {
-        self.header(&IDEMPOTENCY_KEY)
-    }
-
-    /// The deadline the caller sent, in milliseconds: `x-request-timeout-ms`, or `grpc-timeout`.
-    pub fn timeout_ms(&self) -> Option<u64> {
-        if let Some(ms) = self.header(&X_REQUEST_TIMEOUT_MS) {
-            return ms.parse().ok();
-        }
-        let grpc = self.headers.get(GRPC_TIMEOUT)?;
-        let timeout = parse_grpc_timeout(grpc.as_bytes())?;
-        u64::try_from(timeout.as_millis()).ok()
-    }
+/// The `Idempotency-Key` header of the request `seen`.
+pub fn idempotency_key(seen: &Seen) -> Option<&str> {
+    seen.header(&IDEMPOTENCY_KEY)
 }
 
 /// A loopback HTTP server that serves a [`Router`] until dropped.
@@ -262,14 +187,8 @@ impl Drop for Server {
     }
 }
 
-#[derive(Debug, Default)]
-struct Script {
-    replies: Vec<Reply>,
-    seen: Vec<Seen>,
-}
-
-/// A loopback HTTP backend that answers a scripted sequence of replies, the last one repeating
-/// forever, and records every request it received.
+/// The kit's [`kit::ScriptedBackend`] served on loopback: an HTTP backend that answers a scripted
+/// sequence of replies, the last one repeating forever, and records every request it received.
 ///
 /// ```no_run
 /// # async fn run() {
@@ -283,7 +202,7 @@ struct Script {
 #[derive(Debug)]
 pub struct ScriptedBackend {
     server: Server,
-    script: Arc<Mutex<Script>>,
+    log: Log,
 }
 
 impl ScriptedBackend {
@@ -294,19 +213,20 @@ impl ScriptedBackend {
     ///
     /// If `replies` is empty, or no loopback port can be bound.
     pub async fn spawn(replies: impl IntoIterator<Item = Reply>) -> Self {
-        let replies: Vec<Reply> = replies.into_iter().collect();
-        assert!(!replies.is_empty(), "a script needs at least one reply");
-        let script = Arc::new(Mutex::new(Script {
-            replies,
-            seen: Vec::new(),
-        }));
-        let shared = Arc::clone(&script);
+        let backend = kit::ScriptedBackend::replies(replies);
+        let log = backend.log().clone();
         let router = Router::new().fallback(move |request: Request| {
-            let script = Arc::clone(&shared);
-            async move { answer(&script, request).await }
+            let mut backend = backend.clone();
+            async move {
+                match backend.call(request).await {
+                    Ok(response) => response.map(Body::new),
+                    // A script of replies always answers.
+                    Err(_) => Response::new(Body::empty()),
+                }
+            }
         });
         let server = Server::spawn(router).await;
-        Self { server, script }
+        Self { server, log }
     }
 
     /// `http://127.0.0.1:PORT` followed by `path`.
@@ -321,43 +241,13 @@ impl ScriptedBackend {
 
     /// Every request received so far, in arrival order.
     pub fn seen(&self) -> Vec<Seen> {
-        lock(&self.script).seen.clone()
+        self.log.all()
     }
 
     /// How many requests were received so far.
     pub fn hits(&self) -> usize {
-        lock(&self.script).seen.len()
+        self.log.len()
     }
-}
-
-async fn answer(script: &Mutex<Script>, request: Request) -> Response {
-    let at = Instant::now();
-    let (parts, body) = request.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let reply = {
-        let mut script = lock(script);
-        let index = script.seen.len().min(script.replies.len() - 1);
-        let reply = script.replies[index].clone();
-        script.seen.push(Seen {
-            method: parts.method,
-            path: parts.uri.path().to_owned(),
-            headers: parts.headers,
-            body,
-            at,
-        });
-        reply
-    };
-    if !reply.delay.is_zero() {
-        tokio::time::sleep(reply.delay).await;
-    }
-    let mut response = Response::new(Body::from(reply.body));
-    *response.status_mut() = reply.status;
-    *response.headers_mut() = reply.headers;
-    response
 }
 
 /// Locks `mutex`, ignoring poisoning (a panicking test thread leaves the records readable).
@@ -559,9 +449,9 @@ pub fn amplification(backend_attempts: usize, requests: usize) -> f64 {
 /// If any of that does not hold.
 pub fn assert_three_attempts_with_one_idempotency_key(seen: &[Seen]) {
     assert_eq!(seen.len(), 3);
-    let attempts: Vec<_> = seen.iter().map(|s| s.retry_attempt()).collect();
+    let attempts: Vec<_> = seen.iter().map(retry_attempt).collect();
     assert_eq!(attempts, [Some(0), Some(1), Some(2)]);
-    let keys: HashSet<_> = seen.iter().map(|s| s.idempotency_key()).collect();
+    let keys: HashSet<_> = seen.iter().map(idempotency_key).collect();
     assert_eq!(
         keys.len(),
         1,
@@ -577,13 +467,13 @@ pub fn assert_three_attempts_with_one_idempotency_key(seen: &[Seen]) {
 /// If any of that does not hold.
 pub fn assert_one_key_per_post_and_none_for_get(seen: &[Seen]) {
     assert_eq!(seen.len(), 6);
-    let keys: Vec<_> = seen.iter().map(|s| s.idempotency_key()).collect();
+    let keys: Vec<_> = seen.iter().map(idempotency_key).collect();
     assert_eq!(keys[0], keys[1]);
     assert_eq!(keys[2], keys[3]);
     assert_ne!(keys[0], keys[2]);
     assert!(keys[..4].iter().all(Option::is_some));
     assert_eq!(keys[4..], [None, None], "GET is idempotent: no key");
-    assert_eq!(seen[5].retry_attempt(), Some(1));
+    assert_eq!(retry_attempt(&seen[5]), Some(1));
 }
 
 /// Checks a request retried once after a `retry-after-ms: 50` hint (with `retry-after: 30`):
@@ -619,7 +509,7 @@ pub fn sent_timeouts_ms(backend: &ScriptedBackend) -> Vec<u64> {
     backend
         .seen()
         .iter()
-        .map(|s| s.timeout_ms().expect("a deadline on the wire"))
+        .map(|s| timeout_ms(s).expect("a deadline on the wire"))
         .collect()
 }
 
@@ -725,7 +615,7 @@ impl StreamingProvider {
             async move {
                 Response::builder()
                     .header(http::header::CONTENT_TYPE, "text/event-stream")
-                    .body(axum::body::Body::new(ScriptedStream::new(script)))
+                    .body(scripted_body(script))
                     .expect("valid response")
             }
         });
@@ -754,59 +644,20 @@ impl StreamingProvider {
 
 /// A response body that plays `steps`, as a [`StreamingProvider`]'s answers do.
 pub fn scripted_body(steps: Vec<Sse>) -> axum::body::Body {
-    axum::body::Body::new(ScriptedStream::new(steps))
+    axum::body::Body::new(sse_body(steps))
 }
 
-/// The body of a [`StreamingProvider`]'s answer: its script, step by step.
-struct ScriptedStream {
-    steps: std::collections::VecDeque<Sse>,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl ScriptedStream {
-    fn new(steps: Vec<Sse>) -> Self {
-        Self {
-            steps: steps.into(),
-            sleep: None,
-        }
-    }
-}
-
-impl http_body::Body for ScriptedStream {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
-        use std::task::Poll;
-        loop {
-            if let Some(sleep) = self.sleep.as_mut() {
-                match sleep.as_mut().poll(cx) {
-                    Poll::Ready(()) => self.sleep = None,
-                    Poll::Pending => return Poll::Pending,
-                }
-            }
-            let Some(step) = self.steps.pop_front() else {
-                return Poll::Ready(None);
-            };
-            match step {
-                Sse::Send(text) => {
-                    return Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(text)))));
-                }
-                Sse::Wait(delay) => self.sleep = Some(Box::pin(tokio::time::sleep(delay))),
-                Sse::Cut => {
-                    return Poll::Ready(Some(Err(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionReset,
-                        "cut mid-stream",
-                    ))));
-                }
-                Sse::Stall => {
-                    self.steps.push_front(Sse::Stall);
-                    return Poll::Pending;
-                }
-            }
-        }
-    }
+/// The kit's [`ScriptedBody`] playing `steps`: a [`Sse::Cut`] is a connection reset.
+pub fn sse_body(steps: Vec<Sse>) -> ScriptedBody {
+    steps
+        .into_iter()
+        .fold(ScriptedBody::new(), |body, step| match step {
+            Sse::Send(text) => body.data(text),
+            Sse::Wait(delay) => body.delay(delay),
+            Sse::Cut => body.error(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "cut mid-stream",
+            )),
+            Sse::Stall => body.hang(),
+        })
 }

@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use stormguard::ClientLayer;
 use stormguard::failover::{Adapter, Backend, Failover, FailoverService};
 use stormguard::rate_limit::RateLimit;
+use stormguard_test_kit::post;
 use stormguard_tests::{HyperClient, Server};
 use tower::{Layer, ServiceExt};
 
@@ -72,17 +73,15 @@ fn fresh_client() -> HyperClient {
         .build_http()
 }
 
-fn post(origin: &str, key: Option<String>) -> http::Request<Full<Bytes>> {
-    let mut request = http::Request::post(format!("{origin}{PATH}"))
-        .header(http::header::CONTENT_TYPE, "application/json");
+/// The test's request to `origin`, in the conversation `key` if any.
+fn conversation(origin: &str, key: Option<String>) -> http::Request<Full<Bytes>> {
+    let mut request = post(&format!("{origin}{PATH}"), r#"{"model":"m","messages":[]}"#);
     if let Some(key) = key {
-        request = request.header("x-conversation-id", key);
+        request
+            .headers_mut()
+            .insert("x-conversation-id", key.parse().unwrap());
     }
     request
-        .body(Full::new(Bytes::from_static(
-            br#"{"model":"m","messages":[]}"#,
-        )))
-        .unwrap()
 }
 
 /// `rate` requests a second for `seconds`, each in a task of its own: the deployment that
@@ -96,7 +95,7 @@ async fn drive(
 ) -> Vec<String> {
     let mut tasks = Vec::new();
     for n in 0..rate * seconds {
-        let (client, request) = (client.clone(), post(origin, key(n)));
+        let (client, request) = (client.clone(), conversation(origin, key(n)));
         tasks.push(tokio::spawn(async move {
             let response = client.oneshot(request).await.unwrap();
             assert_eq!(response.status(), 200);

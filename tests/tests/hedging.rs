@@ -5,14 +5,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::Frame;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as LegacyClient;
 use hyper_util::rt::TokioExecutor;
@@ -21,7 +18,8 @@ use stormguard::ClientLayer;
 use stormguard::failover::{Adapter, Backend, Failover};
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard::retry::Hedging;
-use stormguard_tests::{HyperClient, Server, Sse, scripted_body, send};
+use stormguard_test_kit::post;
+use stormguard_tests::{HyperClient, Server, Sse, send, sse_body};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
@@ -57,10 +55,7 @@ impl Provider {
             }
             steps.push(send(chunk("{}", "\"stop\"")));
             steps.push(send("data: [DONE]\n\n"));
-            let body = Watched {
-                inner: scripted_body(steps),
-                cancelled: Some(Arc::clone(&dropped)),
-            };
+            let body = sse_body(steps).watched(&dropped);
             async move {
                 http::Response::builder()
                     .header(http::header::CONTENT_TYPE, "text/event-stream")
@@ -88,47 +83,15 @@ impl Provider {
     }
 }
 
-/// A body that counts itself cancelled when dropped before its end.
-struct Watched {
-    inner: axum::body::Body,
-    cancelled: Option<Arc<AtomicUsize>>,
-}
-
-impl http_body::Body for Watched {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
-        if frame.is_none() {
-            self.cancelled = None;
-        }
-        Poll::Ready(frame)
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        if let Some(cancelled) = self.cancelled.take() {
-            cancelled.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-}
-
 fn chunk(delta: &str, finish: &str) -> String {
     format!(
         "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
     )
 }
 
-fn post(origin: &http::Uri) -> http::Request<Full<Bytes>> {
-    http::Request::post(format!("{origin}{}", PATH.trim_start_matches('/')))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from_static(REQUEST.as_bytes())))
-        .unwrap()
+/// The test's request to the provider at `origin`.
+fn chat_request(origin: &http::Uri) -> http::Request<Full<Bytes>> {
+    post(&format!("{origin}{}", &PATH[1..]), REQUEST)
 }
 
 /// A hyper client that opens a connection for each request (see `incidents.rs`: on the paused
@@ -183,7 +146,10 @@ async fn a_slow_first_token_is_answered_by_the_hedge_and_the_provider_sees_the_l
         .layer(fresh_client());
 
     let started = Instant::now();
-    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&provider.origin()))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert!(
         (SECOND..SECOND + Duration::from_millis(100)).contains(&took),
@@ -202,7 +168,10 @@ async fn without_hedging_the_slow_first_token_is_waited_for() {
     let provider = Provider::spawn(Some(0)).await;
     let client = ClientLayer::default().layer(fresh_client());
     let started = Instant::now();
-    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&provider.origin()))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert!(
         (20 * SECOND..20 * SECOND + Duration::from_millis(100)).contains(&took),
@@ -229,7 +198,10 @@ async fn a_failover_hedges_a_slow_primary_to_the_backup() {
         .layer(fresh_client());
 
     let started = Instant::now();
-    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&primary.origin()))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert!(
         (SECOND..SECOND + Duration::from_millis(100)).contains(&took),

@@ -18,6 +18,7 @@ use stormguard::ClientLayer;
 use stormguard::deadline::clocks::AttemptClocks;
 use stormguard::failover::{Adapter, Backend, Failover};
 use stormguard::stream::{InterruptCause, StreamInterrupted};
+use stormguard_test_kit::post;
 use stormguard_tests::{HyperClient, Server, Sse, hyper_client, scripted_body, send};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
@@ -122,11 +123,9 @@ impl Provider {
     }
 }
 
-fn post(origin: &http::Uri) -> http::Request<Full<Bytes>> {
-    http::Request::post(format!("{origin}{}", PATH.trim_start_matches('/')))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from_static(REQUEST.as_bytes())))
-        .unwrap()
+/// The test's request to the provider at `origin`.
+fn chat_request(origin: &http::Uri) -> http::Request<Full<Bytes>> {
+    post(&format!("{origin}{}", &PATH[1..]), REQUEST)
 }
 
 /// What the caller read: the text of the content chunks, how many `[DONE]`, the error event if
@@ -225,7 +224,7 @@ where
     B: http_body::Body<Data = Bytes, Error = stormguard::classify::BoxError> + Unpin,
 {
     for _ in 0..20 {
-        let response = client.clone().oneshot(post(origin)).await.unwrap();
+        let response = client.clone().oneshot(chat_request(origin)).await.unwrap();
         assert_eq!(read(response.into_body()).await.text, whole_answer());
     }
 }
@@ -254,7 +253,10 @@ async fn a_provider_that_never_answers_is_left_for_the_backup_at_its_head_clock(
     let client = gateway(ClientLayer::default(), &primary, &backup, learned);
 
     let started = Instant::now();
-    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&primary.origin()))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert_eq!(backend_of(&response), "backup");
     assert_eq!(read(response.into_body()).await.text, whole_answer());
@@ -277,7 +279,10 @@ async fn without_the_clocks_a_silent_provider_takes_the_whole_deadline() {
     let layer = ClientLayer::default().without_clocks();
     let client = gateway(layer, &primary, &backup, AttemptClocks::default());
     let started = Instant::now();
-    let error = client.oneshot(post(&primary.origin())).await.unwrap_err();
+    let error = client
+        .oneshot(chat_request(&primary.origin()))
+        .await
+        .unwrap_err();
     assert_eq!(started.elapsed(), Duration::from_secs(30));
     assert_eq!(
         error.reason(),
@@ -306,7 +311,10 @@ async fn a_first_token_later_than_the_clock_sends_the_request_to_the_backup() {
     let client = gateway(ClientLayer::default(), &primary, &backup, learned);
 
     let started = Instant::now();
-    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&primary.origin()))
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert_eq!(backend_of(&response), "backup");
     assert_eq!(read(response.into_body()).await.text, whole_answer());
@@ -331,7 +339,10 @@ async fn a_stream_cut_after_40_of_60_tokens_is_continued_each_token_once() {
     })
     .await;
     let client = ClientLayer::default().layer(hyper_client());
-    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&provider.origin()))
+        .await
+        .unwrap();
     let read = read(response.into_body()).await;
     assert!(read.error.is_none(), "{:?}", read.error);
     assert_eq!(read.text, whole_answer());
@@ -360,7 +371,10 @@ async fn a_stream_stalled_half_way_is_continued_at_its_gap_clock() {
     let client = ClientLayer::default().layer(fresh_client());
     warm_up(&client, &provider.origin()).await;
     let started = Instant::now();
-    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&provider.origin()))
+        .await
+        .unwrap();
     let read = read(response.into_body()).await;
     let took = started.elapsed();
     assert!(read.error.is_none(), "{:?}", read.error);
@@ -387,7 +401,10 @@ async fn without_the_clocks_a_stalled_stream_waits_out_the_idle_limit() {
         .without_continuation();
     let client = layer.layer(fresh_client());
     let started = Instant::now();
-    let response = client.oneshot(post(&provider.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&provider.origin()))
+        .await
+        .unwrap();
     let read = read(response.into_body()).await;
     // 40 words at 10 ms, then the stream guard's 60 s of silence.
     assert_eq!(started.elapsed(), Duration::from_millis(60_400));
@@ -419,7 +436,7 @@ async fn a_prefill_rejected_ends_with_the_original_cause_and_is_not_asked_again(
     for (request, hits) in [(1, 2), (2, 3)] {
         let response = client
             .clone()
-            .oneshot(post(&provider.origin()))
+            .oneshot(chat_request(&provider.origin()))
             .await
             .unwrap();
         let read = read(response.into_body()).await;
@@ -454,7 +471,7 @@ async fn a_stream_that_loses_its_terminal_event_is_finished_or_continued() {
     for hits in [1, 3] {
         let response = client
             .clone()
-            .oneshot(post(&provider.origin()))
+            .oneshot(chat_request(&provider.origin()))
             .await
             .unwrap();
         let read = read(response.into_body()).await;
@@ -482,7 +499,7 @@ where
         async move {
             let (head, body) = request.into_parts();
             let body = body.collect().await.unwrap().to_bytes();
-            let mut upstream = post(&origin);
+            let mut upstream = chat_request(&origin);
             *upstream.body_mut() = Full::new(body);
             upstream.headers_mut().extend(head.headers);
             match client.oneshot(upstream).await {
@@ -619,7 +636,10 @@ async fn under_a_failover_a_cut_stream_is_continued_by_the_next_backend() {
         &backup,
         AttemptClocks::default(),
     );
-    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&primary.origin()))
+        .await
+        .unwrap();
     assert_eq!(backend_of(&response), "primary");
     let read = read(response.into_body()).await;
     assert!(read.error.is_none(), "{:?}", read.error);
@@ -651,7 +671,7 @@ async fn under_a_failover_a_backend_that_rejects_the_prefill_is_passed_over() {
     );
     let response = client
         .clone()
-        .oneshot(post(&primary.origin()))
+        .oneshot(chat_request(&primary.origin()))
         .await
         .unwrap();
     let read = read(response.into_body()).await;
@@ -687,7 +707,10 @@ async fn a_fired_clock_retries_when_it_can_and_keeps_the_attempt_when_it_cannot(
             .with_max_attempts(attempts)
             .layer(fresh_client());
         let started = Instant::now();
-        let response = client.oneshot(post(&provider.origin())).await.unwrap();
+        let response = client
+            .oneshot(chat_request(&provider.origin()))
+            .await
+            .unwrap();
         let took = started.elapsed();
         // With attempts left: abandoned at the 3 s clock, retried. With none: kept, and its
         // answer at 20 s is the caller's, not a timeout at 3 s.
@@ -712,7 +735,10 @@ async fn a_backend_configured_without_prefill_is_never_asked_to_continue() {
         .with_backend(backend("primary", &primary))
         .with_backend(backend("backup", &backup).without_prefill())
         .layer(hyper_client());
-    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&primary.origin()))
+        .await
+        .unwrap();
     let read = read(response.into_body()).await;
     // The continuation went to the primary, the backup never saw a prefill.
     assert_eq!((read.text, read.done), (whole_answer(), 1));
@@ -731,7 +757,10 @@ async fn without_the_clocks_a_slow_first_token_is_waited_for() {
     let layer = ClientLayer::default().without_clocks();
     let client = gateway(layer, &primary, &backup, AttemptClocks::default());
     let started = Instant::now();
-    let response = client.oneshot(post(&primary.origin())).await.unwrap();
+    let response = client
+        .oneshot(chat_request(&primary.origin()))
+        .await
+        .unwrap();
     // The role chunk at once, then 20 s to the first word: the request waits them out.
     let took = started.elapsed();
     assert!(

@@ -22,7 +22,10 @@ use stormguard::classify::headers::{IDEMPOTENCY_KEY, X_SHOULD_RETRY};
 use stormguard::jitter::Constant;
 use stormguard::reqwest::StormguardMiddleware;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig, ThrottleSnapshot};
-use stormguard_tests::{CHAT_REQUEST, RATE_LIMITED, Reply, ScriptedBackend, Seen, hyper_client};
+use stormguard_tests::{
+    CHAT_REQUEST, RATE_LIMITED, Reply, ScriptedBackend, Seen, hyper_client, idempotency_key,
+    retry_attempt, timeout_ms,
+};
 use tower::{Layer, ServiceExt};
 
 const PATH: &str = "/v1/chat/completions";
@@ -140,15 +143,15 @@ impl Run {
     }
 
     fn attempts(&self) -> Vec<Option<u32>> {
-        self.seen.iter().map(Seen::retry_attempt).collect()
+        self.seen.iter().map(retry_attempt).collect()
     }
 
     fn keys(&self) -> Vec<Option<&str>> {
-        self.seen.iter().map(Seen::idempotency_key).collect()
+        self.seen.iter().map(idempotency_key).collect()
     }
 
     fn timeouts_ms(&self) -> Vec<Option<u64>> {
-        self.seen.iter().map(Seen::timeout_ms).collect()
+        self.seen.iter().map(timeout_ms).collect()
     }
 
     /// The throttle's requests and accepts.

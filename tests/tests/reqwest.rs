@@ -3,18 +3,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body::{Body, Frame};
 use reqwest::StatusCode;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use stormguard::budget::RetryBudget;
 use stormguard::reqwest::StormguardMiddleware;
+use stormguard_test_kit::ScriptedBody;
 use stormguard_tests::{
     CHAT_REQUEST, DeadUpstream, INSUFFICIENT_QUOTA, RATE_LIMITED, Reply, ScriptedBackend,
     assert_dead_upstream_within_floor, assert_final, assert_one_key_per_post_and_none_for_get,
@@ -274,7 +269,8 @@ async fn a_failure_the_engine_cannot_retry_comes_back_unchanged() {
 async fn a_streamed_body_that_fits_the_replay_cap_is_replayed() {
     let backend = ScriptedBackend::spawn([Reply::status(503), Reply::status(200)]).await;
     let client = client(middleware(RetryBudget::default()));
-    let frames = Chunks::new([&CHAT_REQUEST[..20], &CHAT_REQUEST[20..]]);
+    // A request body of unknown length, in two frames.
+    let frames = ScriptedBody::chunks([&CHAT_REQUEST[..20], &CHAT_REQUEST[20..]]);
 
     let response = client
         .post(backend.url(PATH))
@@ -287,27 +283,6 @@ async fn a_streamed_body_that_fits_the_replay_cap_is_replayed() {
     let seen = backend.seen();
     assert_eq!(seen.len(), 2);
     assert!(seen.iter().all(|s| s.body == CHAT_REQUEST.as_bytes()));
-}
-
-/// A request body of unknown length that yields its chunks one frame each.
-struct Chunks(VecDeque<Bytes>);
-
-impl Chunks {
-    fn new(chunks: [&'static str; 2]) -> Self {
-        Self(chunks.into_iter().map(Bytes::from).collect())
-    }
-}
-
-impl Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
-    }
 }
 
 /// The `reqwest_middleware::Error::Middleware` that holds a `stormguard::Error`.

@@ -4,7 +4,6 @@
 
 use std::convert::Infallible;
 use std::future::poll_fn;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
@@ -12,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use stormguard_adaptive_throttle::{
     AdaptiveThrottle, AdaptiveThrottleLayer, ThrottleConfig, Throttled,
@@ -20,6 +19,7 @@ use stormguard_adaptive_throttle::{
 use stormguard_classify::{
     BoxError, Classify, ERROR_BODY_LIMIT, LlmClassifier, MakeClassify, Outcome, Reason,
 };
+use stormguard_test_kit::ScriptedBody;
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -428,21 +428,6 @@ async fn a_call_dropped_before_it_answers_counts_as_not_accepted() {
     assert_eq!((snapshot.requests, snapshot.accepts), (1, 0));
 }
 
-/// A body whose first frame never comes.
-struct Hanging;
-
-impl Body for Hanging {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Pending
-    }
-}
-
 /// A call dropped while its error body is being read (the backend sent a 503 head, then nothing)
 /// counts once, as a request that was not accepted.
 #[tokio::test(start_paused = true)]
@@ -454,7 +439,7 @@ async fn a_call_dropped_while_its_error_body_is_read_counts_as_not_accepted() {
         move |_request: Request<String>| {
             seen.fetch_add(1, Ordering::Relaxed);
             async {
-                let mut response = Response::new(Hanging);
+                let mut response = Response::new(ScriptedBody::hanging());
                 *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 Ok::<_, Infallible>(response)
             }

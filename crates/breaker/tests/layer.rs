@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::convert::Infallible;
 use std::future::poll_fn;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
@@ -15,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::HeaderMap;
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use stormguard_breaker::{
@@ -24,11 +22,12 @@ use stormguard_breaker::{
 };
 use stormguard_classify::Permit;
 use stormguard_classify::{BoxError, Classify, LlmClassifier, LocalAnswer, Outcome, Reason};
+use stormguard_test_kit::ScriptedBody;
 use tokio_test::task::spawn;
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok};
 use tower::{Layer, Service, ServiceExt};
 
-type BackendBody = BoxBody<Bytes, Infallible>;
+type BackendBody = BoxBody<Bytes, std::io::Error>;
 
 const UNAVAILABLE: Outcome = Outcome::retryable(Reason::Unavailable).with_accepted(false);
 
@@ -51,21 +50,6 @@ struct DropGuard(Arc<AtomicU32>);
 impl Drop for DropGuard {
     fn drop(&mut self) {
         self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// A body whose first frame never comes.
-struct Endless;
-
-impl Body for Endless {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Pending
     }
 }
 
@@ -105,7 +89,11 @@ async fn answer(path: &str) -> Result<Response<BackendBody>, std::io::Error> {
         Response::builder()
             .status(status)
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from_static(body.as_bytes())).boxed())
+            .body(
+                Full::new(Bytes::from_static(body.as_bytes()))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
             .unwrap()
     };
     Ok(match path {
@@ -124,7 +112,7 @@ async fn answer(path: &str) -> Result<Response<BackendBody>, std::io::Error> {
         "/timeout" => return Err(std::io::ErrorKind::TimedOut.into()),
         "/hang" => return std::future::pending().await,
         "/endless-503" => {
-            let mut response = Response::new(Endless.boxed());
+            let mut response = Response::new(ScriptedBody::hanging().boxed());
             *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
             response
         }
@@ -532,7 +520,9 @@ impl Service<Request<String>> for Gate {
     }
 
     fn call(&mut self, _request: Request<String>) -> Self::Future {
-        std::future::ready(Ok(Response::new(Full::default().boxed())))
+        std::future::ready(Ok(Response::new(
+            Full::default().map_err(|never| match never {}).boxed(),
+        )))
     }
 }
 

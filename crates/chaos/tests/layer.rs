@@ -4,18 +4,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use stormguard_chaos::{ChaosBody, ChaosLayer, ErrorAnswer, Fault, FaultKind, Provider};
 use stormguard_classify::{BoxError, Classify, Reason, TransportClassifier};
+use stormguard_test_kit::ScriptedBody;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
@@ -35,25 +31,10 @@ fn event_ends() -> Vec<usize> {
     stream.match_indices("\n\n").map(|(at, _)| at + 2).collect()
 }
 
-/// A body of frames, handed out one by one.
-struct Frames(VecDeque<Bytes>);
-
-impl Body for Frames {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.0.pop_front().map(|data| Ok(Frame::data(data))))
-    }
-}
-
 /// A provider that answers at once: [`STREAM`] to a request with `accept: text/event-stream`,
 /// [`WHOLE`] to the others.
 fn provider()
--> impl Service<Request<()>, Response = Response<Frames>, Error = Infallible, Future: Send> + Clone
+-> impl Service<Request<()>, Response = Response<ScriptedBody>, Error = Infallible, Future: Send> + Clone
 {
     tower::service_fn(|request: Request<()>| async move {
         let streaming = request.headers().contains_key(http::header::ACCEPT);
@@ -62,11 +43,7 @@ fn provider()
         } else {
             ("application/json", vec![WHOLE])
         };
-        let frames = chunks
-            .into_iter()
-            .map(|chunk| Bytes::from_static(chunk.as_bytes()))
-            .collect();
-        let mut response = Response::new(Frames(frames));
+        let mut response = Response::new(ScriptedBody::chunks(chunks));
         response
             .headers_mut()
             .insert(http::header::CONTENT_TYPE, content_type.parse().unwrap());
@@ -105,7 +82,7 @@ enum Seen {
 /// within an hour is a silence; a body frame that does not, a stall.
 async fn call<S>(client: &mut S, request: Request<()>) -> (Seen, Duration)
 where
-    S: Service<Request<()>, Response = Response<ChaosBody<Frames>>, Error = BoxError>,
+    S: Service<Request<()>, Response = Response<ChaosBody<ScriptedBody>>, Error = BoxError>,
 {
     let started = Instant::now();
     let answer = client.ready().await.unwrap().call(request);

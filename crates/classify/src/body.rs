@@ -612,6 +612,7 @@ mod tests {
 
     use super::*;
     use crate::{LlmClassifier, Reason};
+    use stormguard_test_kit::ScriptedBody;
 
     #[tokio::test]
     async fn one_frame_is_kept_without_a_copy_and_chunks_are_joined_in_order() {
@@ -620,28 +621,9 @@ mod tests {
         assert!(matches!(tail, Tail::Ended));
         assert_eq!(read.as_ptr(), chunk.as_ptr());
 
-        let (read, tail, _) = Prefix::new(Frames(vec!["ef", "cd", "ab"]), 1024).await;
+        let (read, tail, _) = Prefix::new(ScriptedBody::chunks(["ab", "cd", "ef"]), 1024).await;
         assert!(matches!(tail, Tail::Ended));
         assert_eq!(read, Bytes::from_static(b"abcdef"));
-    }
-
-    /// A body of several ready frames (popped from the end).
-    struct Frames(Vec<&'static str>);
-
-    impl Body for Frames {
-        type Data = Bytes;
-        type Error = std::convert::Infallible;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            let frame = self
-                .0
-                .pop()
-                .map(|text| Ok(Frame::data(Bytes::from_static(text.as_bytes()))));
-            Poll::Ready(frame)
-        }
     }
 
     #[tokio::test]

@@ -2,19 +2,15 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, Response};
+use axum::extract::Request;
 use http::Extensions;
-use http_body::Frame;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottleConfig, Throttled};
 use stormguard_budget::{BudgetConfig, RetryBudget};
@@ -23,52 +19,17 @@ use stormguard_deadline::Deadline;
 use stormguard_jitter::FullJitter;
 use stormguard_reqwest::StormguardMiddleware;
 use stormguard_retry::{ClientLayer, GiveUpCause};
+use stormguard_test_kit::{Log, Reply, ScriptedBackend, ScriptedBody, Seen};
 use tokio::time::Instant;
+use tower_service::Service;
 
-/// One scripted answer: status, headers, body, and how long the server waits before answering.
+/// The log of a scripted backend served on loopback.
 #[derive(Clone)]
-struct Reply {
-    status: u16,
-    headers: Vec<(&'static str, &'static str)>,
-    body: String,
-    delay: Duration,
-}
-
-fn reply(status: u16) -> Reply {
-    Reply {
-        status,
-        headers: Vec::new(),
-        body: String::new(),
-        delay: Duration::ZERO,
-    }
-}
-
-fn json(status: u16, body: &str) -> Reply {
-    Reply {
-        status,
-        headers: vec![("content-type", "application/json")],
-        body: body.to_owned(),
-        delay: Duration::ZERO,
-    }
-}
-
-/// What the server saw of one request.
-#[derive(Clone, Debug)]
-struct Seen {
-    at: Instant,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-#[derive(Clone)]
-struct Server {
-    script: Arc<Vec<Reply>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
+struct Server(Log);
 
 impl Server {
     fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        self.0.all()
     }
 
     fn bodies(&self) -> Vec<Bytes> {
@@ -78,46 +39,22 @@ impl Server {
     fn header_values(&self, name: &str) -> Vec<String> {
         self.seen()
             .iter()
-            .map(|seen| {
-                seen.headers
-                    .get(name)
-                    .map(|value| value.to_str().unwrap().to_owned())
-                    .unwrap_or_default()
-            })
+            .map(|seen| seen.header(name).unwrap_or_default().to_owned())
             .collect()
     }
 }
 
 /// Serves `script` in order, repeating its last reply; returns the URL and the server's log.
 async fn serve(script: Vec<Reply>) -> (String, Server) {
-    async fn answer(
-        State(server): State<Server>,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> Response<Body> {
-        let n = {
-            let mut seen = server.seen.lock().unwrap();
-            seen.push(Seen {
-                at: Instant::now(),
-                headers,
-                body,
-            });
-            seen.len() - 1
-        };
-        let reply = &server.script[n.min(server.script.len() - 1)];
-        tokio::time::sleep(reply.delay).await;
-        let mut response = Response::builder().status(reply.status);
-        for (name, value) in &reply.headers {
-            response = response.header(*name, *value);
+    let backend = ScriptedBackend::replies(script);
+    let server = Server(backend.log().clone());
+    let app = Router::new().fallback(move |request: Request| {
+        let mut backend = backend.clone();
+        async move {
+            let response = backend.call(request).await.unwrap();
+            response.map(Body::new)
         }
-        response.body(Body::from(reply.body.clone())).unwrap()
-    }
-
-    let server = Server {
-        script: Arc::new(script),
-        seen: Arc::default(),
-    };
-    let app = Router::new().fallback(answer).with_state(server.clone());
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -171,7 +108,12 @@ const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"
 
 #[tokio::test]
 async fn post_503_503_200_succeeds_with_attempt_numbers_and_one_idempotency_key() {
-    let (url, server) = serve(vec![reply(503), reply(503), json(200, "{}")]).await;
+    let (url, server) = serve(vec![
+        Reply::status(503),
+        Reply::status(503),
+        Reply::status(200).json("{}"),
+    ])
+    .await;
     let response = client(fast()).post(&url).body(CHAT).send().await.unwrap();
 
     assert_eq!(response.status(), 200);
@@ -189,7 +131,7 @@ async fn post_503_503_200_succeeds_with_attempt_numbers_and_one_idempotency_key(
 
 #[tokio::test]
 async fn callers_idempotency_key_is_kept_and_get_gets_none() {
-    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
+    let (url, server) = serve(vec![Reply::status(503), Reply::status(200).json("{}")]).await;
     let client = client(fast());
     let response = client
         .post(&url)
@@ -204,7 +146,7 @@ async fn callers_idempotency_key_is_kept_and_get_gets_none() {
         ["caller-key-1", "caller-key-1"]
     );
 
-    let (url, server) = serve(vec![json(200, "{}")]).await;
+    let (url, server) = serve(vec![Reply::status(200).json("{}")]).await;
     client.get(&url).send().await.unwrap();
     assert_eq!(server.header_values("idempotency-key"), [""]);
 }
@@ -212,7 +154,11 @@ async fn callers_idempotency_key_is_kept_and_get_gets_none() {
 #[tokio::test]
 async fn bad_request_is_not_retried_and_its_body_reaches_the_caller() {
     let body = r#"{"error":{"message":"maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
-    let (url, server) = serve(vec![json(400, body), json(200, "{}")]).await;
+    let (url, server) = serve(vec![
+        Reply::status(400).json(body),
+        Reply::status(200).json("{}"),
+    ])
+    .await;
     let response = client(fast()).post(&url).body(CHAT).send().await.unwrap();
 
     assert_eq!(response.status(), 400);
@@ -226,7 +172,11 @@ async fn bad_request_is_not_retried_and_its_body_reaches_the_caller() {
 #[tokio::test]
 async fn insufficient_quota_429_is_not_retried() {
     let body = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
-    let (url, server) = serve(vec![json(429, body), json(200, "{}")]).await;
+    let (url, server) = serve(vec![
+        Reply::status(429).json(body),
+        Reply::status(200).json("{}"),
+    ])
+    .await;
     let response = client(fast()).post(&url).body(CHAT).send().await.unwrap();
 
     assert_eq!(response.status(), 429);
@@ -237,17 +187,10 @@ async fn insufficient_quota_429_is_not_retried() {
 
 #[tokio::test]
 async fn rate_limit_429_is_retried_after_the_retry_after_ms_hint() {
-    let limited = Reply {
-        headers: vec![
-            ("retry-after-ms", "50"),
-            ("content-type", "application/json"),
-        ],
-        ..json(
-            429,
-            r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
-        )
-    };
-    let (url, server) = serve(vec![limited, json(200, "{}")]).await;
+    let limited = Reply::status(429).header("retry-after-ms", "50").json(
+        r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+    );
+    let (url, server) = serve(vec![limited, Reply::status(200).json("{}")]).await;
     let response = client(fast()).post(&url).body(CHAT).send().await.unwrap();
 
     assert_eq!(response.status(), 200);
@@ -260,11 +203,8 @@ async fn rate_limit_429_is_retried_after_the_retry_after_ms_hint() {
 
 #[tokio::test]
 async fn hint_above_the_maximum_ends_the_request_at_once() {
-    let come_back_later = Reply {
-        headers: vec![("retry-after-ms", "120000")],
-        ..reply(503)
-    };
-    let (url, server) = serve(vec![come_back_later, json(200, "{}")]).await;
+    let come_back_later = Reply::status(503).header("retry-after-ms", "120000");
+    let (url, server) = serve(vec![come_back_later, Reply::status(200).json("{}")]).await;
     let response = client(fast()).get(&url).send().await.unwrap();
 
     assert_eq!(response.status(), 503);
@@ -277,7 +217,7 @@ async fn hint_above_the_maximum_ends_the_request_at_once() {
 
 #[tokio::test]
 async fn gives_up_after_max_attempts_and_marks_the_response() {
-    let (url, server) = serve(vec![reply(503)]).await;
+    let (url, server) = serve(vec![Reply::status(503)]).await;
     let response = client(fast().with_max_attempts(4))
         .get(&url)
         .send()
@@ -295,7 +235,7 @@ async fn gives_up_after_max_attempts_and_marks_the_response() {
 
 #[tokio::test]
 async fn total_outage_is_amplified_at_most_by_the_budget_floor() {
-    let (url, server) = serve(vec![reply(503)]).await;
+    let (url, server) = serve(vec![Reply::status(503)]).await;
     // Floor: 2 retries per second over 5 s = 10 retries; no successes, so nothing more.
     let budget = RetryBudget::new(
         BudgetConfig::default()
@@ -321,7 +261,7 @@ async fn total_outage_is_amplified_at_most_by_the_budget_floor() {
 
 #[tokio::test]
 async fn throttle_drop_fails_at_once_and_never_reaches_the_server() {
-    let (url, server) = serve(vec![json(200, "{}")]).await;
+    let (url, server) = serve(vec![Reply::status(200).json("{}")]).await;
     let throttle = unbounded_throttle(3);
     // The backend rejected everything lately.
     for _ in 0..1_000 {
@@ -343,41 +283,16 @@ async fn throttle_drop_fails_at_once_and_never_reaches_the_server() {
 }
 
 /// A request body of unknown length: `count` frames of `chunk`.
-struct Chunks {
-    chunk: Bytes,
-    count: usize,
-}
-
-impl Chunks {
-    fn body(chunk: &'static [u8], count: usize) -> reqwest::Body {
-        reqwest::Body::wrap(Self {
-            chunk: Bytes::from_static(chunk),
-            count,
-        })
-    }
-}
-
-impl http_body::Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if self.count == 0 {
-            return Poll::Ready(None);
-        }
-        self.count -= 1;
-        Poll::Ready(Some(Ok(Frame::data(self.chunk.clone()))))
-    }
+fn chunks(chunk: &'static [u8], count: usize) -> reqwest::Body {
+    let chunks = std::iter::repeat_n(Bytes::from_static(chunk), count);
+    reqwest::Body::wrap(ScriptedBody::chunks(chunks))
 }
 
 #[tokio::test]
 async fn streaming_request_body_goes_through_once_unmarked_without_a_key() {
-    let (url, server) = serve(vec![reply(503)]).await;
+    let (url, server) = serve(vec![Reply::status(503)]).await;
     // 4 KiB of unknown length against a 1 KiB replay cap: read up to the cap, then sent once.
-    let body = Chunks::body(&[b'x'; 256], 16);
+    let body = chunks(&[b'x'; 256], 16);
     let response = client(fast().with_max_replay_body(1024))
         .post(&url)
         .body(body)
@@ -397,8 +312,8 @@ async fn streaming_request_body_goes_through_once_unmarked_without_a_key() {
 
 #[tokio::test]
 async fn streaming_request_body_within_the_cap_is_replayed_with_one_key() {
-    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
-    let body = Chunks::body(b"{\"model\":\"m\"}", 3);
+    let (url, server) = serve(vec![Reply::status(503), Reply::status(200).json("{}")]).await;
+    let body = chunks(b"{\"model\":\"m\"}", 3);
     let response = client(fast()).post(&url).body(body).send().await.unwrap();
 
     assert_eq!(response.status(), 200);
@@ -412,11 +327,8 @@ async fn streaming_request_body_within_the_cap_is_replayed_with_one_key() {
 
 #[tokio::test]
 async fn callers_deadline_stops_a_retry_whose_hint_would_pass_it() {
-    let slow_down = Reply {
-        headers: vec![("retry-after-ms", "300")],
-        ..reply(503)
-    };
-    let (url, server) = serve(vec![slow_down, json(200, "{}")]).await;
+    let slow_down = Reply::status(503).header("retry-after-ms", "300");
+    let (url, server) = serve(vec![slow_down, Reply::status(200).json("{}")]).await;
     let response = client(fast())
         .get(&url)
         .with_extension(Deadline::after(Duration::from_millis(150)))
@@ -443,7 +355,7 @@ async fn error_body_larger_than_the_cap_is_handed_back_whole() {
         r#"{{"error":{{"message":"{}","type":"invalid_request_error"}}}}"#,
         "x".repeat(3 * ERROR_BODY_LIMIT)
     );
-    let (url, server) = serve(vec![json(400, &big)]).await;
+    let (url, server) = serve(vec![Reply::status(400).json(big.clone())]).await;
     let response = client(fast()).post(&url).body(CHAT).send().await.unwrap();
 
     assert_eq!(response.status(), 400);
@@ -506,7 +418,7 @@ async fn an_error_the_engine_does_not_retry_comes_back_unchanged() {
 
 #[tokio::test]
 async fn dropping_the_request_during_the_backoff_refunds_the_retry() {
-    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
+    let (url, server) = serve(vec![Reply::status(503), Reply::status(200).json("{}")]).await;
     let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(100));
     // A backoff of up to a minute (seeded: the same delay every run): the retry waits in it.
     let backoff = FullJitter::new(Duration::from_secs(60), Duration::from_secs(60)).with_seed(7);
@@ -533,7 +445,7 @@ async fn dropping_the_request_during_the_backoff_refunds_the_retry() {
 
 #[tokio::test]
 async fn a_retry_the_throttle_drops_is_refunded() {
-    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
+    let (url, server) = serve(vec![Reply::status(503), Reply::status(200).json("{}")]).await;
     // A throttle that lets the first attempt through (nothing recorded yet) and, once that
     // attempt was rejected, drops with probability 1/2: the seed is picked so that the retry's
     // draw drops, replaying the same draws on a probe throttle first.
@@ -562,14 +474,11 @@ async fn a_retry_the_throttle_drops_is_refunded() {
 
 #[tokio::test]
 async fn callers_deadline_tighter_than_the_layers_timeout_is_sent_and_stops_the_retry() {
-    let slow_down = Reply {
-        headers: vec![("retry-after-ms", "300")],
-        ..reply(503)
-    };
+    let slow_down = Reply::status(503).header("retry-after-ms", "300");
     let layer = fast().with_timeout(Duration::from_secs(10));
 
     // The layer's own 10 s leave room for the retry after the 300 ms hint.
-    let (url, server) = serve(vec![slow_down.clone(), json(200, "{}")]).await;
+    let (url, server) = serve(vec![slow_down.clone(), Reply::status(200).json("{}")]).await;
     let response = client(layer.clone()).get(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(server.seen().len(), 2);
@@ -580,7 +489,7 @@ async fn callers_deadline_tighter_than_the_layers_timeout_is_sent_and_stops_the_
 
     // The caller's 250 ms deadline is what the server is told (less the 50 ms margin), and it
     // leaves no room for the hint: the retry is not sent.
-    let (url, server) = serve(vec![slow_down, json(200, "{}")]).await;
+    let (url, server) = serve(vec![slow_down, Reply::status(200).json("{}")]).await;
     let response = client(layer)
         .get(&url)
         .with_extension(Deadline::after(Duration::from_millis(250)))
@@ -602,13 +511,10 @@ async fn callers_deadline_tighter_than_the_layers_timeout_is_sent_and_stops_the_
 
 #[tokio::test]
 async fn a_per_request_reqwest_timeout_applies_to_each_attempt() {
-    let hung = Reply {
-        delay: Duration::from_secs(5),
-        ..json(200, "{}")
-    };
+    let hung = Reply::status(200).json("{}").delay(Duration::from_secs(5));
 
     // The first attempt times out after 200 ms; the retry gets 200 ms of its own, and answers.
-    let (url, server) = serve(vec![hung.clone(), json(200, "{}")]).await;
+    let (url, server) = serve(vec![hung.clone(), Reply::status(200).json("{}")]).await;
     let started = Instant::now();
     let response = client(fast())
         .get(&url)
@@ -690,7 +596,7 @@ impl Middleware for Recorder {
 
 #[tokio::test]
 async fn the_callers_extensions_reach_the_rest_of_the_chain_on_every_attempt() {
-    let (url, server) = serve(vec![reply(503), json(200, "{}")]).await;
+    let (url, server) = serve(vec![Reply::status(503), Reply::status(200).json("{}")]).await;
     let recorder = Recorder::default();
     let client = ClientBuilder::new(reqwest::Client::new())
         .with(StormguardMiddleware::new(fast()))

@@ -16,7 +16,8 @@ use http_body_util::{BodyExt, Full};
 use stormguard_classify::BoxError;
 use stormguard_classify::headers::X_SHOULD_RETRY;
 use stormguard_jitter::Constant;
-use support::{Chunked, Log, Recording, retries_only, scripted, status};
+use stormguard_test_kit::post;
+use support::{CHAT_URI, Chunked, Log, Recording, retries_only, scripted, status};
 use tower::{Layer, Service, ServiceExt};
 
 fn chunks(count: usize, size: usize) -> Vec<Bytes> {
@@ -90,7 +91,7 @@ async fn streamed_error_body_is_read_up_to_the_limit_and_the_rest_streams_on() {
         .with_max_attempts(1)
         .layer(backend);
 
-    let response = client.oneshot(support::post("{}")).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
 
     assert_eq!(*classifier.bodies.lock().unwrap(), [64 * 1024]);
     assert!(response.body().was_read());
@@ -168,7 +169,7 @@ async fn every_attempt_is_sent_on_a_ready_service() {
             .ready()
             .await
             .unwrap()
-            .call(support::post("{}"))
+            .call(post(CHAT_URI, "{}"))
             .await
             .unwrap();
         assert_eq!(response.status(), 200);

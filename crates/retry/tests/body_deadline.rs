@@ -4,77 +4,27 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use stormguard_classify::{Reason, chain, outcome_of};
 use stormguard_deadline::DeadlineExceeded;
 use stormguard_retry::ClientLayer;
 use stormguard_stream::StreamPolicy;
-use tokio::time::{Instant, Sleep};
+use stormguard_test_kit::ScriptedBody;
+use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
-/// An event stream whose events arrive at fixed instants, then ends; or, with no events, one
-/// that never sends anything.
-struct Paced {
-    events: VecDeque<(Instant, Bytes)>,
-    silent: bool,
-    sleep: Option<Pin<Box<Sleep>>>,
-}
-
-impl Paced {
-    fn silent() -> Self {
-        Self {
-            events: VecDeque::new(),
-            silent: true,
-            sleep: None,
-        }
-    }
-
-    /// One content event at each of `at`.
-    fn at(at: impl IntoIterator<Item = Instant>) -> Self {
-        let event = Bytes::from_static(
-            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok\"}}]}\n\n",
-        );
-        Self {
-            events: at.into_iter().map(|at| (at, event.clone())).collect(),
-            silent: false,
-            sleep: None,
-        }
-    }
-}
-
-impl Body for Paced {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if self.silent {
-            return Poll::Pending;
-        }
-        let Some(&(at, _)) = self.events.front() else {
-            return Poll::Ready(None);
-        };
-        let sleep = self
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-        ready!(sleep.as_mut().poll(cx));
-        self.sleep = None;
-        let (_, event) = self.events.pop_front().unwrap();
-        Poll::Ready(Some(Ok(Frame::data(event))))
-    }
+/// An event stream of one content event at each of `at`, then its end.
+fn paced(at: impl IntoIterator<Item = Instant>) -> ScriptedBody {
+    let event = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok\"}}]}\n\n";
+    at.into_iter()
+        .fold(ScriptedBody::new(), |body, at| body.until(at).data(event))
 }
 
 /// A 25 s deadline and a 10 s limit on the first event: the first attempt's stream stays silent,
@@ -89,8 +39,8 @@ async fn a_stream_handed_back_after_a_retry_ends_at_the_deadline() {
     let seen = Arc::clone(&calls);
     let backend = tower::service_fn(move |_request: Request<Full<Bytes>>| {
         let body = match seen.fetch_add(1, Ordering::SeqCst) {
-            0 => Paced::silent(),
-            _ => Paced::at((0..12).map(|n| started + Duration::from_millis(19_500 + 1_000 * n))),
+            0 => ScriptedBody::hanging(),
+            _ => paced((0..12).map(|n| started + Duration::from_millis(19_500 + 1_000 * n))),
         };
         let response = Response::builder()
             .header("content-type", "text/event-stream")

@@ -24,7 +24,8 @@ use stormguard_classify::headers::X_SHOULD_RETRY;
 use stormguard_classify::{BoxError, LocalAnswer, Outcome, Reason};
 use stormguard_jitter::Constant;
 use stormguard_retry::ClientLayer;
-use support::{Chunked, Reply, body_bytes, get, instant, post, reply, status};
+use stormguard_test_kit::post;
+use support::{CHAT_URI, Chunked, Reply, body_bytes, get, instant, reply, status};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
@@ -183,7 +184,11 @@ async fn a_refused_request_is_not_sent_retried_throttled_or_charged_to_the_budge
 
     let start = Instant::now();
     for _ in 0..5 {
-        let error = client.clone().oneshot(post(CHAT)).await.unwrap_err();
+        let error = client
+            .clone()
+            .oneshot(post(CHAT_URI, CHAT))
+            .await
+            .unwrap_err();
         assert_eq!(error.reason(), Reason::BreakerOpen, "{error}");
         assert_eq!(error.attempts(), 0);
         assert_eq!(error.gave_up(), None);
@@ -216,7 +221,7 @@ async fn a_retry_the_breaker_refuses_gives_its_withdrawal_back() {
             layer = layer.with_fallback(fallback);
         }
 
-        let result = layer.layer(backend).oneshot(post(CHAT)).await;
+        let result = layer.layer(backend).oneshot(post(CHAT_URI, CHAT)).await;
 
         if with_fallback {
             let response = result.unwrap();
@@ -248,7 +253,7 @@ async fn the_fallback_answers_locally_from_the_request_head() {
         .with_breaker(breaker)
         .with_fallback(fallback)
         .layer(backend);
-    let mut request = post(CHAT);
+    let mut request = post(CHAT_URI, CHAT);
     request
         .headers_mut()
         .insert("x-tenant", http::HeaderValue::from_static("acme"));
@@ -293,7 +298,7 @@ async fn without_a_fallback_a_refusal_is_a_typed_error_answered_with_503_and_ret
     let (log, backend) = instant(|_, _| Ok(status(200)));
     let client = ClientLayer::default().with_breaker(breaker).layer(backend);
 
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
 
     assert_eq!(log.len(), 0);
     assert_eq!(error.reason(), Reason::BreakerOpen);
@@ -337,7 +342,14 @@ async fn every_attempt_is_recorded_and_only_what_the_backend_failed_counts_again
 
     let mut statuses = Vec::new();
     for _ in 0..5 {
-        statuses.push(client.clone().oneshot(post(CHAT)).await.unwrap().status());
+        statuses.push(
+            client
+                .clone()
+                .oneshot(post(CHAT_URI, CHAT))
+                .await
+                .unwrap()
+                .status(),
+        );
     }
 
     assert_eq!(statuses, [200, 200, 200, 400, 200]);
@@ -366,7 +378,7 @@ async fn twenty_503s_open_the_breaker_and_the_next_requests_never_reach_the_back
         .layer(backend);
 
     for _ in 0..19 {
-        let response = client.clone().oneshot(post(CHAT)).await.unwrap();
+        let response = client.clone().oneshot(post(CHAT_URI, CHAT)).await.unwrap();
         assert_eq!(response.status(), 503);
     }
     assert_eq!(
@@ -374,7 +386,7 @@ async fn twenty_503s_open_the_breaker_and_the_next_requests_never_reach_the_back
         State::Closed,
         "19 calls are too few to judge"
     );
-    let response = client.clone().oneshot(post(CHAT)).await.unwrap();
+    let response = client.clone().oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 503, "the 20th is answered, then judged");
     let snapshot = breaker.snapshot();
     assert_eq!(snapshot.state, State::Open);
@@ -385,7 +397,11 @@ async fn twenty_503s_open_the_breaker_and_the_next_requests_never_reach_the_back
     );
 
     for _ in 0..10 {
-        let error = client.clone().oneshot(post(CHAT)).await.unwrap_err();
+        let error = client
+            .clone()
+            .oneshot(post(CHAT_URI, CHAT))
+            .await
+            .unwrap_err();
         assert_eq!(error.reason(), Reason::BreakerOpen, "{error}");
     }
     assert_eq!(log.len(), 20);
@@ -400,22 +416,30 @@ async fn the_servers_retry_after_sets_how_long_the_breaker_stays_open() {
         .with_breaker(breaker.clone())
         .layer(backend);
 
-    let response = client.clone().oneshot(post(CHAT)).await.unwrap();
+    let response = client.clone().oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 503);
     // Not the default 1 s: the 5 s the server asked for, stretched by at most 25%.
-    let error = client.clone().oneshot(post(CHAT)).await.unwrap_err();
+    let error = client
+        .clone()
+        .oneshot(post(CHAT_URI, CHAT))
+        .await
+        .unwrap_err();
     let after = breaker_open(error).retry_after();
     assert!(
         (Duration::from_secs(5)..=Duration::from_millis(6250)).contains(&after),
         "{after:?}"
     );
     tokio::time::advance(after - Duration::from_millis(1)).await;
-    let error = client.clone().oneshot(post(CHAT)).await.unwrap_err();
+    let error = client
+        .clone()
+        .oneshot(post(CHAT_URI, CHAT))
+        .await
+        .unwrap_err();
     assert_eq!(error.reason(), Reason::BreakerOpen);
     assert_eq!(log.len(), 1);
     tokio::time::advance(Duration::from_millis(1)).await;
     // The wait is over: a probe goes.
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(log.len(), 2);
 }
@@ -430,7 +454,7 @@ async fn an_attempt_in_flight_at_the_deadline_is_a_health_failure_and_frees_its_
         .layer(provider.service());
 
     let start = Instant::now();
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
 
     assert_eq!(start.elapsed(), Duration::from_secs(5));
     assert_eq!(error.reason(), Reason::DeadlineExceeded, "{error}");
@@ -463,7 +487,11 @@ async fn dropping_the_request_at_any_point_leaves_nothing_in_flight() {
 
     // An attempt in flight.
     let provider = Provider::new(Duration::from_secs(10));
-    let mut future = tokio_test::task::spawn(layer.layer(provider.service()).oneshot(post(CHAT)));
+    let mut future = tokio_test::task::spawn(
+        layer
+            .layer(provider.service())
+            .oneshot(post(CHAT_URI, CHAT)),
+    );
     assert!(future.poll().is_pending());
     assert_eq!((provider.calls(), in_flight()), (1, 1));
     drop(future);
@@ -474,7 +502,7 @@ async fn dropping_the_request_at_any_point_leaves_nothing_in_flight() {
         let body = Chunked::new([Bytes::from_static(b"{\"error\":")]).stalling();
         Ok::<_, BoxError>(Response::builder().status(503).body(body).unwrap())
     });
-    let mut future = tokio_test::task::spawn(layer.layer(backend).oneshot(post(CHAT)));
+    let mut future = tokio_test::task::spawn(layer.layer(backend).oneshot(post(CHAT_URI, CHAT)));
     assert!(future.poll().is_pending());
     assert_eq!(in_flight(), 1);
     drop(future);
@@ -486,7 +514,7 @@ async fn dropping_the_request_at_any_point_leaves_nothing_in_flight() {
         .clone()
         .with_backoff(Constant::new(Duration::from_secs(5)))
         .layer(backend);
-    let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT)));
+    let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT_URI, CHAT)));
     assert!(future.poll().is_pending());
     assert_eq!((log.len(), in_flight()), (1, 0));
     drop(future);
@@ -542,7 +570,7 @@ where
         let runs = Arc::clone(runs);
         tasks.spawn(async move {
             tokio::time::sleep_until(sent).await;
-            let how = match client.oneshot(post(CHAT)).await {
+            let how = match client.oneshot(post(CHAT_URI, CHAT)).await {
                 Ok(response) => match fallback_kind(&response) {
                     Some("cut") => Ended::Cut,
                     Some("refused") => Ended::Refused,
@@ -704,11 +732,15 @@ async fn without_a_fallback_an_attempt_cut_in_flight_fails_with_breaker_open_sen
     warm_up(&client).await;
     provider.go_dark(Instant::now()..Instant::now() + A_YEAR);
 
-    let mut silent = tokio_test::task::spawn(client.clone().oneshot(post(CHAT)));
+    let mut silent = tokio_test::task::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
     assert!(silent.poll().is_pending());
     tokio::time::advance(Duration::from_millis(1500)).await;
     // The next request finds the silence a stall: it opens the breaker and is refused.
-    let refused = client.clone().oneshot(post(CHAT)).await.unwrap_err();
+    let refused = client
+        .clone()
+        .oneshot(post(CHAT_URI, CHAT))
+        .await
+        .unwrap_err();
     assert!(!breaker_open(refused).was_sent());
 
     assert!(silent.is_woken());
@@ -792,11 +824,15 @@ async fn an_attempt_whose_error_body_stalls_is_cut_too() {
         .layer(backend);
     warm_up(&client).await;
 
-    let mut stalled = tokio_test::task::spawn(client.clone().oneshot(post(CHAT)));
+    let mut stalled = tokio_test::task::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
     assert!(stalled.poll().is_pending());
     assert_eq!(breaker.snapshot().in_flight, 1);
     tokio::time::advance(Duration::from_millis(1500)).await;
-    let refused = client.clone().oneshot(post(CHAT)).await.unwrap_err();
+    let refused = client
+        .clone()
+        .oneshot(post(CHAT_URI, CHAT))
+        .await
+        .unwrap_err();
     assert_eq!(refused.reason(), Reason::BreakerOpen);
 
     let Poll::Ready(Err(error)) = stalled.poll() else {
@@ -815,13 +851,17 @@ async fn the_bulkhead_refuses_the_third_concurrent_request() {
     let (fallback, asked) = fallback();
     let with_fallback = layer.with_fallback(fallback).layer(provider.service());
 
-    let mut first = tokio_test::task::spawn(client.clone().oneshot(post(CHAT)));
-    let mut second = tokio_test::task::spawn(client.clone().oneshot(post(CHAT)));
+    let mut first = tokio_test::task::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
+    let mut second = tokio_test::task::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
     assert!(first.poll().is_pending());
     assert!(second.poll().is_pending());
     assert_eq!(breaker.snapshot().in_flight, 2);
 
-    let error = client.clone().oneshot(post(CHAT)).await.unwrap_err();
+    let error = client
+        .clone()
+        .oneshot(post(CHAT_URI, CHAT))
+        .await
+        .unwrap_err();
     assert_eq!(error.reason(), Reason::BulkheadFull, "{error}");
     assert_eq!(error.attempts(), 0);
     let response = error.to_response::<()>(false);
@@ -834,7 +874,11 @@ async fn the_bulkhead_refuses_the_third_concurrent_request() {
         .downcast::<BulkheadFull>()
         .unwrap();
     assert_eq!(full.max_in_flight(), 2);
-    let answered = with_fallback.clone().oneshot(post(CHAT)).await.unwrap();
+    let answered = with_fallback
+        .clone()
+        .oneshot(post(CHAT_URI, CHAT))
+        .await
+        .unwrap();
     assert_eq!(fallback_kind(&answered), Some("bulkhead"));
     assert!(matches!(
         asked.lock().unwrap()[0].rejected,
@@ -845,7 +889,7 @@ async fn the_bulkhead_refuses_the_third_concurrent_request() {
     // The bulkhead is no breaker: once the two are done, the next request goes through.
     assert_eq!(first.await.unwrap().status(), 200);
     assert_eq!(second.await.unwrap().status(), 200);
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(provider.calls(), 3);
     let snapshot = breaker.snapshot();

@@ -14,6 +14,7 @@ use stormguard_classify::headers::{X_REQUEST_TIMEOUT_MS, X_SHOULD_RETRY};
 use stormguard_classify::{Reason, chain};
 use stormguard_deadline::{Deadline, DeadlineExceeded, LlmDeadline};
 use stormguard_retry::ClientLayer;
+use stormguard_test_kit::ScriptedBody;
 use support::{Chunked, Log, instant, scripted, status};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
@@ -197,6 +198,13 @@ async fn an_estimate_tighter_than_the_callers_deadline_is_enforced_whenever_the_
         .layer(backend);
     // 1 s + 100 output tokens at 10 ms = 2 s, tighter than the caller's 60 s.
     let body = || Chunked::new([Bytes::from_static(br#"{"max_tokens": 100}"#)]);
+    let late_body = || {
+        Chunked::from(
+            ScriptedBody::new()
+                .yield_once()
+                .data(Bytes::from_static(br#"{"max_tokens": 100}"#)),
+        )
+    };
     let due_in_a_minute = |body| {
         let mut request = llm_request(body);
         Deadline::after(Duration::from_secs(60)).apply_to(&mut request);
@@ -204,7 +212,7 @@ async fn an_estimate_tighter_than_the_callers_deadline_is_enforced_whenever_the_
     };
 
     // No deadline of the caller's, the body arriving late: the estimate holds.
-    let request = llm_request(body().arriving_late());
+    let request = llm_request(late_body());
     assert_eq!(
         expires_after(client.clone(), request).await,
         Duration::from_secs(2)
@@ -216,6 +224,6 @@ async fn an_estimate_tighter_than_the_callers_deadline_is_enforced_whenever_the_
         Duration::from_secs(2)
     );
     // The caller's looser deadline, the body arriving late: the estimate must still hold.
-    let request = due_in_a_minute(body().arriving_late());
+    let request = due_in_a_minute(late_body());
     assert_eq!(expires_after(client, request).await, Duration::from_secs(2));
 }

@@ -25,7 +25,8 @@ use stormguard_deadline::{Deadline, DeadlineExceeded};
 use stormguard_jitter::{Constant, FullJitter, HintPolicy};
 use stormguard_numbers::random::RandomSource;
 use stormguard_retry::{ClientLayer, GiveUpCause, Route};
-use support::{Log, Reply, body_bytes, instant, post, reply, retries_only, scripted, status};
+use stormguard_test_kit::post;
+use support::{CHAT_URI, Log, Reply, body_bytes, instant, reply, retries_only, scripted, status};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
@@ -51,7 +52,7 @@ fn budgeted() -> (RetryBudget, ClientLayer) {
 
 /// A chat request whose caller set a deadline `after` from now.
 fn chat_due_in(after: Duration) -> Request<Full<Bytes>> {
-    let mut request = post(CHAT);
+    let mut request = post(CHAT_URI, CHAT);
     Deadline::after(after).apply_to(&mut request);
     request
 }
@@ -71,7 +72,7 @@ where
         let client = client.clone();
         tasks.spawn(async move {
             tokio::time::sleep_until(start + Duration::from_millis(10) * i as u32).await;
-            client.oneshot(post(CHAT)).await
+            client.oneshot(post(CHAT_URI, CHAT)).await
         });
     }
     tasks.join_all().await
@@ -83,7 +84,7 @@ async fn two_503s_then_success_on_the_third_attempt() {
     let (budget, layer) = budgeted();
     let client = layer.layer(backend);
 
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(response.status(), 200);
     assert_eq!(no_retry_mark(&response), None);
@@ -121,7 +122,7 @@ async fn bad_request_is_never_retried() {
     let (budget, layer) = budgeted();
     let client = layer.layer(backend);
 
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(response.status(), 400);
     assert_eq!(log.len(), 1);
@@ -148,7 +149,7 @@ async fn retry_after_ms_hint_sets_the_delay() {
     });
     let client = retries_only().layer(backend);
 
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(response.status(), 200);
     let seen = log.all();
@@ -246,7 +247,7 @@ async fn hint_of_ten_minutes_is_not_waited_for() {
     let client = layer.layer(backend);
 
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(log.len(), 1);
@@ -328,7 +329,7 @@ async fn body_over_the_cap_is_sent_once_untouched() {
     let (budget, layer) = budgeted();
     let client = layer.with_max_replay_body(16).layer(backend);
 
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(response.status(), 503);
     let seen = log.all();
@@ -361,7 +362,7 @@ async fn error_bodies_are_read_for_the_classifier_and_kept_whole_for_the_caller(
         .with_max_attempts(2)
         .layer(backend);
 
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(log.len(), 2);
     assert_eq!(*classifier.bodies.lock().unwrap(), [64 * 1024, 64 * 1024]);
@@ -380,7 +381,7 @@ async fn quota_exhausted_is_final_but_rate_limited_is_retried() {
     let (log, backend) = instant(move |_, _| Ok(reply(429, &[], quota)));
     let response = retries_only()
         .layer(backend)
-        .oneshot(post(CHAT))
+        .oneshot(post(CHAT_URI, CHAT))
         .await
         .unwrap();
     assert_eq!(log.len(), 1);
@@ -399,7 +400,7 @@ async fn quota_exhausted_is_final_but_rate_limited_is_retried() {
     });
     let response = retries_only()
         .layer(backend)
-        .oneshot(post(CHAT))
+        .oneshot(post(CHAT_URI, CHAT))
         .await
         .unwrap();
     assert_eq!(log.len(), 2);
@@ -415,7 +416,7 @@ async fn dropping_the_future_during_backoff_cancels_the_request() {
         .with_backoff(Constant::new(Duration::from_secs(5)))
         .layer(backend);
 
-    let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT)));
+    let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT_URI, CHAT)));
     assert!(
         future.poll().is_pending(),
         "should be sleeping before the retry"
@@ -454,7 +455,7 @@ async fn a_retry_the_throttle_below_drops_is_refunded() {
     let client = layer
         .with_backoff(Constant::new(Duration::ZERO))
         .layer(backend);
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
     assert!(chain(&error).any(|link| link.is::<Throttled>()), "{error}");
     assert_eq!(error.reason(), Reason::Throttled);
     assert_eq!(error.gave_up(), None);
@@ -494,7 +495,7 @@ async fn a_retry_the_service_fails_to_get_ready_for_is_refunded() {
         .layer(ReadyOnce {
             calls: calls.clone(),
         });
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
     assert_eq!(error.gave_up(), None);
     assert_eq!(error.into_source().unwrap().to_string(), "backend closed");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -556,7 +557,7 @@ async fn local_rejections_are_final() {
         let (log, backend) = instant(move |_, _| Err::<Reply, _>(error()));
         let (budget, layer) = budgeted();
         let client = layer.layer(backend);
-        let error = client.oneshot(post(CHAT)).await.unwrap_err();
+        let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
         assert_eq!(log.len(), 1, "{name}");
         // Returned as it was: not given up on, the original error in its chain.
         assert_eq!(error.gave_up(), None, "{name}");
@@ -572,7 +573,7 @@ async fn transport_errors_are_retried_then_given_up() {
     });
     let client = retries_only().layer(backend);
 
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
 
     assert_eq!(log.len(), 3);
     assert_eq!(error.attempts(), 3);
@@ -591,7 +592,7 @@ async fn the_report_says_whether_every_attempt_was_answered_429() {
         let (log, backend) = instant(move |n, _| Ok(respond(n)));
         let mut client = retries_only().layer(backend);
         let ready = client.ready().await.unwrap();
-        let (answer, report) = ready.route(post(CHAT), Route::new()).await;
+        let (answer, report) = ready.route(post(CHAT_URI, CHAT), Route::new()).await;
         assert!(answer.is_ok());
         (
             log.len(),
@@ -614,7 +615,7 @@ async fn the_report_says_whether_every_attempt_was_answered_429() {
     });
     let error = retries_only()
         .layer(backend)
-        .oneshot(post(CHAT))
+        .oneshot(post(CHAT_URI, CHAT))
         .await
         .unwrap_err();
     assert_eq!((log.len(), error.attempts()), (3, 3));
@@ -629,7 +630,7 @@ async fn exhausted_budget_gives_up_at_once() {
     let client = retries_only().with_budget(budget.clone()).layer(backend);
 
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(log.len(), 1);
@@ -681,7 +682,7 @@ async fn idempotency_key_only_where_needed_and_never_replaced() {
     let (log, backend) = instant(|n, _| Ok(if n % 2 == 0 { status(503) } else { status(200) }));
     let client = retries_only().layer(backend);
 
-    let mut request = post(CHAT);
+    let mut request = post(CHAT_URI, CHAT);
     request.headers_mut().insert(
         IDEMPOTENCY_KEY,
         http::HeaderValue::from_static("caller-chosen"),
@@ -740,7 +741,7 @@ async fn longest_hint_followed_comes_from_the_hint_policy() {
     let client = retries_only()
         .with_hint_policy(HintPolicy::default().with_max(Duration::from_secs(120)))
         .layer(backend);
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     let seen = log.all();
     assert!(seen[1].at - seen[0].at >= Duration::from_secs(90));
@@ -750,7 +751,7 @@ async fn longest_hint_followed_comes_from_the_hint_policy() {
     let client = retries_only()
         .with_hint_policy(HintPolicy::default().with_max(Duration::from_secs(30)))
         .layer(backend);
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(log.len(), 1);
     assert_eq!(give_up_cause(&response), Some(&GiveUpCause::HintTooLong));
@@ -770,7 +771,7 @@ async fn a_fixed_timeout_is_stamped_on_every_attempt_with_the_time_left() {
         .layer(backend);
 
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(response.status(), 200);
     let seen = log.all();
@@ -795,7 +796,7 @@ async fn a_hung_attempt_ends_at_the_deadline_and_is_counted_as_not_accepted() {
         .layer(backend);
 
     let start = Instant::now();
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
 
     assert_eq!(start.elapsed(), Duration::from_secs(5));
     assert_eq!(error.reason(), Reason::DeadlineExceeded, "{error}");
@@ -818,7 +819,7 @@ async fn the_throttle_judges_a_429_by_its_body() {
     let response = ClientLayer::default()
         .with_throttle(throttle.clone())
         .layer(backend)
-        .oneshot(post(CHAT))
+        .oneshot(post(CHAT_URI, CHAT))
         .await
         .unwrap();
     assert_eq!(response.status(), 429);
@@ -840,7 +841,7 @@ async fn the_throttle_judges_a_429_by_its_body() {
         .with_throttle(throttle.clone())
         .with_backoff(Constant::new(Duration::ZERO))
         .layer(backend)
-        .oneshot(post(CHAT))
+        .oneshot(post(CHAT_URI, CHAT))
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
@@ -858,7 +859,7 @@ async fn dropping_the_future_during_an_attempt_counts_one_request_not_accepted()
         .with_throttle(throttle.clone())
         .layer(backend);
 
-    let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT)));
+    let mut future = tokio_test::task::spawn(client.oneshot(post(CHAT_URI, CHAT)));
     assert!(
         future.poll().is_pending(),
         "the attempt should be in flight"

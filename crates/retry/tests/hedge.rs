@@ -4,11 +4,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
-use std::collections::VecDeque;
-use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
@@ -16,7 +11,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker};
@@ -27,13 +21,16 @@ use stormguard_deadline::clocks::{AttemptClocks, ClockSettings};
 use stormguard_jitter::Constant;
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
 use stormguard_retry::{ClientLayer, Hedging};
-use support::{Log, Seen};
-use tokio::time::{Instant, Sleep};
+use stormguard_test_kit::{Log, Respond, ScriptedBackend, ScriptedBody, Seen, post};
+use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
 const CHAT: &str = r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
 const STREAM: &str =
     r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}"#;
+
+/// Where the requests of these tests go.
+const CHAT_URI: &str = "http://llm.test/v1/chat/completions";
 
 const MS: Duration = Duration::from_millis(1);
 const SECOND: Duration = Duration::from_secs(1);
@@ -91,63 +88,57 @@ impl Books {
     }
 }
 
-/// Counts a cancellation when dropped before it is disarmed.
-struct Watched(Option<Arc<AtomicUsize>>);
+type Reply = Response<ScriptedBody>;
 
-impl Drop for Watched {
-    fn drop(&mut self) {
-        if let Some(cancelled) = self.0.take() {
-            cancelled.fetch_add(1, Ordering::SeqCst);
-        }
+/// The answers of a backend whose n-th attempt goes as `plan(n)` says; a stream's body counts a
+/// cancellation in the books when dropped before its end.
+#[derive(Clone)]
+struct Planned {
+    plan: fn(usize) -> Plan,
+    cancelled: Arc<AtomicUsize>,
+}
+
+impl Respond for Planned {
+    type Body = ScriptedBody;
+
+    fn delay(&self, n: usize) -> Duration {
+        (self.plan)(n).head
+    }
+
+    fn respond(&self, n: usize, _seen: &Seen) -> Result<Reply, BoxError> {
+        let plan = (self.plan)(n);
+        let Some(content) = plan.content else {
+            return Ok(reply(
+                plan.status,
+                "application/json",
+                ScriptedBody::from("{}"),
+            ));
+        };
+        let events = ScriptedBody::new()
+            .data(sse(r#"{"role":"assistant","content":""}"#))
+            .delay(content)
+            .data(sse(&format!(r#"{{"content":"attempt {n} "}}"#)))
+            .delay(10 * MS)
+            .data(sse(r#"{"content":"done"}"#))
+            .data("data: [DONE]\n\n")
+            .watched(&self.cancelled);
+        Ok(reply(plan.status, "text/event-stream", events))
     }
 }
 
-type Reply = Response<Timed>;
-
-/// A backend that answers its n-th attempt as `plan(n)` says.
-fn backend(
-    books: &Books,
-    plan: fn(usize) -> Plan,
-) -> impl Service<Request<Full<Bytes>>, Response = Reply, Error = BoxError, Future: Send>
-+ Clone
-+ Send
-+ 'static {
-    let books = books.clone();
-    tower::service_fn(move |request: Request<Full<Bytes>>| {
-        let books = books.clone();
-        async move {
-            let (parts, body) = request.into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            let n = books.log.push(Seen {
-                at: Instant::now(),
-                method: parts.method,
-                headers: parts.headers,
-                body,
-            });
-            let plan = plan(n);
-            let mut watched = Watched(Some(Arc::clone(&books.cancelled)));
-            tokio::time::sleep(plan.head).await;
-            let Some(content) = plan.content else {
-                watched.0 = None;
-                let body = Timed::new(vec![(Duration::ZERO, Bytes::from_static(b"{}"))], None);
-                return Ok::<_, BoxError>(reply(plan.status, "application/json", body));
-            };
-            let events = vec![
-                (Duration::ZERO, sse(r#"{"role":"assistant","content":""}"#)),
-                (content, sse(&format!(r#"{{"content":"attempt {n} "}}"#))),
-                (10 * MS, sse(r#"{"content":"done"}"#)),
-                (Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")),
-            ];
-            Ok(reply(
-                plan.status,
-                "text/event-stream",
-                Timed::new(events, watched.0.take()),
-            ))
-        }
+/// A backend that answers its n-th attempt as `plan(n)` says, and counts in `books` every
+/// attempt dropped before its head was sent.
+fn backend(books: &Books, plan: fn(usize) -> Plan) -> ScriptedBackend<Planned> {
+    let cancelled = Arc::clone(&books.cancelled);
+    ScriptedBackend::new(Planned {
+        plan,
+        cancelled: Arc::clone(&cancelled),
     })
+    .logging_to(&books.log)
+    .watched(&cancelled)
 }
 
-fn reply(status: u16, content_type: &str, body: Timed) -> Reply {
+fn reply(status: u16, content_type: &str, body: ScriptedBody) -> Reply {
     Response::builder()
         .status(status)
         .header(http::header::CONTENT_TYPE, content_type)
@@ -159,57 +150,6 @@ fn sse(delta: &str) -> Bytes {
     Bytes::from(format!(
         "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n"
     ))
-}
-
-/// A body whose chunks come each after its wait; counts a cancellation when dropped before
-/// its end (`watch`).
-struct Timed {
-    chunks: VecDeque<(Duration, Bytes)>,
-    sleep: Option<Pin<Box<Sleep>>>,
-    watch: Watched,
-}
-
-impl Timed {
-    fn new(chunks: Vec<(Duration, Bytes)>, watch: Option<Arc<AtomicUsize>>) -> Self {
-        Self {
-            chunks: chunks.into(),
-            sleep: None,
-            watch: Watched(watch),
-        }
-    }
-}
-
-impl Body for Timed {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        let Some((wait, _)) = this.chunks.front() else {
-            this.watch.0 = None;
-            return Poll::Ready(None);
-        };
-        if !wait.is_zero() {
-            let wait = *wait;
-            let sleep = this
-                .sleep
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep(wait)));
-            std::task::ready!(sleep.as_mut().poll(cx));
-            this.sleep = None;
-        }
-        let (_, chunk) = this.chunks.pop_front().unwrap();
-        Poll::Ready(Some(Ok(Frame::data(chunk))))
-    }
-}
-
-fn post(body: &'static str) -> Request<Full<Bytes>> {
-    Request::post("http://llm.test/v1/chat/completions")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
-        .unwrap()
 }
 
 /// A budget of ten retries or hedges and nothing more (a floor of 1 a second over 10 s).
@@ -245,7 +185,7 @@ async fn a_slow_attempt_is_hedged_and_the_hedge_answers() {
         .layer(backend(&books, |n| answer([10 * SECOND, 100 * MS][n])));
 
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 1100 * MS);
@@ -280,7 +220,7 @@ async fn the_first_attempt_answering_first_cancels_the_hedge() {
         hedged(SECOND, &budget).layer(backend(&books, |n| answer([1500 * MS, 10 * SECOND][n])));
 
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 1500 * MS);
@@ -295,7 +235,7 @@ async fn an_answer_within_the_delay_sends_no_hedge() {
     let books = Books::default();
     let budget = ten();
     let client = hedged(SECOND, &budget).layer(backend(&books, |_| answer(900 * MS)));
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(books.log.len(), 1);
     assert_eq!(budget.snapshot().withdrawals, 0);
@@ -308,7 +248,7 @@ async fn a_spent_budget_sends_no_hedge() {
     let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
     let client = hedged(SECOND, &budget).layer(backend(&books, |_| answer(10 * SECOND)));
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 10 * SECOND);
     assert_eq!(books.log.len(), 1);
@@ -326,7 +266,7 @@ async fn a_failed_hedge_leaves_the_first_attempt_to_answer() {
         _ => failing(Duration::ZERO, 503),
     }));
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 3 * SECOND);
     assert_eq!(books.log.len(), 2);
@@ -344,7 +284,7 @@ async fn a_failed_first_attempt_leaves_the_hedge_to_answer() {
         _ => answer(SECOND),
     }));
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 2 * SECOND);
     assert_eq!(books.log.len(), 2);
@@ -362,7 +302,7 @@ async fn when_both_fail_the_request_is_retried_within_its_attempts() {
         _ => answer(100 * MS),
     }));
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 1700 * MS);
     assert_eq!(
@@ -384,7 +324,7 @@ async fn a_hedge_the_breaker_refuses_is_not_sent_and_draws_nothing() {
         .with_breaker(breaker.clone())
         .layer(backend(&books, |_| answer(10 * SECOND)));
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 10 * SECOND);
     assert_eq!(books.log.len(), 1);
@@ -402,7 +342,7 @@ async fn a_stream_slow_to_its_first_content_is_hedged_and_the_first_content_wins
     let client =
         hedged(SECOND, &budget).layer(backend(&books, |n| stream([10 * SECOND, 50 * MS][n])));
     let start = Instant::now();
-    let response = client.oneshot(post(STREAM)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, STREAM)).await.unwrap();
     assert_eq!(start.elapsed(), 1050 * MS);
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let text = String::from_utf8_lossy(&body);
@@ -426,7 +366,7 @@ async fn the_deadline_ends_both_attempts() {
         .with_breaker(breaker.clone())
         .layer(backend(&books, |_| answer(10 * SECOND)));
     let start = Instant::now();
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
     assert_eq!(start.elapsed(), 3 * SECOND);
     assert_eq!(error.reason(), Reason::DeadlineExceeded);
     assert_eq!(error.attempts(), 2);
@@ -455,13 +395,13 @@ async fn a_learned_delay_hedges_at_the_backends_95th_percentile() {
             _ => answer(100 * MS),
         }));
     for _ in 0..20 {
-        client.clone().oneshot(post(CHAT)).await.unwrap();
+        client.clone().oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     }
     assert_eq!(clocks.to_first_content(false, 0.95), Some(380 * MS));
     assert_eq!(budget.snapshot().withdrawals, 0, "none of them was hedged");
 
     let start = Instant::now();
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(start.elapsed(), 480 * MS);
     assert_eq!(books.log.len(), 22);
@@ -483,9 +423,9 @@ async fn a_race_teaches_the_hedged_attempts_wait_and_never_the_losing_hedges() {
             answer([10 * SECOND, 100 * MS, 1500 * MS, 10 * SECOND][n])
         }));
     // The hedge wins at 1.1 s: its 100 ms, and the first attempt's 1.1 s waited.
-    client.clone().oneshot(post(CHAT)).await.unwrap();
+    client.clone().oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     // The first wins at 1.5 s: its 1.5 s, and not the hedge's 500 ms.
-    client.oneshot(post(CHAT)).await.unwrap();
+    client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     let at = |percentile| clocks.to_first_content(false, percentile);
     assert_eq!(at(0.0), Some(100 * MS));
     // Three figures: 100 ms, 1.1 s, 1.5 s (with the hedge's 500 ms, this would be 500 ms).
@@ -528,7 +468,7 @@ async fn a_service_not_ready_for_the_hedge_leaves_the_first_attempt_to_answer() 
     let start = Instant::now();
     let response = hedged(SECOND, &budget)
         .layer(service)
-        .oneshot(post(CHAT))
+        .oneshot(post(CHAT_URI, CHAT))
         .await;
     assert_eq!(response.unwrap().status(), 200);
     assert_eq!(start.elapsed(), 10 * SECOND);
@@ -547,7 +487,7 @@ async fn a_learned_delay_hedges_nothing_before_it_is_learned() {
     let client = ClientLayer::default()
         .with_hedging(Hedging::default())
         .layer(backend(&books, |_| answer(5 * SECOND)));
-    client.oneshot(post(CHAT)).await.unwrap();
+    client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     assert_eq!(books.log.len(), 1);
 }
 
@@ -569,7 +509,7 @@ async fn a_delay_learned_while_an_attempt_waits_hedges_the_next_attempt_only() {
             0 => answer(2 * SECOND),
             _ => answer(SECOND),
         }));
-    let mut request = std::pin::pin!(client.clone().oneshot(post(CHAT)));
+    let mut request = std::pin::pin!(client.clone().oneshot(post(CHAT_URI, CHAT)));
     let mut poll = async || std::future::poll_fn(|cx| Poll::Ready(request.as_mut().poll(cx))).await;
     assert!(poll().await.is_pending());
     tokio::time::advance(100 * MS).await;
@@ -590,7 +530,10 @@ async fn a_delay_learned_while_an_attempt_waits_hedges_the_next_attempt_only() {
     // The next request's attempt is hedged at the delay learned (50 ms: the first request's 2 s
     // is one answer in 31).
     let start = Instant::now();
-    assert_eq!(client.oneshot(post(CHAT)).await.unwrap().status(), 200);
+    assert_eq!(
+        client.oneshot(post(CHAT_URI, CHAT)).await.unwrap().status(),
+        200
+    );
     assert_eq!(books.log.len(), 3);
     assert_eq!(budget.snapshot().withdrawals, 1);
     assert_eq!(start.elapsed(), SECOND);
@@ -632,7 +575,7 @@ async fn a_request_dropped_anywhere_leaks_no_permit_slot_or_withdrawal() {
             }));
 
         let start = Instant::now();
-        let outcome = tokio::time::timeout(after, client.oneshot(post(STREAM))).await;
+        let outcome = tokio::time::timeout(after, client.oneshot(post(CHAT_URI, STREAM))).await;
         assert!(outcome.is_err(), "still waiting at {after:?}");
         let hedges = usize::from(after > 2 * SECOND);
         assert_eq!(books.log.len(), 1 + hedges, "at {after:?}");

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stormguard_jitter::Constant;
-use support::{Log, retries_only, scripted, status};
+use stormguard_test_kit::post;
+use support::{CHAT_URI, Log, retries_only, scripted, status};
 use tower::{Layer, ServiceExt};
 
 /// Collects what a `fmt` subscriber writes.
@@ -60,7 +61,7 @@ async fn retries_and_give_ups_are_logged_apart() {
     let client = retries_only()
         .with_backoff(Constant::new(Duration::from_millis(250)))
         .layer(backend);
-    client.oneshot(support::post("{}")).await.unwrap();
+    client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
 
     // Two retries at WARN, then the failure after retrying, once, at ERROR.
     let lines = captured.lines();
@@ -90,7 +91,7 @@ async fn retries_and_give_ups_are_logged_apart() {
     );
     let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
     let client = retries_only().with_budget(budget).layer(backend);
-    client.oneshot(support::post("{}")).await.unwrap();
+    client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
     let lines = captured.lines();
     assert_eq!(lines.len(), 4, "{lines:#?}");
     assert!(lines[3].contains("DEBUG"), "{}", lines[3]);
@@ -126,7 +127,7 @@ async fn an_outage_at_12000_requests_a_second_logs_a_bounded_number_of_lines() {
     for _ in 0..SECONDS * 10 {
         let mut calls = tokio::task::JoinSet::new();
         for _ in 0..RATE / 10 {
-            calls.spawn(client.clone().oneshot(support::post("{}")));
+            calls.spawn(client.clone().oneshot(post(CHAT_URI, "{}")));
         }
         while let Some(call) = calls.join_next().await {
             assert_eq!(call.unwrap().unwrap().status(), 503);

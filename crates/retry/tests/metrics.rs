@@ -21,7 +21,8 @@ use stormguard_retry::metrics::{
     ATTEMPT_DURATION, BREAKER_STATE, HEDGES, RATE_LIMIT_HEADROOM, RATE_LIMIT_WAIT, REFUSALS,
     REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STREAMS, THROTTLE_DROP_PROBABILITY,
 };
-use support::{Log, body_bytes, planned, reply, retries_only, scripted, status};
+use stormguard_test_kit::post;
+use support::{CHAT_URI, Log, body_bytes, planned, reply, retries_only, scripted, status};
 use tower::{Layer, ServiceExt};
 
 /// Runs `test` on a paused current-thread runtime with a recorder of its own, and returns what
@@ -114,7 +115,7 @@ fn a_request_answered_on_its_third_attempt() {
             .with_name("openai")
             .with_backoff(Constant::new(Duration::from_millis(250)))
             .layer(backend);
-        let response = client.oneshot(support::post("{}")).await.unwrap();
+        let response = client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
         assert_eq!(response.status(), 200);
     });
 
@@ -171,7 +172,7 @@ fn an_outage_counts_what_the_budget_and_the_throttle_refused() {
             .layer(backend);
         let mut refused = 0;
         for _ in 0..REQUESTS {
-            match client.clone().oneshot(support::post("{}")).await {
+            match client.clone().oneshot(post(CHAT_URI, "{}")).await {
                 Ok(response) => assert_eq!(response.status(), 503),
                 Err(error) => {
                     assert_eq!(error.attempts(), 0);
@@ -213,7 +214,7 @@ fn an_open_breaker_shows_in_its_gauge_and_its_refusals() {
             .with_breaker(breaker)
             .layer(backend);
         for _ in 0..10 {
-            let _ = client.clone().oneshot(support::post("{}")).await;
+            let _ = client.clone().oneshot(post(CHAT_URI, "{}")).await;
         }
         assert_eq!(log.len(), 3);
     });
@@ -241,7 +242,7 @@ fn a_retry_the_breaker_refuses_is_no_retry_and_its_fallback_is_counted_as_one() 
             .with_fallback(fallback)
             .layer(backend);
         for _ in 0..2 {
-            let response = client.clone().oneshot(support::post("{}")).await.unwrap();
+            let response = client.clone().oneshot(post(CHAT_URI, "{}")).await.unwrap();
             assert!(response.extensions().get::<LocalAnswer>().is_some());
         }
         assert_eq!(log.len(), 1);
@@ -284,7 +285,7 @@ fn rate_limit_waits_and_headroom() {
             .layer(backend);
         let mut calls = tokio::task::JoinSet::new();
         for _ in 0..3 {
-            calls.spawn(client.clone().oneshot(support::post("{}")));
+            calls.spawn(client.clone().oneshot(post(CHAT_URI, "{}")));
         }
         while let Some(call) = calls.join_next().await {
             assert_eq!(call.unwrap().unwrap().status(), 200);
@@ -322,7 +323,7 @@ fn streams_by_outcome() {
             .with_backoff(Constant::new(Duration::from_millis(10)))
             .layer(backend);
         for _ in 0..2 {
-            let response = client.clone().oneshot(support::post("{}")).await.unwrap();
+            let response = client.clone().oneshot(post(CHAT_URI, "{}")).await.unwrap();
             assert_eq!(response.status(), 200);
             let _ = http_body_util::BodyExt::collect(response.into_body()).await;
         }
@@ -341,7 +342,7 @@ fn a_layer_without_a_name_is_unknown() {
         let (_log, backend) = support::instant(|_, _| Ok(status(200)));
         let response = retries_only()
             .layer(backend)
-            .oneshot(support::post("{}"))
+            .oneshot(post(CHAT_URI, "{}"))
             .await;
         assert_eq!(body_bytes(response.unwrap()).await.len(), 0);
     });
@@ -368,7 +369,7 @@ fn each_answer_s_tokens_are_recorded_by_type_and_attempt_once_read() {
             .with_name("openai")
             .with_backoff(Constant::new(Duration::ZERO))
             .layer(backend.clone());
-        let response = client.clone().oneshot(support::post("{}")).await.unwrap();
+        let response = client.clone().oneshot(post(CHAT_URI, "{}")).await.unwrap();
         body_bytes(response).await;
 
         // A stream: Anthropic's usage in `message_start` (input) and `message_delta` (output).
@@ -380,7 +381,7 @@ fn each_answer_s_tokens_are_recorded_by_type_and_attempt_once_read() {
             Ok(reply(200, &[("content-type", "text/event-stream")], stream))
         });
         let client = retries_only().with_name("openai").layer(streaming);
-        let response = client.oneshot(support::post("{}")).await.unwrap();
+        let response = client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
         body_bytes(response).await;
     });
     let tokens = |kind: &str| {
@@ -407,7 +408,7 @@ fn hedges_by_what_became_of_them() {
                 .with_name("openai")
                 .with_hedging(hedging)
                 .layer(planned(&Log::default(), &plan));
-            client.oneshot(support::post("{}")).await.unwrap();
+            client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
         };
         let ms = Duration::from_millis;
         // Won: the first would take 10 s, the hedge answers 100 ms after it went.

@@ -23,7 +23,8 @@ use stormguard_classify::{Outcome, Reason};
 use stormguard_jitter::Constant;
 use stormguard_rate_limit::{RateLimit, RateLimitCause, RateLimitConfig, RateLimited};
 use stormguard_retry::ClientLayer;
-use support::{get, instant, post, reply, retries_only, status};
+use stormguard_test_kit::post;
+use support::{CHAT_URI, get, instant, reply, retries_only, status};
 use tokio::time::Instant;
 use tokio_test::assert_pending;
 use tokio_test::task::spawn;
@@ -73,7 +74,7 @@ async fn retries_are_paced_too() {
         .with_rate_limit(limit.clone())
         .layer(backend);
 
-    let response = client.oneshot(post(CHAT)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(response.status(), 200);
     assert_eq!(arrivals(&log), [Duration::ZERO, Duration::from_secs(1)]);
@@ -99,7 +100,7 @@ async fn a_request_without_a_slot_ends_at_once_answered_429() {
     let client = layer.layer(backend);
 
     let start = Instant::now();
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
 
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(error.reason(), Reason::RateLimitedLocally, "{error}");
@@ -135,7 +136,7 @@ async fn a_retry_without_a_slot_gives_back_its_withdrawal() {
         .with_rate_limit(limit)
         .layer(backend);
 
-    let error = client.oneshot(post(CHAT)).await.unwrap_err();
+    let error = client.oneshot(post(CHAT_URI, CHAT)).await.unwrap_err();
 
     assert_eq!(error.reason(), Reason::RateLimitedLocally, "{error}");
     assert_eq!(error.attempts(), 1);
@@ -185,7 +186,7 @@ async fn the_limit_learns_from_the_answers() {
         instant(|_, _| Ok(reply(200, &[("x-ratelimit-limit-requests", "60")], "{}")));
     let client = retries_only().with_rate_limit(limit.clone()).layer(backend);
     for _ in 0..4 {
-        client.clone().oneshot(post(CHAT)).await.unwrap();
+        client.clone().oneshot(post(CHAT_URI, CHAT)).await.unwrap();
     }
     assert_eq!(limit.snapshot().requests_per_minute, Some(60));
     let seconds = [0, 0, 1, 2].map(Duration::from_secs);
@@ -216,9 +217,9 @@ async fn a_429_holds_every_request_until_its_hint() {
     });
     let client = retries_only().with_rate_limit(limit.clone()).layer(backend);
 
-    let first = tokio::spawn(client.clone().oneshot(post(CHAT)));
+    let first = tokio::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
     tokio::time::sleep(100 * MS).await;
-    let second = tokio::spawn(client.clone().oneshot(post(CHAT)));
+    let second = tokio::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
     assert_eq!(second.await.unwrap().unwrap().status(), 200);
 
@@ -241,8 +242,8 @@ async fn the_time_left_is_stamped_when_the_attempt_goes() {
         .with_rate_limit(per_minute(60))
         .layer(backend);
 
-    let first = tokio::spawn(client.clone().oneshot(post(CHAT)));
-    let second = tokio::spawn(client.clone().oneshot(post(CHAT)));
+    let first = tokio::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
+    let second = tokio::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
     first.await.unwrap().unwrap();
     second.await.unwrap().unwrap();
 
@@ -266,16 +267,16 @@ async fn dropped_while_pacing_the_slot_is_given_back() {
     let limit = per_minute(60);
     let (log, backend) = instant(|_, _| Ok(status(200)));
     let mut client = retries_only().with_rate_limit(limit.clone()).layer(backend);
-    client.clone().oneshot(post(CHAT)).await.unwrap();
+    client.clone().oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
-    let mut pacing = spawn(client.ready().await.unwrap().call(post(CHAT)));
+    let mut pacing = spawn(client.ready().await.unwrap().call(post(CHAT_URI, CHAT)));
     assert_pending!(pacing.poll());
     tokio::time::advance(500 * MS).await;
     assert_pending!(pacing.poll());
     drop(pacing);
     tokio::time::advance(500 * MS).await;
     assert_eq!(limit.snapshot().requests_available, Some(1));
-    client.clone().oneshot(post(CHAT)).await.unwrap();
+    client.clone().oneshot(post(CHAT_URI, CHAT)).await.unwrap();
 
     assert_eq!(arrivals(&log), [Duration::ZERO, Duration::from_secs(1)]);
 }
@@ -306,7 +307,11 @@ async fn a_breaker_refusal_gives_the_slot_back() {
     // Refused at once: the bucket's one slot is still there.
     open(&breaker);
     for _ in 0..5 {
-        let error = client.clone().oneshot(post(CHAT)).await.unwrap_err();
+        let error = client
+            .clone()
+            .oneshot(post(CHAT_URI, CHAT))
+            .await
+            .unwrap_err();
         assert_eq!(error.reason(), Reason::BreakerOpen);
         assert_eq!(limit.snapshot().requests_available, Some(1));
     }
@@ -320,7 +325,7 @@ async fn a_breaker_refusal_gives_the_slot_back() {
         .with_rate_limit(limit.clone())
         .layer(backend);
     spend_a_slot(&limit);
-    let waiting = tokio::spawn(client.clone().oneshot(post(CHAT)));
+    let waiting = tokio::spawn(client.clone().oneshot(post(CHAT_URI, CHAT)));
     tokio::time::sleep(500 * MS).await;
     open(&breaker);
     let error = waiting.await.unwrap().unwrap_err();

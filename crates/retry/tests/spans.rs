@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use stormguard_jitter::Constant;
 use stormguard_retry::Hedging;
-use support::{Log, planned, retries_only, scripted, status};
+use stormguard_test_kit::post;
+use support::{CHAT_URI, Log, planned, retries_only, scripted, status};
 use tower::{Layer, ServiceExt};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -133,7 +134,7 @@ async fn one_span_per_request_and_one_per_attempt() {
         .with_name("openai")
         .with_backoff(Constant::new(Duration::from_millis(250)))
         .layer(backend);
-    let response = client.oneshot(support::post("{}")).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
     assert_eq!(response.status(), 200);
 
     let spans = recorder.spans();
@@ -187,7 +188,7 @@ async fn a_failure_is_on_the_request_span_and_its_error_in_the_last_attempt() {
     let client = retries_only()
         .with_backoff(Constant::new(Duration::from_millis(10)))
         .layer(backend);
-    let response = client.oneshot(support::post("{}")).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
     assert_eq!(response.status(), 429);
 
     let spans = recorder.spans();
@@ -218,8 +219,8 @@ async fn a_request_refused_here_has_no_attempt() {
         .with_max_attempts(1)
         .with_breaker(breaker)
         .layer(backend);
-    let _ = client.clone().oneshot(support::post("{}")).await;
-    let refused = client.oneshot(support::post("{}")).await.unwrap_err();
+    let _ = client.clone().oneshot(post(CHAT_URI, "{}")).await;
+    let refused = client.oneshot(post(CHAT_URI, "{}")).await.unwrap_err();
     assert_eq!(refused.attempts(), 0);
 
     let spans = recorder.spans();
@@ -260,7 +261,7 @@ async fn a_hedge_has_its_own_attempt_span_and_the_loser_says_cancelled() {
     let client = retries_only()
         .with_hedging(Hedging::after(Duration::from_secs(1)))
         .layer(backend);
-    let response = client.oneshot(support::post("{}")).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
     assert_eq!(response.status(), 200);
 
     let spans = recorder.spans();

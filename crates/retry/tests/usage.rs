@@ -6,7 +6,8 @@
 mod support;
 
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
-use support::{body_bytes, instant, post, reply, retries_only};
+use stormguard_test_kit::post;
+use support::{CHAT_URI, body_bytes, instant, reply, retries_only};
 use tower::{Layer, ServiceExt};
 
 /// 2 prompt tokens ("user" + "Hi" = 6 bytes) and up to 1,000 output tokens: weighed 1,002.
@@ -31,7 +32,7 @@ async fn tokens_free_after_one_request(correct: bool, read_body: bool) -> u64 {
         ))
     });
     let client = retries_only().with_rate_limit(limit.clone()).layer(backend);
-    let response = client.oneshot(post(REQUEST)).await.unwrap();
+    let response = client.oneshot(post(CHAT_URI, REQUEST)).await.unwrap();
     if read_body {
         let body = body_bytes(response).await;
         assert!(body.starts_with(b"{\"choices\""));

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use stormguard::budget::{BudgetConfig, RetryBudget, ShedRetriesLayer};
 use stormguard::classify::headers::{X_REQUEST_TIMEOUT_MS, X_RETRY_ATTEMPT, X_SHOULD_RETRY};
@@ -17,35 +17,14 @@ use stormguard::deadline::{Deadline, DeadlineLayer, ServerDeadlineLayer};
 use stormguard::jitter::SpreadLayer;
 use stormguard::throttle::{AdaptiveThrottle, AdaptiveThrottleLayer, ThrottleConfig};
 use stormguard::{ClientLayer, ServerLayer, ServiceBuilderExt};
+use stormguard_test_kit::{Log, Replies, Reply, ScriptedBackend, post};
 use tower::layer::util::{Identity, Stack};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
 
-/// The headers of every request a backend received, in order.
-type Received = Arc<Mutex<Vec<HeaderMap>>>;
-
-/// A backend answering `statuses` in order (the last one repeats), noting each request's headers.
-fn scripted(
-    statuses: &'static [u16],
-    received: Received,
-) -> impl Service<
-    Request<Full<Bytes>>,
-    Response = Response<Full<Bytes>>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone {
-    service_fn(move |request: Request<Full<Bytes>>| {
-        let n = {
-            let mut received = received.lock().unwrap();
-            received.push(request.headers().clone());
-            received.len() - 1
-        };
-        let status = StatusCode::from_u16(statuses[n.min(statuses.len() - 1)]).unwrap();
-        async move {
-            let mut response = Response::new(Full::new(Bytes::from_static(b"{}")));
-            *response.status_mut() = status;
-            Ok::<_, Infallible>(response)
-        }
-    })
+/// A backend answering `statuses` in order (the last one repeats), noting each request in `log`.
+fn scripted(statuses: &[u16], log: &Log) -> ScriptedBackend<Replies> {
+    let replies = statuses.iter().map(|&code| Reply::status(code).body("{}"));
+    ScriptedBackend::replies(replies).logging_to(log)
 }
 
 /// A handler answering 200, noting the time left of the deadline each request carried.
@@ -64,12 +43,10 @@ fn handler(
     })
 }
 
-fn post() -> Request<Full<Bytes>> {
-    Request::post("http://backend.test/v1/chat/completions")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(br#"{"max_tokens":50}"#)))
-        .unwrap()
-}
+/// Where the requests of these tests go.
+const URI: &str = "http://backend.test/v1/chat/completions";
+/// A small chat request.
+const BODY: &str = r#"{"max_tokens":50}"#;
 
 /// A request to a server, with the caller's deadline and, for a retry, its attempt number.
 fn incoming(timeout_ms: &str, attempt: Option<&str>) -> Request<Full<Bytes>> {
@@ -83,19 +60,19 @@ fn incoming(timeout_ms: &str, attempt: Option<&str>) -> Request<Full<Bytes>> {
 
 #[tokio::test(start_paused = true)]
 async fn spread_then_the_client_pipeline_retries_a_503() {
-    let received = Received::default();
+    let log = Log::default();
     let builder: ServiceBuilder<Stack<ClientLayer, Stack<SpreadLayer, Identity>>> =
         ServiceBuilder::new()
             .spread(Duration::from_millis(100))
             .stormguard_client(ClientLayer::default());
-    let client = builder.service(scripted(&[503, 200], received.clone()));
+    let client = builder.service(scripted(&[503, 200], &log));
 
-    let response = client.oneshot(post()).await.unwrap();
+    let response = client.oneshot(post(URI, BODY)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let received = received.lock().unwrap();
+    let received = log.all();
     assert_eq!(received.len(), 2);
-    assert_eq!(received[0][X_RETRY_ATTEMPT], "0");
-    assert_eq!(received[1][X_RETRY_ATTEMPT], "1");
+    assert_eq!(received[0].headers[X_RETRY_ATTEMPT], "0");
+    assert_eq!(received[1].headers[X_RETRY_ATTEMPT], "1");
 }
 
 #[tokio::test(start_paused = true)]
@@ -137,20 +114,20 @@ async fn server_deadline_then_shed_retries_reads_the_deadline_and_sheds_a_retry(
 
 #[tokio::test(start_paused = true)]
 async fn deadline_then_adaptive_throttle_stamps_the_time_left_and_counts_the_attempt() {
-    let received = Received::default();
+    let log = Log::default();
     let throttle = AdaptiveThrottle::new(ThrottleConfig::default());
     let builder: ServiceBuilder<Stack<AdaptiveThrottleLayer, Stack<DeadlineLayer, Identity>>> =
         ServiceBuilder::new()
             .deadline(Duration::from_secs(5))
             .adaptive_throttle(throttle.clone());
-    let client = builder.service(scripted(&[200], received.clone()));
+    let client = builder.service(scripted(&[200], &log));
 
-    let response = client.oneshot(post()).await.unwrap();
+    let response = client.oneshot(post(URI, BODY)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     // 5 s, less the 50 ms safety margin.
-    let received = received.lock().unwrap();
+    let received = log.all();
     assert_eq!(received.len(), 1);
-    assert_eq!(received[0][X_REQUEST_TIMEOUT_MS], "4950");
+    assert_eq!(received[0].headers[X_REQUEST_TIMEOUT_MS], "4950");
     let counted = throttle.snapshot();
     assert_eq!((counted.requests, counted.accepts), (1, 1));
 }

@@ -10,7 +10,6 @@
 //! 100 ms backoff; attempt 2 answers 200. Each `Pending` on the way is a point to drop at.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -28,6 +27,7 @@ use stormguard::jitter::Constant;
 use stormguard::retry::ReplayBody;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 use stormguard_classify::body::PartialBody;
+use stormguard_test_kit::ScriptedBody;
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 /// Held by the backend, every future it returns and every body it hands out or is handed: its
@@ -35,61 +35,43 @@ use tower::{Layer, Service, ServiceExt, service_fn};
 #[derive(Debug)]
 struct Marker;
 
-/// One step of a body: a chunk, or one `Pending` (after waking the task) before going on.
-#[derive(Debug)]
-enum Step {
-    Data(&'static str),
-    Stall,
-}
-
-/// A body that yields its steps in order, holding a marker while it lives.
+/// The kit's scripted body holding a marker, replayable by the engine (`ReplayBody` is the
+/// engine's trait, so the body that carries it is this crate's).
 #[derive(Debug)]
 enum Gated {
-    Steps {
-        steps: VecDeque<Step>,
-        _marker: Option<Arc<Marker>>,
-    },
-    Replayed(Option<Bytes>),
+    Script(ScriptedBody),
     Partial(Box<PartialBody<Gated>>),
 }
 
 impl Gated {
-    fn new(steps: impl IntoIterator<Item = Step>, marker: &Arc<Marker>) -> Self {
-        Self::Steps {
-            steps: steps.into_iter().collect(),
-            _marker: Some(marker.clone()),
-        }
+    /// `body`, holding `marker` while it lives.
+    fn new(body: ScriptedBody, marker: &Arc<Marker>) -> Self {
+        Self::Script(body.holding(marker))
+    }
+
+    /// A body that has ended.
+    fn ended() -> Self {
+        Self::Script(ScriptedBody::new())
     }
 }
 
 impl Body for Gated {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = std::io::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         match self.get_mut() {
-            Self::Steps { steps, .. } => match steps.pop_front() {
-                None => Poll::Ready(None),
-                Some(Step::Data(text)) => {
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(text.as_bytes())))))
-                }
-                Some(Step::Stall) => {
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
-                }
-            },
-            Self::Replayed(bytes) => Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes)))),
+            Self::Script(body) => Pin::new(body).poll_frame(cx),
             Self::Partial(partial) => Pin::new(partial.as_mut()).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Self::Steps { steps, .. } => steps.is_empty(),
-            Self::Replayed(bytes) => bytes.is_none(),
+            Self::Script(body) => body.is_end_stream(),
             Self::Partial(partial) => partial.is_end_stream(),
         }
     }
@@ -97,7 +79,7 @@ impl Body for Gated {
 
 impl ReplayBody for Gated {
     fn from_bytes(bytes: Bytes) -> Self {
-        Self::Replayed(Some(bytes))
+        Self::Script(ScriptedBody::from(bytes))
     }
 
     fn from_partial(partial: PartialBody<Self>) -> Self {
@@ -137,16 +119,15 @@ fn backend(
             YieldOnce::default().await;
             let response = if attempt == 0 {
                 let body = Gated::new(
-                    [
-                        Step::Data(r#"{"error":{"type":"overloaded_error","#),
-                        Step::Stall,
-                        Step::Data(r#""message":"Overloaded"}}"#),
-                    ],
+                    ScriptedBody::new()
+                        .data(r#"{"error":{"type":"overloaded_error","#)
+                        .yield_once()
+                        .data(r#""message":"Overloaded"}}"#),
                     &marker,
                 );
                 Response::builder().status(503).body(body).unwrap()
             } else {
-                Response::new(Gated::new([Step::Data("ok")], &marker))
+                Response::new(Gated::new(ScriptedBody::new().data("ok"), &marker))
             };
             Ok(response)
         }
@@ -187,11 +168,10 @@ async fn drop_at(stop: usize) -> (Counts, Option<&'static str>) {
     let baseline = Arc::strong_count(&marker);
 
     let body = Gated::new(
-        [
-            Step::Data(r#"{"model":"m","#),
-            Step::Stall,
-            Step::Data(r#""max_tokens":5}"#),
-        ],
+        ScriptedBody::new()
+            .data(r#"{"model":"m","#)
+            .yield_once()
+            .data(r#""max_tokens":5}"#),
         &marker,
     );
     let request = Request::post("http://llm.test/v1/messages")
@@ -323,7 +303,7 @@ async fn a_caller_timeout_releases_a_hanging_attempt() {
             async move {
                 std::future::pending::<()>().await;
                 drop(marker);
-                Ok::<_, Infallible>(Response::new(Gated::Replayed(None)))
+                Ok::<_, Infallible>(Response::new(Gated::ended()))
             }
         })
     };
@@ -332,7 +312,7 @@ async fn a_caller_timeout_releases_a_hanging_attempt() {
         .with_throttle(throttle.clone())
         .layer(hanging);
     let request = Request::get("http://llm.test/v1/models")
-        .body(Gated::Replayed(None))
+        .body(Gated::ended())
         .unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(5), client.oneshot(request)).await;
     assert!(outcome.is_err(), "the caller's timeout fires first");

@@ -16,50 +16,34 @@ use stormguard::deadline::Deadline;
 use stormguard::jitter::FullJitter;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
 use stormguard::{ClientLayer, ServerLayer};
-use tower::{Layer, Service, ServiceExt, service_fn};
+use stormguard_test_kit::{Log, Replies, Reply, ScriptedBackend, post};
+use tower::{Layer, ServiceExt, service_fn};
 
-fn post() -> Request<Full<Bytes>> {
-    Request::post("http://backend.test/v1/chat/completions")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(br#"{"max_tokens":50}"#)))
-        .unwrap()
-}
+/// Where the requests of these tests go.
+const URI: &str = "http://backend.test/v1/chat/completions";
+/// A small chat request.
+const BODY: &str = r#"{"max_tokens":50}"#;
 
-/// A backend answering `statuses` in order (the last one repeats), counting calls.
-fn scripted(
-    statuses: &'static [u16],
-    calls: Arc<AtomicU32>,
-) -> impl Service<
-    Request<Full<Bytes>>,
-    Response = Response<Full<Bytes>>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone {
-    service_fn(move |_request: Request<Full<Bytes>>| {
-        let n = calls.fetch_add(1, Ordering::SeqCst) as usize;
-        let status = statuses[n.min(statuses.len() - 1)];
-        async move {
-            let mut response = Response::new(Full::new(Bytes::from_static(b"{}")));
-            *response.status_mut() = StatusCode::from_u16(status).unwrap();
-            Ok::<_, Infallible>(response)
-        }
-    })
+/// A backend answering `statuses` in order (the last one repeats), noting its calls in `log`.
+fn scripted(statuses: &[u16], log: &Log) -> ScriptedBackend<Replies> {
+    let replies = statuses.iter().map(|&code| Reply::status(code).body("{}"));
+    ScriptedBackend::replies(replies).logging_to(log)
 }
 
 #[tokio::test(start_paused = true)]
 async fn default_client_retries_transient_failures_within_its_budget() {
-    let calls = Arc::new(AtomicU32::new(0));
+    let log = Log::default();
     let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(2));
     let layer = ClientLayer::default()
         .with_budget(budget.clone())
         .with_backoff(
             FullJitter::new(Duration::from_millis(10), Duration::from_millis(100)).with_seed(7),
         );
-    let client = layer.layer(scripted(&[503, 503, 200], calls.clone()));
+    let client = layer.layer(scripted(&[503, 503, 200], &log));
 
-    let response = client.oneshot(post()).await.unwrap();
+    let response = client.oneshot(post(URI, BODY)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(log.len(), 3);
     let snapshot = budget.snapshot();
     assert_eq!(snapshot.withdrawals, 2);
     assert_eq!(snapshot.deposits, 1);
@@ -67,7 +51,7 @@ async fn default_client_retries_transient_failures_within_its_budget() {
 
 #[tokio::test(start_paused = true)]
 async fn clones_of_a_layer_share_one_budget() {
-    let calls = Arc::new(AtomicU32::new(0));
+    let log = Log::default();
     // Floor of 1 retry/s over 10 s, no successes: 10 retries for everyone together.
     let layer = ClientLayer::default()
         .with_budget(RetryBudget::new(BudgetConfig::default()))
@@ -77,8 +61,8 @@ async fn clones_of_a_layer_share_one_budget() {
         .with_backoff(
             FullJitter::new(Duration::from_millis(1), Duration::from_millis(1)).with_seed(1),
         );
-    let first = layer.clone().layer(scripted(&[503], calls.clone()));
-    let second = layer.layer(scripted(&[503], calls.clone()));
+    let first = layer.clone().layer(scripted(&[503], &log));
+    let second = layer.layer(scripted(&[503], &log));
 
     for i in 0..20 {
         let client = if i % 2 == 0 {
@@ -86,12 +70,12 @@ async fn clones_of_a_layer_share_one_budget() {
         } else {
             second.clone()
         };
-        let response = client.oneshot(post()).await.unwrap();
+        let response = client.oneshot(post(URI, BODY)).await.unwrap();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
     }
     // 20 requests + the 10 retries of the shared floor.
-    assert_eq!(calls.load(Ordering::SeqCst), 30);
+    assert_eq!(log.len(), 30);
 }
 
 #[tokio::test(start_paused = true)]
@@ -115,7 +99,7 @@ async fn deadline_spans_all_attempts() {
         .layer(backend);
 
     let start = tokio::time::Instant::now();
-    let response = client.oneshot(post()).await.unwrap();
+    let response = client.oneshot(post(URI, BODY)).await.unwrap();
     // Two 4 s attempts fit in 10 s; a third could not finish in the 2 s left, so it is not sent.
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -132,24 +116,24 @@ async fn a_hung_backend_gets_deadline_exceeded_at_the_deadline() {
         .with_timeout(Duration::from_secs(5))
         .layer(backend);
     let start = tokio::time::Instant::now();
-    let error = client.oneshot(post()).await.unwrap_err();
+    let error = client.oneshot(post(URI, BODY)).await.unwrap_err();
     assert_eq!(error.reason(), Reason::DeadlineExceeded, "{error}");
     assert_eq!(start.elapsed(), Duration::from_secs(5));
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_throttle_drops_locally_once_the_backend_rejects_everything() {
-    let calls = Arc::new(AtomicU32::new(0));
+    let log = Log::default();
     let throttle = AdaptiveThrottle::new(ThrottleConfig::default().with_seed(11));
     let client = ClientLayer::default()
         .with_max_attempts(1)
         .with_throttle(throttle.clone())
-        .layer(scripted(&[503], calls.clone()));
+        .layer(scripted(&[503], &log));
 
     let mut throttled = 0;
     for _ in 0..1000 {
         tokio::time::advance(Duration::from_millis(1)).await;
-        match client.clone().oneshot(post()).await {
+        match client.clone().oneshot(post(URI, BODY)).await {
             Ok(response) => assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE),
             Err(error) => {
                 assert_eq!(error.reason(), Reason::Throttled, "{error}");
@@ -157,7 +141,7 @@ async fn the_throttle_drops_locally_once_the_backend_rejects_everything() {
             }
         }
     }
-    let sent = calls.load(Ordering::SeqCst);
+    let sent = log.len();
     assert_eq!(sent + throttled, 1000);
     // After one second of total rejection most attempts never leave the client.
     assert!(

@@ -4,14 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::BodyExt;
 use stormguard_classify::{BoxError, Reason};
 use stormguard_stream::continuation::{Continuations, Format};
@@ -20,7 +16,8 @@ use stormguard_stream::{
     AnswerBody, AnswerFuture, Continuer, GuardedStream, InterruptCause, MakeResume, Opening,
     Received, Resume, ResumeFn, StreamInterrupted, StreamPolicy, open,
 };
-use tokio::time::{Instant, Sleep};
+use stormguard_test_kit::ScriptedBody;
+use tokio::time::Instant;
 
 const ROLE: &str =
     "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
@@ -32,50 +29,9 @@ fn content(text: &str) -> String {
     format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n")
 }
 
-/// A body that yields its steps: bytes, waits, a failure, or silence for ever.
-enum Step {
-    Send(String),
-    Wait(Duration),
-    Fail,
-}
-
-struct Scripted {
-    steps: VecDeque<Step>,
-    sleep: Option<Pin<Box<Sleep>>>,
-}
-
-fn scripted(steps: Vec<Step>) -> Scripted {
-    Scripted {
-        steps: steps.into(),
-        sleep: None,
-    }
-}
-
-impl Body for Scripted {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        loop {
-            if let Some(sleep) = self.sleep.as_mut() {
-                if sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                self.sleep = None;
-            }
-            match self.steps.pop_front() {
-                None => return Poll::Ready(None),
-                Some(Step::Send(text)) => return Poll::Ready(Some(Ok(Frame::data(text.into())))),
-                Some(Step::Wait(wait)) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
-                Some(Step::Fail) => {
-                    return Poll::Ready(Some(Err(std::io::Error::other("connection reset"))));
-                }
-            }
-        }
-    }
+/// A connection reset by the peer.
+fn reset() -> std::io::Error {
+    std::io::Error::other("connection reset")
 }
 
 /// Reads a guarded body to its end or error: the text, and the interruption if any.
@@ -98,16 +54,15 @@ const SECOND: Duration = Duration::from_secs(1);
 
 #[tokio::test(start_paused = true)]
 async fn the_opening_ends_at_the_first_content_and_hands_on_every_byte() {
-    let steps = vec![
-        Step::Send(ROLE.into()),
-        Step::Send(PING.into()),
+    let steps = ScriptedBody::new()
+        .data(ROLE)
+        .data(PING)
         // A content event split across two chunks.
-        Step::Send(content("Hi")[..20].into()),
-        Step::Wait(SECOND),
-        Step::Send(content("Hi")[20..].into()),
-        Step::Send(content(" there")),
-    ];
-    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+        .data(content("Hi")[..20].to_owned())
+        .delay(SECOND)
+        .data(content("Hi")[20..].to_owned())
+        .data(content(" there"));
+    let Opening::Open(stream) = open(steps, StreamPolicy::default()).await else {
         panic!("opened");
     };
     assert_eq!(stream.events(), 1);
@@ -121,10 +76,8 @@ async fn the_opening_ends_at_the_first_content_and_hands_on_every_byte() {
 
 #[tokio::test(start_paused = true)]
 async fn an_error_event_before_content_fails_the_opening_like_a_529() {
-    let steps = vec![Step::Send(ROLE.into()), Step::Send(OVERLOADED.into())];
-    let Opening::Failed { outcome, read, .. } =
-        open(scripted(steps), StreamPolicy::default()).await
-    else {
+    let steps = ScriptedBody::new().data(ROLE).data(OVERLOADED);
+    let Opening::Failed { outcome, read, .. } = open(steps, StreamPolicy::default()).await else {
         panic!("failed");
     };
     assert_eq!(outcome.reason(), Reason::Overloaded);
@@ -136,8 +89,8 @@ async fn an_error_event_before_content_fails_the_opening_like_a_529() {
 async fn silence_before_the_first_event_fails_the_opening_at_the_first_event_timeout() {
     let policy = StreamPolicy::default().with_first_event(Some(10 * SECOND));
     let started = Instant::now();
-    let steps = vec![Step::Wait(3600 * SECOND), Step::Send(ROLE.into())];
-    let Opening::Failed { outcome, .. } = open(scripted(steps), policy).await else {
+    let steps = ScriptedBody::new().delay(3600 * SECOND).data(ROLE);
+    let Opening::Failed { outcome, .. } = open(steps, policy).await else {
         panic!("failed");
     };
     assert_eq!(outcome.reason(), Reason::Timeout);
@@ -151,12 +104,11 @@ async fn pings_keep_a_stream_alive_but_do_not_make_progress() {
     let policy = StreamPolicy::default()
         .with_idle(Some(30 * SECOND))
         .with_progress(Some(60 * SECOND));
-    let mut steps = vec![Step::Send(ROLE.into()), Step::Send(content("a"))];
+    let mut steps = ScriptedBody::new().data(ROLE).data(content("a"));
     for _ in 0..100 {
-        steps.push(Step::Wait(10 * SECOND));
-        steps.push(Step::Send(KEEP_ALIVE.into()));
+        steps = steps.delay(10 * SECOND).data(KEEP_ALIVE);
     }
-    let Opening::Open(stream) = open(scripted(steps), policy).await else {
+    let Opening::Open(stream) = open(steps, policy).await else {
         panic!("opened");
     };
     let started = Instant::now();
@@ -174,12 +126,11 @@ async fn pings_keep_a_stream_alive_but_do_not_make_progress() {
 
 #[tokio::test(start_paused = true)]
 async fn an_error_event_after_content_ends_the_stream_where_it_starts() {
-    let steps = vec![
-        Step::Send(ROLE.into()),
-        Step::Send(format!("{}{}{OVERLOADED}", content("a"), content("b"))),
-        Step::Send(content("never")),
-    ];
-    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+    let steps = ScriptedBody::new()
+        .data(ROLE)
+        .data(format!("{}{}{OVERLOADED}", content("a"), content("b")))
+        .data(content("never"));
+    let Opening::Open(stream) = open(steps, StreamPolicy::default()).await else {
         panic!("opened");
     };
     let reported = std::sync::Arc::new(std::sync::Mutex::new(None));
@@ -201,13 +152,12 @@ async fn an_error_event_after_content_ends_the_stream_where_it_starts() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reset_after_content_is_a_typed_interruption() {
-    let steps = vec![
-        Step::Send(ROLE.into()),
-        Step::Send(content("a")),
-        Step::Wait(SECOND),
-        Step::Fail,
-    ];
-    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+    let steps = ScriptedBody::new()
+        .data(ROLE)
+        .data(content("a"))
+        .delay(SECOND)
+        .error(reset());
+    let Opening::Open(stream) = open(steps, StreamPolicy::default()).await else {
         panic!("opened");
     };
     let (_, error) = drain(*stream).await;
@@ -245,7 +195,9 @@ fn chat_continuations(answer: Option<String>) -> Box<dyn Resume> {
     let body = Bytes::from_static(br#"{"messages":[{"role":"user","content":"Hi"}]}"#);
     let continuer = answer.map(|answer| -> Continuer {
         Box::new(move |_| {
-            let body = scripted(vec![Step::Send(answer.clone())]).map_err(BoxError::from);
+            let body = ScriptedBody::new()
+                .data(answer.clone())
+                .map_err(BoxError::from);
             let body: AnswerBody = Box::pin(body);
             Box::pin(async move { Some(body) })
         })
@@ -265,13 +217,12 @@ fn chat_continuations(answer: Option<String>) -> Box<dyn Resume> {
 #[tokio::test(start_paused = true)]
 async fn a_comment_inside_an_event_is_no_place_to_join_a_continuation() {
     let half = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" wor\"}}]}\n";
-    let steps = vec![
-        Step::Send(ROLE.into()),
-        Step::Send(content("Hello")),
-        Step::Send(format!("{half}: keep-alive\n")),
-        Step::Fail,
-    ];
-    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+    let steps = ScriptedBody::new()
+        .data(ROLE)
+        .data(content("Hello"))
+        .data(format!("{half}: keep-alive\n"))
+        .error(reset());
+    let Opening::Open(stream) = open(steps, StreamPolicy::default()).await else {
         panic!("opened");
     };
     let answer = format!("{}data: [DONE]\n\n", content(" world"));
@@ -289,13 +240,12 @@ async fn a_comment_inside_an_event_is_no_place_to_join_a_continuation() {
 /// whole, not the tail of the half event.
 #[tokio::test(start_paused = true)]
 async fn a_comment_inside_an_event_is_no_place_to_end_a_stream_with_its_error_event() {
-    let steps = vec![
-        Step::Send(ROLE.into()),
-        Step::Send(content("Hello")),
-        Step::Send("event: delta\ndata: {\"choices\"\n: keep-alive\n".into()),
-        Step::Fail,
-    ];
-    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+    let steps = ScriptedBody::new()
+        .data(ROLE)
+        .data(content("Hello"))
+        .data("event: delta\ndata: {\"choices\"\n: keep-alive\n")
+        .error(reset());
+    let Opening::Open(stream) = open(steps, StreamPolicy::default()).await else {
         panic!("opened");
     };
     let stream = stream.with_resume(chat_continuations(None));
@@ -312,11 +262,11 @@ async fn a_comment_inside_an_event_is_no_place_to_end_a_stream_with_its_error_ev
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<Received>>>;
 
 /// A closure's resume hook for a chat request, its continuation answered by `steps`.
-fn chat_resume_fn(steps: Vec<Step>, seen: Seen) -> Box<dyn Resume> {
+fn chat_resume_fn(steps: ScriptedBody, seen: Seen) -> Box<dyn Resume> {
     let steps = std::sync::Mutex::new(Some(steps));
     let hook = ResumeFn::new(move |received, _, _| {
         seen.lock().unwrap().push(received.clone());
-        let body = scripted(steps.lock().unwrap().take()?).map_err(BoxError::from);
+        let body = steps.lock().unwrap().take()?.map_err(BoxError::from);
         let body: AnswerBody = Box::pin(body);
         Some(Box::pin(async move { Some(body) }) as AnswerFuture)
     });
@@ -327,26 +277,24 @@ fn chat_resume_fn(steps: Vec<Step>, seen: Seen) -> Box<dyn Resume> {
 #[test]
 fn a_guarded_stream_is_send_and_sync() {
     fn send_and_sync<T: Send + Sync>() {}
-    send_and_sync::<GuardedStream<Scripted>>();
+    send_and_sync::<GuardedStream<ScriptedBody>>();
 }
 
 /// A closure is called once, with the content events delivered, and the frames of its
 /// continuation follow the last whole event as they came, comments and all.
 #[tokio::test(start_paused = true)]
 async fn a_closure_resumes_a_cut_stream_with_its_continuation_as_it_came() {
-    let steps = vec![
-        Step::Send(ROLE.into()),
-        Step::Send(content("Hello")),
-        Step::Send("data: {\"choices\"".into()),
-        Step::Fail,
-    ];
-    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+    let steps = ScriptedBody::new()
+        .data(ROLE)
+        .data(content("Hello"))
+        .data("data: {\"choices\"")
+        .error(reset());
+    let Opening::Open(stream) = open(steps, StreamPolicy::default()).await else {
         panic!("opened");
     };
-    let answer = vec![
-        Step::Send(format!("{KEEP_ALIVE}{}", &content(" world")[..20])),
-        Step::Send(format!("{}data: [DONE]\n\n", &content(" world")[20..])),
-    ];
+    let answer = ScriptedBody::new()
+        .data(format!("{KEEP_ALIVE}{}", &content(" world")[..20]))
+        .data(format!("{}data: [DONE]\n\n", &content(" world")[20..]));
     let seen = Seen::default();
     let stream = stream.with_resume(chat_resume_fn(answer, Seen::clone(&seen)));
     let (text, error) = drain(stream).await;
@@ -372,14 +320,13 @@ async fn a_closure_resumes_a_cut_stream_with_its_continuation_as_it_came() {
 /// interruption, not the continuation's failure.
 #[tokio::test(start_paused = true)]
 async fn a_closure_s_failed_continuation_ends_the_stream_with_the_first_interruption() {
-    let steps = vec![
-        Step::Send(ROLE.into()),
-        Step::Send(format!("{}{OVERLOADED}", content("Hello"))),
-    ];
-    let Opening::Open(stream) = open(scripted(steps), StreamPolicy::default()).await else {
+    let steps = ScriptedBody::new()
+        .data(ROLE)
+        .data(format!("{}{OVERLOADED}", content("Hello")));
+    let Opening::Open(stream) = open(steps, StreamPolicy::default()).await else {
         panic!("opened");
     };
-    let answer = vec![Step::Send(content(" world")), Step::Fail];
+    let answer = ScriptedBody::new().data(content(" world")).error(reset());
     let seen = Seen::default();
     let stream = stream.with_resume(chat_resume_fn(answer, Seen::clone(&seen)));
     let (text, error) = drain(stream).await;
