@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use stormguard_classify::hint::{HINT_CEILING, go_duration};
-use stormguard_classify::{LlmClassifier, Permit, Reason, headers};
+use stormguard_classify::{LlmClassifier, Outcome, Permit, Reason, headers};
 use stormguard_numbers::decimal::{DecimalError, parse_decimal};
 use stormguard_rate_limit::{
-    RateLimit, RateLimitCause, RateLimitConfig, Reservation, usage_tokens,
+    RateLimit, RateLimitCause, RateLimitConfig, RateLimitSnapshot, RateLimited, Reservation,
+    usage_tokens,
 };
 
 /// The statuses an answer may have (picked by the low 3 bits of its first byte).
@@ -81,18 +82,50 @@ fn longest_wait(n: usize) -> Duration {
     HINT_CEILING + MINUTE * 2 * (n as u32 + 1)
 }
 
-/// The target's check of one input: panics when a property above does not hold.
-pub fn check(data: &[u8]) {
-    let (seed, mut data) = crate::input::u64_and_rest(data);
-    let requests_per_minute = (seed & 1 != 0).then_some(((seed >> 8) & 0xFFFF) as u32);
-    let tokens_per_minute = (seed & 2 != 0).then_some(((seed >> 24) & 0xFF_FFFF) as u32);
-    let learning = seed & 4 == 0;
-    let keyed = seed & 8 != 0;
-    let answers = 1 + (seed >> 4) % 4;
-    let weight = seed >> 48;
+/// The unkeyed bucket's limits after an answer with `headers`: the configured ones (`0`: none),
+/// else, when learning, what the provider stated; each within 1 ..= 2^32 - 1.
+fn check_limits(
+    snapshot: &RateLimitSnapshot,
+    (requests_per_minute, tokens_per_minute): (Option<u32>, Option<u32>),
+    learning: bool,
+    headers: &HeaderMap,
+) {
+    let limit_of = |configured: Option<u32>, stated: &HeaderName| match configured {
+        Some(configured) => Some(u64::from(configured)),
+        None if learning => count(headers, stated).filter(|&n| n > 0),
+        None => None,
+    };
+    let requests = limit_of(
+        requests_per_minute.filter(|&n| n > 0),
+        &headers::X_RATELIMIT_LIMIT_REQUESTS,
+    );
+    if requests_per_minute.is_some_and(|n| n > 0) || requests.is_some() {
+        assert_eq!(snapshot.requests_per_minute, requests);
+    }
+    let tokens = limit_of(
+        tokens_per_minute.filter(|&n| n > 0),
+        &headers::X_RATELIMIT_LIMIT_TOKENS,
+    );
+    if tokens_per_minute.is_some_and(|n| n > 0) || tokens.is_some() {
+        assert_eq!(snapshot.tokens_per_minute, tokens);
+    }
+    for per_minute in [snapshot.requests_per_minute, snapshot.tokens_per_minute] {
+        assert!(per_minute.is_none_or(|n| (1..=u64::from(u32::MAX)).contains(&n)));
+    }
+    if !learning {
+        assert_eq!(
+            snapshot.requests_per_minute,
+            requests_per_minute.filter(|&n| n > 0).map(u64::from)
+        );
+    }
+}
+
+/// The limit under test: the `configured` requests and tokens a minute, learning or not, keyed
+/// by the `KEY` header (two keys held at most) or not, patient for three days.
+fn limit_of(configured: (Option<u32>, Option<u32>), learning: bool, keyed: bool) -> RateLimit {
     let config = RateLimitConfig::default()
-        .with_requests_per_minute(requests_per_minute)
-        .with_tokens_per_minute(tokens_per_minute)
+        .with_requests_per_minute(configured.0)
+        .with_tokens_per_minute(configured.1)
         .with_usage_correction()
         .with_max_wait(PATIENT)
         .with_keys(2, Duration::from_secs(600));
@@ -101,12 +134,36 @@ pub fn check(data: &[u8]) {
     } else {
         config.without_learning()
     };
-    let limit = if keyed {
+    if keyed {
         RateLimit::keyed(config, |head| head.headers.get(KEY).cloned())
     } else {
         RateLimit::new(config)
-    };
+    }
+}
 
+/// The provider's answer with the status `first` picks and `headers`, classified.
+fn classified(first: u8, headers: &HeaderMap, body: &[u8]) -> Outcome {
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::from_u16(STATUSES[usize::from(first & 7)])
+        .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    *response.headers_mut() = headers.clone();
+    let (parts, ()) = response.into_parts();
+    LlmClassifier::default().classify_http(&parts, body)
+}
+
+/// Within a patience of three days, a request is refused only when it weighs more than a whole
+/// minute of tokens.
+fn assert_too_heavy(limited: &RateLimited) {
+    let heavy = matches!(
+        limited.cause(),
+        RateLimitCause::TooHeavy { tokens, per_minute } if tokens > per_minute
+    );
+    assert!(heavy, "refused within a patience of 3 days: {limited}");
+}
+
+/// Up to `answers` answers the input tells (each a byte that picks its status and key, then its
+/// headers), and the body they all carry: the rest.
+fn answers_of(mut data: &[u8], answers: u64) -> (Vec<(u8, HeaderMap)>, &[u8]) {
     let names = names();
     let mut told = Vec::new();
     for _ in 0..answers {
@@ -117,15 +174,24 @@ pub fn check(data: &[u8]) {
         told.push((first, headers));
         data = rest;
     }
-    let body = data;
+    (told, data)
+}
+
+/// The target's check of one input: panics when a property above does not hold.
+pub fn check(data: &[u8]) {
+    let (seed, data) = crate::input::u64_and_rest(data);
+    let requests_per_minute = (seed & 1 != 0).then_some(((seed >> 8) & 0xFFFF) as u32);
+    let tokens_per_minute = (seed & 2 != 0).then_some(((seed >> 24) & 0xFF_FFFF) as u32);
+    let learning = seed & 4 == 0;
+    let keyed = seed & 8 != 0;
+    let answers = 1 + (seed >> 4) % 4;
+    let weight = seed >> 48;
+    let configured = (requests_per_minute, tokens_per_minute);
+    let limit = limit_of(configured, learning, keyed);
+
+    let (told, body) = answers_of(data, answers);
 
     let begin = Instant::now();
-    let limit_of =
-        |configured: Option<u32>, stated: &HeaderName, headers: &HeaderMap| match configured {
-            Some(configured) => Some(u64::from(configured)),
-            None if learning => count(headers, stated).filter(|&n| n > 0),
-            None => None,
-        };
     for (n, (first, headers)) in told.iter().enumerate() {
         let key = usize::from(first >> 3) % 4;
         let mut head = Request::new(()).into_parts().0;
@@ -137,11 +203,7 @@ pub fn check(data: &[u8]) {
         let reservation = match limit.reserve(&head, weight, None) {
             Ok(reservation) => reservation,
             Err(limited) => {
-                let heavy = matches!(
-                    limited.cause(),
-                    RateLimitCause::TooHeavy { tokens, per_minute } if tokens > per_minute
-                );
-                assert!(heavy, "refused within a patience of 3 days: {limited}");
+                assert_too_heavy(&limited);
                 continue;
             }
         };
@@ -154,12 +216,7 @@ pub fn check(data: &[u8]) {
         let permit = reservation.send();
         let usage = permit.usage();
 
-        let mut response = Response::new(());
-        *response.status_mut() = StatusCode::from_u16(STATUSES[usize::from(first & 7)])
-            .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-        *response.headers_mut() = headers.clone();
-        let (parts, ()) = response.into_parts();
-        let outcome = LlmClassifier::default().classify_http(&parts, body);
+        let outcome = classified(*first, headers, body);
         let at = Instant::now();
         permit.record(&outcome, headers);
         if let Some(usage) = usage {
@@ -190,32 +247,7 @@ pub fn check(data: &[u8]) {
         drop(probe);
 
         if unkeyed {
-            let snapshot = limit.snapshot();
-            let requests = limit_of(
-                requests_per_minute.filter(|&n| n > 0),
-                &headers::X_RATELIMIT_LIMIT_REQUESTS,
-                headers,
-            );
-            if requests_per_minute.is_some_and(|n| n > 0) || requests.is_some() {
-                assert_eq!(snapshot.requests_per_minute, requests);
-            }
-            let tokens = limit_of(
-                tokens_per_minute.filter(|&n| n > 0),
-                &headers::X_RATELIMIT_LIMIT_TOKENS,
-                headers,
-            );
-            if tokens_per_minute.is_some_and(|n| n > 0) || tokens.is_some() {
-                assert_eq!(snapshot.tokens_per_minute, tokens);
-            }
-            for per_minute in [snapshot.requests_per_minute, snapshot.tokens_per_minute] {
-                assert!(per_minute.is_none_or(|n| (1..=u64::from(u32::MAX)).contains(&n)));
-            }
-            if !learning {
-                assert_eq!(
-                    snapshot.requests_per_minute,
-                    requests_per_minute.filter(|&n| n > 0).map(u64::from)
-                );
-            }
+            check_limits(&limit.snapshot(), configured, learning, headers);
         }
         assert!(limit.snapshot().keys <= 2);
     }

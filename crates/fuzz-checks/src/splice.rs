@@ -134,6 +134,47 @@ fn check_body(
     assert!(prefill.ends_with(text));
 }
 
+/// The events of `original` handed on as the guard hands them, up to the boundary of its last
+/// frame before its first error event, and where that boundary is; `None` when a terminal event
+/// of any format ends it, and then nothing is continued.
+fn handed_on(original: &[u8]) -> Option<(Vec<Event>, u64)> {
+    let (original_frames, _) = frames(original);
+    let mut handed = Vec::new();
+    let mut handed_end = 0;
+    for (event, end) in original_frames {
+        if let Some(event) = event {
+            match classify_event(&event) {
+                EventKind::Error(_) => break,
+                EventKind::Done => return None,
+                _ => handed.push(event),
+            }
+        }
+        handed_end = end;
+    }
+    Some((handed, handed_end))
+}
+
+/// What the splice handed on: no error event, at most one terminal event and only last, and as
+/// many content events as it counted.
+fn check_kinds(splice: &Splice, spliced: &[Event]) {
+    let kinds: Vec<EventKind> = spliced.iter().map(classify_event).collect();
+    assert!(!kinds.iter().any(|kind| matches!(kind, EventKind::Error(_))));
+    let terminal = kinds
+        .iter()
+        .filter(|kind| **kind == EventKind::Done)
+        .count();
+    assert!(terminal <= 1);
+    assert_eq!(splice.terminal_seen(), terminal == 1);
+    if terminal == 1 {
+        assert_eq!(kinds.last(), Some(&EventKind::Done));
+    }
+    let content = kinds
+        .iter()
+        .filter(|kind| **kind == EventKind::Content)
+        .count();
+    assert_eq!(content as u64, splice.content_events());
+}
+
 /// The target's check of one input: panics when a property above does not hold.
 pub fn check(data: &[u8]) {
     let Some((&flags, data)) = data.split_first() else {
@@ -147,22 +188,9 @@ pub fn check(data: &[u8]) {
     let (original, data) = crate::input::length_prefixed(data);
     let (request, continuation) = crate::input::length_prefixed(data);
 
-    // The original is handed on as the guard hands it, up to the boundary of its last frame
-    // before its first error event; a terminal event of any format ends it, and then nothing is
-    // continued.
-    let (original_frames, _) = frames(original);
-    let mut handed = Vec::new();
-    let mut handed_end = 0;
-    for (event, end) in original_frames {
-        if let Some(event) = event {
-            match classify_event(&event) {
-                EventKind::Error(_) => break,
-                EventKind::Done => return,
-                _ => handed.push(event),
-            }
-        }
-        handed_end = end;
-    }
+    let Some((handed, handed_end)) = handed_on(original) else {
+        return;
+    };
     let mut transcript = Transcript::new(format);
     for event in &handed {
         transcript.read(event);
@@ -193,22 +221,7 @@ pub fn check(data: &[u8]) {
         transcript.read(&event);
     }
 
-    let kinds: Vec<EventKind> = spliced.iter().map(classify_event).collect();
-    assert!(!kinds.iter().any(|kind| matches!(kind, EventKind::Error(_))));
-    let terminal = kinds
-        .iter()
-        .filter(|kind| **kind == EventKind::Done)
-        .count();
-    assert!(terminal <= 1);
-    assert_eq!(splice.terminal_seen(), terminal == 1);
-    if terminal == 1 {
-        assert_eq!(kinds.last(), Some(&EventKind::Done));
-    }
-    let content = kinds
-        .iter()
-        .filter(|kind| **kind == EventKind::Content)
-        .count();
-    assert_eq!(content as u64, splice.content_events());
+    check_kinds(&splice, &spliced);
 
     // The caller reads the original's events, then the splice's, none merged with another.
     let mut caller = original[..handed_end as usize].to_vec();

@@ -118,20 +118,25 @@ pub fn check(data: &[u8]) {
             );
         }
 
-        for frame in &frames {
-            let FrameKind::Event(event) = &frame.kind else {
-                continue;
-            };
-            if let EventKind::Error(outcome) = classify_event(event) {
-                assert!(!outcome.is_success());
-                assert!(
-                    outcome
-                        .retry_after()
-                        .is_none_or(|hint| hint <= HINT_CEILING)
-                );
-                if !outcome.is_retryable() {
-                    assert_eq!(outcome.retry_after(), None);
-                }
+        check_error_events(&frames);
+    }
+}
+
+/// An error event is a failure, with a server hint of a day at most, and none unless retryable.
+fn check_error_events(frames: &[Frame]) {
+    for frame in frames {
+        let FrameKind::Event(event) = &frame.kind else {
+            continue;
+        };
+        if let EventKind::Error(outcome) = classify_event(event) {
+            assert!(!outcome.is_success());
+            assert!(
+                outcome
+                    .retry_after()
+                    .is_none_or(|hint| hint <= HINT_CEILING)
+            );
+            if !outcome.is_retryable() {
+                assert_eq!(outcome.retry_after(), None);
             }
         }
     }
