@@ -753,7 +753,8 @@ fn markdown_writes_the_document_with_the_runs_tables_and_the_headline_block() {
         .map(|line| format!("{line}\n"))
         .collect();
     assert_eq!(table.lines().count(), 5, "{stdout}");
-    let headline = format!("<!-- storm:headline -->\n```\n{table}```\n<!-- /storm:headline -->\n");
+    let headline =
+        format!("<!-- storm:headline -->\n```text\n{table}```\n<!-- /storm:headline -->\n");
     assert!(document.contains(&headline), "{document}");
     assert_eq!(document.matches(&table).count(), 2, "{document}");
     assert!(document.contains("\n## `--scenario seed`\n"), "{document}");
