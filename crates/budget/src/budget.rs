@@ -71,8 +71,7 @@ const UNIT: u128 = 1_000_000;
 /// for the algorithm and why concurrent withdrawals can never overdraw it.
 ///
 /// ```
-/// use std::time::Duration;
-/// use stormguard_budget::RetryBudget;
+/// use stormguard_budget::{BudgetConfig, RetryBudget};
 ///
 /// // 10 s window, no floor, 1 retry per 10 successes.
 /// let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));

@@ -23,9 +23,8 @@
 //! still gets it), and neither errors nor non-2xx responses deposit.
 //!
 //! ```
-//! use std::time::Duration;
 //! use axum::{Router, routing::get};
-//! use stormguard_budget::{RetryBudget, ShedRetriesLayer};
+//! use stormguard_budget::{BudgetConfig, RetryBudget, ShedRetriesLayer};
 //!
 //! // Retries may be at most 10% of recent successes, with no floor.
 //! let budget = RetryBudget::new(BudgetConfig::default().with_min_per_sec(0));
