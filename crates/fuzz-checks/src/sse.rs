@@ -9,8 +9,9 @@
 //! never behind an earlier frame's, and a true cut: the stream cut there and followed by another
 //! event reads as the events before the cut, then that event.
 
-use stormguard_classify::hint::HINT_CEILING;
 use stormguard_stream::sse::{EventKind, Frame, FrameKind, Parser, SseError, classify_event};
+
+use crate::llm_body::check_hint;
 
 /// Feeds `chunks` in order, checking the invariants that hold whatever the bytes.
 fn read(mut parser: Parser, chunks: &[&[u8]]) -> (Vec<Frame>, Option<SseError>) {
@@ -122,7 +123,7 @@ pub fn check(data: &[u8]) {
     }
 }
 
-/// An error event is a failure, with a server hint of a day at most, and none unless retryable.
+/// An error event is a failure, with a bounded server hint, and none unless retryable.
 fn check_error_events(frames: &[Frame]) {
     for frame in frames {
         let FrameKind::Event(event) = &frame.kind else {
@@ -130,14 +131,7 @@ fn check_error_events(frames: &[Frame]) {
         };
         if let EventKind::Error(outcome) = classify_event(event) {
             assert!(!outcome.is_success());
-            assert!(
-                outcome
-                    .retry_after()
-                    .is_none_or(|hint| hint <= HINT_CEILING)
-            );
-            if !outcome.is_retryable() {
-                assert_eq!(outcome.retry_after(), None);
-            }
+            check_hint(&outcome);
         }
     }
 }
