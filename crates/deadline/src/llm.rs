@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::DEFAULT_TIMEOUT;
 
@@ -155,12 +155,22 @@ pub struct TokenEstimate {
 impl TokenEstimate {
     /// The estimate for a request with this body (not JSON: no prompt, the assumed output).
     pub fn of(body: &[u8]) -> Self {
-        let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
-            return Self {
-                prompt: 0,
-                output: ASSUMED_OUTPUT_TOKENS,
-            };
-        };
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(fields)) => Self::of_fields(&fields),
+            _ => Self::unknown(),
+        }
+    }
+
+    /// The estimate for a body that is not a JSON object: no prompt, the assumed output.
+    pub(crate) fn unknown() -> Self {
+        Self {
+            prompt: 0,
+            output: ASSUMED_OUTPUT_TOKENS,
+        }
+    }
+
+    /// The estimate for a request whose JSON body has these top-level `fields`.
+    pub(crate) fn of_fields(fields: &Map<String, Value>) -> Self {
         let output = OUTPUT_LIMIT_FIELDS
             .iter()
             .find_map(|name| fields.get(*name).and_then(token_count))

@@ -21,17 +21,25 @@
 //!
 //! A clock fires at a high percentile of what the backend showed recently (the 99th of its last
 //! [`WINDOW`] answers) times a margin (3), kept between a floor and a ceiling ([`Bounds`]), and
-//! sized by the request. With fewer than [`ClockSettings::min_samples`] answers learned, each
-//! clock has a default that stays safe:
+//! sized by the request. With fewer than [`ClockSettings::min_samples`] answers learned, the
+//! backend is **cold** (a restart, a scale-out, a new deployment) and each clock has a limit
+//! sized from what healthy providers do and from the request ([`RequestShape`]: its size, its
+//! prompt, streamed or not, reasoning asked for or not), which the backend's own figures replace
+//! once learned, tighter or looser:
 //!
-//! | clock | floor | ceiling | nothing learned |
+//! | clock | floor | ceiling | cold (nothing learned) |
 //! |---|---|---|---|
 //! | head of a stream | 3 s | 60 s | 60 s |
 //! | head of a whole answer | the request's [`LlmDeadline`] estimate | none (the deadline) | the estimate |
-//! | first content | 5 s | 300 s | none (the stream guard's own limits) |
-//! | gap | 5 s | 60 s | none (the stream guard's own limits) |
+//! | first content | 5 s | 300 s | a hedge at 10 s from sending, plus 0.25 ms per prompt token (60 s and the same with reasoning asked for) |
+//! | gap | 5 s | 60 s | 10 s where the stream is continued and no reasoning asked for; else none |
 //!
-//! Why these:
+//! Where a cold limit could cut a healthy slow answer it does not cut: the first content's is a
+//! hedge ([`cold_first_content`](AttemptClocks::cold_first_content): a second attempt beside the
+//! first, which runs on and answers if it is first), and the gap's cuts only a stream the engine
+//! continues from what it delivered (never restarts). [`ColdClocks`] gives the figures' sources.
+//!
+//! Why the learned clocks' bounds:
 //!
 //! - A stream's head comes when the provider admits the request, before it generates anything
 //!   (OpenAI and Anthropic send it within a second when healthy), so its clock does not grow with
@@ -41,10 +49,9 @@
 //!   request's own size needs at a slow but healthy pace ([`LlmDeadline`]: 10 s, plus 1 ms per
 //!   prompt token and 28 ms per output token of `max_tokens`), and what the backend showed can
 //!   only lengthen it. A request without `max_tokens` is sized for 4,096 tokens.
-//! - A reasoning model thinks before its first token, for minutes at worst: with nothing learned,
-//!   the first-content and gap clocks leave the stream to the stream guard's limits (60 s of
-//!   silence, 300 s without content), and once learned they never fire before 5 s, the
-//!   longest pause a healthy token stream makes between two tokens under load.
+//! - A reasoning model thinks before its first token, for minutes at worst: once learned, the
+//!   first-content clock follows what the backend showed, up to 300 s, and the gap never fires
+//!   before 5 s, the longest pause a healthy token stream makes between two tokens under load.
 //! - The margin of 3 over the 99th percentile follows the usual practice for per-try timeouts
 //!   from observed latency (Envoy's and Finagle's advice is a high percentile with headroom):
 //!   one answer in a hundred is already that slow when healthy, and the margin keeps a busy
@@ -59,7 +66,7 @@
 //! use stormguard_deadline::clocks::{AttemptClocks, RequestShape};
 //!
 //! let clocks = AttemptClocks::default();
-//! let stream = RequestShape { streaming: true, size: Duration::from_secs(20) };
+//! let stream = RequestShape::new(true, Duration::from_secs(20));
 //! // Nothing learned: a stream's head waits at most a minute.
 //! assert_eq!(clocks.head(stream), Some(Duration::from_secs(60)));
 //! for _ in 0..100 {
@@ -74,9 +81,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::LlmDeadline;
+
+mod cold;
+mod shape;
+
+pub use cold::ColdClocks;
+pub use shape::{RequestShape, asks_for_reasoning};
 
 /// Answers each clock remembers: the last 128.
 pub const WINDOW: usize = 128;
@@ -120,6 +131,8 @@ pub struct ClockSettings {
     pub gap: Bounds,
     /// What sizes a whole answer's head clock from its request: [`LlmDeadline::default`].
     pub whole: LlmDeadline,
+    /// The limits while nothing is learned: [`ColdClocks::default`].
+    pub cold: ColdClocks,
 }
 
 impl Default for ClockSettings {
@@ -144,50 +157,7 @@ impl Default for ClockSettings {
                 unlearned: None,
             },
             whole: LlmDeadline::default(),
-        }
-    }
-}
-
-/// What a request is, for its clocks: streamed or not, and the time its size needs
-/// ([`RequestShape::of`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RequestShape {
-    /// It asked for an event stream (`"stream": true`).
-    pub streaming: bool,
-    /// What a whole answer to it may take when healthy: its [`LlmDeadline`] estimate.
-    pub size: Duration,
-}
-
-impl RequestShape {
-    /// The shape of a request to `uri` with this JSON body: [`of`](Self::of), streamed also when
-    /// the address asks for an event stream whatever the body says, as Gemini's and Vertex AI's
-    /// do (`:streamGenerateContent`, `alt=sse`).
-    pub fn of_request(uri: &http::Uri, body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
-        let mut shape = Self::of(body, estimate);
-        let streams = uri.path().ends_with(":streamGenerateContent")
-            || uri
-                .query()
-                .is_some_and(|query| query.split('&').any(|pair| pair == "alt=sse"));
-        shape.streaming |= streams;
-        shape
-    }
-
-    /// The shape of a request with this JSON body (`None`: a body that was not read, sized at
-    /// the estimate's maximum; not JSON: a whole answer of the assumed size).
-    pub fn of(body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
-        let Some(body) = body else {
-            return Self {
-                streaming: false,
-                size: estimate.max,
-            };
-        };
-        let streaming = match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(fields)) => fields.get("stream") == Some(&Value::Bool(true)),
-            _ => false,
-        };
-        Self {
-            streaming,
-            size: estimate.estimate(body),
+            cold: ColdClocks::default(),
         }
     }
 }
@@ -251,9 +221,29 @@ impl AttemptClocks {
         self.inner.settings.first_content.of(learned)
     }
 
-    /// How long a stream may wait between two content events.
-    pub fn gap(&self) -> Option<Duration> {
-        self.inner.settings.gap.of(self.learned(&self.inner.gap))
+    /// How long a stream of a request shaped `shape` may wait between two content events
+    /// (`continued`: the engine continues the stream if it is cut): the learned clock, or, with
+    /// nothing learned, the [cold](ColdClocks::gap) limit.
+    pub fn gap(&self, shape: RequestShape, continued: bool) -> Option<Duration> {
+        let settings = &self.inner.settings;
+        match self.learned(&self.inner.gap) {
+            Some(learned) => settings.gap.of(Some(learned)),
+            None => settings.gap.unlearned.or(settings.cold.gap(shape, continued)),
+        }
+    }
+
+    /// While the backend's time to first content is not learned: how long an attempt of a
+    /// request shaped `shape` waits for its first content before a hedge goes beside it (the
+    /// [cold](ColdClocks::first_content) limit); `None` once learned, and for a whole answer.
+    pub fn cold_first_content(&self, shape: RequestShape) -> Option<Duration> {
+        let window = match shape.streaming {
+            true => &self.inner.stream_to_content,
+            false => &self.inner.whole_head,
+        };
+        if window.len() >= self.inner.settings.min_samples.max(1) {
+            return None;
+        }
+        self.inner.settings.cold.first_content(shape)
     }
 
     /// A healthy answer's head came `took` after its attempt was sent.
@@ -410,14 +400,8 @@ impl Window {
 mod tests {
     use super::*;
 
-    const WHOLE: RequestShape = RequestShape {
-        streaming: false,
-        size: Duration::from_secs(17),
-    };
-    const STREAM: RequestShape = RequestShape {
-        streaming: true,
-        size: Duration::from_secs(17),
-    };
+    const WHOLE: RequestShape = RequestShape::new(false, Duration::from_secs(17));
+    const STREAM: RequestShape = RequestShape::new(true, Duration::from_secs(17));
 
     #[test]
     fn nothing_learned_leaves_the_safe_defaults() {
@@ -425,7 +409,15 @@ mod tests {
         assert_eq!(clocks.head(STREAM), Some(Duration::from_secs(60)));
         assert_eq!(clocks.head(WHOLE), Some(Duration::from_secs(17)));
         assert_eq!(clocks.first_content(), None);
-        assert_eq!(clocks.gap(), None);
+        assert_eq!(clocks.gap(STREAM, false), None);
+        // Cold: a stream is hedged at 10 s, and a stream the engine continues is cut at a 10 s
+        // gap.
+        assert_eq!(
+            clocks.cold_first_content(STREAM),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(clocks.cold_first_content(WHOLE), None);
+        assert_eq!(clocks.gap(STREAM, true), Some(Duration::from_secs(10)));
         // 19 answers are not enough.
         for _ in 0..19 {
             clocks.record_head(true, Duration::from_millis(100));
@@ -433,6 +425,35 @@ mod tests {
         }
         assert_eq!(clocks.head(STREAM), Some(Duration::from_secs(60)));
         assert_eq!(clocks.first_content(), None);
+    }
+
+    /// What the backend shows replaces the cold limits, tighter or looser, once 20 answers are
+    /// learned.
+    #[test]
+    fn learned_figures_replace_the_cold_limits() {
+        let clocks = AttemptClocks::default();
+        for _ in 0..20 {
+            clocks.record_to_first_content(true, Duration::from_secs(30));
+            clocks.record_gap(Duration::from_millis(40));
+        }
+        // No cold hedge any more (a configured hedge reads the learned figure), and the gap is
+        // the learned one, continued or not: 3 x 40 ms raised to the 5 s floor.
+        assert_eq!(clocks.cold_first_content(STREAM), None);
+        assert_eq!(clocks.gap(STREAM, false), Some(Duration::from_secs(5)));
+        let slow = clocks.fresh();
+        for _ in 0..20 {
+            slow.record_gap(Duration::from_secs(15));
+        }
+        assert_eq!(slow.gap(STREAM, true), Some(Duration::from_secs(45)));
+        // A prompt of 40,000 tokens: 10 s and its prefill.
+        let long = RequestShape {
+            prompt_tokens: 40_000,
+            ..STREAM
+        };
+        assert_eq!(
+            slow.cold_first_content(long),
+            Some(Duration::from_secs(20))
+        );
     }
 
     #[test]
@@ -449,12 +470,12 @@ mod tests {
         for _ in 0..50 {
             clocks.record_gap(Duration::from_secs(40));
         }
-        assert_eq!(clocks.gap(), Some(Duration::from_secs(60)));
+        assert_eq!(clocks.gap(STREAM, false), Some(Duration::from_secs(60)));
         let fast = clocks.fresh();
         for _ in 0..50 {
             fast.record_gap(Duration::from_millis(30));
         }
-        assert_eq!(fast.gap(), Some(Duration::from_secs(5)));
+        assert_eq!(fast.gap(STREAM, false), Some(Duration::from_secs(5)));
         assert_eq!(fast.first_content(), None, "fresh clocks share nothing");
     }
 
@@ -520,31 +541,6 @@ mod tests {
     }
 
     #[test]
-    fn a_shape_is_read_from_the_body() {
-        let estimate = LlmDeadline::default();
-        let body = br#"{"stream": true, "max_tokens": 250, "messages": []}"#;
-        let shape = RequestShape::of(Some(body), &estimate);
-        assert!(shape.streaming);
-        assert_eq!(shape.size, Duration::from_secs(17));
-        let whole = RequestShape::of(Some(br#"{"stream": "yes"}"#), &estimate);
-        assert!(!whole.streaming);
-        assert_eq!(
-            RequestShape::of(None, &estimate).size,
-            Duration::from_secs(600)
-        );
-        assert!(!RequestShape::of(Some(b"\xff not json"), &estimate).streaming);
-        // Gemini streams by its address, whatever the body says.
-        let gemini: http::Uri = "https://g.test/v1beta/models/m:streamGenerateContent?alt=sse"
-            .parse()
-            .unwrap_or_default();
-        assert!(RequestShape::of_request(&gemini, Some(b"{}"), &estimate).streaming);
-        let chat: http::Uri = "https://o.test/v1/chat/completions?x=alt%3Dsse"
-            .parse()
-            .unwrap_or_default();
-        assert!(!RequestShape::of_request(&chat, Some(b"{}"), &estimate).streaming);
-    }
-
-    #[test]
     fn hostile_settings_and_figures_never_panic() {
         let settings = ClockSettings {
             percentile: f64::NAN,
@@ -555,7 +551,7 @@ mod tests {
         let clocks = AttemptClocks::new(settings);
         clocks.record_gap(Duration::MAX);
         clocks.record_gap(Duration::ZERO);
-        assert!(clocks.gap().is_some());
+        assert!(clocks.gap(STREAM, false).is_some());
         let _ = clocks.snapshot();
     }
 }

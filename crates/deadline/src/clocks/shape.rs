@@ -1,0 +1,189 @@
+//! What a request is, for its clocks: read once from its JSON body (and its address).
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::{LlmDeadline, TokenEstimate};
+
+/// What a request is, for its clocks: streamed or not, the time its size needs, its prompt, and
+/// whether it asks the model to reason first ([`RequestShape::of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestShape {
+    /// It asked for an event stream (`"stream": true`).
+    pub streaming: bool,
+    /// What a whole answer to it may take when healthy: its [`LlmDeadline`] estimate.
+    pub size: Duration,
+    /// Its prompt, in tokens ([`TokenEstimate`]): what the provider reads before its first token.
+    pub prompt_tokens: u64,
+    /// It asks the model to think before it answers ([`asks_for_reasoning`]).
+    pub reasoning: bool,
+}
+
+impl RequestShape {
+    /// A request of `size`, streamed or not, with no prompt to speak of and no reasoning asked
+    /// for.
+    pub const fn new(streaming: bool, size: Duration) -> Self {
+        Self {
+            streaming,
+            size,
+            prompt_tokens: 0,
+            reasoning: false,
+        }
+    }
+
+    /// The shape of a request to `uri` with this JSON body: [`of`](Self::of), streamed also when
+    /// the address asks for an event stream whatever the body says, as Gemini's and Vertex AI's
+    /// do (`:streamGenerateContent`, `alt=sse`).
+    pub fn of_request(uri: &http::Uri, body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
+        let mut shape = Self::of(body, estimate);
+        let streams = uri.path().ends_with(":streamGenerateContent")
+            || uri
+                .query()
+                .is_some_and(|query| query.split('&').any(|pair| pair == "alt=sse"));
+        shape.streaming |= streams;
+        shape
+    }
+
+    /// The shape of a request with this JSON body (`None`: a body that was not read, sized at
+    /// the estimate's maximum; not JSON: a whole answer of the assumed size).
+    pub fn of(body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
+        let Some(body) = body else {
+            return Self::new(false, estimate.max);
+        };
+        let fields = match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(fields)) => fields,
+            _ => Map::new(),
+        };
+        let tokens = match fields.is_empty() {
+            true => TokenEstimate::unknown(),
+            false => TokenEstimate::of_fields(&fields),
+        };
+        Self {
+            streaming: fields.get("stream") == Some(&Value::Bool(true)),
+            size: estimate.for_tokens(tokens.prompt, tokens.output),
+            prompt_tokens: tokens.prompt,
+            reasoning: asks_for_reasoning(&fields),
+        }
+    }
+}
+
+/// Whether a request body's top-level `fields` ask the model to reason before it answers, in the
+/// spelling of each API:
+///
+/// - OpenAI Chat Completions: `reasoning_effort`, unless `"none"`;
+/// - OpenAI Responses (and OpenRouter): a `reasoning` object, unless its `effort` is `"none"` or
+///   it says `"enabled": false`;
+/// - Anthropic Messages: `thinking`, unless its `type` is `"disabled"`;
+/// - Gemini: `generationConfig.thinkingConfig`, unless its `thinkingBudget` is 0.
+///
+/// A model that reasons without being asked (OpenAI's o-series, for one) is not seen here: its
+/// cold clocks only hedge, which cannot lose its answer (see [`ColdClocks`](super::ColdClocks)).
+pub fn asks_for_reasoning(fields: &Map<String, Value>) -> bool {
+    let not = |value: Option<&Value>, off: &Value| value != Some(off);
+    if let Some(effort) = fields.get("reasoning_effort") {
+        return effort.is_string() && effort != "none";
+    }
+    if let Some(Value::Object(reasoning)) = fields.get("reasoning") {
+        return not(reasoning.get("effort"), &Value::from("none"))
+            && not(reasoning.get("enabled"), &Value::Bool(false));
+    }
+    if let Some(Value::Object(thinking)) = fields.get("thinking") {
+        return not(thinking.get("type"), &Value::from("disabled"));
+    }
+    let gemini = ["generationConfig", "generation_config"]
+        .iter()
+        .filter_map(|name| fields.get(*name))
+        .find_map(|config| config.get("thinkingConfig").or(config.get("thinking_config")));
+    match gemini {
+        Some(Value::Object(thinking)) => {
+            let budget = thinking
+                .get("thinkingBudget")
+                .or(thinking.get("thinking_budget"));
+            not(budget, &Value::from(0))
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(body: &str) -> RequestShape {
+        RequestShape::of(Some(body.as_bytes()), &LlmDeadline::default())
+    }
+
+    #[test]
+    fn a_shape_is_read_from_the_body() {
+        let estimate = LlmDeadline::default();
+        let body = br#"{"stream": true, "max_tokens": 250, "messages": []}"#;
+        let stream = RequestShape::of(Some(body), &estimate);
+        assert!(stream.streaming);
+        assert_eq!(stream.size, Duration::from_secs(17));
+        assert_eq!((stream.prompt_tokens, stream.reasoning), (0, false));
+        let whole = RequestShape::of(Some(br#"{"stream": "yes"}"#), &estimate);
+        assert!(!whole.streaming);
+        assert_eq!(
+            RequestShape::of(None, &estimate).size,
+            Duration::from_secs(600)
+        );
+        let not_json = RequestShape::of(Some(b"\xff not json"), &estimate);
+        assert_eq!(not_json, RequestShape::new(false, estimate.estimate(b"")));
+        // Gemini streams by its address, whatever the body says.
+        let gemini: http::Uri = "https://g.test/v1beta/models/m:streamGenerateContent?alt=sse"
+            .parse()
+            .unwrap_or_default();
+        assert!(RequestShape::of_request(&gemini, Some(b"{}"), &estimate).streaming);
+        let chat: http::Uri = "https://o.test/v1/chat/completions?x=alt%3Dsse"
+            .parse()
+            .unwrap_or_default();
+        assert!(!RequestShape::of_request(&chat, Some(b"{}"), &estimate).streaming);
+    }
+
+    #[test]
+    fn the_size_and_the_prompt_are_the_token_estimates() {
+        let body = format!(
+            r#"{{"max_tokens": 100, "messages": [{{"role": "user", "content": "{}"}}]}}"#,
+            "x".repeat(3996)
+        );
+        let shape = shape(&body);
+        // "user" and 3,996 bytes: 1,000 prompt tokens.
+        assert_eq!(shape.prompt_tokens, 1_000);
+        assert_eq!(shape.size, LlmDeadline::default().estimate(body.as_bytes()));
+    }
+
+    #[test]
+    fn reasoning_is_read_in_each_apis_spelling() {
+        let asked = [
+            r#"{"reasoning_effort": "high"}"#,
+            r#"{"reasoning_effort": "minimal"}"#,
+            r#"{"reasoning": {"effort": "medium", "summary": "auto"}}"#,
+            r#"{"reasoning": {"enabled": true}}"#,
+            r#"{"thinking": {"type": "enabled", "budget_tokens": 10000}}"#,
+            r#"{"thinking": {"type": "adaptive"}}"#,
+            r#"{"generationConfig": {"thinkingConfig": {"thinkingBudget": 1024}}}"#,
+            r#"{"generationConfig": {"thinkingConfig": {"thinkingBudget": -1}}}"#,
+            r#"{"generation_config": {"thinking_config": {"thinking_level": "high"}}}"#,
+        ];
+        for body in asked {
+            assert!(shape(body).reasoning, "{body}");
+        }
+        let not_asked = [
+            r#"{"messages": []}"#,
+            r#"{"reasoning_effort": "none"}"#,
+            r#"{"reasoning_effort": null}"#,
+            r#"{"reasoning": {"effort": "none"}}"#,
+            r#"{"reasoning": {"enabled": false}}"#,
+            r#"{"reasoning": null}"#,
+            r#"{"thinking": {"type": "disabled"}}"#,
+            r#"{"thinking": "yes"}"#,
+            r#"{"generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}}"#,
+            r#"{"generationConfig": {"thinkingConfig": null}}"#,
+            r#"[{"thinking": {"type": "enabled"}}]"#,
+        ];
+        for body in not_asked {
+            assert!(!shape(body).reasoning, "{body}");
+        }
+    }
+}
