@@ -44,6 +44,8 @@ use stormguard::jitter::FullJitter;
 use stormguard::{ClientLayer, ClientService};
 use stormguard_test_kit::{self as kit, Log, OPENAI_CHAT, ScriptedBody, openai_chat};
 pub use stormguard_test_kit::{Reply, Seen};
+
+pub mod provider;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tower::Layer;

@@ -6,232 +6,21 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as LegacyClient;
-use hyper_util::rt::TokioExecutor;
 use stormguard::ClientLayer;
 use stormguard::deadline::clocks::AttemptClocks;
 use stormguard::failover::{Adapter, Backend, Failover};
 use stormguard::stream::{InterruptCause, StreamInterrupted};
-use stormguard_test_kit::post;
-use stormguard_tests::{HyperClient, Server, Sse, hyper_client, scripted_body, send};
+use stormguard_tests::provider::{
+    PATH, Plan, Provider, REQUEST, WORDS, backend_of, chat_request, fresh_client, gateway, read,
+    reqwest_post, resumes_at, text_of, warm_up, whole_answer, words,
+};
+use stormguard_tests::{Server, Sse, hyper_client, send};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
-
-const PATH: &str = "/v1/chat/completions";
-const WORDS: usize = 60;
-const REQUEST: &str = r#"{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"count"}]}"#;
-
-/// What a provider does with one request: when its head goes, its status, its body.
-struct Plan {
-    head_after: Duration,
-    status: u16,
-    steps: Vec<Sse>,
-}
-
-impl Plan {
-    /// A healthy answer: words `from..=WORDS`, 10 ms apart, then the finish and `[DONE]`.
-    fn answer(from: usize) -> Self {
-        Self::stream(words(from, WORDS, true))
-    }
-
-    fn stream(steps: Vec<Sse>) -> Self {
-        Self {
-            head_after: Duration::ZERO,
-            status: 200,
-            steps,
-        }
-    }
-}
-
-/// The role chunk, words `from..=to` 10 ms apart, and (`end`) the finish chunk and `[DONE]`.
-fn words(from: usize, to: usize, end: bool) -> Vec<Sse> {
-    let mut steps = vec![send(chunk(r#"{"role":"assistant","content":""}"#, "null"))];
-    for word in from..=to {
-        steps.push(Sse::Wait(Duration::from_millis(10)));
-        steps.push(send(chunk(&format!(r#"{{"content":"w{word} "}}"#), "null")));
-    }
-    if end {
-        steps.push(send(chunk("{}", "\"stop\"")));
-        steps.push(send("data: [DONE]\n\n"));
-    }
-    steps
-}
-
-fn chunk(delta: &str, finish: &str) -> String {
-    format!(
-        "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
-    )
-}
-
-/// Where a continuation request asks the answer to go on from: the word after the last one of
-/// its assistant prefill (1 for a first request).
-fn resumes_at(body: &str) -> usize {
-    let body: serde_json::Value = serde_json::from_str(body).unwrap();
-    let messages = body["messages"].as_array().unwrap();
-    let last = messages.last().unwrap();
-    if last["role"] != "assistant" {
-        return 1;
-    }
-    last["content"].as_str().unwrap().split_whitespace().count() + 1
-}
-
-/// A loopback provider whose n-th request (from 0) is answered by `plan(n, body)`.
-struct Provider {
-    server: Server,
-    hits: Arc<AtomicUsize>,
-    bodies: Arc<Mutex<Vec<String>>>,
-}
-
-impl Provider {
-    async fn spawn(plan: impl Fn(usize, &str) -> Plan + Send + Sync + 'static) -> Self {
-        let hits = Arc::new(AtomicUsize::new(0));
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let (counted, seen, plan) = (Arc::clone(&hits), Arc::clone(&bodies), Arc::new(plan));
-        let router = axum::Router::new().fallback(move |body: Bytes| {
-            let body = String::from_utf8_lossy(&body).into_owned();
-            let n = counted.fetch_add(1, Ordering::SeqCst);
-            let plan = plan(n, &body);
-            seen.lock().unwrap().push(body);
-            async move {
-                tokio::time::sleep(plan.head_after).await;
-                http::Response::builder()
-                    .status(plan.status)
-                    .header(http::header::CONTENT_TYPE, "text/event-stream")
-                    .body(scripted_body(plan.steps))
-                    .unwrap()
-            }
-        });
-        Self {
-            server: Server::spawn(router).await,
-            hits,
-            bodies,
-        }
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-
-    fn origin(&self) -> http::Uri {
-        self.server.url("").parse().unwrap()
-    }
-}
-
-/// The test's request to the provider at `origin`.
-fn chat_request(origin: &http::Uri) -> http::Request<Full<Bytes>> {
-    post(&format!("{origin}{}", &PATH[1..]), REQUEST)
-}
-
-/// What the caller read: the text of the content chunks, how many `[DONE]`, the error event if
-/// one came, and the body's error.
-struct Read {
-    text: String,
-    done: usize,
-    error_event: bool,
-    error: Option<stormguard::classify::BoxError>,
-    ids: Vec<String>,
-}
-
-async fn read<B>(body: B) -> Read
-where
-    B: http_body::Body<Data = Bytes, Error = stormguard::classify::BoxError> + Unpin,
-{
-    let mut body = body;
-    let mut raw = Vec::new();
-    let mut error = None;
-    while let Some(frame) = body.frame().await {
-        match frame {
-            Ok(frame) => raw.extend_from_slice(&frame.into_data().unwrap_or_default()),
-            Err(failed) => {
-                error = Some(failed);
-                break;
-            }
-        }
-    }
-    let raw = String::from_utf8(raw).unwrap();
-    let mut read = Read {
-        text: String::new(),
-        done: 0,
-        error_event: false,
-        error,
-        ids: Vec::new(),
-    };
-    for data in raw
-        .split("\n\n")
-        .filter_map(|event| event.strip_prefix("data: "))
-    {
-        if data == "[DONE]" {
-            read.done += 1;
-            continue;
-        }
-        let value: serde_json::Value = serde_json::from_str(data).unwrap();
-        if value.get("error").is_some() {
-            read.error_event = true;
-            continue;
-        }
-        if let Some(id) = value["id"].as_str() {
-            read.ids.push(id.to_owned());
-        }
-        if let Some(text) = value["choices"][0]["delta"]["content"].as_str() {
-            read.text.push_str(text);
-        }
-    }
-    read
-}
-
-fn whole_answer() -> String {
-    (1..=WORDS).map(|word| format!("w{word} ")).collect()
-}
-
-/// A gateway's client: a failover from `primary` (its clocks `learned`) to `backup` over one
-/// hyper client, the README's shape, with `layer`'s policy and a 30 s deadline.
-fn gateway(
-    layer: ClientLayer,
-    primary: &Provider,
-    backup: &Provider,
-    learned: AttemptClocks,
-) -> stormguard::failover::FailoverService<stormguard_tests::HyperClient> {
-    let backend = |name: &str, provider: &Provider| {
-        Backend::new(name).with_adapter(Adapter::new().with_origin(provider.origin()))
-    };
-    Failover::new(layer.with_timeout(Duration::from_secs(30)))
-        .with_backend(backend("primary", primary).with_clocks(learned))
-        .with_backend(backend("backup", backup))
-        .layer(hyper_client())
-}
-
-/// A hyper client that opens a connection for each request. On the paused clock, tokio moves
-/// time on whenever no task is ready, and bytes crossing the loopback on a reused connection are
-/// not a ready task: a test that sends many requests in a row would see its idle timeouts fire
-/// while a response is in flight.
-fn fresh_client() -> HyperClient {
-    LegacyClient::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(0)
-        .build_http()
-}
-
-/// Twenty healthy answers through `client` first: what its clocks learn.
-async fn warm_up<S, B>(client: &S, origin: &http::Uri)
-where
-    S: tower::Service<http::Request<Full<Bytes>>, Response = http::Response<B>> + Clone,
-    S::Error: std::fmt::Debug,
-    B: http_body::Body<Data = Bytes, Error = stormguard::classify::BoxError> + Unpin,
-{
-    for _ in 0..20 {
-        let response = client.clone().oneshot(chat_request(origin)).await.unwrap();
-        assert_eq!(read(response.into_body()).await.text, whole_answer());
-    }
-}
-
-fn backend_of<B>(response: &http::Response<B>) -> &str {
-    response.headers()["x-stormguard-backend"].to_str().unwrap()
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_provider_that_never_answers_is_left_for_the_backup_at_its_head_clock() {
@@ -276,7 +65,7 @@ async fn without_the_clocks_a_silent_provider_takes_the_whole_deadline() {
     })
     .await;
     let backup = Provider::spawn(|_, _| Plan::answer(1)).await;
-    let layer = ClientLayer::default().without_clocks();
+    let layer = ClientLayer::default().without_clocks().without_hedging();
     let client = gateway(layer, &primary, &backup, AttemptClocks::default());
     let started = Instant::now();
     let error = client
@@ -513,42 +302,12 @@ where
     Server::spawn(router).await
 }
 
-/// What a reqwest client reads of a streamed answer from the gateway: the bytes up to the end
-/// of the body or its failure (a body that fails after its in-band error event).
-async fn reqwest_read(gateway: &Server) -> String {
-    let mut response = reqwest::Client::new()
-        .post(gateway.url(PATH))
-        .header("content-type", "application/json")
-        .body(REQUEST)
-        .send()
-        .await
-        .unwrap();
-    let mut read = Vec::new();
-    while let Ok(Some(chunk)) = response.chunk().await {
-        read.extend_from_slice(&chunk);
-    }
-    String::from_utf8(read).unwrap()
-}
-
-/// The text of the content chunks of a stream read raw.
-fn text_of(raw: &str) -> String {
-    raw.split("\n\n")
-        .filter_map(|event| event.strip_prefix("data: "))
-        .filter_map(|data| {
-            let value: serde_json::Value = serde_json::from_str(data).ok()?;
-            value["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .collect()
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_reqwest_client_reads_a_cut_stream_whole_through_an_axum_gateway() {
     let provider = cutting_primary().await;
     let client = ClientLayer::default().layer(hyper_client());
     let gateway = serve_gateway(client, provider.origin()).await;
-    let answer = reqwest_read(&gateway).await;
+    let answer = reqwest_post(&gateway.url(PATH), REQUEST).await.raw;
     assert_eq!(text_of(&answer), whole_answer());
     assert_eq!(answer.matches("[DONE]").count(), 1);
     assert_eq!(provider.hits(), 2);
@@ -565,7 +324,7 @@ async fn a_reqwest_client_gets_the_backups_answer_at_the_head_clock_through_an_a
     let client = gateway(ClientLayer::default(), &primary, &backup, quick_heads());
     let gateway = serve_gateway(client, primary.origin()).await;
     let started = Instant::now();
-    let answer = reqwest_read(&gateway).await;
+    let answer = reqwest_post(&gateway.url(PATH), REQUEST).await.raw;
     assert_eq!(text_of(&answer), whole_answer());
     // 3 s to the head clock, then the backup's 60 words at 10 ms.
     let took = started.elapsed();
@@ -589,7 +348,7 @@ async fn a_reqwest_client_reads_the_in_band_error_of_a_stream_that_cannot_be_com
         .without_continuation()
         .layer(hyper_client());
     let gateway = serve_gateway(client, provider.origin()).await;
-    let answer = reqwest_read(&gateway).await;
+    let answer = reqwest_post(&gateway.url(PATH), REQUEST).await.raw;
     let prefill: String = (1..=40).map(|word| format!("w{word} ")).collect();
     assert_eq!(text_of(&answer), prefill);
     // What an SDK raises on: OpenAI's error frame, saying how much came.
@@ -754,7 +513,7 @@ async fn without_the_clocks_a_slow_first_token_is_waited_for() {
     })
     .await;
     let backup = Provider::spawn(|_, _| Plan::answer(1)).await;
-    let layer = ClientLayer::default().without_clocks();
+    let layer = ClientLayer::default().without_clocks().without_hedging();
     let client = gateway(layer, &primary, &backup, AttemptClocks::default());
     let started = Instant::now();
     let response = client

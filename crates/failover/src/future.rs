@@ -313,7 +313,7 @@ where
     let backend = race.lanes().0?.hop.backend;
     let clocks = || {
         let clocks = ledger.shared.engines[backend].backend.clocks();
-        (clocks, ledger.streaming(backend))
+        (clocks, ledger.shape(backend))
     };
     race.hedge_clock(&hedging, clocks)
 }

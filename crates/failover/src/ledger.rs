@@ -442,15 +442,15 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
         self.shared.hedging.is_some() && self.body.is_some() && self.continues_from.is_none()
     }
 
-    /// Whether the request asks for an event stream, as backend `index`'s clocks read it.
-    pub(crate) fn streaming(&self, index: usize) -> bool {
+    /// What the request is, as backend `index`'s clocks read it (without clocks or a body: a
+    /// whole answer, unsized).
+    pub(crate) fn shape(&self, index: usize) -> RequestShape {
         let clocks = self.shared.engines[index].backend.clocks();
         match (clocks, &self.body) {
             (Some(clocks), Some(body)) => {
                 RequestShape::of_request(&self.head.uri, Some(body), &clocks.settings().whole)
-                    .streaming
             }
-            _ => false,
+            _ => RequestShape::new(false, Duration::MAX),
         }
     }
 

@@ -198,7 +198,7 @@ where
     let hedging = ledger.config.hedging.filter(|_| ledger.origin.is_replay());
     let hedge = hedging.and_then(|hedging| {
         let config = Arc::clone(&ledger.config);
-        let clocks = || (config.clocks.as_ref(), ledger.streaming());
+        let clocks = || (config.clocks.as_ref(), ledger.shape());
         race.hedge_clock(&hedging, clocks)
     });
     earliest(wake, hedge)

@@ -1,13 +1,19 @@
 //! Hedging: a second attempt of a request sent while its first still waits for its content, the
-//! first of the two to produce content answering ([`Hedging`], off unless turned on with
-//! [`ClientLayer::with_hedging`](crate::ClientLayer::with_hedging)).
+//! first of the two to produce content answering ([`Hedging`]). By default a stream is hedged
+//! only while its backend is cold ([`Hedging::cold`]: nothing learned yet, a restart or a new
+//! deployment), at the clocks' cold limit of time to first content; hedging at a learned
+//! percentile or after a fixed delay is turned on with
+//! [`ClientLayer::with_hedging`](crate::ClientLayer::with_hedging), and every hedge off with
+//! [`ClientLayer::without_hedging`](crate::ClientLayer::without_hedging).
 //!
 //! "The Tail at Scale" (Dean and Barroso, CACM 2013) sends a hedged request once the first has
 //! been outstanding longer than the 95th percentile of its kind: about 5% more requests for a
 //! much shorter tail. For an LLM call the tail a user feels is the first token, so here the
 //! delay runs from sending an attempt to its first content: a stream's first content event, a
 //! whole answer's head. It is fixed, or the percentile of what the backend showed recently
-//! (`stormguard_deadline::clocks`, time to first content; no hedge until enough is learned).
+//! (`stormguard_deadline::clocks`, time to first content), or, while nothing is learned, the
+//! clocks' cold limit (`ColdClocks`: a stream's first content at 10 s plus its prefill; none
+//! for a whole answer, whose head clock is sized by its request).
 //!
 //! A hedge is a retry sent early, and is bounded as one:
 //!
@@ -36,7 +42,7 @@
 use std::time::Duration;
 
 use stormguard_budget::{RetryBudget, Ticket};
-use stormguard_deadline::clocks::AttemptClocks;
+use stormguard_deadline::clocks::{AttemptClocks, RequestShape};
 use tokio::time::Instant;
 
 /// The percentile of the backend's time to first content a learned hedge waits for: the 95th,
@@ -72,8 +78,11 @@ pub enum HedgeDelay {
     /// This long after it was sent.
     Fixed(Duration),
     /// This percentile (0 to 1) of the backend's recent times to first content, learned by the
-    /// layer's clocks; no hedge before they learned it, nor without clocks.
+    /// layer's clocks; before they learned it, their cold limit; no hedge without clocks.
     Learned(f64),
+    /// Only while the backend's clocks are cold: their cold limit of time to first content; no
+    /// hedge once they learned it, nor without clocks.
+    Cold,
 }
 
 impl Hedging {
@@ -89,6 +98,16 @@ impl Hedging {
     pub fn at_percentile(percentile: f64) -> Self {
         Self {
             delay: HedgeDelay::Learned(percentile),
+            max_hedges: DEFAULT_MAX_HEDGES,
+        }
+    }
+
+    /// A hedge only while the backend's clocks have learned nothing (the default of a
+    /// `ClientLayer`): at their cold limit of a stream's time to first content, sized by the
+    /// request (`stormguard_deadline::clocks::ColdClocks`).
+    pub fn cold() -> Self {
+        Self {
+            delay: HedgeDelay::Cold,
             max_hedges: DEFAULT_MAX_HEDGES,
         }
     }
@@ -129,17 +148,22 @@ pub enum NoHedge {
 }
 
 impl Hedging {
-    /// How long an attempt of a request waits before it is hedged (`streaming`: the request asks
-    /// for an event stream), given its backend's `clocks`: `None` for a learned delay with no
-    /// clocks or too little learned.
+    /// How long an attempt of a request shaped `shape` waits before it is hedged, given its
+    /// backend's `clocks`: `None` without clocks (unless fixed), and for a cold delay once learned
+    /// or a whole answer while cold.
     pub(crate) fn delay_for(
         &self,
         clocks: Option<&AttemptClocks>,
-        streaming: bool,
+        shape: RequestShape,
     ) -> Option<Duration> {
         match self.delay {
             HedgeDelay::Fixed(delay) => Some(delay),
-            HedgeDelay::Learned(percentile) => clocks?.to_first_content(streaming, percentile),
+            HedgeDelay::Learned(percentile) => {
+                let clocks = clocks?;
+                (clocks.to_first_content(shape.streaming, percentile))
+                    .or_else(|| clocks.cold_first_content(shape))
+            }
+            HedgeDelay::Cold => clocks?.cold_first_content(shape),
         }
     }
 
@@ -228,11 +252,25 @@ mod tests {
     }
 
     #[test]
-    fn a_fixed_delay_needs_no_clocks_and_a_learned_one_waits_for_them() {
+    fn a_fixed_delay_needs_no_clocks_and_the_others_follow_what_they_learned() {
+        let stream = RequestShape::new(true, SECOND);
+        let whole = RequestShape::new(false, SECOND);
         let fixed = Hedging::after(SECOND);
-        assert_eq!(fixed.delay_for(None, false), Some(SECOND));
-        assert_eq!(Hedging::default().delay_for(None, true), None);
+        assert_eq!(fixed.delay_for(None, whole), Some(SECOND));
+        assert_eq!(Hedging::default().delay_for(None, stream), None);
+        assert_eq!(Hedging::cold().delay_for(None, stream), None);
+        // Cold: a stream at the cold limit, a whole answer never.
         let clocks = AttemptClocks::default();
-        assert_eq!(Hedging::default().delay_for(Some(&clocks), true), None);
+        for hedging in [Hedging::default(), Hedging::cold()] {
+            assert_eq!(hedging.delay_for(Some(&clocks), stream), Some(SECOND * 10));
+            assert_eq!(hedging.delay_for(Some(&clocks), whole), None);
+        }
+        // Learned: the percentile, and no cold hedge any more.
+        for _ in 0..20 {
+            clocks.record_to_first_content(true, SECOND * 2);
+        }
+        let learned = Hedging::default().delay_for(Some(&clocks), stream);
+        assert_eq!(learned, Some(SECOND * 2));
+        assert_eq!(Hedging::cold().delay_for(Some(&clocks), stream), None);
     }
 }

@@ -66,6 +66,9 @@ pub const DEFAULT_MAX_REPLAY_BODY: usize = 1024 * 1024;
 /// * no rate limit ([`with_rate_limit`](Self::with_rate_limit) adds one);
 /// * no circuit breaker ([`with_breaker`](Self::with_breaker) adds one: see
 ///   [`stormguard_breaker`] for when it pays, and how it composes with the throttle);
+/// * per-attempt clocks ([`AttemptClocks::default`], see [`with_clocks`](Self::with_clocks)), and
+///   hedging only while they are cold ([`Hedging::cold`]: a stream with no content 10 s after it
+///   was sent, plus its prefill, gets a second attempt beside it, within the retry budget);
 /// * a deadline of [`DEFAULT_TIMEOUT`] (600 s) across all attempts, propagated downstream with a
 ///   [`DEFAULT_MARGIN`] (50 ms) safety margin.
 ///
@@ -108,6 +111,7 @@ pub const DEFAULT_MAX_REPLAY_BODY: usize = 1024 * 1024;
 /// assert!(layer.throttle().is_some());
 /// assert!(layer.breaker().is_none() && layer.rate_limit().is_none());
 /// assert!(layer.stream_policy().is_some());
+/// assert_eq!(layer.hedging(), Some(&stormguard_retry::Hedging::cold()));
 /// let head = http::Request::new(()).into_parts().0;
 /// assert_eq!(layer.timeout_for(&head, None), Some(Duration::from_secs(600)));
 /// assert_eq!(layer.margin(), Duration::from_millis(50));
@@ -146,7 +150,7 @@ impl Default for ClientLayer {
             name: None,
             clocks: Some(AttemptClocks::default()),
             prefill: Arc::default(),
-            hedging: None,
+            hedging: Some(Hedging::cold()),
         })
     }
 }
@@ -327,7 +331,8 @@ impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
         self.config.clocks.as_ref()
     }
 
-    /// Hedge requests as `hedging` says (off by default; see [`Hedging`]): when an attempt has
+    /// Hedge requests as `hedging` says (by default only while the backend is cold:
+    /// [`Hedging::cold`]; see [`Hedging`]): when an attempt has
     /// produced no content (its head; a stream, its first content event) after the hedge's
     /// delay, fixed or the backend's learned percentile of time to first content (which needs
     /// the [clocks](Self::with_clocks)), a second attempt goes to the same backend, without
@@ -339,7 +344,7 @@ impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
         self.change(|config| config.hedging = Some(hedging))
     }
 
-    /// No hedging (the default).
+    /// No hedging, not even while the backend is cold.
     pub fn without_hedging(self) -> Self {
         self.change(|config| config.hedging = None)
     }

@@ -5,6 +5,7 @@
 //! [future](crate::ResponseFuture)'s, which hands it each attempt it asks about.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -15,6 +16,7 @@ use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{BoxError, Classify, Outcome, is_grpc};
 use stormguard_deadline::Deadline;
+use stormguard_deadline::clocks::RequestShape;
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::Usage;
 use stormguard_stream::continuation::{Continuations, Format};
@@ -364,10 +366,17 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         at
     }
 
+    /// What the request is, as its clocks read it (without clocks: a whole answer, unsized).
+    pub(crate) fn shape(&mut self) -> RequestShape {
+        match &self.config.clocks {
+            Some(clocks) => self.origin.shape(&clocks.settings().whole),
+            None => RequestShape::new(false, Duration::MAX),
+        }
+    }
+
     /// Whether the request asks for an event stream, as its clocks read it.
     pub(crate) fn streaming(&mut self) -> bool {
-        let clocks = self.config.clocks.as_ref();
-        clocks.is_some_and(|clocks| self.origin.shape(&clocks.settings().whole).streaming)
+        self.shape().streaming
     }
 
     /// The head of a healthy answer `attempt` waited for came: its backend's head clock learns
@@ -395,13 +404,21 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
 
     /// The stream guard's policy for an attempt's stream: the layer's, with the backend's
     /// learned first-content clock, and its gap clock where it is tighter than the progress
-    /// limit.
-    pub(crate) fn stream_policy(&self, policy: StreamPolicy) -> StreamPolicy {
-        let Some(clocks) = &self.config.clocks else {
+    /// limit; while the gap is not learned, its cold limit if the stream would be continued
+    /// (`can`: someone can continue it; `given`: a router above gave the continuer).
+    pub(crate) fn stream_policy(
+        &mut self,
+        policy: StreamPolicy,
+        can: bool,
+        given: bool,
+    ) -> StreamPolicy {
+        let Some(clocks) = self.config.clocks.clone() else {
             return policy;
         };
+        let resumed = self.config.resume.is_some() && self.origin.is_replay();
+        let continued = resumed || (can && self.continuable(given).is_some_and(|(_, left)| left > 0));
         let first_content = clocks.first_content().or(policy.first_content());
-        let progress = match (clocks.gap(), policy.progress()) {
+        let progress = match (clocks.gap(self.shape(), continued), policy.progress()) {
             (Some(gap), Some(limit)) => Some(gap.min(limit)),
             (gap, limit) => gap.or(limit),
         };
@@ -501,6 +518,24 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         continuer: impl FnOnce(&Arc<Config<C, Bk>>) -> Option<Continuer>,
         given: bool,
     ) -> Option<Continuations> {
+        let (format, left) = self.continuable(given)?;
+        let continuer = if left > 0 {
+            continuer(&self.config)
+        } else {
+            None
+        };
+        let left = if continuer.is_some() { left } else { 0 };
+        let Origin::Replay(template) = &self.origin else {
+            return None;
+        };
+        let (head, body) = (template.head.clone(), template.body.clone());
+        Some(Continuations::new(format, head, body, continuer, left))
+    }
+
+    /// The format of the request's streams and the continuations left to them, if they can be
+    /// continued at all: not for a continuation itself, a request sent once or a format the
+    /// engine does not know (`given`: a router above, which knows where a prefill is taken).
+    fn continuable(&self, given: bool) -> Option<(Format, u32)> {
         let Origin::Replay(template) = &self.origin else {
             return None;
         };
@@ -509,14 +544,6 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return None;
         }
         let prefill = given || !self.config.prefill.rejected();
-        let left = self.config.policy.continuations(true, prefill);
-        let continuer = if left > 0 {
-            continuer(&self.config)
-        } else {
-            None
-        };
-        let left = if continuer.is_some() { left } else { 0 };
-        let (head, body) = (template.head.clone(), template.body.clone());
-        Some(Continuations::new(format, head, body, continuer, left))
+        Some((format, self.config.policy.continuations(true, prefill)))
     }
 }

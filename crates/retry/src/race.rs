@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use stormguard_budget::{RetryBudget, Ticket};
-use stormguard_deadline::clocks::AttemptClocks;
+use stormguard_deadline::clocks::{AttemptClocks, RequestShape};
 use tokio::time::Instant;
 
 use crate::hedge::{Hedging, NoHedge};
@@ -273,14 +273,14 @@ impl<L> Race<L> {
     }
 
     /// When the path gets a hedge by `hedging`'s rules, if it waits for its first content and
-    /// no hedge races it: its delay (fixed, or learned from `clocks`, its backend's; `streaming`:
-    /// the request asks for an event stream) after the path's attempt was sent, worked out once
-    /// per attempt; never once the request's hedges are spent, or for a learned delay not
-    /// learned yet.
+    /// no hedge races it: its delay (fixed, learned from `clocks`, its backend's, or their cold
+    /// limit; the request shaped as the clocks read it) after the path's attempt was sent,
+    /// worked out once per attempt; never once the request's hedges are spent, or for a delay
+    /// with nothing to go by.
     pub fn hedge_clock<'c>(
         mut self: Pin<&mut Self>,
         hedging: &Hedging,
-        clocks: impl FnOnce() -> (Option<&'c AttemptClocks>, bool),
+        clocks: impl FnOnce() -> (Option<&'c AttemptClocks>, RequestShape),
     ) -> Option<Instant>
     where
         L: Waiting,
@@ -293,9 +293,9 @@ impl<L> Race<L> {
         match this.hedge_by {
             Some((sent, due)) if *sent == since => *due,
             _ => {
-                let (clocks, streaming) = clocks();
-                // A delay not learned yet is none for this attempt, even once learned.
-                let delay = hedging.delay_for(clocks, streaming);
+                let (clocks, shape) = clocks();
+                // Worked out once: a delay learned later is not this attempt's.
+                let delay = hedging.delay_for(clocks, shape);
                 let due = delay.and_then(|delay| since.checked_add(delay));
                 *this.hedge_by = Some((since, due));
                 due
