@@ -129,7 +129,9 @@ impl Gcra {
     /// replica the slot), whether the bucket holds them or not, but leaves the bucket no emptier
     /// than empty at `start` with them taken. Older debt is forgotten: a replica that took more
     /// than its share through Redis (the others were idle) had it counted in the fleet's bucket,
-    /// and its share only has to keep its own later decisions from going on top of that.
+    /// and its share only has to keep its own later decisions from going on top of that. Debt
+    /// for slots still to go is not forgotten: [`owe`](Self::owe) counts them when the share
+    /// decides.
     /// Returns what the bucket was charged, to give back as a reservation's slot is.
     pub(crate) fn charge(&self, start: u64, units: u64) -> Slot {
         let interval = self.interval.load(Ordering::Acquire);
@@ -148,6 +150,19 @@ impl Gcra {
             cost: end - previous,
             end,
         }
+    }
+
+    /// Counts `units` that are reserved and still to go, wherever they were decided (slots a
+    /// fleet's Redis gave this replica go whether Redis answers or not): at `now` the bucket
+    /// holds no more than its room less them, as if each had been taken here at `now`. Unlike
+    /// [`charge`](Self::charge), nothing of them is forgotten: they have not gone yet.
+    pub(crate) fn owe(&self, now: u64, units: u64) {
+        let cost = units.saturating_mul(self.interval.load(Ordering::Acquire));
+        if cost == 0 {
+            return;
+        }
+        self.tat
+            .fetch_max(now.saturating_add(cost), Ordering::AcqRel);
     }
 
     /// Reserves `units` at `now`, if they can go within `max_wait`: the slot, or how long until

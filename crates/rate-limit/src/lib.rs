@@ -92,14 +92,25 @@
 //!   the replicas (configured with [`Fleet::with_replicas`], else as Redis last counted them).
 //!   Redis is then left alone for 25 ms, doubling to 2 s, while the connection manager
 //!   reconnects; the first decision it answers brings the fleet back. Each change is logged once.
-//!   Callers never get an error because Redis is away, and a replica never admits more than its
-//!   share then, counting what Redis gave it: the share is charged with each slot Redis gives
-//!   the replica, so those reserved before Redis went away still go and the share starts with
-//!   them spent; the share's bucket starts empty (one request at once, then the share's rate),
-//!   as a replica that has not heard from Redis cannot know what the fleet took; a decision
-//!   Redis answers past the timeout is the share's alone, and the slot the script may still
-//!   take stays in Redis, counting that request for the fleet. What the share admits is not
-//!   otherwise written back (the bucket in Redis fills from where it was).
+//!   Callers never get an error because Redis is away (a request is refused only as Redis
+//!   would refuse it: its slot would come later than it may wait), and while Redis is away a
+//!   replica sends no more than its share allows, the share's rate over the time away and its
+//!   bucket once, *the slots it reserved in Redis included*. Those slots (as far ahead as a
+//!   request may wait, 2 s) go whether Redis answers or not, so they are charged to the share:
+//!   each decision on the share counts every slot the replica holds reserved and has not sent
+//!   yet, from Redis or from the share itself, whatever the order in which they were decided,
+//!   as taken from the share's bucket at that instant; a replica that reserved four seconds of
+//!   its share through Redis sends those, then nothing more on the share until they are paid
+//!   for, then the share's rate. The share's bucket is also never fuller than empty just after
+//!   the last slot Redis gave the replica (one that took more than its share through Redis
+//!   gets no burst on top), nor when the share first decides (one request at once, then the
+//!   share's rate), as a replica that has not heard from Redis cannot know what the fleet
+//!   took. A decision Redis answers past the timeout is the share's alone, and the slot the
+//!   script may still take stays in Redis, counting that request for the fleet. What the share
+//!   admits is not otherwise written back (the bucket in Redis fills from where it was). Two
+//!   limits to the promise: slots reserved beyond the share's whole allowance (a replica alone
+//!   in the fleet holds up to 2 s of the whole quota) still go, and slots that went within the
+//!   timeout before Redis was found away were counted by Redis alone.
 //! - **Keys.** A keyed limit's key names its bucket in Redis as it is (`<prefix>:k:{<key>}`;
 //!   `<prefix>:u:{all}` for the unkeyed bucket): pick keys that are not secrets (a tenant's
 //!   name or a hash of its API key, not the key itself). The braces keep a bucket and its count

@@ -75,6 +75,10 @@ struct Bucket {
     /// With a fleet: this replica's share of the limit (requests, tokens), which decides while
     /// Redis is away, and counts the slots Redis gives this replica while it answers.
     share: Option<[Gcra; 2]>,
+    /// With a fleet: the units (requests, tokens) this replica holds reserved and has not sent,
+    /// decided in Redis or on the share. They go whether Redis answers or not: the share counts
+    /// them as spent when it decides (see [`Gcra::owe`]).
+    reserved: [AtomicU64; 2],
     /// With a fleet: the bucket's keys in its store.
     fleet: Option<<FleetStore as Store>::Keys>,
 }
@@ -232,8 +236,9 @@ impl RateLimit {
         let now = Instant::now();
         let at = shared.nanos(now);
         let bucket = shared.bucket(&key);
-        if bucket.local_share(shared, at).is_some() {
+        if let Some(share) = bucket.local_share(shared, at) {
             shared.decided_locally();
+            bucket.owe_reserved(share, at);
         }
         let [requests, token_gcra] = bucket.dimensions(true);
         let max_wait = nanos_of(shared.max_wait(now, deadline));
@@ -324,7 +329,8 @@ impl RateLimit {
         }
         let at = self.shared.nanos(now);
         // The share counts this replica's slots from Redis: if Redis goes away, the slots it
-        // gave still go, and the share starts with them spent.
+        // gave still go, and the share's bucket is no fuller than empty after the last of them.
+        // Until each is sent or given back, the share also counts it as held (`reserved`).
         if let Some(share) = self.shared.bucket(&key).local_share(&self.shared, at) {
             let start = at.saturating_add(nanos_of(wait));
             for ((gcra, shape), units) in share.iter().zip(&mut dimensions).zip([1, tokens]) {
@@ -457,6 +463,7 @@ impl Bucket {
         });
         Self {
             share,
+            reserved: [AtomicU64::new(0), AtomicU64::new(0)],
             fleet,
             requests: Gcra::new(config.requests_per_minute(), config.burst()),
             tokens: Gcra::new(config.tokens_per_minute(), config.burst()),
@@ -487,6 +494,36 @@ impl Bucket {
         share[0].follow(&self.requests, replicas, burst, at);
         share[1].follow(&self.tokens, replicas, burst, at);
         Some(share)
+    }
+
+    /// Charges a fleet's local share, at `at`, with every unit this replica holds reserved and
+    /// has not sent: the slots Redis gave it before it went away (or whose answers came before
+    /// the share's decisions) go all the same, and the share's bucket holds no more than its
+    /// room less them.
+    fn owe_reserved(&self, share: &[Gcra; 2], at: u64) {
+        for (gcra, reserved) in share.iter().zip(&self.reserved) {
+            gcra.owe(at, reserved.load(Ordering::Acquire));
+        }
+    }
+
+    /// With a fleet, counts `units` (requests, tokens) as reserved and not sent.
+    fn hold(&self, units: [u64; 2]) {
+        if self.share.is_some() {
+            for (reserved, units) in self.reserved.iter().zip(units) {
+                reserved.fetch_add(units, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// With a fleet, counts `units` held by [`hold`](Self::hold) as sent or given back.
+    fn release(&self, units: [u64; 2]) {
+        if self.share.is_some() {
+            for (reserved, units) in self.reserved.iter().zip(units) {
+                let _ = reserved.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    Some(n.saturating_sub(units))
+                });
+            }
+        }
     }
 
     /// The requests and tokens that decide here: the whole limit, or (`share`) a fleet's local
@@ -627,9 +664,10 @@ impl Reservation {
     pub fn send(self) -> RateLimitPermit {
         let mut permit = self.permit;
         permit.unsent = false;
+        let bucket = permit.shared.bucket(&permit.key);
+        bucket.release([1, permit.tokens]);
         if permit.shared.counts_sent {
-            let sent = &permit.shared.bucket(&permit.key).sent;
-            sent.add(sent.epoch_now(), 0);
+            bucket.sent.add(bucket.sent.epoch_now(), 0);
         }
         permit
     }
@@ -740,6 +778,7 @@ impl RateLimitPermit {
         reserved: u64,
         taken: Taken,
     ) -> Self {
+        shared.bucket(&key).hold([1, tokens]);
         Self {
             shared,
             key,
@@ -803,6 +842,7 @@ impl Drop for RateLimitPermit {
             return;
         }
         let bucket = self.shared.bucket(&self.key);
+        bucket.release([1, self.tokens]);
         match &self.taken {
             Taken::Here {
                 share,
@@ -982,28 +1022,37 @@ mod tests {
         Share,
     }
 
-    /// `TASKS` tasks take every slot they are given until `until` (since now), deciding in
+    /// `tasks` tasks take every slot they are given until `until` (since now), deciding in
     /// `redis` while `answers` (the time since now) says Redis answers, on the share otherwise:
-    /// when each slot started, since now, and where it was decided.
+    /// when each slot started, since now, and where it was decided. A task refused (its slot
+    /// would come later than it may wait) asks again when told, 50 ms at most.
     async fn drive(
         limit: &RateLimit,
         redis: &Arc<Gcra>,
+        tasks: usize,
         answers: fn(Duration) -> bool,
         until: Duration,
     ) -> Vec<(Duration, Place)> {
         let begin = Instant::now();
         let starts = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..TASKS {
+        let mut running = tokio::task::JoinSet::new();
+        for _ in 0..tasks {
             let (limit, redis, starts) = (limit.clone(), Arc::clone(redis), Arc::clone(&starts));
-            tasks.spawn(async move {
+            running.spawn(async move {
                 while begin.elapsed() < until {
                     let (decision, place) = if answers(begin.elapsed()) {
                         (from_redis(&limit, &redis), Place::Redis)
                     } else {
                         (limit.decide_here(None, 0, None), Place::Share)
                     };
-                    let reservation = decision.unwrap();
+                    let reservation = match decision {
+                        Ok(reservation) => reservation,
+                        Err(limited) => {
+                            let retry_after = limited.retry_after().min(SECOND / 20);
+                            tokio::time::sleep(retry_after).await;
+                            continue;
+                        }
+                    };
                     tokio::time::sleep_until(reservation.start()).await;
                     let started = reservation.start() - begin;
                     if started >= until {
@@ -1014,7 +1063,7 @@ mod tests {
                 }
             });
         }
-        while let Some(task) = tasks.join_next().await {
+        while let Some(task) = running.join_next().await {
             task.unwrap();
         }
         let mut starts = starts.lock().unwrap().clone();
@@ -1022,6 +1071,7 @@ mod tests {
         starts
     }
 
+    /// The slots that started from `from` on (decided in `place`, if given).
     fn count(starts: &[(Duration, Place)], from: Duration, place: Option<Place>) -> usize {
         starts
             .iter()
@@ -1034,7 +1084,7 @@ mod tests {
         let limit = replica();
         // Redis answers for 2 s, in which the replica, alone, takes the fleet's whole quota
         // (three times its share); then it is away for 4 s.
-        let starts = drive(&limit, &redis(), |t| t < 2 * SECOND, 6 * SECOND).await;
+        let starts = drive(&limit, &redis(), TASKS, |t| t < 2 * SECOND, 6 * SECOND).await;
         let admitted = count(&starts, 2 * SECOND, None);
         // The slots Redis gave before it went away (one a task, at most) still go. On top of
         // them, the share's rate over the 4 s and nothing of its bucket: the replica spent far
@@ -1060,6 +1110,7 @@ mod tests {
         let starts = drive(
             &limit,
             &redis(),
+            TASKS,
             |t| !(2 * SECOND..2 * SECOND + Duration::from_millis(5 + 25)).contains(&t),
             4 * SECOND,
         )
@@ -1082,7 +1133,7 @@ mod tests {
         let limit = replica();
         // Redis never answers (a replica started while it was away, or whose first answers
         // came too late). It may have restarted: what it took before is unknown.
-        let starts = drive(&limit, &redis(), |_| false, 4 * SECOND).await;
+        let starts = drive(&limit, &redis(), TASKS, |_| false, 4 * SECOND).await;
         let admitted = starts.len();
         // One at once, then the share's rate: no bucket on top of what the fleet may have taken.
         let budget = 1.0 + share_rate() * 4.0;
@@ -1090,6 +1141,80 @@ mod tests {
             admitted as f64 <= budget,
             "admitted {admitted} in 4 s on a share of {:.1} a second: budget {budget:.1}",
             share_rate()
+        );
+        assert!(admitted as f64 >= share_rate() * 4.0 * 0.95, "{admitted}");
+    }
+
+    /// What the other replicas of three leave this one in Redis: two thirds of the quota,
+    /// twice its share.
+    fn redis_leaving_two_thirds() -> Arc<Gcra> {
+        let per_minute = PER_MINUTE * 2 / REPLICAS;
+        Arc::new(Gcra::new(Some(per_minute), RateLimitConfig::DEFAULT_BURST))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slots_reserved_in_redis_before_it_went_away_are_charged_to_the_share() {
+        let limit = replica();
+        // Tasks enough to hold every slot Redis gives within the 2 s a request may wait: when
+        // Redis goes away, at 2 s, the replica holds 133 slots reserved there for the next 2 s
+        // (twice its share's rate), four seconds of its share. They go; then it is away for 4 s.
+        let starts = drive(
+            &limit,
+            &redis_leaving_two_thirds(),
+            150,
+            |t| t < 2 * SECOND,
+            6 * SECOND,
+        )
+        .await;
+        let admitted = count(&starts, 2 * SECOND, None);
+        let reserved = count(&starts, 2 * SECOND, Some(Place::Redis));
+        // What the share allows over the 4 s, the slots reserved in Redis included: its rate,
+        // and its bucket (33) once.
+        let allowance = share_rate() * 4.0 + 33.0;
+        assert!(
+            admitted as f64 <= allowance + 1.0,
+            "admitted {admitted} in 4 s away ({reserved} reserved in Redis before), on a share \
+             of {:.1} a second: allowance {allowance:.1}",
+            share_rate(),
+        );
+        assert!(
+            reserved >= 120,
+            "{reserved} reserved in Redis before it went away"
+        );
+        // No stall: at least the share's rate over the phase, and its rate once the reserved
+        // slots are paid for (their 4 s of the share end by 6 s).
+        assert!(admitted as f64 >= share_rate() * 4.0 * 0.95, "{admitted}");
+        let last_second = count(&starts, 5 * SECOND, None);
+        assert!(
+            last_second as f64 >= share_rate() * 0.95,
+            "{last_second} in the last second"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slots_reserved_in_redis_between_two_losses_are_charged_to_the_share() {
+        /// When Redis answers again, for 100 ms.
+        const BACK: std::ops::Range<Duration> =
+            Duration::from_millis(2_500)..Duration::from_millis(2_600);
+        let limit = replica();
+        // Away at 2 s for half a second, back for 100 ms (Redis gives slots after those it gave
+        // before, 2 s ahead at most), then away again for 4 s: what the replica holds reserved
+        // then, from Redis or from its share, is the share's.
+        let starts = drive(
+            &limit,
+            &redis_leaving_two_thirds(),
+            150,
+            |t| t < 2 * SECOND || BACK.contains(&t),
+            BACK.end + 4 * SECOND,
+        )
+        .await;
+        let admitted = count(&starts, BACK.end, None);
+        let reserved = count(&starts, BACK.end, Some(Place::Redis));
+        let allowance = share_rate() * 4.0 + 33.0;
+        assert!(
+            admitted as f64 <= allowance + 1.0,
+            "admitted {admitted} in 4 s away ({reserved} reserved in Redis): allowance \
+             {allowance:.1}"
         );
         assert!(admitted as f64 >= share_rate() * 4.0 * 0.95, "{admitted}");
     }

@@ -38,16 +38,20 @@ static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fle
 /// coming back are logged once each (`tracing`, WARN and INFO). Callers never see an error or a
 /// stall because of Redis: at worst a decision waits the timeout once.
 ///
-/// While Redis is away a replica admits no more than its share: the share's rate, and of its
-/// bucket (the limit's burst, divided too) only what the replica did not take through Redis.
-/// The share counts each slot Redis gives the replica, at the slot's start, so that slots
-/// reserved before Redis went away still go but leave the share's bucket spent, not full on top
-/// of them; it forgets debt beyond an empty bucket, which the fleet's bucket in Redis counted.
-/// The share's bucket starts empty (one request at once, then the share's rate): a replica that
-/// has not heard from Redis (just started or restarted, or its first answers came too late)
-/// cannot know what the fleet took. A decision is made once: a reply later than the timeout is
-/// not read and the share decides; the slot the script may still take in Redis stays taken
-/// there, as the fleet's count of the request the share let go.
+/// While Redis is away a replica sends no more than its share allows (its rate, and its bucket
+/// once), the slots it reserved in Redis before included: they go whether Redis answers or not.
+/// Each decision on the share counts every slot the replica holds reserved and has not sent
+/// yet, from Redis or from the share, whatever the order in which they were decided, as taken
+/// from the share's bucket at that instant: the share lets a request go only once they leave it
+/// room (one whose slot would come later than it may wait is refused, as Redis would refuse
+/// it), then paces at its rate. The share also counts each slot Redis gives the replica, at the
+/// slot's start, and so is never fuller than empty just after the last of them (no burst on top
+/// of a replica that took more than its share through Redis). The share's bucket starts empty
+/// (one request at once, then the share's rate): a replica that has not heard from Redis (just
+/// started or restarted, or its first answers came too late) cannot know what the fleet took. A
+/// decision is made once: a reply later than the timeout is not read and the share decides; the
+/// slot the script may still take in Redis stays taken there, as the fleet's count of the
+/// request the share let go.
 ///
 /// ```no_run
 /// use std::time::Duration;
