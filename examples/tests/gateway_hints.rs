@@ -46,17 +46,10 @@ async fn call(gateway: &Running, deadline_ms: &str) -> (reqwest::Response, Durat
 
 /// Requests the gateway's engine named `provider` gave up on or refused for `cause` (its
 /// `stormguard.refusals` counter, from the process's recorder).
-fn refusals(provider: &str, cause: &str) -> u64 {
+fn refusals(provider: &str, cause: &str) -> f64 {
     let text = prometheus::install().unwrap().render();
-    let labels = [
-        format!("gen_ai_provider_name=\"{provider}\""),
-        format!("cause=\"{cause}\""),
-    ];
-    (text.lines())
-        .filter(|line| line.starts_with("stormguard_refusals{"))
-        .filter(|line| labels.iter().all(|label| line.contains(label.as_str())))
-        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let labels = [("gen_ai_provider_name", provider), ("cause", cause)];
+    prometheus::sum(&text, "stormguard_refusals", &labels)
 }
 
 /// A mock provider whose first answer is a 429 asking for `retry_after`, and healthy after.
@@ -124,7 +117,7 @@ async fn a_hint_beyond_the_deadline_reaches_the_caller_at_once_with_the_hint() {
         .unwrap();
     let (response, took) = call(&gateway, DEADLINE_MS).await;
     let (stats, _) = gateway.stop().await;
-    assert_eq!(refusals("gateway-hint-late", "deadline"), 1);
+    assert_eq!(refusals("gateway-hint-late", "deadline"), 1.0);
     assert_eq!(response.status(), 429);
     assert_eq!(response.headers()[RETRY_AFTER], "5");
     assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
@@ -143,7 +136,7 @@ async fn a_hint_above_the_maximum_reaches_the_caller_at_once_with_the_hint() {
         .unwrap();
     let (response, took) = call(&gateway, "600000").await;
     let (stats, _) = gateway.stop().await;
-    assert_eq!(refusals("gateway-hint-long", "hint"), 1);
+    assert_eq!(refusals("gateway-hint-long", "hint"), 1.0);
     assert_eq!(response.status(), 429);
     assert_eq!(response.headers()[RETRY_AFTER], "120");
     assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
@@ -262,7 +255,7 @@ async fn the_budget_pays_for_the_hinted_retries_it_can_and_the_rest_get_the_hint
     }
     // 30 injected 429s; the provider saw the 100 healthy calls and the 20 retries.
     assert_eq!((limited, stats.attempts), (30, 120));
-    assert_eq!(refusals("gateway-hint-share", "budget"), 10);
+    assert_eq!(refusals("gateway-hint-share", "budget"), 10.0);
 }
 
 /// The game day's order: an overload spends the budget on its retries (10 callers answered 529,
@@ -300,5 +293,5 @@ async fn after_an_overload_spent_the_budget_the_hinted_429s_are_handed_back_at_o
     // The overload's 20 retries spent it; each of the 30 hinted retries was refused.
     assert_eq!(budget["withdrawals"], 20, "{budget}");
     assert_eq!(budget["rejected"], 30, "{budget}");
-    assert_eq!(refusals("gateway-hint-spent", "budget"), 30);
+    assert_eq!(refusals("gateway-hint-spent", "budget"), 30.0);
 }

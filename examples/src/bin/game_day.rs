@@ -171,18 +171,11 @@ struct Retries {
 impl Retries {
     fn read(metrics: &PrometheusHandle) -> Self {
         let text = metrics.render();
-        // The exporter writes `stormguard.retries` as `stormguard_retries{...} 12`.
-        let total = |name: &str, label: &str| {
-            let series = format!("{}{{", name.replace('.', "_"));
-            let sum: f64 = (text.lines())
-                .filter(|line| line.starts_with(&series) && line.contains(label))
-                .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-                .sum();
-            sum as u64
-        };
+        // The exporter writes `stormguard.retries` as `stormguard_retries`.
+        let total = |name: &str, labels| prometheus::sum(&text, &name.replace('.', "_"), labels);
         Self {
-            sent: total(RETRIES, ""),
-            refused: total(REFUSALS, "cause=\"budget\""),
+            sent: total(RETRIES, &[]) as u64,
+            refused: total(REFUSALS, &[("cause", "budget")]) as u64,
         }
     }
 
