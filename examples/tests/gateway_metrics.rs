@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 use stormguard::budget::{DEFAULT_MIN_PER_SEC, DEFAULT_TTL};
-use stormguard_examples::gateway::prometheus::CONTENT_TYPE;
+use stormguard_examples::gateway::prometheus::{CONTENT_TYPE, sum};
 use stormguard_examples::gateway::{HEALTHZ, METRICS, Route, Running};
 use stormguard_examples::mock::{Fault, MockConfig, StatsSnapshot};
 
@@ -47,20 +47,6 @@ async fn healthz(client: &reqwest::Client, gateway: &Running) -> Value {
     assert_eq!(response.status(), 200, "200 whatever the status");
     assert_eq!(response.headers()["content-type"], "application/json");
     serde_json::from_str(&response.text().await.unwrap()).unwrap()
-}
-
-/// The sum of the samples of `name` (exactly: `name_count` is another name) whose labels include
-/// every pair of `labels`, in Prometheus' text format.
-fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
-            let has = |(key, value): &(&str, &str)| rest.contains(&format!("{key}=\"{value}\""));
-            (metric == name && labels.iter().all(has)).then(|| value.parse::<f64>().unwrap())
-        })
-        .sum()
 }
 
 /// The fault test's provider: the name its series are labelled with.

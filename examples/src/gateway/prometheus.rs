@@ -69,6 +69,32 @@ impl FromRef<Gateway> for PrometheusHandle {
     }
 }
 
+/// The sum of the samples of `name` (exactly: `name_count` is another name) whose labels include
+/// every pair of `labels`, in Prometheus' text format (`text`, as [`render`] writes it): how a
+/// reader of `/metrics` totals a series over the labels it leaves out. A sample whose value does
+/// not parse counts for nothing.
+///
+/// ```
+/// use stormguard_examples::gateway::prometheus::sum;
+///
+/// let text = "# TYPE stormguard_retries counter\n\
+///             stormguard_retries{gen_ai_provider_name=\"a\",reason=\"overloaded\"} 3\n\
+///             stormguard_retries{gen_ai_provider_name=\"b\",reason=\"overloaded\"} 4\n";
+/// assert_eq!(sum(text, "stormguard_retries", &[]), 7.0);
+/// assert_eq!(sum(text, "stormguard_retries", &[("gen_ai_provider_name", "b")]), 4.0);
+/// ```
+pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let has = |(key, value): &(&str, &str)| rest.contains(&format!("{key}=\"{value}\""));
+            (metric == name && labels.iter().all(has)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
 /// `GET /metrics`: everything the recorder holds, in Prometheus' text format.
 pub(super) async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], handle.render())
