@@ -253,7 +253,6 @@ pub fn backend_of<B>(response: &http::Response<B>) -> &str {
     response.headers()["x-stormguard-backend"].to_str().unwrap()
 }
 
-
 /// What a caller read of an answer relayed by a gateway.
 pub struct Relayed {
     /// The status of the answer.

@@ -52,7 +52,9 @@ async fn gateway(primary: http::Uri, backup: http::Uri, timeout: Duration) -> Se
                 }
                 match client.oneshot(upstream).await {
                     Ok(response) => response.map(Body::new),
-                    Err(error) => stormguard::error_response::<String>(&error, false).map(Body::from),
+                    Err(error) => {
+                        stormguard::error_response::<String>(&error, false).map(Body::from)
+                    }
                 }
             }
         })
@@ -67,7 +69,9 @@ async fn healthy_backup() -> Provider {
 
 /// The README gateway's 30 s budget in front of `primary` and a healthy backup: what the caller
 /// read, after how long, and the two providers.
-async fn through_the_gateway(primary: Provider) -> (Duration, String, Option<String>, usize, usize) {
+async fn through_the_gateway(
+    primary: Provider,
+) -> (Duration, String, Option<String>, usize, usize) {
     let backup = healthy_backup().await;
     let server = gateway(primary.origin(), backup.origin(), 30 * SECOND).await;
     let started = Instant::now();
@@ -146,7 +150,10 @@ fn thinking(_: usize, _: &str) -> Plan {
 /// Two providers thinking for 90 s behind the gateway, with a 300 s budget: what the caller read
 /// of `request`, after how long, and how many requests each provider saw.
 async fn thinking_twice(request: &str) -> (Duration, String, Option<String>, usize, usize) {
-    let (primary, backup) = (Provider::spawn(thinking).await, Provider::spawn(thinking).await);
+    let (primary, backup) = (
+        Provider::spawn(thinking).await,
+        Provider::spawn(thinking).await,
+    );
     let server = gateway(primary.origin(), backup.origin(), 300 * SECOND).await;
     let started = Instant::now();
     let read = reqwest_post(&server.url(PATH), request).await;
@@ -160,7 +167,10 @@ async fn thinking_twice(request: &str) -> (Duration, String, Option<String>, usi
 /// 90 s: delivered whole, with one hedge.
 #[tokio::test(start_paused = true)]
 async fn a_healthy_stream_after_90_s_of_keep_alives_is_delivered_whole_with_one_hedge() {
-    let request = REQUEST.replace(r#""stream":true"#, r#""stream":true,"reasoning_effort":"high""#);
+    let request = REQUEST.replace(
+        r#""stream":true"#,
+        r#""stream":true,"reasoning_effort":"high""#,
+    );
     let (took, text, backend, primary_hits, backup_hits) = thinking_twice(&request).await;
     assert_eq!(text, whole_answer());
     assert_eq!(backend.as_deref(), Some("primary"));
@@ -191,7 +201,8 @@ async fn a_whole_answer_of_4000_tokens_taking_100_s_is_delivered_without_a_hedge
     );
     let origin = |backend: &ScriptedBackend| backend.url("").parse().unwrap();
     let server = gateway(origin(&primary), origin(&backup), 300 * SECOND).await;
-    let request = r#"{"model":"m","max_tokens":4000,"messages":[{"role":"user","content":"write"}]}"#;
+    let request =
+        r#"{"model":"m","max_tokens":4000,"messages":[{"role":"user","content":"write"}]}"#;
     let started = Instant::now();
     let read = reqwest_post(&server.url(PATH), request).await;
     let took = started.elapsed();

@@ -483,7 +483,10 @@ where
         }
         // `streaming` first: the policy is copied out only for a stream.
         if streaming && let Some(policy) = config.streams {
-            let can = matches!(self.continue_by, Some(Continue::Engine(_) | Continue::By(_)));
+            let can = matches!(
+                self.continue_by,
+                Some(Continue::Engine(_) | Continue::By(_))
+            );
             let given = matches!(self.continue_by, Some(Continue::By(_)));
             let policy = ledger.stream_policy(policy, can, given);
             let mut open = stormguard_stream::open(body, policy);

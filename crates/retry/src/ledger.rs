@@ -416,7 +416,8 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return policy;
         };
         let resumed = self.config.resume.is_some() && self.origin.is_replay();
-        let continued = resumed || (can && self.continuable(given).is_some_and(|(_, left)| left > 0));
+        let continued =
+            resumed || (can && self.continuable(given).is_some_and(|(_, left)| left > 0));
         let first_content = clocks.first_content().or(policy.first_content());
         let progress = match (clocks.gap(self.shape(), continued), policy.progress()) {
             (Some(gap), Some(limit)) => Some(gap.min(limit)),

@@ -228,7 +228,10 @@ impl AttemptClocks {
         let settings = &self.inner.settings;
         match self.learned(&self.inner.gap) {
             Some(learned) => settings.gap.of(Some(learned)),
-            None => settings.gap.unlearned.or(settings.cold.gap(shape, continued)),
+            None => settings
+                .gap
+                .unlearned
+                .or(settings.cold.gap(shape, continued)),
         }
     }
 
@@ -450,10 +453,7 @@ mod tests {
             prompt_tokens: 40_000,
             ..STREAM
         };
-        assert_eq!(
-            slow.cold_first_content(long),
-            Some(Duration::from_secs(20))
-        );
+        assert_eq!(slow.cold_first_content(long), Some(Duration::from_secs(20)));
     }
 
     #[test]

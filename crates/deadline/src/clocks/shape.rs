@@ -94,7 +94,11 @@ pub fn asks_for_reasoning(fields: &Map<String, Value>) -> bool {
     let gemini = ["generationConfig", "generation_config"]
         .iter()
         .filter_map(|name| fields.get(*name))
-        .find_map(|config| config.get("thinkingConfig").or(config.get("thinking_config")));
+        .find_map(|config| {
+            config
+                .get("thinkingConfig")
+                .or(config.get("thinking_config"))
+        });
     match gemini {
         Some(Value::Object(thinking)) => {
             let budget = thinking
