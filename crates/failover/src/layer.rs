@@ -63,8 +63,8 @@ impl<C: Classify, Bk: Backoff, K> Failover<C, Bk, K> {
         }
     }
 
-    /// Hedge requests across the backends as `hedging` says (off by default, unless the layer
-    /// the failover is made from hedges): when a backend has produced no content (its answer's
+    /// Hedge requests across the backends as `hedging` says (as the layer the failover is made
+    /// from does: by default, only while a backend's clocks are cold): when a backend has produced no content (its answer's
     /// head; a stream, its first content event) after the hedge's delay, fixed or that backend's
     /// learned percentile of time to first content, a second hop goes to the next healthy
     /// backend (the same one when there is no other), without cancelling the first; the first

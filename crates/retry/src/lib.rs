@@ -65,10 +65,12 @@
 //!
 //! # Hedging
 //!
-//! With [`ClientLayer::with_hedging`] (off by default), an attempt that has produced no content
-//! after a delay (fixed, or the backend's learned 95th percentile of time to first content) gets
-//! a second attempt beside it, drawn from the retry budget like a retry; the first to produce
-//! content answers and the other is cancelled. See [`hedge`].
+//! With [`ClientLayer::with_hedging`], an attempt that has produced no content after a delay
+//! (fixed, or the backend's learned 95th percentile of time to first content) gets a second
+//! attempt beside it, drawn from the retry budget like a retry; the first to produce content
+//! answers and the other is cancelled. By default a stream is hedged only while its backend's
+//! clocks are cold ([`Hedging::cold`]: nothing learned yet, at 10 s plus its prefill), so a
+//! restarted gateway is protected from its first request. See [`hedge`].
 //!
 //! # Retry at one layer only
 //!

@@ -50,7 +50,7 @@ gives up on it. Errors step from 0.01% to 5% and the median latency from 800 ms 
 - `stormguard+hedge`: `ClientLayer::default().without_continuation()` (the `stormguard` row)
   `.with_hedging(Hedging::default())`: an attempt that has produced no content (for a stream, no
   first content event) after the backend's 95th percentile of the time to it, learned by the
-  per-attempt clocks (no hedge before 20 are learned), gets one hedge: a second attempt drawn from
+  per-attempt clocks (before 20 are learned, their cold limit), gets one hedge: a second attempt drawn from
   the retry budget like a retry (a spent budget sends none) and counted against `max_attempts`,
   through the throttle; the first to produce content answers, the other is cancelled. A default
   row of `tail`;
