@@ -16,7 +16,7 @@ use stormguard::failover::{Adapter, Backend, Failover};
 use stormguard::stream::StreamPolicy;
 use stormguard::{ClientLayer, ServerLayer};
 use stormguard_tests::provider::{
-    PATH, Plan, Provider, REQUEST, WORDS, chat_request, reqwest_post, resumes_at, text_of,
+    PATH, Plan, Provider, REQUEST, WORDS, chat_request, read, reqwest_post, resumes_at, text_of,
     whole_answer, words,
 };
 use stormguard_tests::{Reply, ScriptedBackend, Server, Sse, hyper_client, send};
@@ -210,4 +210,101 @@ async fn a_whole_answer_of_4000_tokens_taking_100_s_is_delivered_without_a_hedge
     assert_eq!(read.backend.as_deref(), Some("primary"));
     assert!((100 * SECOND..101 * SECOND).contains(&took), "{took:?}");
     assert_eq!((primary.hits(), backup.hits()), (1, 0));
+}
+
+/// Without a failover, the cold hedge goes to the same backend: its first attempt silent, its
+/// second answers at once.
+#[tokio::test(start_paused = true)]
+async fn a_single_backend_is_hedged_to_itself_while_cold() {
+    let provider = Provider::spawn(|n, _| Plan {
+        head_after: if n == 0 { 120 * SECOND } else { Duration::ZERO },
+        ..Plan::answer(1)
+    })
+    .await;
+    let client = ClientLayer::default()
+        .with_timeout(30 * SECOND)
+        .layer(hyper_client());
+    let started = Instant::now();
+    let response = client
+        .oneshot(chat_request(&provider.origin()))
+        .await
+        .unwrap();
+    assert_eq!(read(response.into_body()).await.text, whole_answer());
+    let took = started.elapsed();
+    assert!((10 * SECOND..11 * SECOND).contains(&took), "{took:?}");
+    assert_eq!(provider.hits(), 2);
+}
+
+/// Without a failover, a stream stalled after 20 tokens is cut at the cold gap and continued by
+/// the engine through the same backend, each word once.
+#[tokio::test(start_paused = true)]
+async fn a_single_backend_continues_a_stalled_stream_at_the_cold_gap() {
+    let provider = Provider::spawn(|n, body| match n {
+        0 => {
+            let mut steps = words(1, 20, false);
+            steps.push(Sse::Stall);
+            Plan::stream(steps)
+        }
+        _ => Plan::answer(resumes_at(body)),
+    })
+    .await;
+    let client = ClientLayer::default()
+        .with_timeout(30 * SECOND)
+        .layer(hyper_client());
+    let started = Instant::now();
+    let response = client
+        .oneshot(chat_request(&provider.origin()))
+        .await
+        .unwrap();
+    let read = read(response.into_body()).await;
+    let took = started.elapsed();
+    assert!(read.error.is_none(), "{:?}", read.error);
+    assert_eq!((read.text, read.done), (whole_answer(), 1));
+    assert!((10 * SECOND..11 * SECOND).contains(&took), "{took:?}");
+    assert_eq!(provider.hits(), 2);
+}
+
+/// A healthy stream that pauses 15 s after 20 tokens, where a cut would lose it: a layer that
+/// does not continue streams, and a request that asks for reasoning (its thinking cannot be a
+/// prefill). The cold gap cuts neither: each is delivered whole by its one attempt.
+#[tokio::test(start_paused = true)]
+async fn a_pause_is_never_cut_cold_where_the_stream_would_not_be_continued() {
+    let pausing = |_: usize, _: &str| {
+        let mut steps = words(1, 20, false);
+        steps.push(Sse::Wait(15 * SECOND));
+        steps.extend(words(21, WORDS, true).into_iter().skip(1));
+        Plan::stream(steps)
+    };
+    let reasoning = REQUEST.replace(
+        r#""stream":true"#,
+        r#""stream":true,"reasoning_effort":"low""#,
+    );
+    let request = |provider: &Provider, body: &str| {
+        let mut request = chat_request(&provider.origin());
+        *request.body_mut() = Full::from(body.to_owned());
+        request
+    };
+    let not_continued = Provider::spawn(pausing).await;
+    let client = (ClientLayer::default().without_continuation())
+        .with_timeout(30 * SECOND)
+        .layer(hyper_client());
+    let response = client
+        .oneshot(request(&not_continued, REQUEST))
+        .await
+        .unwrap();
+    let not_continued_read = read(response.into_body()).await;
+    let thinking = Provider::spawn(pausing).await;
+    let client = (ClientLayer::default())
+        .with_timeout(30 * SECOND)
+        .layer(hyper_client());
+    let response = client
+        .oneshot(request(&thinking, &reasoning))
+        .await
+        .unwrap();
+    let thinking_read = read(response.into_body()).await;
+    for read in [not_continued_read, thinking_read] {
+        assert!(read.error.is_none(), "{:?}", read.error);
+        assert_eq!((read.text, read.done), (whole_answer(), 1));
+    }
+    assert_eq!((not_continued.hits(), thinking.hits()), (1, 1));
 }
