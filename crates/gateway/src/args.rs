@@ -1,0 +1,106 @@
+//! The command line: `stormguard-gateway [--config FILE] [--listen ADDR]` and
+//! `stormguard-gateway check FILE`.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// What the command line asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Serve, from `config` (or from the environment alone), on `listen` if given.
+    Serve {
+        /// The config file.
+        config: Option<PathBuf>,
+        /// The listen address, over the config's.
+        listen: Option<SocketAddr>,
+    },
+    /// Validate a config file and print the effective config.
+    Check(PathBuf),
+    /// Print the usage.
+    Help,
+}
+
+/// The usage text.
+pub const USAGE: &str = "\
+usage: stormguard-gateway [--config FILE] [--listen ADDR]
+       stormguard-gateway check FILE
+
+Without --config, starts from the environment alone: OPENAI_API_KEY (OPENAI_BASE_URL),
+ANTHROPIC_API_KEY (ANTHROPIC_BASE_URL), or STORMGUARD_UPSTREAM_URL (STORMGUARD_UPSTREAM_KEY)
+for any OpenAI-compatible endpoint. `check` validates FILE and prints the effective config,
+secrets shown as their variables.";
+
+/// Parses the arguments after the program's name.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String> {
+    let mut args = args.into_iter().map(|arg| {
+        arg.into_string()
+            .map_err(|_| "arguments must be UTF-8".to_owned())
+    });
+    let mut config = None;
+    let mut listen = None;
+    while let Some(arg) = args.next() {
+        let arg = arg?;
+        let mut value = |flag: &str| {
+            args.next()
+                .unwrap_or_else(|| Err(format!("{flag} needs a value")))
+        };
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "check" if config.is_none() && listen.is_none() => {
+                let file = value("check")?;
+                if let Some(extra) = args.next() {
+                    return Err(format!("unexpected argument `{}`", extra?));
+                }
+                return Ok(Command::Check(PathBuf::from(file)));
+            }
+            "--config" | "-c" => config = Some(PathBuf::from(value("--config")?)),
+            "--listen" => {
+                let text = value("--listen")?;
+                let addr = text.parse().map_err(|_| {
+                    format!("--listen: `{text}` is not an address such as 127.0.0.1:4000")
+                })?;
+                listen = Some(addr);
+            }
+            other => return Err(format!("unexpected argument `{other}`")),
+        }
+    }
+    Ok(Command::Serve { config, listen })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(args: &[&str]) -> Result<Command, String> {
+        parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn parses_the_commands() {
+        assert_eq!(
+            parse_str(&[]),
+            Ok(Command::Serve {
+                config: None,
+                listen: None
+            })
+        );
+        assert_eq!(
+            parse_str(&["--config", "g.toml", "--listen", "127.0.0.1:9"]),
+            Ok(Command::Serve {
+                config: Some("g.toml".into()),
+                listen: Some("127.0.0.1:9".parse().unwrap())
+            })
+        );
+        assert_eq!(
+            parse_str(&["check", "g.toml"]),
+            Ok(Command::Check("g.toml".into()))
+        );
+        assert_eq!(parse_str(&["--help"]), Ok(Command::Help));
+        assert!(parse_str(&["--config"]).is_err());
+        assert!(parse_str(&["check"]).is_err());
+        assert!(parse_str(&["check", "a", "b"]).is_err());
+        assert!(parse_str(&["--listen", "nowhere"]).is_err());
+        assert!(parse_str(&["serve"]).is_err());
+    }
+}

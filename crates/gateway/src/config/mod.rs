@@ -1,0 +1,206 @@
+//! The gateway's configuration: a TOML file, or the environment alone.
+//!
+//! A file holds `[server]`, `[providers.NAME]` and `[models.NAME]` with its
+//! `[[models.NAME.deployments]]` (see `gateway.example.toml` beside the crate's manifest). Secrets
+//! come from the environment only: the file names the variables (`keys_env`,
+//! `caller_keys_env`), and a key written in the file is an error. Unknown keys are errors, and
+//! every error names the file, the line and the key ([`ConfigError`]).
+//!
+//! The environment is read through an [`Env`] map, so that tests never touch the process's.
+
+mod build;
+mod environment;
+mod error;
+mod raw;
+mod show;
+mod values;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+pub use environment::{ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, OPENAI_API_KEY, OPENAI_BASE_URL};
+pub use environment::{STORMGUARD_UPSTREAM_KEY, STORMGUARD_UPSTREAM_URL, from_env};
+pub use error::{ConfigError, ConfigErrors, ENVIRONMENT};
+pub use values::BaseUrl;
+
+use crate::format::Format;
+
+/// The environment as the gateway reads it: variable names to values.
+pub type Env = BTreeMap<String, String>;
+
+/// The process's environment, as an [`Env`] (variables whose name or value is not UTF-8 are
+/// left out).
+pub fn process_env() -> Env {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .collect()
+}
+
+/// Where the gateway listens when the config does not say: loopback, port 4000.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 4000);
+
+/// Largest request body accepted by default: 10 MiB (a long prompt with images fits; an upload
+/// meant to exhaust memory does not).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// Longest deadline a caller may ask for by default: the library's server cap (600 s, as long as
+/// the OpenAI and Anthropic SDKs wait).
+pub const DEFAULT_MAX_DEADLINE: Duration = stormguard::deadline::DEFAULT_TIMEOUT;
+
+/// A secret read from the environment: the variable's name, and its value if it is set. Its
+/// `Debug` and `Display` show the name and whether it is set, never the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret {
+    var: String,
+    value: Option<String>,
+}
+
+impl Secret {
+    /// The secret held by variable `var` of `env` (unset when missing or empty).
+    pub fn from_env(var: &str, env: &Env) -> Self {
+        let value = env.get(var).filter(|value| !value.is_empty()).cloned();
+        Self {
+            var: var.to_owned(),
+            value,
+        }
+    }
+
+    /// The variable's name.
+    pub fn var(&self) -> &str {
+        &self.var
+    }
+
+    /// The value, if the variable is set.
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = if self.value.is_some() {
+            "set"
+        } else {
+            "missing"
+        };
+        write!(f, "${} ({state})", self.var)
+    }
+}
+
+/// The whole configuration, validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where it came from: a file's path, or [`ENVIRONMENT`].
+    pub source: String,
+    /// How the gateway listens and whom it serves.
+    pub server: Server,
+    /// The providers, by name.
+    pub providers: BTreeMap<String, Provider>,
+    /// The models callers name, by name.
+    pub models: BTreeMap<String, Model>,
+    /// Per format, the provider that takes any model not listed, its name passed through
+    /// (the environment-only start).
+    pub pass_through: BTreeMap<&'static str, String>,
+}
+
+/// `[server]`.
+#[derive(Clone, Debug)]
+pub struct Server {
+    /// The listen address.
+    pub listen: SocketAddr,
+    /// Whether a non-loopback address may serve without caller keys.
+    pub allow_unauthenticated: bool,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Longest deadline a caller may ask for.
+    pub max_deadline: Duration,
+    /// Callers' bearer keys.
+    pub caller_keys: Vec<Secret>,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN,
+            allow_unauthenticated: false,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_deadline: DEFAULT_MAX_DEADLINE,
+            caller_keys: Vec::new(),
+        }
+    }
+}
+
+/// `[providers.NAME]`.
+#[derive(Clone, Debug)]
+pub struct Provider {
+    /// Its API format.
+    pub format: Format,
+    /// Its address.
+    pub base_url: BaseUrl,
+    /// Its keys (none: it is called without one, as a local vLLM or Ollama is).
+    pub keys: Vec<Secret>,
+}
+
+/// `[models.NAME]`: the ranks of deployments that serve a model.
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// Ranks in the order they are tried; within one, deployments share the traffic.
+    pub ranks: Vec<Vec<Deployment>>,
+}
+
+/// One `[[models.NAME.deployments]]`.
+#[derive(Clone, Debug)]
+pub struct Deployment {
+    /// The provider's name.
+    pub provider: String,
+    /// The model's name at the provider.
+    pub model: String,
+    /// The keys it uses (each one its own backend), a subset of the provider's.
+    pub keys: Vec<Secret>,
+    /// Requests per minute, per key.
+    pub rpm: Option<u32>,
+    /// Tokens per minute, per key.
+    pub tpm: Option<u32>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`, with secrets from `env`.
+    pub fn load(path: &Path, env: &Env) -> Result<Self, ConfigErrors> {
+        let file = path.display().to_string();
+        let source = std::fs::read_to_string(path).map_err(|error| {
+            ConfigErrors(vec![ConfigError {
+                file: file.clone(),
+                line: 0,
+                key: "(file)".to_owned(),
+                message: format!("cannot read: {error}"),
+            }])
+        })?;
+        Self::parse(&file, &source, env)
+    }
+
+    /// Validates `source`, the text of `file`, with secrets from `env`.
+    pub fn parse(file: &str, source: &str, env: &Env) -> Result<Self, ConfigErrors> {
+        build::build(file, source, env)
+    }
+
+    /// The effective configuration, secrets shown as their variables (set or missing).
+    pub fn show(&self) -> String {
+        show::show(self)
+    }
+
+    /// The format a model is served in, if the gateway serves it.
+    pub fn model_format(&self, model: &Model) -> Option<Format> {
+        let deployment = model.ranks.first()?.first()?;
+        Some(self.providers.get(&deployment.provider)?.format)
+    }
+}

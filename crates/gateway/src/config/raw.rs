@@ -1,0 +1,62 @@
+//! The file as TOML holds it, before validation: every key known (an unknown one is an error),
+//! and the spans of the values validated later, for their lines.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::format::Format;
+
+/// The whole file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct File {
+    #[serde(default)]
+    pub(crate) server: Option<ServerTable>,
+    #[serde(default)]
+    pub(crate) providers: BTreeMap<Spanned<String>, ProviderTable>,
+    #[serde(default)]
+    pub(crate) models: BTreeMap<Spanned<String>, ModelTable>,
+}
+
+/// `[server]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerTable {
+    pub(crate) listen: Option<Spanned<String>>,
+    pub(crate) allow_unauthenticated: Option<bool>,
+    pub(crate) max_body_bytes: Option<Spanned<i64>>,
+    pub(crate) max_deadline: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) caller_keys_env: Vec<Spanned<String>>,
+}
+
+/// `[providers.NAME]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProviderTable {
+    pub(crate) format: Format,
+    pub(crate) base_url: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) keys_env: Vec<Spanned<String>>,
+}
+
+/// `[models.NAME]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ModelTable {
+    pub(crate) deployments: Spanned<Vec<DeploymentTable>>,
+}
+
+/// `[[models.NAME.deployments]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeploymentTable {
+    pub(crate) provider: Spanned<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) rank: Option<Spanned<i64>>,
+    pub(crate) keys_env: Option<Vec<Spanned<String>>>,
+    pub(crate) rpm: Option<Spanned<i64>>,
+    pub(crate) tpm: Option<Spanned<i64>>,
+}

@@ -1,0 +1,80 @@
+//! The effective configuration as `check` prints it: TOML-like, every default filled in, each
+//! secret shown as its variable and whether it is set, never its value.
+
+use std::fmt::Write;
+
+use super::{Config, Secret};
+
+pub(super) fn show(config: &Config) -> String {
+    let mut out = String::new();
+    let server = &config.server;
+    let _ = writeln!(out, "# effective configuration of {}", config.source);
+    let _ = writeln!(out, "[server]");
+    let _ = writeln!(out, "listen = \"{}\"", server.listen);
+    let _ = writeln!(
+        out,
+        "allow_unauthenticated = {}",
+        server.allow_unauthenticated
+    );
+    let _ = writeln!(out, "max_body_bytes = {}", server.max_body_bytes);
+    let _ = writeln!(
+        out,
+        "max_deadline = \"{}s\"",
+        server.max_deadline.as_secs_f64()
+    );
+    let _ = writeln!(out, "caller_keys_env = {}", secrets(&server.caller_keys));
+    for (name, provider) in &config.providers {
+        let _ = writeln!(out, "\n[providers.{name}]");
+        let _ = writeln!(out, "format = \"{}\"", provider.format.name());
+        let _ = writeln!(out, "base_url = \"{}\"", provider.base_url);
+        let _ = writeln!(out, "keys_env = {}", secrets(&provider.keys));
+    }
+    for (format, provider) in &config.pass_through {
+        let _ = writeln!(
+            out,
+            "\n# every model of the {format} format goes to `{provider}`, its name unchanged"
+        );
+    }
+    for (name, model) in &config.models {
+        for (rank, deployments) in model.ranks.iter().enumerate() {
+            for deployment in deployments {
+                let _ = writeln!(out, "\n[[models.\"{name}\".deployments]]");
+                let _ = writeln!(out, "provider = \"{}\"", deployment.provider);
+                let _ = writeln!(out, "model = \"{}\"", deployment.model);
+                let _ = writeln!(out, "rank = {}", rank + 1);
+                let _ = writeln!(out, "keys_env = {}", secrets(&deployment.keys));
+                if let Some(rpm) = deployment.rpm {
+                    let _ = writeln!(out, "rpm = {rpm}");
+                }
+                if let Some(tpm) = deployment.tpm {
+                    let _ = writeln!(out, "tpm = {tpm}");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `["VAR", ...]  # VAR set, OTHER missing`.
+fn secrets(secrets: &[Secret]) -> String {
+    let names: Vec<String> = secrets.iter().map(|s| format!("\"{}\"", s.var())).collect();
+    let states: Vec<String> = secrets
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {}",
+                s.var(),
+                if s.value().is_some() {
+                    "set"
+                } else {
+                    "MISSING"
+                }
+            )
+        })
+        .collect();
+    if states.is_empty() {
+        "[]".to_owned()
+    } else {
+        format!("[{}]  # {}", names.join(", "), states.join(", "))
+    }
+}

@@ -1,0 +1,89 @@
+//! `stormguard-gateway`: see the library's docs.
+
+use std::process::ExitCode;
+
+use stormguard_gateway::args::{self, Command, USAGE};
+use stormguard_gateway::config::{self, Config};
+
+/// Exit code of a config with errors (and of `check` on one).
+const EXIT_CONFIG: u8 = 1;
+/// Exit code of a usage error or a refused start (a listen address, a missing caller key).
+const EXIT_START: u8 = 2;
+
+fn main() -> ExitCode {
+    let command = match args::parse(std::env::args_os().skip(1)) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("stormguard-gateway: {message}\n\n{USAGE}");
+            return ExitCode::from(EXIT_START);
+        }
+    };
+    let env = config::process_env();
+    match command {
+        Command::Help => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Command::Check(path) => match Config::load(&path, &env) {
+            Ok(config) => {
+                print!("{}", config.show());
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        Command::Serve { config, listen } => serve(config.as_deref(), listen, &env),
+    }
+}
+
+fn serve(
+    path: Option<&std::path::Path>,
+    listen: Option<std::net::SocketAddr>,
+    env: &config::Env,
+) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let loaded = match path {
+        Some(path) => Config::load(path, env),
+        None => config::from_env(env),
+    };
+    let mut config = match loaded {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if let Some(listen) = listen {
+        config.server.listen = listen;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("stormguard-gateway: cannot start the runtime: {error}");
+            return ExitCode::from(EXIT_START);
+        }
+    };
+    runtime.block_on(async move {
+        match stormguard_gateway::serve::start(&config).await {
+            Ok(running) => match running.wait().await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!(%error, "stopped");
+                    ExitCode::FAILURE
+                }
+            },
+            Err(error) => {
+                tracing::error!(%error, "not started");
+                eprintln!("stormguard-gateway: {error}");
+                ExitCode::from(EXIT_START)
+            }
+        }
+    })
+}

@@ -1,0 +1,86 @@
+//! What of a caller's request head reaches a provider: never its credentials (the gateway sets
+//! the provider's), never a header only the gateway may set, never a hop-by-hop header.
+
+use http::HeaderMap;
+use http::header::{self, HeaderName};
+
+/// The header the gateway sets on each answer: how many attempts the request took, on every
+/// deployment (the failover sets `x-stormguard-backend`, the one that answered).
+pub const X_STORMGUARD_ATTEMPTS: HeaderName = HeaderName::from_static("x-stormguard-attempts");
+
+/// Credentials a caller may send and a provider must never see from the caller: the caller's
+/// key is the gateway's business, the provider's key the gateway's alone.
+const CREDENTIALS: [&str; 5] = [
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "cookie",
+];
+
+/// Hop-by-hop headers (RFC 9110 section 7.6.1), and the ones that say where a request goes.
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "forwarded",
+    "x-forwarded-host",
+];
+
+/// Removes from `headers` what must not reach a provider: credentials, hop-by-hop headers (and
+/// those `Connection` names), `x-stormguard-*`, and `accept-encoding`, so that the provider's
+/// answers arrive uncompressed and the engine can read its error bodies.
+pub fn strip(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in CREDENTIALS.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(*name);
+    }
+    headers.remove(header::ACCEPT_ENCODING);
+    let gateway_only: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("x-stormguard-"))
+        .cloned()
+        .collect();
+    for name in gateway_only {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_credentials_hops_and_gateway_headers() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("authorization", "Bearer caller"),
+            ("x-api-key", "caller"),
+            ("connection", "x-secret-hop"),
+            ("x-secret-hop", "1"),
+            ("x-stormguard-backend", "forged"),
+            ("accept-encoding", "gzip"),
+            ("content-type", "application/json"),
+            ("anthropic-version", "2023-06-01"),
+        ] {
+            headers.insert(HeaderName::from_static(name), value.parse().unwrap());
+        }
+        strip(&mut headers);
+        let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["content-type", "anthropic-version"]);
+    }
+}
