@@ -1,0 +1,260 @@
+//! Routing by model across two providers and three keys, keys kept where they belong, a 429
+//! moving to the other key, and the gateway's own refusals in the caller's format.
+
+#![allow(clippy::unwrap_used)]
+
+mod kit;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kit::{KEYS, Seen, echo, env, json, mock, post, two_providers};
+
+/// Runs `calls` at once, their answers in order.
+async fn futures_join<F: std::future::Future>(calls: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let tasks: Vec<_> = calls.map(tokio::spawn).collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+const CALLER: &str = "sk-caller-5e5e";
+
+async fn two_provider_gateway() -> (kit::Mock, kit::Mock, stormguard_gateway::serve::Running) {
+    let openai = mock(echo()).await;
+    let anthropic = mock(echo()).await;
+    let config = kit::config(&two_providers(&openai.url(), &anthropic.url()), &env(&KEYS));
+    let gateway = kit::gateway(&config).await;
+    (openai, anthropic, gateway)
+}
+
+#[tokio::test]
+async fn routes_by_model_across_two_providers_and_three_keys() {
+    let openai = kit::slow_mock(echo(), Duration::from_millis(100)).await;
+    let anthropic = mock(echo()).await;
+    let config = kit::config(&two_providers(&openai.url(), &anthropic.url()), &env(&KEYS));
+    let gateway = kit::gateway(&config).await;
+    // Twenty at once: the rank's two keys share them (a key with hops in flight costs more).
+    let addr = gateway.addr;
+    let calls = (0..20).map(|_| async move {
+        let body = r#"{"model":"gpt","messages":[{"role":"user","content":"hi"}]}"#;
+        let bearer = format!("Bearer {CALLER}");
+        post(
+            addr,
+            "/v1/chat/completions",
+            body,
+            &[("authorization", &bearer)],
+        )
+        .await
+    });
+    let mut backends = std::collections::BTreeMap::new();
+    for (status, headers, answer) in futures_join(calls).await {
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(headers["x-stormguard-attempts"], "1");
+        let backend = headers["x-stormguard-backend"].to_str().unwrap().to_owned();
+        *backends.entry(backend).or_insert(0usize) += 1;
+    }
+    let body = r#"{"model":"claude","max_tokens":5,"messages":[]}"#;
+    let (status, headers, _) =
+        post(gateway.addr, "/v1/messages", body, &[("x-api-key", CALLER)]).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers["x-stormguard-backend"],
+        "anthropic/claude-upstream/1"
+    );
+
+    // The rank's two keys share the traffic.
+    assert_eq!(
+        backends.keys().collect::<Vec<_>>(),
+        ["openai/gpt-upstream/1", "openai/gpt-upstream/2"]
+    );
+    assert_eq!(backends.values().sum::<usize>(), 20);
+    assert!(backends.values().all(|&n| n >= 1), "{backends:?}");
+    let (one, two, three) = (KEYS[0].1, KEYS[1].1, KEYS[2].1);
+    assert_eq!(openai.with_key(one) + openai.with_key(two), 20);
+    assert_eq!(openai.with_key(one), backends["openai/gpt-upstream/1"]);
+    assert!(
+        openai
+            .seen()
+            .iter()
+            .all(|seen| seen.model == "gpt-upstream" && seen.path == "/v1/chat/completions")
+    );
+    // Anthropic got its own key, as x-api-key, with a default version; never a bearer token.
+    let seen = anthropic.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("x-api-key"), Some(three));
+    assert_eq!(seen[0].header("authorization"), None);
+    assert_eq!(seen[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(seen[0].model, "claude-upstream");
+    // No provider ever saw another's key, nor the caller's.
+    let everything = |seen: Vec<Seen>| format!("{:?}", seen);
+    let (openai_saw, anthropic_saw) = (everything(openai.seen()), everything(anthropic.seen()));
+    assert!(!openai_saw.contains(three) && !openai_saw.contains(CALLER));
+    assert!(
+        !anthropic_saw.contains(one)
+            && !anthropic_saw.contains(two)
+            && !anthropic_saw.contains(CALLER)
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_429_from_one_key_moves_to_the_other() {
+    let limited = KEYS[0].1;
+    let script: kit::Script = Arc::new(move |seen: &Seen| {
+        if seen.key() == Some(limited) {
+            let mut answer = json(
+                429,
+                r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+            );
+            answer
+                .headers_mut()
+                .insert("retry-after-ms", "1".parse().unwrap());
+            answer
+        } else {
+            json(200, r#"{"id":"ok","choices":[]}"#)
+        }
+    });
+    let openai = mock(script).await;
+    let anthropic = mock(echo()).await;
+    let config = kit::config(&two_providers(&openai.url(), &anthropic.url()), &env(&KEYS));
+    let gateway = kit::gateway(&config).await;
+    let mut attempts = 0;
+    for _ in 0..10 {
+        let (status, headers, answer) = post(
+            gateway.addr,
+            "/v1/chat/completions",
+            r#"{"model":"gpt"}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(headers["x-stormguard-backend"], "openai/gpt-upstream/2");
+        attempts += headers["x-stormguard-attempts"]
+            .to_str()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap();
+    }
+    // Every request ended on the second key; the attempts each answer reports are every
+    // request the provider saw.
+    assert_eq!(openai.with_key(KEYS[1].1), 10);
+    assert_eq!(openai.seen().len(), attempts);
+    assert!(openai.with_key(limited) >= 1);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_model_is_a_404_in_the_callers_format() {
+    let (openai, anthropic, gateway) = two_provider_gateway().await;
+    let (status, _, body) = post(
+        gateway.addr,
+        "/v1/chat/completions",
+        r#"{"model":"nope"}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 404);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["type"], "not_found_error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`nope`")
+    );
+    assert!(body["error"].get("param").is_some() && body["error"].get("code").is_some());
+
+    let (status, _, body) = post(gateway.addr, "/v1/messages", r#"{"model":"nope"}"#, &[]).await;
+    assert_eq!(status, 404);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "not_found_error");
+    assert_eq!(openai.seen().len() + anthropic.seen().len(), 0);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_model_of_the_other_format_is_a_400_in_the_callers_format() {
+    let (openai, anthropic, gateway) = two_provider_gateway().await;
+    let (status, _, body) = post(
+        gateway.addr,
+        "/v1/chat/completions",
+        r#"{"model":"claude"}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 400);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v1/messages")
+    );
+
+    let (status, _, body) = post(gateway.addr, "/v1/messages", r#"{"model":"gpt"}"#, &[]).await;
+    assert_eq!(status, 400);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["type"], "error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v1/chat/completions")
+    );
+    assert_eq!(openai.seen().len() + anthropic.seen().len(), 0);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn hostile_bodies_are_400s_and_never_reach_a_provider() {
+    let (openai, _anthropic, gateway) = two_provider_gateway().await;
+    for body in [
+        r#"{"model":17}"#,
+        "not json at all",
+        r#"{"model":["gpt"]}"#,
+        r#"{"messages":[]}"#,
+        "",
+        &"[".repeat(100_000),
+    ] {
+        let (status, _, answer) = post(gateway.addr, "/v1/chat/completions", body, &[]).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer.starts_with(r#"{"error":"#), "{answer}");
+    }
+    assert_eq!(openai.seen().len(), 0);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn callers_headers_that_only_the_gateway_may_set_are_stripped() {
+    let (openai, _anthropic, gateway) = two_provider_gateway().await;
+    let headers = [
+        ("authorization", "Bearer sk-from-the-caller"),
+        ("x-stormguard-backend", "forged"),
+        ("connection", "x-hop"),
+        ("x-hop", "1"),
+        ("x-custom", "kept"),
+    ];
+    let (status, _, _) = post(
+        gateway.addr,
+        "/v1/chat/completions",
+        r#"{"model":"gpt"}"#,
+        &headers,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let seen = &openai.seen()[0];
+    assert!(seen.key() == Some(KEYS[0].1) || seen.key() == Some(KEYS[1].1));
+    assert_eq!(seen.header("x-stormguard-backend"), None);
+    assert_eq!(seen.header("x-hop"), None);
+    assert_eq!(seen.header("x-custom"), Some("kept"));
+    gateway.stop().await;
+}
