@@ -69,6 +69,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 use kit::{KEYS, Seen, echo, env, json, mock, post, two_providers};
 
 /// Runs `calls` at once, their answers in order.
-async fn futures_join<F: std::future::Future>(calls: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join<F>(calls: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let tasks: Vec<_> = calls.map(tokio::spawn).collect();

@@ -85,6 +85,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

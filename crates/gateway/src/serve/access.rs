@@ -116,6 +116,7 @@ pub fn check_listen(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

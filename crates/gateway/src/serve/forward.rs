@@ -127,6 +127,7 @@ fn model_of(body: &[u8]) -> Result<String, Refusal> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -61,6 +61,7 @@ pub fn strip(headers: &mut HeaderMap) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
