@@ -181,7 +181,7 @@ async fn a_callers_deadline_is_capped_by_max_deadline() {
     let gateway = kit::gateway(&kit::config(&text, &env(&KEYS))).await;
     let started = tokio::time::Instant::now();
     let asks_a_minute = [("x-request-timeout-ms", "60000")];
-    let (status, headers, _) = post(
+    let (status, headers, body) = post(
         gateway.addr,
         "/v1/chat/completions",
         r#"{"model":"gpt"}"#,
@@ -191,11 +191,21 @@ async fn a_callers_deadline_is_capped_by_max_deadline() {
     let took = started.elapsed();
     assert_eq!(status, 504);
     assert_eq!(headers["x-should-retry"], "false");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let message = "the gateway gave up on the providers: deadline exceeded";
+    assert_eq!(body["error"]["message"], message);
     // The cap, not the minute asked for nor the provider's 3 s, ended it.
     assert!(
         took >= Duration::from_millis(300) && took < Duration::from_millis(400),
         "{took:?}"
     );
     assert_eq!(slow.seen().len(), 1);
+    // In Anthropic's format on its path.
+    let path = "/v1/messages";
+    let (status, _, body) = post(gateway.addr, path, r#"{"model":"claude"}"#, &asks_a_minute).await;
+    assert_eq!(status, 504);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "api_error");
     gateway.stop().await;
 }

@@ -87,11 +87,11 @@ async fn try_relay(
 /// and headers (`Retry-After`, `x-should-retry: false`), a body in the caller's format.
 fn failure(error: &stormguard::Error, format: Format) -> Response<Body> {
     let (head, ()) = stormguard::error_response::<()>(error, false).into_parts();
-    tracing::warn!(reason = ?error.reason(), attempts = error.attempts(), "upstream call failed");
+    tracing::warn!(reason = %error.reason(), attempts = error.attempts(), "upstream call failed");
     let refusal = Refusal {
         status: head.status,
         kind: "api_error",
-        message: format!("the gateway gave up on the providers: {:?}", error.reason()),
+        message: format!("the gateway gave up on the providers: {}", error.reason()),
     };
     let mut response = refusal.to_response(format);
     for (name, value) in &head.headers {
