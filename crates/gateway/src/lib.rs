@@ -30,6 +30,31 @@
 //! (each secret as its variable, set or missing), exit 0, or each error as
 //! `FILE:LINE: key: message`, exit 1.
 //!
+//! The same as a library, for a program that builds the config itself:
+//!
+//! ```
+//! use stormguard_gateway::config::{Config, Env};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let env: Env = [("OPENAI_API_KEY".to_owned(), "sk-...".to_owned())].into();
+//! let file = r#"
+//! [providers.openai]
+//! format = "openai"
+//! keys_env = ["OPENAI_API_KEY"]
+//!
+//! [[models.fast.deployments]]
+//! provider = "openai"
+//! model = "gpt-4o-mini"
+//! "#;
+//! let config = Config::parse("gateway.toml", file, &env)?;
+//! assert_eq!(config.models["fast"].ranks[0][0].model, "gpt-4o-mini");
+//! let running = stormguard_gateway::serve::start(&config).await?;
+//! println!("listening on {}", running.addr);
+//! # running.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! In the SDKs, turn their own retries off (`max_retries=0`): the gateway retries, and what it
 //! gives up on carries `x-should-retry: false`.
 //!

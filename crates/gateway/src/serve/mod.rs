@@ -6,6 +6,9 @@
 //! /v1/models                                       cap, shed)
 //! /healthz, /readyz, /metrics              ─▶ answered from memory, no key
 //! ```
+//!
+//! `/metrics` renders a Prometheus recorder that [`app`] installs as the process's `metrics`
+//! recorder, once; a process that installed another one first gets a 503 there.
 
 mod access;
 mod forward;

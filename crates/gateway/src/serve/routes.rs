@@ -51,12 +51,7 @@ impl Routes {
             let ranks = model
                 .ranks
                 .iter()
-                .map(|rank| {
-                    rank.iter()
-                        .map(|d| backends(config, d, true))
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .map(|rank| rank.map(|backends| backends.concat()))
+                .map(|rank| rank_backends(config, rank))
                 .collect::<Result<Vec<_>, _>>()?;
             let format = config.model_format(model).unwrap_or(Format::OpenAi);
             routes
@@ -90,6 +85,15 @@ impl Routes {
                 .find(|route| route.format == format)
         })
     }
+}
+
+/// The backends of one rank: every key of each of its deployments.
+fn rank_backends(config: &Config, rank: &[Deployment]) -> Result<Vec<Backend>, String> {
+    let mut backends_of_rank = Vec::new();
+    for deployment in rank {
+        backends_of_rank.extend(backends(config, deployment, true)?);
+    }
+    Ok(backends_of_rank)
 }
 
 /// A route over `ranks` (ranks left empty by missing keys dropped).
