@@ -170,6 +170,35 @@ async fn a_body_over_the_cap_is_a_413_in_the_callers_format() {
     gateway.stop().await;
 }
 
+#[tokio::test]
+async fn a_chunked_body_over_the_cap_is_a_413_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let openai = mock(echo()).await;
+    let text = with_server(
+        "max_body_bytes = 1024",
+        &two_providers(&openai.url(), &openai.url()),
+    );
+    let gateway = kit::gateway(&kit::config(&text, &env(&KEYS))).await;
+    let mut connection = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    connection.write_all(head.as_bytes()).await.unwrap();
+    // No length announced: 3 chunks of 600 bytes, over the cap after the second.
+    for _ in 0..3 {
+        let chunk = format!("258\r\n{}\r\n", "x".repeat(600));
+        if connection.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = connection.write_all(b"0\r\n\r\n").await;
+    let mut answer = String::new();
+    let _ = connection.read_to_string(&mut answer).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("1024 bytes"));
+    assert_eq!(openai.seen().len(), 0);
+    gateway.stop().await;
+}
+
 /// On tokio's paused clock: the provider's 3 s and the cap's 300 ms pass in no real time.
 #[tokio::test(start_paused = true)]
 async fn a_callers_deadline_is_capped_by_max_deadline() {
