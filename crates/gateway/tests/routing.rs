@@ -176,6 +176,11 @@ async fn an_unknown_model_is_a_404_in_the_callers_format() {
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "not_found_error");
+    // A name of a megabyte is not echoed back whole.
+    let long = format!(r#"{{"model":"{}"}}"#, "m".repeat(1 << 20));
+    let (status, _, body) = post(gateway.addr, "/v1/chat/completions", &long, &[]).await;
+    assert_eq!(status, 404);
+    assert!(body.len() < 600, "{} bytes", body.len());
     assert_eq!(openai.seen().len() + anthropic.seen().len(), 0);
     gateway.stop().await;
 }

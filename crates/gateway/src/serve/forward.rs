@@ -51,7 +51,8 @@ async fn try_relay(
     };
     if route.format != format {
         let message = format!(
-            "the model `{model}` is served in the {} format: call {} instead",
+            "the model `{}` is served in the {} format: call {} instead",
+            super::refusal::shown(&model),
             route.format.name(),
             route.format.example_path()
         );

@@ -17,6 +17,18 @@ pub struct Refusal {
     pub message: String,
 }
 
+/// Longest part of a caller's model name an answer repeats: a name is short, and a body of
+/// megabytes sent as a name is not echoed back whole.
+const SHOWN_MODEL_CHARS: usize = 200;
+
+/// `model` as an answer repeats it: its first [`SHOWN_MODEL_CHARS`] characters.
+pub(crate) fn shown(model: &str) -> &str {
+    model
+        .char_indices()
+        .nth(SHOWN_MODEL_CHARS)
+        .map_or(model, |(end, _)| &model[..end])
+}
+
 impl Refusal {
     /// A 400: the request cannot be served as it is.
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -32,6 +44,7 @@ impl Refusal {
 
     /// A 404: the gateway serves no such model.
     pub fn unknown_model(model: &str) -> Self {
+        let model = shown(model);
         let message = format!(
             "the model `{model}` does not exist on this gateway (GET /v1/models lists them)"
         );
@@ -47,6 +60,7 @@ impl Refusal {
 
     /// A 503: the model has no deployment that can be called (none has its key set).
     pub fn unavailable(model: &str) -> Self {
+        let model = shown(model);
         let message = format!("no deployment of `{model}` can be called: none has its key set");
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "api_error", message)
     }
