@@ -263,3 +263,45 @@ async fn callers_headers_that_only_the_gateway_may_set_are_stripped() {
     assert_eq!(seen.header("x-custom"), Some("kept"));
     gateway.stop().await;
 }
+
+/// On tokio's paused clock: the pacing's waits pass in no real time.
+#[tokio::test(start_paused = true)]
+async fn a_deployments_rpm_paces_each_of_its_keys() {
+    let openai = mock(echo()).await;
+    let text = format!(
+        r#"
+[providers.openai]
+format = "openai"
+base_url = "{}"
+keys_env = ["OPENAI_KEY_1"]
+
+[[models.paced.deployments]]
+provider = "openai"
+rpm = 60
+
+[[models.free.deployments]]
+provider = "openai"
+"#,
+        openai.url()
+    );
+    let gateway = kit::gateway(&kit::config(&text, &env(&KEYS[..1]))).await;
+    let took = |model: &'static str| async move {
+        let started = tokio::time::Instant::now();
+        for _ in 0..3 {
+            let body = format!(r#"{{"model":"{model}"}}"#);
+            let (status, _, answer) = post(gateway.addr, "/v1/chat/completions", &body, &[]).await;
+            assert_eq!(status, 200, "{answer}");
+        }
+        started.elapsed()
+    };
+    // 60 a minute: one at once (a second's burst), then one a second.
+    let paced = took("paced").await;
+    assert!(
+        paced >= Duration::from_millis(1900) && paced < Duration::from_millis(2500),
+        "{paced:?}"
+    );
+    let free = took("free").await;
+    assert!(free < Duration::from_millis(100), "{free:?}");
+    assert_eq!(openai.seen().len(), 6);
+    gateway.stop().await;
+}
