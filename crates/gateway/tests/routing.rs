@@ -113,18 +113,38 @@ async fn a_429_from_one_key_moves_to_the_other() {
                 429,
                 r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
             );
+            // Longer than a request waits for (the hint policy's 60 s): the next key, at once.
             answer
                 .headers_mut()
-                .insert("retry-after-ms", "1".parse().unwrap());
+                .insert("retry-after", "120".parse().unwrap());
             answer
         } else {
             json(200, r#"{"id":"ok","choices":[]}"#)
         }
     });
     let openai = mock(script).await;
-    let anthropic = mock(echo()).await;
-    let config = kit::config(&two_providers(&openai.url(), &anthropic.url()), &env(&KEYS));
-    let gateway = kit::gateway(&config).await;
+    // The first key in rank 1, the second in rank 2: every request tries the first key first.
+    let ranked = format!(
+        r#"
+[providers.openai]
+format = "openai"
+base_url = "{}"
+keys_env = ["OPENAI_KEY_1", "OPENAI_KEY_2"]
+
+[[models.gpt.deployments]]
+provider = "openai"
+model = "gpt-upstream"
+keys_env = ["OPENAI_KEY_1"]
+
+[[models.gpt.deployments]]
+provider = "openai"
+model = "gpt-upstream"
+keys_env = ["OPENAI_KEY_2"]
+rank = 2
+"#,
+        openai.url()
+    );
+    let gateway = kit::gateway(&kit::config(&ranked, &env(&KEYS))).await;
     let mut attempts = 0;
     for _ in 0..10 {
         let (status, headers, answer) = post(
@@ -146,7 +166,10 @@ async fn a_429_from_one_key_moves_to_the_other() {
     // request the provider saw.
     assert_eq!(openai.with_key(KEYS[1].1), 10);
     assert_eq!(openai.seen().len(), attempts);
+    // The first request was asked of the first key, and moved at once; its throttle, having
+    // seen only 429s, keeps the next ones off it.
     assert!(openai.with_key(limited) >= 1);
+    assert_eq!(openai.with_key(limited) + 10, attempts);
     gateway.stop().await;
 }
 

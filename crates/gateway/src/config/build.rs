@@ -2,6 +2,7 @@
 //! its line and key.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use toml::Spanned;
 
@@ -129,21 +130,36 @@ fn server(table: Option<&ServerTable>, env: &Env, errors: &mut Errors<'_>) -> Se
         }
     }
     server.allow_unauthenticated = table.allow_unauthenticated.unwrap_or(false);
-    if let Some(bytes) = &table.max_body_bytes {
-        match usize::try_from(*bytes.get_ref()) {
-            Ok(bytes) if bytes > 0 => server.max_body_bytes = bytes,
-            _ => errors.at(
-                bytes.span().start,
-                "server.max_body_bytes",
-                "must be a positive number of bytes",
-            ),
+    let mut set = |value: Option<&Spanned<i64>>, key: &str, into: &mut usize| {
+        if let Some(n) = positive(value, key, errors).flatten() {
+            *into = n;
         }
+    };
+    set(
+        table.max_body_bytes.as_ref(),
+        "server.max_body_bytes",
+        &mut server.max_body_bytes,
+    );
+    set(
+        table.max_header_bytes.as_ref(),
+        "server.max_header_bytes",
+        &mut server.max_header_bytes,
+    );
+    set(
+        table.max_connections.as_ref(),
+        "server.max_connections",
+        &mut server.max_connections,
+    );
+    if let Some(duration) = duration(table.max_deadline.as_ref(), "server.max_deadline", errors) {
+        server.max_deadline = duration;
     }
-    if let Some(deadline) = &table.max_deadline {
-        match parse_duration(deadline.get_ref()) {
-            Ok(duration) => server.max_deadline = duration,
-            Err(message) => errors.at(deadline.span().start, "server.max_deadline", message),
-        }
+    let timeout = duration(
+        table.header_read_timeout.as_ref(),
+        "server.header_read_timeout",
+        errors,
+    );
+    if let Some(timeout) = timeout {
+        server.header_read_timeout = timeout;
     }
     server.caller_keys = secrets(
         &table.caller_keys_env,
@@ -152,6 +168,18 @@ fn server(table: Option<&ServerTable>, env: &Env, errors: &mut Errors<'_>) -> Se
         errors,
     );
     server
+}
+
+/// A duration written with its unit, if given and valid (else its error recorded).
+fn duration(
+    value: Option<&Spanned<String>>,
+    key: &str,
+    errors: &mut Errors<'_>,
+) -> Option<Duration> {
+    let value = value?;
+    parse_duration(value.get_ref())
+        .map_err(|message| errors.at(value.span().start, key, message))
+        .ok()
 }
 
 /// The secrets named by `vars`, each a valid variable name (else an error at its line).
@@ -259,9 +287,9 @@ fn deployment(
         errors.at(at, &format!("{key}.provider"), message);
         return None;
     };
-    let rank = number(table.rank.as_ref(), &format!("{key}.rank"), errors)?.unwrap_or(1);
-    let rpm = number(table.rpm.as_ref(), &format!("{key}.rpm"), errors)?;
-    let tpm = number(table.tpm.as_ref(), &format!("{key}.tpm"), errors)?;
+    let rank = positive(table.rank.as_ref(), &format!("{key}.rank"), errors)?.unwrap_or(1);
+    let rpm = positive(table.rpm.as_ref(), &format!("{key}.rpm"), errors)?;
+    let tpm = positive(table.tpm.as_ref(), &format!("{key}.tpm"), errors)?;
     let keys = match &table.keys_env {
         None => provider.keys.clone(),
         Some(vars) => deployment_keys(vars, provider, &format!("{key}.keys_env"), errors)?,
@@ -276,13 +304,18 @@ fn deployment(
     Some((rank, deployment))
 }
 
-/// A positive number that fits a `u32`, if given; `None` with its error recorded otherwise.
-fn number(value: Option<&Spanned<i64>>, key: &str, errors: &mut Errors<'_>) -> Option<Option<u32>> {
+/// A positive number that fits a `T`, if given (`Some(None)` when not); `None` with its error
+/// recorded when it is not one.
+fn positive<T: TryFrom<i64>>(
+    value: Option<&Spanned<i64>>,
+    key: &str,
+    errors: &mut Errors<'_>,
+) -> Option<Option<T>> {
     let Some(value) = value else {
         return Some(None);
     };
-    match u32::try_from(*value.get_ref()) {
-        Ok(n) if n > 0 => Some(Some(n)),
+    match T::try_from(*value.get_ref()) {
+        Ok(n) if *value.get_ref() > 0 => Some(Some(n)),
         _ => {
             errors.at(value.span().start, key, "must be a positive whole number");
             None

@@ -51,6 +51,18 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// the OpenAI and Anthropic SDKs wait).
 pub const DEFAULT_MAX_DEADLINE: Duration = stormguard::deadline::DEFAULT_TIMEOUT;
 
+/// Longest a caller may take to send a request's head by default: 10 s. A client sends its head
+/// in one write; one that trickles it a byte at a time (slow-loris) is cut off.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest request head by default: 64 KiB (hyper answers a larger one 431). An SDK's head is
+/// under 2 KiB.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Connections served at once by default: 1,024. A streamed answer holds its connection for
+/// minutes, so this bounds the sockets and tasks callers can hold; more wait in the backlog.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
 /// A secret read from the environment: the variable's name, and its value if it is set. Its
 /// `Debug` and `Display` show the name and whether it is set, never the value.
 #[derive(Clone, PartialEq, Eq)]
@@ -126,6 +138,12 @@ pub struct Server {
     pub max_deadline: Duration,
     /// Callers' bearer keys.
     pub caller_keys: Vec<Secret>,
+    /// Longest a caller may take to send a request's head.
+    pub header_read_timeout: Duration,
+    /// Largest request head, in bytes.
+    pub max_header_bytes: usize,
+    /// Connections served at once.
+    pub max_connections: usize,
 }
 
 impl Default for Server {
@@ -136,6 +154,9 @@ impl Default for Server {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_deadline: DEFAULT_MAX_DEADLINE,
             caller_keys: Vec::new(),
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

@@ -30,6 +30,9 @@ pub(crate) struct ServerTable {
     pub(crate) max_deadline: Option<Spanned<String>>,
     #[serde(default)]
     pub(crate) caller_keys_env: Vec<Spanned<String>>,
+    pub(crate) header_read_timeout: Option<Spanned<String>>,
+    pub(crate) max_header_bytes: Option<Spanned<i64>>,
+    pub(crate) max_connections: Option<Spanned<i64>>,
 }
 
 /// `[providers.NAME]`.

@@ -23,6 +23,10 @@ pub(super) fn show(config: &Config) -> String {
         server.max_deadline.as_secs_f64()
     );
     let _ = writeln!(out, "caller_keys_env = {}", secrets(&server.caller_keys));
+    let timeout = server.header_read_timeout.as_secs_f64();
+    let _ = writeln!(out, "header_read_timeout = \"{timeout}s\"");
+    let _ = writeln!(out, "max_header_bytes = {}", server.max_header_bytes);
+    let _ = writeln!(out, "max_connections = {}", server.max_connections);
     for (name, provider) in &config.providers {
         let _ = writeln!(out, "\n[providers.{name}]");
         let _ = writeln!(out, "format = \"{}\"", provider.format.name());

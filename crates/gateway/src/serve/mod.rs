@@ -13,6 +13,7 @@
 mod access;
 mod forward;
 mod headers;
+mod listen;
 mod ops;
 mod refusal;
 mod routes;
@@ -24,7 +25,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use metrics_exporter_prometheus::PrometheusHandle;
 use stormguard::ServerLayer;
 
@@ -142,18 +142,13 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         .await
         .map_err(StartError::Bind)?;
     let addr = listener.local_addr().map_err(StartError::Bind)?;
-    // Relayed streams are many small writes: sent at once, not held back by Nagle's algorithm.
-    let listener = listener.tap_io(|connection| {
-        let _ = connection.set_nodelay(true);
-    });
+    let limits = listen::Limits {
+        header_read_timeout: config.server.header_read_timeout,
+        max_header_bytes: config.server.max_header_bytes,
+        max_connections: config.server.max_connections,
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let task = tokio::spawn(listen::serve(listener, app, limits, stopped));
     tracing::info!(%addr, source = %config.source, models = config.models.len(), "stormguard-gateway listening");
     Ok(Running { addr, stop, task })
 }
