@@ -82,17 +82,30 @@
 //!   logged, echoed, or sent to another provider; the caller's credentials, hop-by-hop headers
 //!   and `x-stormguard-*` are stripped from what reaches a provider; upstream addresses come from
 //!   the config only.
-//! * Callers' deadline headers are capped by `max_deadline`.
+//!
+//! ## Bounded
+//!
+//! * Request bodies are capped (`max_body_bytes`, 10 MiB: a 413 in the caller's format), heads
+//!   too (`max_header_bytes`, 64 KiB: a 431), and the time a caller may take to send its head
+//!   (`header_read_timeout`, 10 s: a slow-loris client holds no task for long); at most
+//!   `max_connections` (1,024) connections are served at once.
+//! * Callers' deadline headers are capped by `max_deadline` (600 s).
 //!
 //! ## Not yet
 //!
-//! This is the first part of the gateway. Not there yet: SIGHUP reloading the config and SIGTERM
-//! draining streams in flight; the `demo` subcommand; the benchmark against a bare proxy and
-//! LiteLLM; header read timeouts, header size and connection caps beyond hyper's defaults;
-//! logs as JSON; `--redis` for a fleet; cures, hedging and degraded answers in the config; a
-//! key answered 401/403 set aside for good (the failover has no such state yet: such a key's
-//! answers are handed back as they are, and a 429 moves to another key); `/v1/models` in the
-//! environment-only start lists no model (every name is passed through).
+//! This is the first part of the gateway. Not there yet:
+//!
+//! * SIGHUP reloading the config, SIGTERM draining streams in flight (stopping now gives requests
+//!   in flight 1 s), the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
+//! * logs as JSON, `--redis` for a fleet, cures, hedging and degraded answers in the config;
+//! * a key answered 401 or 403 set aside for good: the failover has no such state yet, so such a
+//!   key's answers are handed back as they are, and it is asked again;
+//! * a key that answers 429 with a short Retry-After (or none) is retried on itself first, as the
+//!   engine's policy allows, and only moved from when every attempt was answered 429: when its
+//!   own adaptive throttle drops one of those retries, the request ends with a 503 ("throttled
+//!   locally") instead of going to the next key. A Retry-After longer than a request waits for
+//!   (over 60 s) moves it at once. Both are the failover's rules, to be changed there;
+//! * `/v1/models` in the environment-only start lists no model (every name is passed through).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
