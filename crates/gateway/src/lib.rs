@@ -95,8 +95,8 @@
 //!
 //! This is the first part of the gateway. Not there yet:
 //!
-//! * SIGHUP reloading the config, SIGTERM draining streams in flight (stopping now gives requests
-//!   in flight 1 s), the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
+//! * SIGHUP reloading the config, SIGTERM draining streams in flight (the binary ends at once on a
+//!   signal), the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
 //! * logs as JSON, `--redis` for a fleet, cures, hedging and degraded answers in the config;
 //! * a key answered 401 or 403 set aside for good: the failover has no such state yet, so such a
 //!   key's answers are handed back as they are, and it is asked again;
