@@ -87,8 +87,9 @@
 //!
 //! * Request bodies are capped (`max_body_bytes`, 10 MiB: a 413 in the caller's format), heads
 //!   too (`max_header_bytes`, 64 KiB: a 431), and the time a caller may take to send its head
-//!   (`header_read_timeout`, 10 s: a slow-loris client holds no task for long); at most
-//!   `max_connections` (1,024) connections are served at once.
+//!   (`header_read_timeout`, 10 s: a slow-loris client holds no task for long, and a kept-alive
+//!   connection that sends no next request within it is closed); at most `max_connections`
+//!   (1,024) connections are served at once.
 //! * Callers' deadline headers are capped by `max_deadline` (600 s).
 //!
 //! ## Not yet

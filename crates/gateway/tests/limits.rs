@@ -110,3 +110,24 @@ async fn connections_beyond_the_cap_wait_for_a_slot() {
     assert_eq!(openai.seen().len(), 2);
     gateway.stop().await;
 }
+
+/// On tokio's paused clock: an idle connection kept alive is closed once it has sent no next
+/// head within the timeout, so idle callers cannot hold every slot.
+#[tokio::test(start_paused = true)]
+async fn an_idle_kept_alive_connection_is_closed_after_the_timeout() {
+    let (openai, gateway) = gateway_with("header_read_timeout = \"2s\"").await;
+    let mut connection = TcpStream::connect(gateway.addr).await.unwrap();
+    connection.write_all(REQUEST.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    connection.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let answered = tokio::time::Instant::now();
+    let _rest = read_all(&mut connection).await;
+    let idle = answered.elapsed();
+    assert!(
+        idle >= Duration::from_secs(2) && idle < Duration::from_secs(3),
+        "{idle:?}"
+    );
+    assert_eq!(openai.seen().len(), 1);
+    gateway.stop().await;
+}
