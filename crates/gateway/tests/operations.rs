@@ -179,6 +179,35 @@ async fn event_streams_are_relayed_whole_and_in_pieces() {
     gateway.stop().await;
 }
 
+#[tokio::test]
+async fn a_stream_that_fails_before_its_first_content_is_retried_unseen() {
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = answered.clone();
+    let flaky: kit::Script = Arc::new(move |seen: &Seen| {
+        if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            // OpenAI's in-band error, after a 200, before any content.
+            let error =
+                "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n";
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from(error))
+                .unwrap()
+        } else {
+            stream()(seen)
+        }
+    });
+    let openai = mock(flaky).await;
+    let config = kit::config(&two_providers(&openai.url(), &openai.url()), &env(&KEYS));
+    let gateway = kit::gateway(&config).await;
+    let body = r#"{"model":"gpt","stream":true,"messages":[]}"#;
+    let (status, headers, text) = post(gateway.addr, "/v1/chat/completions", body, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(text, events().concat());
+    assert_eq!(headers["x-stormguard-attempts"], "2");
+    assert_eq!(openai.seen().len(), 2);
+    gateway.stop().await;
+}
+
 /// Logs written into memory.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);

@@ -126,7 +126,7 @@ impl Running {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
     }
 
-    /// Serves until the task ends (an accept loop error).
+    /// Serves until the process ends (the binary has no signal handling yet).
     pub async fn wait(self) -> std::io::Result<()> {
         let _keep = self.stop;
         self.task.await.unwrap_or(Ok(()))
