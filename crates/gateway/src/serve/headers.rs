@@ -9,13 +9,16 @@ use http::header::{self, HeaderName};
 pub const X_STORMGUARD_ATTEMPTS: HeaderName = HeaderName::from_static("x-stormguard-attempts");
 
 /// Credentials a caller may send and a provider must never see from the caller: the caller's
-/// key is the gateway's business, the provider's key the gateway's alone.
-const CREDENTIALS: [&str; 5] = [
+/// key is the gateway's business, the provider's key the gateway's alone, and the account a
+/// request is billed to (OpenAI's organization and project) is the one of the gateway's key.
+const CREDENTIALS: [&str; 7] = [
     "authorization",
     "proxy-authorization",
     "x-api-key",
     "api-key",
     "cookie",
+    "openai-organization",
+    "openai-project",
 ];
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1), and the ones that say where a request goes.
@@ -71,6 +74,7 @@ mod tests {
         for (name, value) in [
             ("authorization", "Bearer caller"),
             ("x-api-key", "caller"),
+            ("openai-organization", "org-caller"),
             ("connection", "x-secret-hop"),
             ("x-secret-hop", "1"),
             ("x-stormguard-backend", "forged"),
