@@ -186,6 +186,41 @@ async fn a_bad_request_is_answered_as_it_is() {
     assert_eq!((primary.hits(), secondary.hits()), (1, 0));
 }
 
+/// A key the provider refuses (401, then 403 for a key without access to the model) is set
+/// aside: the request goes on to the next backend at once, and no later request is sent to it.
+#[tokio::test]
+async fn a_backend_refusing_its_credentials_is_set_aside_for_good() {
+    for status in [401, 403] {
+        let refused = Reply::status(status).json(
+            r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+        );
+        let primary = ScriptedBackend::spawn([refused]).await;
+        let secondary = ScriptedBackend::spawn([ok()]).await;
+        let mut client =
+            failover(vec![backup("secondary", &secondary, "backup-1")]).layer(hyper_client());
+        for _ in 0..5 {
+            let response = send(&mut client, &primary).await.unwrap();
+            assert_eq!(response.status(), 200, "{status}");
+            assert_eq!(answered_by(&response), "secondary");
+        }
+        // Asked once, never retried on, never asked again.
+        assert_eq!((primary.hits(), secondary.hits()), (1, 5), "{status}");
+        let aside: Vec<bool> = client.backends().map(Backend::is_set_aside).collect();
+        assert_eq!(aside, [true, false], "{status}");
+    }
+}
+
+/// Alone, a backend refusing its credentials hands its answer back as it is.
+#[tokio::test]
+async fn a_lone_backend_refusing_its_credentials_hands_back_its_401() {
+    let primary = ScriptedBackend::spawn([Reply::status(401)]).await;
+    let mut client = failover(vec![]).layer(hyper_client());
+    let response = send(&mut client, &primary).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(primary.hits(), 1);
+    assert!(client.backends().all(Backend::is_set_aside));
+}
+
 #[tokio::test]
 async fn when_every_provider_fails_the_answer_is_the_degraded_one() {
     let primary = ScriptedBackend::spawn([unavailable()]).await;

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,6 +33,8 @@ pub struct Backend {
     clocks: Option<AttemptClocks>,
     takes_prefill: bool,
     weight: f64,
+    // Shared by every clone: refused the failover's credentials (401, 403).
+    set_aside: Arc<AtomicBool>,
 }
 
 impl Backend {
@@ -62,6 +65,7 @@ impl Backend {
             clocks: None,
             takes_prefill: true,
             weight: 1.0,
+            set_aside: Arc::default(),
         }
     }
 
@@ -195,10 +199,26 @@ impl Backend {
         self.throttle = Some(throttle);
     }
 
-    /// Whether the backend may be tried: its breaker is not open (half-open, a probe may go),
-    /// and its throttle, if any, drops less than half of what it gets.
+    /// Whether the backend was set aside: it answered 401 or 403, so the credentials the
+    /// failover sends it are refused (a revoked or wrong key, a model the key may not use).
+    /// A backend set aside takes no request again from any clone of its failover; only a new
+    /// backend (a new config) brings it back.
+    pub fn is_set_aside(&self) -> bool {
+        self.set_aside.load(Ordering::Relaxed)
+    }
+
+    /// Sets the backend aside (see [`is_set_aside`](Self::is_set_aside)): `true` the first
+    /// time, so that it is logged once.
+    pub(crate) fn set_aside(&self) -> bool {
+        !self.set_aside.swap(true, Ordering::Relaxed)
+    }
+
+    /// Whether the backend may be tried: it is not set aside, its breaker is not open
+    /// (half-open, a probe may go), and its throttle, if any, drops less than half of what it
+    /// gets.
     pub fn is_healthy(&self) -> bool {
-        self.breaker.state() != State::Open
+        !self.is_set_aside()
+            && self.breaker.state() != State::Open
             && self
                 .throttle
                 .as_ref()

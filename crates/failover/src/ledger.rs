@@ -303,13 +303,23 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
 
     /// Whether the request leaves backend `from`, which failed it as `report` says (`answered`:
     /// with a response), for the next: the backend refused it (its breaker, throttle, bulkhead or
-    /// rate limit, before or after an attempt was sent), keeps answering 429, handed it on (an
-    /// attempt's clock fired), rejects the prefill of a continuation (learned: not asked again),
-    /// or failed and is now left (its breaker opened: failures in a row); not one that failed
-    /// once.
+    /// rate limit, before or after an attempt was sent), refuses the failover's credentials (a
+    /// 401 or 403: set aside for good), keeps answering 429, handed it on (an attempt's clock
+    /// fired), rejects the prefill of a continuation (learned: not asked again), or failed and
+    /// is now left (its breaker opened: failures in a row); not one that failed once.
     fn leaves(&self, from: usize, answered: bool, report: &Report) -> bool {
         let engine = &self.shared.engines[from];
         let reason = report.outcome().reason();
+        if answered && matches!(reason, Reason::Unauthorized | Reason::Forbidden) {
+            if engine.backend.set_aside() {
+                tracing::warn!(
+                    backend = engine.backend.name(),
+                    reason = reason.as_str(),
+                    "backend set aside: it refuses the credentials it is sent; no request goes to it again"
+                );
+            }
+            return true;
+        }
         let refused = reason.is_local_refusal();
         let failed = !refused && failed_on_backend(answered, report);
         let rejects_prefill = self.continues_from.is_some() && reason == Reason::BadRequest;

@@ -23,15 +23,19 @@
 //!
 //! 1. The deadline is set once, before the first backend, from the layer's timeout (or the one
 //!    already on the request): every attempt on every backend shares it.
-//! 2. The request goes to the first *healthy* backend in order: its breaker is not open (a
-//!    half-open breaker lets its probes through and refuses the rest), and its throttle drops
-//!    less than half of what it gets. The backend's engine retries there as the policy allows.
+//! 2. The request goes to the first *healthy* backend in order: it is not set aside (below),
+//!    its breaker is not open (a half-open breaker lets its probes through and refuses the
+//!    rest), and its throttle drops less than half of what it gets. The backend's engine retries there as the policy allows.
 //! 3. When the backend answers, its answer is handed back, marked with its name
 //!    ([`Answered`] in the extensions, `x-stormguard-backend`), unless:
 //!    - the answer is an error with a [`Cure`] configured ([`Failover::with_cure`]: context too
 //!      long, content filtered, quota exhausted): the request goes to the cure's backend;
 //!    - the backend refused the request without sending it (its breaker, throttle, bulkhead or
 //!      rate limit): the next healthy backend takes it, for free;
+//!    - the backend refuses the credentials it is sent (401, 403: a revoked or wrong key, a
+//!      model the key may not use): it is set aside for good ([`Backend::is_set_aside`],
+//!      logged once at WARN), never asked again by this failover, and the next healthy backend
+//!      takes the request; with none left, its answer is handed back as it is;
 //!    - the backend keeps answering 429: every attempt of the request was answered 429
 //!      (the engine's [`Report::rate_limited_throughout`](stormguard_retry::Report::rate_limited_throughout)), or the
 //!      engine gave up on a 429 whose wait is beyond what the request can wait (a Retry-After
@@ -45,7 +49,7 @@
 //!      takes it. A backend that failed once and is still healthy is not left: its failure is
 //!      the answer (never fail over on a blip).
 //!
-//!    Errors with no cure (400, 401, 403, 404) are answered as they are.
+//!    Other errors with no cure (400, 404, 422) are answered as they are.
 //! 4. A move to another backend after an attempt was sent is a retry: it draws on the shared
 //!    budget, and is not made when the budget is empty or when the time left is shorter than an
 //!    attempt of the last backend took.

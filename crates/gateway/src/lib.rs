@@ -78,6 +78,9 @@
 //!   `[server] caller_keys_env` names, compared in constant time; a 401 otherwise. Without any,
 //!   the gateway listens on loopback only: a non-loopback address without keys is refused at
 //!   start (exit 2) unless `allow_unauthenticated = true`.
+//! * A key its provider refuses (401, 403) is set aside at its first refusal: that request goes
+//!   on to the model's next key or deployment, no request is sent with the key again, and
+//!   `/healthz` shows it (`"set_aside": true`); a model left with no other key is not ready.
 //! * Provider keys come from the environment only (a key in the file is an error), are never
 //!   logged, echoed, or sent to another provider; the caller's credentials, hop-by-hop headers
 //!   and `x-stormguard-*` are stripped from what reaches a provider; upstream addresses come from
@@ -99,13 +102,11 @@
 //! * SIGHUP reloading the config, SIGTERM draining streams in flight (the binary ends at once on a
 //!   signal), the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
 //! * logs as JSON, `--redis` for a fleet, cures, hedging and degraded answers in the config;
-//! * a key answered 401 or 403 set aside for good: the failover has no such state yet, so such a
-//!   key's answers are handed back as they are, and it is asked again;
 //! * a key that answers 429 with a short Retry-After (or none) is retried on itself first, as the
 //!   engine's policy allows, and only moved from when every attempt was answered 429: when its
 //!   own adaptive throttle drops one of those retries, the request ends with a 503 ("throttled
 //!   locally") instead of going to the next key. A Retry-After longer than a request waits for
-//!   (over 60 s) moves it at once. Both are the failover's rules, to be changed there;
+//!   (over 60 s) moves it at once. This is the failover's rule, to be changed there;
 //! * `/v1/models` in the environment-only start lists no model (every name is passed through).
 
 #![forbid(unsafe_code)]

@@ -173,6 +173,98 @@ rank = 2
     gateway.stop().await;
 }
 
+/// A key the provider refuses (401) is set aside at its first refusal: that request goes on to
+/// the other key at once, no later request is sent to it, and `/healthz` shows it; a model whose
+/// every key is set aside is not ready.
+#[tokio::test]
+async fn a_key_refused_with_401_is_set_aside_and_shown_on_healthz() {
+    let revoked = KEYS[0].1;
+    let script: kit::Script = Arc::new(move |seen: &Seen| {
+        if seen.key() == Some(revoked) {
+            json(
+                401,
+                r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+            )
+        } else {
+            json(200, r#"{"id":"ok","choices":[]}"#)
+        }
+    });
+    let openai = mock(script).await;
+    let ranked = format!(
+        r#"
+[providers.openai]
+format = "openai"
+base_url = "{}"
+keys_env = ["OPENAI_KEY_1", "OPENAI_KEY_2"]
+
+[[models.gpt.deployments]]
+provider = "openai"
+keys_env = ["OPENAI_KEY_1"]
+
+[[models.gpt.deployments]]
+provider = "openai"
+keys_env = ["OPENAI_KEY_2"]
+rank = 2
+
+[[models.only-revoked.deployments]]
+provider = "openai"
+keys_env = ["OPENAI_KEY_1"]
+"#,
+        openai.url()
+    );
+    let gateway = kit::gateway(&kit::config(&ranked, &env(&KEYS))).await;
+    for _ in 0..5 {
+        let (status, _, answer) = post(
+            gateway.addr,
+            "/v1/chat/completions",
+            r#"{"model":"gpt"}"#,
+            &[],
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    assert_eq!(
+        (openai.with_key(revoked), openai.with_key(KEYS[1].1)),
+        (1, 5)
+    );
+    let (status, health) = kit::get(gateway.addr, "/healthz").await;
+    assert_eq!(status, 200);
+    let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+    let aside: Vec<(&str, &str, bool)> = health["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|deployment| {
+            let model = deployment["model"].as_str().unwrap();
+            let name = deployment["deployment"].as_str().unwrap();
+            (model, name, deployment["set_aside"].as_bool().unwrap())
+        })
+        .filter(|(model, _, _)| *model == "gpt")
+        .collect();
+    assert_eq!(
+        aside.iter().filter(|(_, _, aside)| *aside).count(),
+        1,
+        "{aside:?}"
+    );
+    // The other model's only key is the revoked one, in a failover of its own: asked once, it is
+    // set aside there too, and the model is not ready.
+    let (status, _, _) = post(
+        gateway.addr,
+        "/v1/chat/completions",
+        r#"{"model":"only-revoked"}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (status, ready) = kit::get(gateway.addr, "/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert!(
+        ready.contains("only-revoked") && !ready.contains("\"gpt\""),
+        "{ready}"
+    );
+    gateway.stop().await;
+}
+
 #[tokio::test]
 async fn an_unknown_model_is_a_404_in_the_callers_format() {
     let (openai, anthropic, gateway) = two_provider_gateway().await;

@@ -8,6 +8,7 @@ use http::{StatusCode, header};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use stormguard::breaker::State as BreakerState;
+use stormguard::failover::Backend;
 
 use super::Shared;
 
@@ -34,7 +35,8 @@ pub(crate) async fn models(State(shared): State<Arc<Shared>>) -> impl IntoRespon
     json_answer(StatusCode::OK, &json!({ "object": "list", "data": data }))
 }
 
-/// `GET /healthz`: the gateway is alive; each deployment's breaker state.
+/// `GET /healthz`: the gateway is alive; each deployment's breaker state, and whether it was set
+/// aside (its provider refused its key: 401 or 403).
 pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     let routes = shared
         .routes
@@ -45,13 +47,18 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoRespo
     let deployments: Vec<Value> = routes
         .chain(pass)
         .flat_map(|(model, route)| {
-            route.backends.iter().map(move |(name, breaker)| {
-                let state = match breaker.state() {
+            route.backends.iter().map(move |backend| {
+                let state = match backend.breaker().state() {
                     BreakerState::Closed => "closed",
                     BreakerState::Open => "open",
                     BreakerState::HalfOpen => "half_open",
                 };
-                json!({ "model": model, "deployment": name, "breaker": state })
+                json!({
+                    "model": model,
+                    "deployment": backend.name(),
+                    "breaker": state,
+                    "set_aside": backend.is_set_aside(),
+                })
             })
         })
         .collect();
@@ -61,8 +68,8 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoRespo
     )
 }
 
-/// `GET /readyz`: 200 when every model has a deployment with its key set, else 503 naming the
-/// models that have none.
+/// `GET /readyz`: 200 when every model has a deployment with its key set and not set aside, else
+/// 503 naming the models that have none.
 pub(crate) async fn readyz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     let routes = shared
         .routes
@@ -76,7 +83,9 @@ pub(crate) async fn readyz(State(shared): State<Arc<Shared>>) -> impl IntoRespon
         .map(|route| (route.format.name(), route));
     let unavailable: Vec<&str> = routes
         .chain(pass)
-        .filter(|(_, route)| route.upstream.is_none())
+        .filter(|(_, route)| {
+            route.upstream.is_none() || route.backends.iter().all(Backend::is_set_aside)
+        })
         .map(|(name, _)| name)
         .collect();
     let status = if unavailable.is_empty() {

@@ -8,7 +8,6 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, Uri};
 use http_body_util::Full;
 use stormguard::ClientLayer;
-use stormguard::breaker::CircuitBreaker;
 use stormguard::failover::{Adapter, Backend, Failover};
 use stormguard::rate_limit::{RateLimit, RateLimitConfig};
 use tower::util::BoxCloneSyncService;
@@ -32,8 +31,9 @@ pub(crate) struct Route {
     pub(crate) format: Format,
     /// Its failover, or `None` when no deployment has its key set.
     pub(crate) upstream: Option<Upstream>,
-    /// Its backends' names and breakers, for `/healthz`.
-    pub(crate) backends: Vec<(String, CircuitBreaker)>,
+    /// Its backends (clones sharing their breakers and whether they are set aside), for
+    /// `/healthz` and `/readyz`.
+    pub(crate) backends: Vec<Backend>,
 }
 
 /// Every model's route, and per format the route of models not listed (environment-only start).
@@ -104,11 +104,7 @@ fn route(
     connection: &Connection,
 ) -> Route {
     let ranks: Vec<Vec<Backend>> = ranks.into_iter().filter(|rank| !rank.is_empty()).collect();
-    let backends = ranks
-        .iter()
-        .flatten()
-        .map(|backend| (backend.name().to_owned(), backend.breaker().clone()))
-        .collect();
+    let backends = ranks.iter().flatten().cloned().collect();
     let upstream = (!ranks.is_empty()).then(|| {
         let layer = ClientLayer::default()
             .with_max_replay_body(config.server.max_body_bytes)
