@@ -173,25 +173,9 @@ rank = 2
     gateway.stop().await;
 }
 
-/// A key the provider refuses (401) is set aside at its first refusal: that request goes on to
-/// the other key at once, no later request is sent to it, and `/healthz` shows it; a model whose
-/// every key is set aside is not ready.
-#[tokio::test]
-async fn a_key_refused_with_401_is_set_aside_and_shown_on_healthz() {
-    let revoked = KEYS[0].1;
-    let script: kit::Script = Arc::new(move |seen: &Seen| {
-        if seen.key() == Some(revoked) {
-            json(
-                401,
-                r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
-            )
-        } else {
-            json(200, r#"{"id":"ok","choices":[]}"#)
-        }
-    });
-    let openai = mock(script).await;
-    let ranked = format!(
-        r#"
+/// Two models on one provider: `gpt` with its first key in rank 1 and its second in rank 2,
+/// `only-revoked` with the first key alone (`{}`: the provider's address).
+const TWO_KEYS_RANKED: &str = r#"
 [providers.openai]
 format = "openai"
 base_url = "{}"
@@ -209,10 +193,40 @@ rank = 2
 [[models.only-revoked.deployments]]
 provider = "openai"
 keys_env = ["OPENAI_KEY_1"]
-"#,
-        openai.url()
-    );
-    let gateway = kit::gateway(&kit::config(&ranked, &env(&KEYS))).await;
+"#;
+
+/// How many of `model`'s deployments `/healthz` shows set aside.
+async fn set_aside(gateway: &stormguard_gateway::serve::Running, model: &str) -> usize {
+    let (status, health) = kit::get(gateway.addr, "/healthz").await;
+    assert_eq!(status, 200);
+    let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+    let deployments = health["deployments"].as_array().unwrap();
+    deployments
+        .iter()
+        .filter(|deployment| deployment["model"] == model)
+        .filter(|deployment| deployment["set_aside"] == true)
+        .count()
+}
+
+/// A key the provider refuses (401) is set aside at its first refusal: that request goes on to
+/// the other key at once, no later request is sent with it, and `/healthz` shows it; a model
+/// whose every key is set aside is not ready.
+#[tokio::test]
+async fn a_key_refused_with_401_is_set_aside_and_shown_on_healthz() {
+    let revoked = KEYS[0].1;
+    let script: kit::Script = Arc::new(move |seen: &Seen| {
+        if seen.key() == Some(revoked) {
+            json(
+                401,
+                r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+            )
+        } else {
+            json(200, r#"{"id":"ok","choices":[]}"#)
+        }
+    });
+    let openai = mock(script).await;
+    let config = TWO_KEYS_RANKED.replace("{}", &openai.url());
+    let gateway = kit::gateway(&kit::config(&config, &env(&KEYS))).await;
     for _ in 0..5 {
         let (status, _, answer) = post(
             gateway.addr,
@@ -227,35 +241,13 @@ keys_env = ["OPENAI_KEY_1"]
         (openai.with_key(revoked), openai.with_key(KEYS[1].1)),
         (1, 5)
     );
-    let (status, health) = kit::get(gateway.addr, "/healthz").await;
-    assert_eq!(status, 200);
-    let health: serde_json::Value = serde_json::from_str(&health).unwrap();
-    let aside: Vec<(&str, &str, bool)> = health["deployments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|deployment| {
-            let model = deployment["model"].as_str().unwrap();
-            let name = deployment["deployment"].as_str().unwrap();
-            (model, name, deployment["set_aside"].as_bool().unwrap())
-        })
-        .filter(|(model, _, _)| *model == "gpt")
-        .collect();
-    assert_eq!(
-        aside.iter().filter(|(_, _, aside)| *aside).count(),
-        1,
-        "{aside:?}"
-    );
-    // The other model's only key is the revoked one, in a failover of its own: asked once, it is
-    // set aside there too, and the model is not ready.
-    let (status, _, _) = post(
-        gateway.addr,
-        "/v1/chat/completions",
-        r#"{"model":"only-revoked"}"#,
-        &[],
-    )
-    .await;
+    assert_eq!(set_aside(&gateway, "gpt").await, 1);
+    // The other model's only key is the revoked one, in a failover of its own: asked once, it
+    // is set aside there too, and the model is not ready.
+    let only = r#"{"model":"only-revoked"}"#;
+    let (status, _, _) = post(gateway.addr, "/v1/chat/completions", only, &[]).await;
     assert_eq!(status, 401);
+    assert_eq!(set_aside(&gateway, "only-revoked").await, 1);
     let (status, ready) = kit::get(gateway.addr, "/readyz").await;
     assert_eq!(status, 503, "{ready}");
     assert!(
