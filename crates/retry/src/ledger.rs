@@ -412,14 +412,15 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         can: bool,
         given: bool,
     ) -> StreamPolicy {
-        let Some(clocks) = self.config.clocks.clone() else {
-            return policy;
-        };
         let resumed = self.config.resume.is_some() && self.origin.is_replay();
         let continued =
             resumed || (can && self.continuable(given).is_some_and(|(_, left)| left > 0));
+        let shape = self.shape();
+        let Some(clocks) = &self.config.clocks else {
+            return policy;
+        };
         let first_content = clocks.first_content().or(policy.first_content());
-        let progress = match (clocks.gap(self.shape(), continued), policy.progress()) {
+        let progress = match (clocks.gap(shape, continued), policy.progress()) {
             (Some(gap), Some(limit)) => Some(gap.min(limit)),
             (gap, limit) => gap.or(limit),
         };

@@ -55,10 +55,8 @@ impl RequestShape {
             Ok(Value::Object(fields)) => fields,
             _ => Map::new(),
         };
-        let tokens = match fields.is_empty() {
-            true => TokenEstimate::unknown(),
-            false => TokenEstimate::of_fields(&fields),
-        };
+        // Not a JSON object: no fields, so no prompt and the assumed output.
+        let tokens = TokenEstimate::of_fields(&fields);
         Self {
             streaming: fields.get("stream") == Some(&Value::Bool(true)),
             size: estimate.for_tokens(tokens.prompt, tokens.output),
