@@ -5,6 +5,8 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::config::{Config, DEFAULT_FLEET_PREFIX, Fleet, LogFormat, Secret};
+
 /// What the command line asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -14,6 +16,8 @@ pub enum Command {
         config: Option<PathBuf>,
         /// The listen address, over the config's.
         listen: Option<SocketAddr>,
+        /// Over the config's: the fleet's Redis URL, and the log format.
+        overrides: Overrides,
     },
     /// Validate a config file and print the effective config.
     Check(PathBuf),
@@ -21,15 +25,46 @@ pub enum Command {
     Help,
 }
 
+/// Settings given on the command line over the config's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--redis URL`: share quotas and cooldowns with the other replicas through this Redis.
+    pub redis: Option<String>,
+    /// `--log-format text|json`.
+    pub log_format: Option<LogFormat>,
+}
+
+impl Overrides {
+    /// `config` with these settings put over its own.
+    pub fn apply(&self, config: &mut Config) {
+        if let Some(url) = &self.redis {
+            let redis = Secret::from_flag("--redis", url);
+            config.fleet = Some(match config.fleet.take() {
+                Some(fleet) => Fleet { redis, ..fleet },
+                None => Fleet {
+                    redis,
+                    replicas: None,
+                    prefix: DEFAULT_FLEET_PREFIX.to_owned(),
+                    timeout: stormguard::rate_limit::Fleet::DEFAULT_TIMEOUT,
+                },
+            });
+        }
+        if let Some(format) = self.log_format {
+            config.log.format = format;
+        }
+    }
+}
+
 /// The usage text.
 pub const USAGE: &str = "\
-usage: stormguard-gateway [--config FILE] [--listen ADDR]
+usage: stormguard-gateway [--config FILE] [--listen ADDR] [--redis URL] [--log-format text|json]
        stormguard-gateway check FILE
 
 Without --config, starts from the environment alone: OPENAI_API_KEY (OPENAI_BASE_URL),
 ANTHROPIC_API_KEY (ANTHROPIC_BASE_URL), or STORMGUARD_UPSTREAM_URL (STORMGUARD_UPSTREAM_KEY)
 for any OpenAI-compatible endpoint. `check` validates FILE and prints the effective config,
-secrets shown as their variables.";
+secrets shown as their variables. --redis shares each deployment's quota and cooldowns with
+the other replicas started with the same Redis and config.";
 
 /// Parses the arguments after the program's name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String> {
@@ -39,6 +74,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String
     });
     let mut config = None;
     let mut listen = None;
+    let mut overrides = Overrides::default();
     while let Some(arg) = args.next() {
         let arg = arg?;
         let mut value = |flag: &str| {
@@ -62,10 +98,21 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String
                 })?;
                 listen = Some(addr);
             }
+            "--redis" => overrides.redis = Some(value("--redis")?),
+            "--log-format" => {
+                let text = value("--log-format")?;
+                let format = LogFormat::parse(&text)
+                    .ok_or_else(|| format!("--log-format: `{text}` is not text or json"))?;
+                overrides.log_format = Some(format);
+            }
             other => return Err(format!("unexpected argument `{other}`")),
         }
     }
-    Ok(Command::Serve { config, listen })
+    Ok(Command::Serve {
+        config,
+        listen,
+        overrides,
+    })
 }
 
 #[cfg(test)]
@@ -83,14 +130,27 @@ mod tests {
             parse_str(&[]),
             Ok(Command::Serve {
                 config: None,
-                listen: None
+                listen: None,
+                overrides: Overrides::default(),
             })
         );
         assert_eq!(
             parse_str(&["--config", "g.toml", "--listen", "127.0.0.1:9"]),
             Ok(Command::Serve {
                 config: Some("g.toml".into()),
-                listen: Some("127.0.0.1:9".parse().unwrap())
+                listen: Some("127.0.0.1:9".parse().unwrap()),
+                overrides: Overrides::default(),
+            })
+        );
+        assert_eq!(
+            parse_str(&["--redis", "redis://127.0.0.1:6379/", "--log-format", "json"]),
+            Ok(Command::Serve {
+                config: None,
+                listen: None,
+                overrides: Overrides {
+                    redis: Some("redis://127.0.0.1:6379/".to_owned()),
+                    log_format: Some(LogFormat::Json),
+                },
             })
         );
         assert_eq!(
@@ -103,5 +163,6 @@ mod tests {
         assert!(parse_str(&["check", "a", "b"]).is_err());
         assert!(parse_str(&["--listen", "nowhere"]).is_err());
         assert!(parse_str(&["serve"]).is_err());
+        assert!(parse_str(&["--log-format", "xml"]).is_err());
     }
 }

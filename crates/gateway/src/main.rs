@@ -34,18 +34,20 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
-        Command::Serve { config, listen } => serve(config.as_deref(), listen, &env),
+        Command::Serve {
+            config,
+            listen,
+            overrides,
+        } => serve(config.as_deref(), listen, &overrides, &env),
     }
 }
 
 fn serve(
     path: Option<&std::path::Path>,
     listen: Option<std::net::SocketAddr>,
+    overrides: &args::Overrides,
     env: &config::Env,
 ) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
     let loaded = match path {
         Some(path) => Config::load(path, env),
         None => config::from_env(env),
@@ -60,6 +62,8 @@ fn serve(
     if let Some(listen) = listen {
         config.server.listen = listen;
     }
+    overrides.apply(&mut config);
+    init_logs(config.log.format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -86,4 +90,13 @@ fn serve(
             }
         }
     })
+}
+
+/// Log lines on stderr, as text or one JSON object a line.
+fn init_logs(format: config::LogFormat) {
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    match format {
+        config::LogFormat::Text => logs.init(),
+        config::LogFormat::Json => logs.json().init(),
+    }
 }

@@ -173,6 +173,64 @@ fn the_example_file_is_valid_and_sorted_into_ranks() {
         config.model_format(&config.models["claude"]),
         Some(Format::Anthropic)
     );
+    assert_eq!(gpt.hedging, config::HedgingChoice::Cold);
+    assert_eq!(
+        gpt.cures,
+        [(
+            config::Cure::ContextTooLong,
+            "local/Qwen/Qwen2.5-72B-Instruct".to_owned()
+        )]
+    );
+    assert!(
+        gpt.degraded
+            .as_deref()
+            .unwrap()
+            .starts_with("The assistant is busy")
+    );
+    assert_eq!(config.log.format, config::LogFormat::Text);
+    assert_eq!(config.fleet, None);
+}
+
+#[test]
+fn a_models_policy_the_log_and_the_fleet_name_their_errors() {
+    let model = "[[models.m.deployments]]\nprovider = \"openai\"\nmodel = \"x\"\n";
+    let text = format!(
+        "{PROVIDER}[log]\nformat = \"xml\"\n[fleet]\nredis_url_env = \"redis://h:6379\"\n\
+         [models.m]\nhedging = \"sometimes\"\ndegraded = \" \"\n\
+         [models.m.cures]\ncontext_too_long = \"openai/y\"\nrate_limited = \"openai/x\"\n{model}"
+    );
+    let (places, message) = errors(&text);
+    let keys = [
+        (5, "log.format"),
+        (7, "fleet.redis_url_env"),
+        (9, "models.m.hedging"),
+        (10, "models.m.degraded"),
+        (12, "models.m.cures.context_too_long"),
+        (13, "models.m.cures.rate_limited"),
+    ]
+    .map(|(line, key)| (line, key.to_owned()));
+    assert_eq!(places, keys, "{message}");
+    assert!(
+        message.contains("`openai/y` is not one of this model's deployments"),
+        "{message}"
+    );
+    // The Redis URL is a secret: a URL in its place is refused and never repeated.
+    assert!(!message.contains("redis://h"), "{message}");
+
+    let fleet = format!("{PROVIDER}[fleet]\nredis_url_env = \"REDIS\"\nreplicas = 3\n{model}");
+    let config = Config::parse(
+        "g.toml",
+        &fleet,
+        &env(&[("REDIS", "redis://:pw@127.0.0.1/")]),
+    )
+    .unwrap();
+    let shown = config.show();
+    assert!(
+        shown.contains("redis_url_env = \"REDIS\"  # $REDIS (set)"),
+        "{shown}"
+    );
+    assert!(shown.contains("replicas = 3"), "{shown}");
+    assert!(!shown.contains(":pw@"), "{shown}");
 }
 
 #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::error::{ConfigError, ConfigErrors, Errors};
+use super::policy;
 use super::raw::{self, DeploymentTable, ModelTable, ProviderTable, ServerTable};
 use super::values::{BaseUrl, is_env_name, parse_duration};
 use super::{Config, Deployment, Env, Model, Provider, Secret, Server};
@@ -38,12 +39,16 @@ pub(super) fn build(file: &str, source: &str, env: &Env) -> Result<Config, Confi
             "no [models.NAME]: the gateway would serve no model",
         );
     }
+    let log = policy::log(raw.log.as_ref(), &mut errors);
+    let fleet = policy::fleet(raw.fleet.as_ref(), env, &mut errors);
     errors.into_result(Config {
         source: file.to_owned(),
         server,
         providers,
         models,
         pass_through: BTreeMap::new(),
+        log,
+        fleet,
     })
 }
 
@@ -263,12 +268,12 @@ fn models(
                            the gateway does not translate";
             errors.at(name.span().start, &key, message);
         }
-        models.insert(
-            name.get_ref().clone(),
-            Model {
-                ranks: ranked.into_values().collect(),
-            },
-        );
+        let mut model = Model {
+            ranks: ranked.into_values().collect(),
+            ..Model::default()
+        };
+        policy::model(name.get_ref(), table, &mut model, errors);
+        models.insert(name.get_ref().clone(), model);
     }
     models
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use super::error::{ConfigError, ConfigErrors, ENVIRONMENT};
 use super::values::BaseUrl;
-use super::{Config, Env, Provider, Secret, Server};
+use super::{Config, Env, Log, Provider, Secret, Server};
 use crate::format::Format;
 
 /// OpenAI's key.
@@ -99,6 +99,8 @@ pub fn from_env(env: &Env) -> Result<Config, ConfigErrors> {
         providers,
         models: BTreeMap::new(),
         pass_through,
+        log: Log::default(),
+        fleet: None,
     })
 }
 

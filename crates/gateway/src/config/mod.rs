@@ -11,6 +11,7 @@
 mod build;
 mod environment;
 mod error;
+mod policy;
 mod raw;
 mod show;
 mod values;
@@ -24,6 +25,7 @@ use std::time::Duration;
 pub use environment::{ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, OPENAI_API_KEY, OPENAI_BASE_URL};
 pub use environment::{STORMGUARD_UPSTREAM_KEY, STORMGUARD_UPSTREAM_URL, from_env};
 pub use error::{ConfigError, ConfigErrors, ENVIRONMENT};
+pub use stormguard::failover::Cure;
 pub use values::BaseUrl;
 
 use crate::format::Format;
@@ -81,7 +83,15 @@ impl Secret {
         }
     }
 
-    /// The variable's name.
+    /// A secret given on the command line with `flag` (shown as the flag, never its value).
+    pub fn from_flag(flag: &str, value: &str) -> Self {
+        Self {
+            var: flag.to_owned(),
+            value: Some(value.to_owned()).filter(|value| !value.is_empty()),
+        }
+    }
+
+    /// The variable's name (or the flag's, for a secret given on the command line).
     pub fn var(&self) -> &str {
         &self.var
     }
@@ -105,7 +115,8 @@ impl fmt::Display for Secret {
         } else {
             "missing"
         };
-        write!(f, "${} ({state})", self.var)
+        let sigil = if self.var.starts_with('-') { "" } else { "$" };
+        write!(f, "{sigil}{} ({state})", self.var)
     }
 }
 
@@ -123,7 +134,65 @@ pub struct Config {
     /// Per format, the provider that takes any model not listed, its name passed through
     /// (the environment-only start).
     pub pass_through: BTreeMap<&'static str, String>,
+    /// How the gateway logs.
+    pub log: Log,
+    /// The fleet the gateway shares quotas and cooldowns with, if any.
+    pub fleet: Option<Fleet>,
 }
+
+/// `[log]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Log {
+    /// Text lines for a terminal, or one JSON object a line for a log pipeline.
+    pub format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (the default).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    /// Its name in the config: `text` or `json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Json => "json",
+        }
+    }
+
+    /// The format named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "text" => Some(Self::Text),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+}
+
+/// `[fleet]`: the Redis server through which replicas of the gateway share each deployment's
+/// quota (its rpm and tpm) and cooldowns (a deployment one replica's breaker left is left by all).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fleet {
+    /// The Redis URL (`redis://host:port/db`): it may hold a password, so it is a secret.
+    pub redis: Secret,
+    /// How many replicas share the quota: each takes this share of it while Redis is away.
+    pub replicas: Option<u32>,
+    /// The prefix of the fleet's keys in Redis: replicas of one gateway share it, and one Redis
+    /// can hold several fleets under different ones.
+    pub prefix: String,
+    /// How long a decision waits for Redis before it is made on the replica's own share.
+    pub timeout: Duration,
+}
+
+/// The prefix of a fleet's keys in Redis unless `[fleet] prefix` says otherwise.
+pub const DEFAULT_FLEET_PREFIX: &str = "stormguard-gateway";
 
 /// `[server]`.
 #[derive(Clone, Debug)]
@@ -172,11 +241,37 @@ pub struct Provider {
     pub keys: Vec<Secret>,
 }
 
-/// `[models.NAME]`: the ranks of deployments that serve a model.
-#[derive(Clone, Debug)]
+/// `[models.NAME]`: the ranks of deployments that serve a model, and how they are used.
+#[derive(Clone, Debug, Default)]
 pub struct Model {
     /// Ranks in the order they are tried; within one, deployments share the traffic.
     pub ranks: Vec<Vec<Deployment>>,
+    /// When a second deployment is asked while the first has not answered.
+    pub hedging: HedgingChoice,
+    /// Failures sent straight to a deployment that cures them: the failure, and the deployment
+    /// (`provider/model`, one of this model's).
+    pub cures: Vec<(Cure, String)>,
+    /// The text answered (as the model's answer, marked `x-stormguard-degraded: true`) when no
+    /// deployment can answer; without it, the caller gets the error.
+    pub degraded: Option<String>,
+}
+
+/// `hedging` of a model.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum HedgingChoice {
+    /// Only while a deployment's clocks have learned nothing: at their cold limit of a stream's
+    /// time to first content (10 s plus the prompt's prefill; 60 s when reasoning is asked). The
+    /// library's default: a deployment that accepts and never answers is left for the next one
+    /// from the first request.
+    #[default]
+    Cold,
+    /// At the 95th percentile of the deployment's learned time to first content (cold until
+    /// learned).
+    Learned,
+    /// After this long.
+    After(Duration),
+    /// Never.
+    Off,
 }
 
 /// One `[[models.NAME.deployments]]`.
@@ -192,6 +287,13 @@ pub struct Deployment {
     pub rpm: Option<u32>,
     /// Tokens per minute, per key.
     pub tpm: Option<u32>,
+}
+
+impl Deployment {
+    /// Its name in the config's cures and in logs: `provider/model`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.provider, self.model)
+    }
 }
 
 impl Config {

@@ -18,6 +18,25 @@ pub(crate) struct File {
     pub(crate) providers: BTreeMap<Spanned<String>, ProviderTable>,
     #[serde(default)]
     pub(crate) models: BTreeMap<Spanned<String>, ModelTable>,
+    pub(crate) log: Option<LogTable>,
+    pub(crate) fleet: Option<FleetTable>,
+}
+
+/// `[log]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LogTable {
+    pub(crate) format: Option<Spanned<String>>,
+}
+
+/// `[fleet]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FleetTable {
+    pub(crate) redis_url_env: Spanned<String>,
+    pub(crate) replicas: Option<Spanned<i64>>,
+    pub(crate) prefix: Option<String>,
+    pub(crate) timeout: Option<Spanned<String>>,
 }
 
 /// `[server]`.
@@ -50,6 +69,10 @@ pub(crate) struct ProviderTable {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ModelTable {
     pub(crate) deployments: Spanned<Vec<DeploymentTable>>,
+    pub(crate) hedging: Option<Spanned<String>>,
+    pub(crate) degraded: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) cures: BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 /// `[[models.NAME.deployments]]`.

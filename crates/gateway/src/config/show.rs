@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{Config, Secret};
+use super::{Config, HedgingChoice, Model, Secret, policy};
 
 pub(super) fn show(config: &Config) -> String {
     let mut out = String::new();
@@ -27,6 +27,21 @@ pub(super) fn show(config: &Config) -> String {
     let _ = writeln!(out, "header_read_timeout = \"{timeout}s\"");
     let _ = writeln!(out, "max_header_bytes = {}", server.max_header_bytes);
     let _ = writeln!(out, "max_connections = {}", server.max_connections);
+    let _ = writeln!(out, "\n[log]\nformat = \"{}\"", config.log.format.name());
+    if let Some(fleet) = &config.fleet {
+        let _ = writeln!(out, "\n[fleet]");
+        let _ = writeln!(
+            out,
+            "redis_url_env = \"{}\"  # {}",
+            fleet.redis.var(),
+            fleet.redis
+        );
+        let _ = writeln!(out, "prefix = {:?}", fleet.prefix);
+        let _ = writeln!(out, "timeout = \"{}ms\"", fleet.timeout.as_millis());
+        if let Some(replicas) = fleet.replicas {
+            let _ = writeln!(out, "replicas = {replicas}");
+        }
+    }
     for (name, provider) in &config.providers {
         let _ = writeln!(out, "\n[providers.{name}]");
         let _ = writeln!(out, "format = \"{}\"", provider.format.name());
@@ -40,6 +55,7 @@ pub(super) fn show(config: &Config) -> String {
         );
     }
     for (name, model) in &config.models {
+        model_policy(&mut out, name, model);
         for (rank, deployments) in model.ranks.iter().enumerate() {
             for deployment in deployments {
                 let _ = writeln!(out, "\n[[models.\"{name}\".deployments]]");
@@ -57,6 +73,27 @@ pub(super) fn show(config: &Config) -> String {
         }
     }
     out
+}
+
+/// `[models.NAME]`'s own keys and its cures.
+fn model_policy(out: &mut String, name: &str, model: &Model) {
+    let _ = writeln!(out, "\n[models.\"{name}\"]");
+    let hedging = match model.hedging {
+        HedgingChoice::Cold => "cold".to_owned(),
+        HedgingChoice::Learned => "learned".to_owned(),
+        HedgingChoice::Off => "off".to_owned(),
+        HedgingChoice::After(delay) => format!("{}ms", delay.as_millis()),
+    };
+    let _ = writeln!(out, "hedging = \"{hedging}\"");
+    if let Some(text) = &model.degraded {
+        let _ = writeln!(out, "degraded = {text:?}");
+    }
+    if !model.cures.is_empty() {
+        let _ = writeln!(out, "[models.\"{name}\".cures]");
+        for (cure, target) in &model.cures {
+            let _ = writeln!(out, "{} = \"{target}\"", policy::cure_name(*cure));
+        }
+    }
 }
 
 /// `["VAR", ...]  # VAR set, OTHER missing`.

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use tower::ServiceExt;
 
 use super::Shared;
+use super::degraded::AsksStream;
 use super::headers::{X_STORMGUARD_ATTEMPTS, strip};
 use super::refusal::Refusal;
 use super::upstream::AttemptCount;
@@ -24,6 +25,15 @@ use crate::format::Format;
 struct ModelField<'a> {
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
+    /// Whether it asks for an event stream (for a degraded answer in the same shape); a value
+    /// that is not a boolean is the provider's to refuse, read here as no.
+    #[serde(default, deserialize_with = "lenient_bool")]
+    stream: bool,
+}
+
+fn lenient_bool<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    let value = serde_json::Value::deserialize(deserializer)?;
+    Ok(value.as_bool().unwrap_or(false))
 }
 
 /// Relays a request of a caller speaking `format`.
@@ -45,7 +55,7 @@ async fn try_relay(
 ) -> Result<Response<Body>, Refusal> {
     let (mut head, body) = request.into_parts();
     let body = read_body(body, shared.max_body_bytes).await?;
-    let model = model_of(&body)?;
+    let (model, asks_stream) = model_of(&body)?;
     let Some(route) = shared.routes.find(&model, format) else {
         return Err(Refusal::unknown_model(&model));
     };
@@ -71,12 +81,13 @@ async fn try_relay(
         .unwrap_or_default();
     let attempts = AttemptCount::default();
     head.extensions.insert(attempts.clone());
+    head.extensions.insert(AsksStream(asks_stream));
     let answer = upstream
         .oneshot(http::Request::from_parts(head, Full::new(body)))
         .await;
     let mut response = match answer {
         Ok(response) => response,
-        Err(error) => failure(&error, format),
+        Err(error) => failure(&error, format, shared),
     };
     response
         .headers_mut()
@@ -86,9 +97,11 @@ async fn try_relay(
 
 /// The caller's answer when the route gave up without a provider's answer: the library's status
 /// and headers (`Retry-After`, `x-should-retry: false`), a body in the caller's format.
-fn failure(error: &stormguard::Error, format: Format) -> Response<Body> {
+fn failure(error: &stormguard::Error, format: Format, shared: &Shared) -> Response<Body> {
     let (head, ()) = stormguard::error_response::<()>(error, false).into_parts();
-    tracing::warn!(reason = %error.reason(), attempts = error.attempts(), "upstream call failed");
+    shared
+        .failures
+        .record(error.reason().as_str(), error.attempts());
     let refusal = Refusal {
         status: head.status,
         kind: "api_error",
@@ -113,7 +126,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Refusal> {
 }
 
 /// The body's `model`, a string.
-fn model_of(body: &[u8]) -> Result<String, Refusal> {
+fn model_of(body: &[u8]) -> Result<(String, bool), Refusal> {
     let field: ModelField<'_> = serde_json::from_slice(body).map_err(|error| {
         if error.is_data() {
             Refusal::bad_request("`model` must be a string")
@@ -122,7 +135,7 @@ fn model_of(body: &[u8]) -> Result<String, Refusal> {
         }
     })?;
     match field.model {
-        Some(model) if !model.is_empty() => Ok(model.into_owned()),
+        Some(model) if !model.is_empty() => Ok((model.into_owned(), field.stream)),
         _ => Err(Refusal::bad_request("the request names no `model`")),
     }
 }
@@ -136,9 +149,17 @@ mod tests {
     fn the_model_is_a_string_of_a_json_object() {
         assert_eq!(
             model_of(br#"{"model":"gpt","messages":[]}"#).unwrap(),
-            "gpt"
+            ("gpt".to_owned(), false)
         );
-        assert_eq!(model_of(br#"{"model":"g\u0070t"}"#).unwrap(), "gpt");
+        assert_eq!(
+            model_of(br#"{"model":"g\u0070t","stream":true}"#).unwrap(),
+            ("gpt".to_owned(), true)
+        );
+        // A stream that is not a boolean is the provider's to refuse: relayed as asked.
+        assert_eq!(
+            model_of(br#"{"stream":"yes","model":"gpt"}"#).unwrap(),
+            ("gpt".to_owned(), false)
+        );
         for body in [
             &br#"{"model":3}"#[..],
             b"not json",

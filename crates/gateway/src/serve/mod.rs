@@ -11,12 +11,14 @@
 //! recorder, once; a process that installed another one first gets a 503 there.
 
 mod access;
+mod degraded;
 mod forward;
 mod headers;
 mod listen;
 mod ops;
 mod refusal;
 mod routes;
+mod summary;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -43,6 +45,7 @@ pub(crate) struct Shared {
     routes: Routes,
     max_body_bytes: usize,
     metrics: Option<PrometheusHandle>,
+    failures: summary::Failures,
 }
 
 /// Why the gateway does not start.
@@ -88,6 +91,7 @@ pub fn app(config: &Config) -> Result<(Router, CallerKeys), StartError> {
         routes,
         max_body_bytes: config.server.max_body_bytes,
         metrics: ops::recorder(),
+        failures: summary::Failures::default(),
     });
     // The default deadline (for callers that send none) is capped by the maximum too.
     let server = ServerLayer::default().with_max_timeout(config.server.max_deadline);

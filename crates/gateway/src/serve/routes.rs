@@ -8,13 +8,17 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, Uri};
 use http_body_util::Full;
 use stormguard::ClientLayer;
-use stormguard::failover::{Adapter, Backend, Failover};
-use stormguard::rate_limit::{RateLimit, RateLimitConfig};
+use stormguard::classify::Classify;
+use stormguard::failover::{Adapter, Backend, Cooldowns, Failover};
+use stormguard::jitter::Backoff;
+use stormguard::rate_limit::{Fleet, RateLimit, RateLimitConfig};
+use stormguard::retry::Hedging;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt};
 
+use super::degraded::degraded;
 use super::upstream::Connection;
-use crate::config::{Config, Deployment, Provider, Secret};
+use crate::config::{Config, Deployment, HedgingChoice, Model, Provider, Secret};
 use crate::format::Format;
 
 /// Anthropic's API version sent when the caller sends none.
@@ -46,17 +50,22 @@ pub(crate) struct Routes {
 impl Routes {
     /// The routes of `config`, over `connection`.
     pub(crate) fn build(config: &Config, connection: &Connection) -> Result<Self, String> {
+        let fleet = fleet(config)?;
+        let build = Build {
+            config,
+            connection,
+            fleet: fleet.as_ref(),
+        };
         let mut routes = Self::default();
         for (name, model) in &config.models {
             let ranks = model
                 .ranks
                 .iter()
-                .map(|rank| rank_backends(config, rank))
+                .map(|rank| rank_backends(&build, rank))
                 .collect::<Result<Vec<_>, _>>()?;
             let format = config.model_format(model).unwrap_or(Format::OpenAi);
-            routes
-                .models
-                .insert(name.clone(), route(format, ranks, config, connection));
+            let route = build.route(format, ranks, Some((name, model)));
+            routes.models.insert(name.clone(), route);
         }
         for provider_name in config.pass_through.values() {
             let Some(provider) = config.providers.get(provider_name) else {
@@ -69,10 +78,9 @@ impl Routes {
                 rpm: None,
                 tpm: None,
             };
-            let rank = backends(config, &deployment, false)?;
-            routes
-                .pass_through
-                .push(route(provider.format, vec![rank], config, connection));
+            let rank = backends(&build, &deployment, false)?;
+            let route = build.route(provider.format, vec![rank], None);
+            routes.pass_through.push(route);
         }
         Ok(routes)
     }
@@ -87,54 +95,119 @@ impl Routes {
     }
 }
 
-/// The backends of one rank: every key of each of its deployments.
-fn rank_backends(config: &Config, rank: &[Deployment]) -> Result<Vec<Backend>, String> {
-    let mut backends_of_rank = Vec::new();
-    for deployment in rank {
-        backends_of_rank.extend(backends(config, deployment, true)?);
-    }
-    Ok(backends_of_rank)
+/// The fleet of the config's `[fleet]`, if any (nothing connects yet: the first decision does).
+fn fleet(config: &Config) -> Result<Option<Fleet>, String> {
+    let Some(settings) = &config.fleet else {
+        return Ok(None);
+    };
+    let url = settings
+        .redis
+        .value()
+        .ok_or_else(|| format!("the fleet's Redis URL {} is not set", settings.redis))?;
+    let fleet = Fleet::new(url).map_err(|error| error.to_string())?;
+    Ok(Some(
+        fleet
+            .with_prefix(&settings.prefix)
+            .with_timeout(settings.timeout)
+            .with_replicas(settings.replicas),
+    ))
 }
 
-/// A route over `ranks` (ranks left empty by missing keys dropped).
-fn route(
-    format: Format,
-    ranks: Vec<Vec<Backend>>,
-    config: &Config,
-    connection: &Connection,
-) -> Route {
-    let ranks: Vec<Vec<Backend>> = ranks.into_iter().filter(|rank| !rank.is_empty()).collect();
-    let backends = ranks.iter().flatten().cloned().collect();
-    let upstream = (!ranks.is_empty()).then(|| {
-        let layer = ClientLayer::default()
-            .with_max_replay_body(config.server.max_body_bytes)
-            .with_timeout(config.server.max_deadline);
-        let failover = ranks
-            .into_iter()
-            .fold(Failover::new(layer), |failover, rank| {
-                failover.with_rank(rank)
-            });
-        BoxCloneSyncService::new(
-            failover
-                .layer(connection.clone())
-                .map_response(|response| response.map(Body::new)),
-        )
-    });
-    Route {
-        format,
-        upstream,
-        backends,
+/// What every route is built from.
+struct Build<'a> {
+    config: &'a Config,
+    connection: &'a Connection,
+    fleet: Option<&'a Fleet>,
+}
+
+impl Build<'_> {
+    /// A route over `ranks` (ranks left empty by missing keys dropped), as `model` says if it is
+    /// a configured one.
+    fn route(
+        &self,
+        format: Format,
+        ranks: Vec<Vec<Backend>>,
+        model: Option<(&String, &Model)>,
+    ) -> Route {
+        let ranks: Vec<Vec<Backend>> = ranks.into_iter().filter(|rank| !rank.is_empty()).collect();
+        let backends: Vec<Backend> = ranks.iter().flatten().cloned().collect();
+        let upstream = (!ranks.is_empty()).then(|| {
+            let layer = ClientLayer::default()
+                .with_max_replay_body(self.config.server.max_body_bytes)
+                .with_timeout(self.config.server.max_deadline);
+            let mut failover = ranks
+                .into_iter()
+                .fold(Failover::new(layer), |failover, rank| {
+                    failover.with_rank(rank)
+                });
+            if let Some(fleet) = self.fleet {
+                failover = failover.with_cooldowns(Cooldowns::fleet(fleet.clone()));
+            }
+            if let Some((name, model)) = model {
+                failover = policy(failover, format, name, model, &backends);
+            }
+            BoxCloneSyncService::new(
+                failover
+                    .layer(self.connection.clone())
+                    .map_response(|response| response.map(Body::new)),
+            )
+        });
+        Route {
+            format,
+            upstream,
+            backends,
+        }
     }
+}
+
+/// `failover` with `model`'s hedging, cures and degraded answer.
+fn policy<C: Classify, Bk: Backoff, K>(
+    failover: Failover<C, Bk, K>,
+    format: Format,
+    name: &str,
+    model: &Model,
+    backends: &[Backend],
+) -> Failover<C, Bk, K> {
+    let mut failover = match model.hedging {
+        HedgingChoice::Cold => failover.with_hedging(Hedging::cold()),
+        HedgingChoice::Learned => failover.with_hedging(Hedging::default()),
+        HedgingChoice::After(delay) => failover.with_hedging(Hedging::after(delay)),
+        HedgingChoice::Off => failover.without_hedging(),
+    };
+    for (cure, deployment) in &model.cures {
+        // The deployment's first backend whose key is set: `provider/model` or `provider/model/N`.
+        let prefix = format!("{deployment}/");
+        let target = backends
+            .iter()
+            .map(Backend::name)
+            .find(|backend| *backend == deployment || backend.starts_with(&prefix));
+        if let Some(target) = target {
+            failover = failover.with_cure(*cure, target);
+        }
+    }
+    if let Some(text) = &model.degraded {
+        failover = failover.with_degraded(degraded(format, name, text));
+    }
+    failover
+}
+
+/// The backends of one rank: every key of each of its deployments.
+fn rank_backends(build: &Build<'_>, rank: &[Deployment]) -> Result<Vec<Backend>, String> {
+    let mut backends_of_rank = Vec::new();
+    for deployment in rank {
+        backends_of_rank.extend(backends(build, deployment, true)?);
+    }
+    Ok(backends_of_rank)
 }
 
 /// One backend per key of `deployment` that is set (one without a key when its provider has
 /// none), named `provider/model/N` (N: the key's place in the provider's `keys_env`).
 fn backends(
-    config: &Config,
+    build: &Build<'_>,
     deployment: &Deployment,
     rewrite_model: bool,
 ) -> Result<Vec<Backend>, String> {
-    let Some(provider) = config.providers.get(&deployment.provider) else {
+    let Some(provider) = build.config.providers.get(&deployment.provider) else {
         return Ok(Vec::new());
     };
     let base = if rewrite_model {
@@ -148,7 +221,7 @@ fn backends(
             None,
             rewrite_model.then_some(deployment.model.as_str()),
         )?;
-        return Ok(vec![backend(&base, adapter, deployment)]);
+        return Ok(vec![backend(&base, adapter, deployment, build.fleet)]);
     }
     let mut backends = Vec::new();
     for key in &deployment.keys {
@@ -167,19 +240,31 @@ fn backends(
             Some(key),
             rewrite_model.then_some(deployment.model.as_str()),
         )?;
-        backends.push(backend(&name, adapter, deployment));
+        backends.push(backend(&name, adapter, deployment, build.fleet));
     }
     Ok(backends)
 }
 
-fn backend(name: &str, adapter: Adapter, deployment: &Deployment) -> Backend {
+/// Backend `name`, paced to its deployment's quota (shared by the fleet's replicas if there is
+/// one: the fleet's keys are the backends' names, the same in every replica of one config).
+fn backend(
+    name: &str,
+    adapter: Adapter,
+    deployment: &Deployment,
+    fleet: Option<&Fleet>,
+) -> Backend {
     let backend = Backend::new(name).with_adapter(adapter);
     if deployment.rpm.is_none() && deployment.tpm.is_none() {
         return backend;
     }
-    let config = RateLimitConfig::default()
+    let mut config = RateLimitConfig::default()
         .with_requests_per_minute(deployment.rpm)
         .with_tokens_per_minute(deployment.tpm);
+    if let Some(fleet) = fleet {
+        // Each backend's quota under keys of its own: `PREFIX:rate-limit:BACKEND`.
+        let prefix = format!("{}:rate-limit:{name}", fleet.prefix());
+        config = config.with_fleet(fleet.clone().with_prefix(&prefix));
+    }
     backend.with_rate_limit(RateLimit::new(config))
 }
 
