@@ -71,7 +71,23 @@ fn serve(
         }
     };
     runtime.block_on(async move {
+        // Before it listens: a signal sent as soon as it does finds its handler.
+        #[cfg(unix)]
+        let signals = match stormguard_gateway::serve::Signals::install() {
+            Ok(signals) => signals,
+            Err(error) => {
+                eprintln!("stormguard-gateway: cannot handle signals: {error}");
+                return ExitCode::from(EXIT_START);
+            }
+        };
         match stormguard_gateway::serve::start(&config).await {
+            #[cfg(unix)]
+            Ok(running) => {
+                let reload = path.map(|path| move || reread(path, listen, env));
+                stormguard_gateway::serve::serve_until_signalled(running, signals, reload).await;
+                ExitCode::SUCCESS
+            }
+            #[cfg(not(unix))]
             Ok(running) => match running.wait().await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
@@ -86,4 +102,18 @@ fn serve(
             }
         }
     })
+}
+
+/// The config file read again for a reload, with the `--listen` the gateway was started with.
+#[cfg(unix)]
+fn reread(
+    path: &std::path::Path,
+    listen: Option<std::net::SocketAddr>,
+    env: &config::Env,
+) -> Result<Config, config::ConfigErrors> {
+    let mut config = Config::load(path, env)?;
+    if let Some(listen) = listen {
+        config.server.listen = listen;
+    }
+    Ok(config)
 }
