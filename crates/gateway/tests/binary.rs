@@ -6,6 +6,7 @@
 mod kit;
 
 use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -82,4 +83,102 @@ async fn the_binary_serves_from_the_environment_and_never_logs_the_key() {
     assert!(logs.contains("retrying request"), "{logs}");
     assert!(logs.contains("listening on loopback only"), "{logs}");
     assert!(!logs.contains(key), "the provider's key in the logs");
+}
+
+/// Sends `signal` (`HUP`, `TERM`) to the process `pid`.
+fn kill(signal: &str, pid: u32) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Reads log lines until one contains `wanted`; every line read is kept in `logs`.
+fn read_until(read: &mpsc::Receiver<String>, logs: &mut Vec<String>, wanted: &str) -> String {
+    loop {
+        let line = read.recv_timeout(Duration::from_secs(10)).unwrap();
+        logs.push(line.clone());
+        if line.contains(wanted) {
+            return line;
+        }
+    }
+}
+
+/// The config of the signals test: `gpt` on `provider`'s mock, a drain of 300 ms.
+fn signalled_config(provider: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndrain_grace = \"300ms\"\n\n\
+         [providers.mock]\nformat = \"openai\"\nbase_url = \"{provider}\"\n\n\
+         [[models.gpt.deployments]]\nprovider = \"mock\"\nmodel = \"gpt-up\"\n"
+    )
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_binary_reloads_on_sighup_and_drains_on_sigterm() {
+    let answer = |name: &'static str| {
+        std::sync::Arc::new(move |_: &Seen| json(200, &format!(r#"{{"id":"{name}"}}"#)))
+    };
+    let (first, second) = (mock(answer("first")).await, mock(answer("second")).await);
+    let path = std::env::temp_dir().join(format!("stormguard-signals-{}.toml", std::process::id()));
+    std::fs::write(&path, signalled_config(&first.url())).unwrap();
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_stormguard-gateway"))
+            .arg("--config")
+            .arg(&path)
+            .env_clear()
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let (lines, read) = mpsc::channel();
+    let stderr = child.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut logs = Vec::new();
+    let line = read_until(&read, &mut logs, "stormguard-gateway listening");
+    let at = line.split("addr=").nth(1).unwrap();
+    let addr = at.split_whitespace().next().unwrap().parse().unwrap();
+    let gpt = r#"{"model":"gpt"}"#;
+    let path_v1 = "/v1/chat/completions";
+    assert_eq!(post(addr, path_v1, gpt, &[]).await.2, r#"{"id":"first"}"#);
+    std::fs::write(&path, signalled_config(&second.url())).unwrap();
+    kill("HUP", pid);
+    read_until(&read, &mut logs, "config reloaded");
+    assert_eq!(post(addr, path_v1, gpt, &[]).await.2, r#"{"id":"second"}"#);
+    std::fs::write(&path, "[server]\nlisten = 4000\n").unwrap();
+    kill("HUP", pid);
+    read_until(&read, &mut logs, "reload refused");
+    let error = read_until(&read, &mut logs, "server.listen");
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        error.starts_with(&format!("{}:2: server.listen: ", path.display())),
+        "{error}"
+    );
+    // The old config still serves.
+    assert_eq!(post(addr, path_v1, gpt, &[]).await.2, r#"{"id":"second"}"#);
+    kill("TERM", pid);
+    let mut waited = Duration::ZERO;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            waited < Duration::from_secs(10),
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        waited += Duration::from_millis(20);
+    };
+    assert_eq!(status.code(), Some(0));
+    logs.extend(read.try_iter());
+    let logs = logs.join("\n");
+    assert!(logs.contains("SIGTERM: draining"), "{logs}");
+    assert!(logs.contains("drained"), "{logs}");
+    assert!(TcpStream::connect(addr).is_err(), "still listening");
 }
