@@ -95,12 +95,40 @@
 //!   (1,024) connections are served at once.
 //! * Callers' deadline headers are capped by `max_deadline` (600 s).
 //!
+//! ## Drain and reload
+//!
+//! * SIGTERM or SIGINT drains ([`Running::drain`](serve::Running::drain)): the listener closes
+//!   at once (new connections are refused, so the load balancer sends them to another replica),
+//!   idle kept-alive connections close, and requests and streams in flight get `drain_grace`
+//!   (25 s, under Kubernetes' default `terminationGracePeriodSeconds` of 30 s by the 5 s the last
+//!   writes need; see [`DEFAULT_DRAIN_GRACE`](config::DEFAULT_DRAIN_GRACE)). When it ends, each
+//!   stream still open hands on the whole events it has and ends with one in-band error event in
+//!   its provider's format (the library's
+//!   [`error_event`](stormguard::stream::continuation::error_event), cause `shutdown`: OpenAI's
+//!   `data: {"error":{.., "type":"stream_interrupted"}}`, Anthropic's `event: error` with an
+//!   `api_error`), so SDKs raise rather than return half an answer as whole; a stream that
+//!   already sent its terminal event ends as it is. A request still waiting for its provider is
+//!   answered 503 in the caller's format with `x-should-retry: true` and `Retry-After: 1`. Those
+//!   answers get 1 s to be written, then the process exits 0. The drain's start and end are
+//!   logged, with how many requests were in flight, finished and were ended.
+//! * SIGHUP reloads the file given with `--config`
+//!   ([`Running::reload`](serve::Running::reload), [`Running::reload_file`](serve::Running::reload_file)
+//!   in a library), read with the process's environment: a valid config serves every request
+//!   that arrives after it (routes, caller keys, limits), while the requests in flight finish
+//!   on the one they started with; a config with errors, or one that cannot be served (a caller
+//!   key not set, no caller key left on a non-loopback address), is refused and logged (each
+//!   error as `FILE:LINE: key: message`), the one in use kept. `listen` and `max_connections`
+//!   need a restart: a reload that changes them keeps the old ones and says so. A reload builds
+//!   every deployment anew (breakers closed, throttles and rate-limit windows fresh, a key set
+//!   aside tried again: replacing a refused key is one reason to reload). Started from the
+//!   environment alone, SIGHUP is logged and changes nothing: a process cannot see its
+//!   environment change.
+//!
 //! ## Not yet
 //!
 //! This is the first part of the gateway. Not there yet:
 //!
-//! * SIGHUP reloading the config, SIGTERM draining streams in flight (the binary ends at once on a
-//!   signal), the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
+//! * the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
 //! * logs as JSON, `--redis` for a fleet, cures, hedging and degraded answers in the config;
 //! * a key that answers 429 with a short Retry-After (or none) is retried on itself first, as the
 //!   engine's policy allows, and only moved from when every attempt was answered 429: when its

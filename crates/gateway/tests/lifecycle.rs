@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::Response;
 use kit::{Seen, echo, env, json, mock, post, slow_mock};
 use stormguard::stream::continuation::{self, error_event};
-use stormguard_gateway::serve::ReloadError;
+use stormguard_gateway::serve::{ReloadError, Running};
 
 /// The routes of the reload test: `gpt` on provider `a`; `fresh` (when `fresh` is true) and, once
 /// moved, `gpt` on provider `b`.
@@ -88,19 +88,48 @@ async fn until(done: &AtomicUsize, count: usize) {
     }
 }
 
+/// A file with an error and a config that cannot be served (its caller key is not set): both
+/// refused, the file's error with its file, line and key.
+fn assert_broken_configs_refused(gateway: &Running, a: &str, b: &str) {
+    let path = std::env::temp_dir().join(format!("stormguard-reload-{}.toml", std::process::id()));
+    let broken = routes(a, b, false).replace("model = \"gpt-up\"", "modle = 1");
+    std::fs::write(&path, broken).unwrap();
+    let refused = gateway.reload_file(&path, &env(&[])).unwrap_err();
+    std::fs::remove_file(&path).unwrap();
+    let ReloadError::Config(errors) = &refused else {
+        panic!("{refused}")
+    };
+    assert_eq!(
+        errors.to_string().trim_end(),
+        format!(
+            "{}:12: models.gpt.deployments.modle: unknown field `modle`, expected one of \
+             `provider`, `model`, `rank`, `keys_env`, `rpm`, `tpm`",
+            path.display()
+        )
+    );
+    let keyless = format!(
+        "[server]\ncaller_keys_env = [\"UNSET_KEY\"]\n{}",
+        routes(a, b, false)
+    );
+    let refused = gateway
+        .reload(&kit::config(&keyless, &env(&[])))
+        .unwrap_err();
+    assert!(matches!(refused, ReloadError::Refused(_)), "{refused}");
+}
+
+/// The status of a request for `model`.
+async fn status_of(addr: std::net::SocketAddr, model: &str) -> u16 {
+    let body = format!(r#"{{"model":"{model}"}}"#);
+    post(addr, "/v1/chat/completions", &body, &[]).await.0
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_reload_under_load_loses_no_request_and_a_broken_one_is_refused() {
     // Provider `a` answers after 100 ms: requests are in flight on it when the reload comes.
     let a = slow_mock(echo(), Duration::from_millis(100)).await;
     let b = mock(echo()).await;
     let gateway = kit::gateway(&kit::config(&routes(&a.url(), &b.url(), false), &env(&[]))).await;
-    let fresh = r#"{"model":"fresh"}"#;
-    assert_eq!(
-        post(gateway.addr, "/v1/chat/completions", fresh, &[])
-            .await
-            .0,
-        404
-    );
+    assert_eq!(status_of(gateway.addr, "fresh").await, 404);
     let reloaded = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicUsize::new(0));
     let callers: Vec<_> = (0..8)
@@ -110,40 +139,9 @@ async fn a_reload_under_load_loses_no_request_and_a_broken_one_is_refused() {
     let moved = kit::config(&routes(&a.url(), &b.url(), true), &env(&[]));
     gateway.reload(&moved).unwrap();
     reloaded.store(true, Ordering::SeqCst);
-    assert_eq!(
-        post(gateway.addr, "/v1/chat/completions", fresh, &[])
-            .await
-            .0,
-        200
-    );
+    assert_eq!(status_of(gateway.addr, "fresh").await, 200);
     until(&done, 60).await;
-    // A file with an error: refused, each error with its file, line and key.
-    let path = std::env::temp_dir().join(format!("stormguard-reload-{}.toml", std::process::id()));
-    let broken = routes(&a.url(), &b.url(), false).replace("model = \"gpt-up\"", "modle = 1");
-    std::fs::write(&path, broken).unwrap();
-    let refused = gateway.reload_file(&path, &env(&[])).unwrap_err();
-    std::fs::remove_file(&path).unwrap();
-    let ReloadError::Config(errors) = &refused else {
-        panic!("{refused}")
-    };
-    let shown = errors.to_string();
-    assert_eq!(
-        shown.trim_end(),
-        format!(
-            "{}:12: models.gpt.deployments.modle: unknown field `modle`, expected one of \
-             `provider`, `model`, `rank`, `keys_env`, `rpm`, `tpm`",
-            path.display()
-        )
-    );
-    // A valid config that cannot be served (its caller key is not set): refused too.
-    let keyless = format!(
-        "[server]\ncaller_keys_env = [\"UNSET_KEY\"]\n{}",
-        routes(&a.url(), &b.url(), false)
-    );
-    let refused = gateway
-        .reload(&kit::config(&keyless, &env(&[])))
-        .unwrap_err();
-    assert!(matches!(refused, ReloadError::Refused(_)), "{refused}");
+    assert_broken_configs_refused(&gateway, &a.url(), &b.url());
     let mut sent = Vec::new();
     for caller in callers {
         sent.extend(caller.await.unwrap());
@@ -170,12 +168,7 @@ async fn a_reload_under_load_loses_no_request_and_a_broken_one_is_refused() {
             .count()
             >= 30
     );
-    assert_eq!(
-        post(gateway.addr, "/v1/chat/completions", fresh, &[])
-            .await
-            .0,
-        200
-    );
+    assert_eq!(status_of(gateway.addr, "fresh").await, 200);
     gateway.stop().await;
 }
 

@@ -202,7 +202,7 @@ impl DrainingStream {
                 Ok(Some(frame)) => {
                     boundary = frame.boundary;
                     if let FrameKind::Event(event) = &frame.kind {
-                        match classify_event(&event) {
+                        match classify_event(event) {
                             EventKind::Content => self.content += 1,
                             EventKind::Done => self.done = true,
                             _ => {}
