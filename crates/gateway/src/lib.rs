@@ -110,7 +110,8 @@
 //!   already sent its terminal event ends as it is. A request still waiting for its provider is
 //!   answered 503 in the caller's format with `x-should-retry: true` and `Retry-After: 1`. Those
 //!   answers get 1 s to be written, then the process exits 0. The drain's start and end are
-//!   logged, with how many requests were in flight, finished and were ended.
+//!   logged, with how many requests were in flight, finished and were ended. A second SIGTERM
+//!   or SIGINT ends the drain at once (exit 1).
 //! * SIGHUP reloads the file given with `--config`
 //!   ([`Running::reload`](serve::Running::reload), [`Running::reload_file`](serve::Running::reload_file)
 //!   in a library), read with the process's environment: a valid config serves every request

@@ -84,8 +84,12 @@ fn serve(
             #[cfg(unix)]
             Ok(running) => {
                 let reload = path.map(|path| move || reread(path, listen, env));
-                stormguard_gateway::serve::serve_until_signalled(running, signals, reload).await;
-                ExitCode::SUCCESS
+                match stormguard_gateway::serve::serve_until_signalled(running, signals, reload)
+                    .await
+                {
+                    Some(_) => ExitCode::SUCCESS,
+                    None => ExitCode::FAILURE,
+                }
             }
             #[cfg(not(unix))]
             Ok(running) => match running.wait().await {

@@ -114,25 +114,25 @@ fn signalled_config(provider: &str) -> String {
     )
 }
 
-#[cfg(unix)]
-#[tokio::test]
-async fn the_binary_reloads_on_sighup_and_drains_on_sigterm() {
-    let answer = |name: &'static str| {
-        std::sync::Arc::new(move |_: &Seen| json(200, &format!(r#"{{"id":"{name}"}}"#)))
-    };
-    let (first, second) = (mock(answer("first")).await, mock(answer("second")).await);
-    let path = std::env::temp_dir().join(format!("stormguard-signals-{}.toml", std::process::id()));
-    std::fs::write(&path, signalled_config(&first.url())).unwrap();
+/// The binary serving the file at `path`: the process, its log lines (those read so far in the
+/// `Vec`) and its address.
+fn started(
+    path: &std::path::Path,
+) -> (
+    Child,
+    mpsc::Receiver<String>,
+    Vec<String>,
+    std::net::SocketAddr,
+) {
     let mut child = Child(
         Command::new(env!("CARGO_BIN_EXE_stormguard-gateway"))
             .arg("--config")
-            .arg(&path)
+            .arg(path)
             .env_clear()
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
-    let pid = child.0.id();
     let (lines, read) = mpsc::channel();
     let stderr = child.0.stderr.take().unwrap();
     std::thread::spawn(move || {
@@ -144,6 +144,114 @@ async fn the_binary_reloads_on_sighup_and_drains_on_sigterm() {
     let line = read_until(&read, &mut logs, "stormguard-gateway listening");
     let at = line.split("addr=").nth(1).unwrap();
     let addr = at.split_whitespace().next().unwrap().parse().unwrap();
+    (child, read, logs, addr)
+}
+
+/// Waits (10 s at most) for the process to exit: its exit code.
+fn exit_code(child: &mut Child) -> Option<i32> {
+    let mut waited = Duration::ZERO;
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status.code();
+        }
+        assert!(waited < Duration::from_secs(10), "still running");
+        std::thread::sleep(Duration::from_millis(20));
+        waited += Duration::from_millis(20);
+    }
+}
+
+/// A body written from a channel, a frame at a time.
+struct Events(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for Events {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|chunk| Ok(http_body::Frame::data(chunk))))
+    }
+}
+
+/// A provider streaming 50 content events, one each 100 ms.
+fn streaming() -> kit::Script {
+    std::sync::Arc::new(|_: &Seen| {
+        let (sender, receiver) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            for i in 0..50 {
+                let event = format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n"
+                );
+                if sender.send(bytes::Bytes::from(event)).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        http::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(axum::body::Body::new(Events(receiver)))
+            .unwrap()
+    })
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sigterm_ends_a_stream_in_band_and_a_second_one_ends_the_drain() {
+    let provider = mock(streaming()).await;
+    for (grace, twice) in [("300ms", false), ("60s", true)] {
+        let path = std::env::temp_dir().join(format!(
+            "stormguard-stream-{}-{twice}.toml",
+            std::process::id()
+        ));
+        let config = signalled_config(&provider.url()).replace("300ms", grace);
+        std::fs::write(&path, config).unwrap();
+        let (mut child, read, mut logs, addr) = started(&path);
+        std::fs::remove_file(&path).unwrap();
+        let mut response = kit::client()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .body(r#"{"model":"gpt","stream":true,"messages":[]}"#)
+            .send()
+            .await
+            .unwrap();
+        let mut text = response.chunk().await.unwrap().unwrap().to_vec();
+        kill("TERM", child.0.id());
+        if twice {
+            read_until(&read, &mut logs, "SIGTERM: draining");
+            kill("TERM", child.0.id());
+            assert_eq!(exit_code(&mut child), Some(1));
+            read_until(&read, &mut logs, "a second signal");
+            continue;
+        }
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            text.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8(text).unwrap();
+        let last = text.trim_end().rsplit("\n\n").next().unwrap();
+        assert!(last.starts_with("data: {\"error\":"), "{text}");
+        assert!(last.contains("\"type\":\"stream_interrupted\""), "{last}");
+        assert!(last.contains("(shutdown)"), "{last}");
+        assert_eq!(exit_code(&mut child), Some(0));
+        let drained = read_until(&read, &mut logs, "drained");
+        assert!(drained.contains("finished=0 ended=1 cut=0"), "{drained}");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_binary_reloads_on_sighup_and_drains_on_sigterm() {
+    let answer = |name: &'static str| {
+        std::sync::Arc::new(move |_: &Seen| json(200, &format!(r#"{{"id":"{name}"}}"#)))
+    };
+    let (first, second) = (mock(answer("first")).await, mock(answer("second")).await);
+    let path = std::env::temp_dir().join(format!("stormguard-signals-{}.toml", std::process::id()));
+    std::fs::write(&path, signalled_config(&first.url())).unwrap();
+    let (mut child, read, mut logs, addr) = started(&path);
+    let pid = child.0.id();
     let gpt = r#"{"model":"gpt"}"#;
     let path_v1 = "/v1/chat/completions";
     assert_eq!(post(addr, path_v1, gpt, &[]).await.2, r#"{"id":"first"}"#);
@@ -163,19 +271,7 @@ async fn the_binary_reloads_on_sighup_and_drains_on_sigterm() {
     // The old config still serves.
     assert_eq!(post(addr, path_v1, gpt, &[]).await.2, r#"{"id":"second"}"#);
     kill("TERM", pid);
-    let mut waited = Duration::ZERO;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            waited < Duration::from_secs(10),
-            "still running after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-        waited += Duration::from_millis(20);
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(exit_code(&mut child), Some(0));
     logs.extend(read.try_iter());
     let logs = logs.join("\n");
     assert!(logs.contains("SIGTERM: draining"), "{logs}");

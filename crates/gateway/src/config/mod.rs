@@ -72,6 +72,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// unfinished stream's in-band error: those streams would be cut silently, the outcome the
 /// drain exists to prevent. 25 s leaves 5 s for those last writes and the exit; a deployment
 /// that wants longer streams to finish raises both, the pod's period above `drain_grace` + 5 s.
+/// `docker stop` waits 10 s by default before its SIGKILL (docs.docker.com, `docker container
+/// stop`, `--timeout`): under it, set `drain_grace` below that, or its timeout above.
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(25);
 
 /// A secret read from the environment: the variable's name, and its value if it is set. Its

@@ -154,8 +154,8 @@ pub struct Drained {
     pub finished: u64,
     /// Those its end answered: a 503, or a stream's in-band error event.
     pub ended: u64,
-    /// Those still open when the connections were closed, [`FLUSH`](listen::FLUSH) after the
-    /// grace: a caller that did not read its answer.
+    /// Those still open when the connections were closed, 1 s after the grace: a caller that
+    /// did not read its answer.
     pub cut: u64,
     /// How long it took, on tokio's clock.
     pub took: Duration,

@@ -28,11 +28,14 @@ impl Signals {
 /// the config again and the gateway [reloads](Running::reload) it (a config with errors is
 /// refused and logged, the one in use kept); without `reload` (a start from the environment
 /// alone, which a running process cannot see change) SIGHUP is logged and changes nothing.
+///
+/// A second SIGTERM or SIGINT during the drain ends it at once (an operator's second Ctrl-C):
+/// `None` then, as nothing was waited for.
 pub async fn serve_until_signalled<F>(
     running: Running,
     mut signals: Signals,
     reload: Option<F>,
-) -> Drained
+) -> Option<Drained>
 where
     F: Fn() -> Result<Config, ConfigErrors>,
 {
@@ -62,5 +65,13 @@ where
             },
         }
     }
-    running.drain().await
+    let drained = tokio::select! {
+        drained = running.drain() => Some(drained),
+        _ = signals.terminate.recv() => None,
+        _ = signals.interrupt.recv() => None,
+    };
+    if drained.is_none() {
+        tracing::warn!("a second signal: ending without waiting for the drain");
+    }
+    drained
 }
