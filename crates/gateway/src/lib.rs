@@ -95,13 +95,74 @@
 //!   (1,024) connections are served at once.
 //! * Callers' deadline headers are capped by `max_deadline` (600 s).
 //!
+//! ## Drain and reload
+//!
+//! * SIGTERM or SIGINT drains ([`Running::drain`](serve::Running::drain)): the listener closes
+//!   at once (new connections are refused, so the load balancer sends them to another replica),
+//!   idle kept-alive connections close, and requests and streams in flight get `drain_grace`
+//!   (25 s, under Kubernetes' default `terminationGracePeriodSeconds` of 30 s by the 5 s the last
+//!   writes need; see [`DEFAULT_DRAIN_GRACE`](config::DEFAULT_DRAIN_GRACE)). When it ends, each
+//!   stream still open hands on the whole events it has and ends with one in-band error event in
+//!   its provider's format (the library's
+//!   [`error_event`](stormguard::stream::continuation::error_event), cause `shutdown`: OpenAI's
+//!   `data: {"error":{.., "type":"stream_interrupted"}}`, Anthropic's `event: error` with an
+//!   `api_error`), so SDKs raise rather than return half an answer as whole; a stream that
+//!   already sent its terminal event ends as it is. A request still waiting for its provider is
+//!   answered 503 in the caller's format with `x-should-retry: true` and `Retry-After: 1`. Those
+//!   answers get 1 s to be written, then the process exits 0. The drain's start and end are
+//!   logged, with how many requests were in flight, finished and were ended. A second SIGTERM
+//!   or SIGINT ends the drain at once (exit 1).
+//! * SIGHUP reloads the file given with `--config`
+//!   ([`Running::reload`](serve::Running::reload), [`Running::reload_file`](serve::Running::reload_file)
+//!   in a library), read with the process's environment: a valid config serves every request
+//!   that arrives after it (routes, caller keys, limits), while the requests in flight finish
+//!   on the one they started with; a config with errors, or one that cannot be served (a caller
+//!   key not set, no caller key left on a non-loopback address), is refused and logged (each
+//!   error as `FILE:LINE: key: message`), the one in use kept. `listen` and `max_connections`
+//!   need a restart: a reload that changes them keeps the old ones and says so. A reload builds
+//!   every deployment anew (breakers closed, throttles and rate-limit windows fresh, a key set
+//!   aside tried again: replacing a refused key is one reason to reload). Started from the
+//!   environment alone, SIGHUP is logged and changes nothing: a process cannot see its
+//!   environment change.
+//!
+//! ## A model's policy
+//!
+//! Beside its deployments, a model's table may say (see `gateway.example.toml`):
+//!
+//! * `hedging`: when a second deployment is asked while the first has produced nothing:
+//!   `"cold"` (the default, [`Hedging::cold`](stormguard::retry::Hedging::cold): only until a
+//!   deployment's times are learned, at 10 s plus the prompt's prefill for a stream's first
+//!   token, 60 s when reasoning is asked), `"learned"` (the 95th percentile of its learned time
+//!   to first content), a duration (`"3s"`), or `"off"`. One hedge per request, drawn from the
+//!   retry budget.
+//! * `degraded`: a text answered as the model's answer when no deployment can answer, in the
+//!   caller's format and shape (a chat completion, a completion, an Anthropic message; an event
+//!   stream when the caller asked for one), marked `x-stormguard-degraded: true`. An embedding or
+//!   a Responses API call cannot be a canned text: those get a 503 in the caller's format with
+//!   `Retry-After`. Without it, the caller gets the error.
+//! * `[models.NAME.cures]`: `context_too_long`, `content_filtered` or `quota_exhausted` sent
+//!   straight to one of the model's deployments (`"provider/model"`), passing over the ranks
+//!   between; without a cure such a failure is the caller's, never retried.
+//!
+//! ## Logs and fleets
+//!
+//! * Logs go to stderr as text, or as one JSON object a line with `[log] format = "json"` (or
+//!   `--log-format json`). A failed call is logged at WARN the first time, then counted by
+//!   reason and summed up in one WARN line every 10 s at most (each one at DEBUG): a storm of
+//!   failures is a line every ten seconds, not thousands a second.
+//! * `[fleet]` (or `--redis URL`) makes the replicas of one gateway share a Redis: each
+//!   deployment's quota (its `rpm` and `tpm`, per key) is the fleet's, each replica pacing to
+//!   its share of it while Redis is away, and a deployment one replica's breaker left is left by
+//!   every replica within a decision ([`Cooldowns::fleet`](stormguard::failover::Cooldowns)).
+//!   The URL may hold a password, so a file names its variable (`redis_url_env`); `prefix`
+//!   (default `stormguard-gateway`) keeps fleets apart in one Redis, `timeout` (5 ms) bounds the
+//!   wait for it.
+//!
 //! ## Not yet
 //!
-//! This is the first part of the gateway. Not there yet:
+//! Not there yet:
 //!
-//! * SIGHUP reloading the config, SIGTERM draining streams in flight (the binary ends at once on a
-//!   signal), the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
-//! * logs as JSON, `--redis` for a fleet, cures, hedging and degraded answers in the config;
+//! * the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
 //! * a key that answers 429 with a short Retry-After (or none) is retried on itself first, as the
 //!   engine's policy allows, and only moved from when every attempt was answered 429: when its
 //!   own adaptive throttle drops one of those retries, the request ends with a 503 ("throttled

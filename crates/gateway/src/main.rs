@@ -75,7 +75,27 @@ fn serve(
         }
     };
     runtime.block_on(async move {
+        // Before it listens: a signal sent as soon as it does finds its handler.
+        #[cfg(unix)]
+        let signals = match stormguard_gateway::serve::Signals::install() {
+            Ok(signals) => signals,
+            Err(error) => {
+                eprintln!("stormguard-gateway: cannot handle signals: {error}");
+                return ExitCode::from(EXIT_START);
+            }
+        };
         match stormguard_gateway::serve::start(&config).await {
+            #[cfg(unix)]
+            Ok(running) => {
+                let reload = path.map(|path| move || reread(path, listen, overrides, env));
+                match stormguard_gateway::serve::serve_until_signalled(running, signals, reload)
+                    .await
+                {
+                    Some(_) => ExitCode::SUCCESS,
+                    None => ExitCode::FAILURE,
+                }
+            }
+            #[cfg(not(unix))]
             Ok(running) => match running.wait().await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
@@ -99,4 +119,21 @@ fn init_logs(format: config::LogFormat) {
         config::LogFormat::Text => logs.init(),
         config::LogFormat::Json => logs.json().init(),
     }
+}
+
+/// The config file read again for a reload, with the `--listen` and the other settings the
+/// gateway was started with (the log format stays the one it started with).
+#[cfg(unix)]
+fn reread(
+    path: &std::path::Path,
+    listen: Option<std::net::SocketAddr>,
+    overrides: &args::Overrides,
+    env: &config::Env,
+) -> Result<Config, config::ConfigErrors> {
+    let mut config = Config::load(path, env)?;
+    if let Some(listen) = listen {
+        config.server.listen = listen;
+    }
+    overrides.apply(&mut config);
+    Ok(config)
 }

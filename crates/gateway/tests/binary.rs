@@ -6,6 +6,7 @@
 mod kit;
 
 use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -59,6 +60,35 @@ async fn the_binary_serves_from_the_environment_and_never_logs_the_key() {
     assert!(!logs.contains(key), "the provider's key in the logs");
 }
 
+/// Sends `signal` (`HUP`, `TERM`) to the process `pid`.
+fn kill(signal: &str, pid: u32) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Reads log lines until one contains `wanted`; every line read is kept in `logs`.
+fn read_until(read: &mpsc::Receiver<String>, logs: &mut Vec<String>, wanted: &str) -> String {
+    loop {
+        let line = read.recv_timeout(Duration::from_secs(10)).unwrap();
+        logs.push(line.clone());
+        if line.contains(wanted) {
+            return line;
+        }
+    }
+}
+
+/// The config of the signals test: `gpt` on `provider`'s mock, a drain of 300 ms.
+fn signalled_config(provider: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndrain_grace = \"300ms\"\n\n\
+         [providers.mock]\nformat = \"openai\"\nbase_url = \"{provider}\"\n\n\
+         [[models.gpt.deployments]]\nprovider = \"mock\"\nmodel = \"gpt-up\"\n"
+    )
+}
+
 /// Starts the binary with `args` and only the variables `vars`: the process, its stderr's lines
 /// still to come, and those read until it said where it listens.
 fn spawn(args: &[&str], vars: &[(&str, &str)]) -> (Child, mpsc::Receiver<String>, Vec<String>) {
@@ -79,13 +109,8 @@ fn spawn(args: &[&str], vars: &[(&str, &str)]) -> (Child, mpsc::Receiver<String>
         }
     });
     let mut logs = Vec::new();
-    loop {
-        let line = read.recv_timeout(Duration::from_secs(10)).unwrap();
-        logs.push(line.clone());
-        if line.contains("stormguard-gateway listening") {
-            return (child, read, logs);
-        }
-    }
+    read_until(&read, &mut logs, "stormguard-gateway listening");
+    (child, read, logs)
 }
 
 /// The address the gateway said it listens on, in text or JSON logs.
@@ -127,4 +152,151 @@ async fn logs_as_json_are_one_object_a_line_and_failures_are_summed_up() {
         .filter(|line| line.contains("upstream call failed"))
         .count();
     assert_eq!(failed, 1, "{logs:?}");
+}
+
+/// The binary serving the file at `path`: the process, its log lines (those read so far in the
+/// `Vec`) and its address.
+fn started(
+    path: &std::path::Path,
+) -> (
+    Child,
+    mpsc::Receiver<String>,
+    Vec<String>,
+    std::net::SocketAddr,
+) {
+    let (child, read, logs) = spawn(&["--config", path.to_str().unwrap()], &[]);
+    let addr = listening(&logs);
+    (child, read, logs, addr)
+}
+
+/// Waits (10 s at most) for the process to exit: its exit code.
+fn exit_code(child: &mut Child) -> Option<i32> {
+    let mut waited = Duration::ZERO;
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status.code();
+        }
+        assert!(waited < Duration::from_secs(10), "still running");
+        std::thread::sleep(Duration::from_millis(20));
+        waited += Duration::from_millis(20);
+    }
+}
+
+/// A body written from a channel, a frame at a time.
+struct Events(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for Events {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|chunk| Ok(http_body::Frame::data(chunk))))
+    }
+}
+
+/// A provider streaming 50 content events, one each 100 ms.
+fn streaming() -> kit::Script {
+    std::sync::Arc::new(|_: &Seen| {
+        let (sender, receiver) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            for i in 0..50 {
+                let event = format!(
+                    "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n"
+                );
+                if sender.send(bytes::Bytes::from(event)).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        http::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(axum::body::Body::new(Events(receiver)))
+            .unwrap()
+    })
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sigterm_ends_a_stream_in_band_and_a_second_one_ends_the_drain() {
+    let provider = mock(streaming()).await;
+    for (grace, twice) in [("300ms", false), ("60s", true)] {
+        let path = std::env::temp_dir().join(format!(
+            "stormguard-stream-{}-{twice}.toml",
+            std::process::id()
+        ));
+        let config = signalled_config(&provider.url()).replace("300ms", grace);
+        std::fs::write(&path, config).unwrap();
+        let (mut child, read, mut logs, addr) = started(&path);
+        std::fs::remove_file(&path).unwrap();
+        let mut response = kit::client()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .body(r#"{"model":"gpt","stream":true,"messages":[]}"#)
+            .send()
+            .await
+            .unwrap();
+        let mut text = response.chunk().await.unwrap().unwrap().to_vec();
+        kill("TERM", child.0.id());
+        if twice {
+            read_until(&read, &mut logs, "SIGTERM: draining");
+            kill("TERM", child.0.id());
+            assert_eq!(exit_code(&mut child), Some(1));
+            read_until(&read, &mut logs, "a second signal");
+            continue;
+        }
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            text.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8(text).unwrap();
+        let last = text.trim_end().rsplit("\n\n").next().unwrap();
+        assert!(last.starts_with("data: {\"error\":"), "{text}");
+        assert!(last.contains("\"type\":\"stream_interrupted\""), "{last}");
+        assert!(last.contains("(shutdown)"), "{last}");
+        assert_eq!(exit_code(&mut child), Some(0));
+        let drained = read_until(&read, &mut logs, "drained");
+        assert!(drained.contains("finished=0 ended=1 cut=0"), "{drained}");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_binary_reloads_on_sighup_and_drains_on_sigterm() {
+    let answer = |name: &'static str| {
+        std::sync::Arc::new(move |_: &Seen| json(200, &format!(r#"{{"id":"{name}"}}"#)))
+    };
+    let (first, second) = (mock(answer("first")).await, mock(answer("second")).await);
+    let path = std::env::temp_dir().join(format!("stormguard-signals-{}.toml", std::process::id()));
+    std::fs::write(&path, signalled_config(&first.url())).unwrap();
+    let (mut child, read, mut logs, addr) = started(&path);
+    let pid = child.0.id();
+    let gpt = r#"{"model":"gpt"}"#;
+    let path_v1 = "/v1/chat/completions";
+    assert_eq!(post(addr, path_v1, gpt, &[]).await.2, r#"{"id":"first"}"#);
+    std::fs::write(&path, signalled_config(&second.url())).unwrap();
+    kill("HUP", pid);
+    read_until(&read, &mut logs, "config reloaded");
+    assert_eq!(post(addr, path_v1, gpt, &[]).await.2, r#"{"id":"second"}"#);
+    std::fs::write(&path, "[server]\nlisten = 4000\n").unwrap();
+    kill("HUP", pid);
+    read_until(&read, &mut logs, "reload refused");
+    let error = read_until(&read, &mut logs, "server.listen");
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        error.starts_with(&format!("{}:2: server.listen: ", path.display())),
+        "{error}"
+    );
+    // The old config still serves.
+    assert_eq!(post(addr, path_v1, gpt, &[]).await.2, r#"{"id":"second"}"#);
+    kill("TERM", pid);
+    assert_eq!(exit_code(&mut child), Some(0));
+    logs.extend(read.try_iter());
+    let logs = logs.join("\n");
+    assert!(logs.contains("SIGTERM: draining"), "{logs}");
+    assert!(logs.contains("drained"), "{logs}");
+    assert!(TcpStream::connect(addr).is_err(), "still listening");
 }

@@ -378,3 +378,22 @@ fn check_prints_the_effective_config_redacted_or_each_error() {
     );
     assert_eq!(stderr, expected);
 }
+
+#[test]
+fn the_drain_grace_is_25_s_unless_the_file_says_and_is_shown() {
+    let model = "[[models.gpt.deployments]]\nprovider = \"openai\"\n";
+    let plain = Config::parse("gateway.toml", &format!("{PROVIDER}{model}"), &env(&[])).unwrap();
+    assert_eq!(plain.server.drain_grace, std::time::Duration::from_secs(25));
+    assert!(plain.show().contains("drain_grace = \"25s\"\n"));
+    let text = format!("[server]\ndrain_grace = \"1500ms\"\n{PROVIDER}{model}");
+    let set = Config::parse("gateway.toml", &text, &env(&[])).unwrap();
+    assert_eq!(
+        set.server.drain_grace,
+        std::time::Duration::from_millis(1500)
+    );
+    assert!(set.show().contains("drain_grace = \"1.5s\"\n"));
+    let (places, _) = errors(&format!(
+        "[server]\ndrain_grace = \"0s\"\n{PROVIDER}{model}"
+    ));
+    assert_eq!(places, [(2, "server.drain_grace".to_owned())]);
+}

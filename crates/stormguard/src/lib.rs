@@ -215,6 +215,7 @@ pub mod rate_limit {
 /// with [`StreamInterrupted`](stream::StreamInterrupted) when it breaks. The engine applies it to
 /// every event stream ([`ClientLayer::with_stream_policy`]).
 pub mod stream {
+    pub use stormguard_stream::continuation;
     pub use stormguard_stream::sse;
     pub use stormguard_stream::{
         AnswerBody, AnswerFuture, GuardedStream, InterruptCause, MakeResume, Received, Resume,

@@ -166,6 +166,9 @@ fn server(table: Option<&ServerTable>, env: &Env, errors: &mut Errors<'_>) -> Se
     if let Some(timeout) = timeout {
         server.header_read_timeout = timeout;
     }
+    if let Some(grace) = duration(table.drain_grace.as_ref(), "server.drain_grace", errors) {
+        server.drain_grace = grace;
+    }
     server.caller_keys = secrets(
         &table.caller_keys_env,
         "server.caller_keys_env",

@@ -65,6 +65,19 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 /// minutes, so this bounds the sockets and tasks callers can hold; more wait in the backlog.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
+/// How long requests and streams in flight get to finish once the gateway drains (SIGTERM,
+/// SIGINT), by default: 25 s.
+///
+/// Kubernetes sends SIGTERM, then SIGKILL when the pod's `terminationGracePeriodSeconds` has
+/// passed, 30 s unless the pod says otherwise (kubernetes.io, "Pod Lifecycle", termination of
+/// Pods). A grace of 30 s would end with SIGKILL at the very moment the gateway writes each
+/// unfinished stream's in-band error: those streams would be cut silently, the outcome the
+/// drain exists to prevent. 25 s leaves 5 s for those last writes and the exit; a deployment
+/// that wants longer streams to finish raises both, the pod's period above `drain_grace` + 5 s.
+/// `docker stop` waits 10 s by default before its SIGKILL (docs.docker.com, `docker container
+/// stop`, `--timeout`): under it, set `drain_grace` below that, or its timeout above.
+pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(25);
+
 /// A secret read from the environment: the variable's name, and its value if it is set. Its
 /// `Debug` and `Display` show the name and whether it is set, never the value.
 #[derive(Clone, PartialEq, Eq)]
@@ -213,6 +226,8 @@ pub struct Server {
     pub max_header_bytes: usize,
     /// Connections served at once.
     pub max_connections: usize,
+    /// How long requests and streams in flight get to finish when the gateway drains.
+    pub drain_grace: Duration,
 }
 
 impl Default for Server {
@@ -226,6 +241,7 @@ impl Default for Server {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            drain_grace: DEFAULT_DRAIN_GRACE,
         }
     }
 }

@@ -52,6 +52,7 @@ pub(crate) struct ServerTable {
     pub(crate) header_read_timeout: Option<Spanned<String>>,
     pub(crate) max_header_bytes: Option<Spanned<i64>>,
     pub(crate) max_connections: Option<Spanned<i64>>,
+    pub(crate) drain_grace: Option<Spanned<String>>,
 }
 
 /// `[providers.NAME]`.

@@ -27,6 +27,8 @@ pub(super) fn show(config: &Config) -> String {
     let _ = writeln!(out, "header_read_timeout = \"{timeout}s\"");
     let _ = writeln!(out, "max_header_bytes = {}", server.max_header_bytes);
     let _ = writeln!(out, "max_connections = {}", server.max_connections);
+    let grace = server.drain_grace.as_secs_f64();
+    let _ = writeln!(out, "drain_grace = \"{grace}s\"");
     let _ = writeln!(out, "\n[log]\nformat = \"{}\"", config.log.format.name());
     if let Some(fleet) = &config.fleet {
         let _ = writeln!(out, "\n[fleet]");

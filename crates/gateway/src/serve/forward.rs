@@ -1,6 +1,7 @@
 //! Relaying one caller's request: its body read within the cap, its `model` read, its route
 //! found, its head cleaned, and the answer handed back as it comes (event streams too), marked
-//! with the attempts it took.
+//! with the attempts it took. When a drain's grace ends, a request still waiting is answered
+//! 503, and a stream still open ends with its in-band error event ([`super::drain`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -11,10 +12,12 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use serde::Deserialize;
+use stormguard::stream::is_event_stream;
 use tower::ServiceExt;
 
 use super::Shared;
 use super::degraded::AsksStream;
+use super::drain::{DrainingStream, draining_response};
 use super::headers::{X_STORMGUARD_ATTEMPTS, strip};
 use super::refusal::Refusal;
 use super::upstream::AttemptCount;
@@ -42,10 +45,23 @@ pub(crate) async fn relay(
     format: Format,
     request: Request,
 ) -> Response<Body> {
-    match try_relay(&shared, format, request).await {
-        Ok(response) => response,
-        Err(refusal) => refusal.to_response(format),
+    let mut in_flight = shared.ending.begin();
+    let response = tokio::select! {
+        relayed = try_relay(&shared, format, request) => match relayed {
+            Ok(response) => response,
+            Err(refusal) => refusal.to_response(format),
+        },
+        () = shared.ending.ended() => {
+            in_flight.end();
+            tracing::info!("request ended by the drain: answered 503");
+            return draining_response(format);
+        }
+    };
+    if !is_event_stream(response.headers()) {
+        return response;
     }
+    let ending = &shared.ending;
+    response.map(|body| Body::new(DrainingStream::new(body, format, ending, in_flight)))
 }
 
 async fn try_relay(

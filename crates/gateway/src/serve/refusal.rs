@@ -65,6 +65,14 @@ impl Refusal {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "api_error", message)
     }
 
+    /// A 503: the gateway is shutting down and did not answer the request within its drain's
+    /// grace. Sent with `x-should-retry: true` and `Retry-After: 1`, so that the SDK sends it
+    /// again and the load balancer takes it to another replica.
+    pub fn draining() -> Self {
+        let message = "the gateway is shutting down: send the request again";
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded_error", message)
+    }
+
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
