@@ -209,3 +209,51 @@ async fn hedging_after_a_fixed_delay_or_never() {
         "{took:?}"
     );
 }
+
+/// Sends `n` chat completions of `gpt` at once to `addr`; each must be answered 200.
+async fn batch(addr: std::net::SocketAddr, n: usize) {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            tokio::spawn(async move {
+                let body = r#"{"model":"gpt","messages":[]}"#;
+                post(addr, "/v1/chat/completions", body, &[]).await.0
+            })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap(), 200);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_provider_says_its_quota_is_spent_is_passed_over_until_it_resets() {
+    // Key 1's provider says its requests are spent for 30 s (OpenAI's headers); key 2's has room.
+    let script: kit::Script = Arc::new(|seen: &Seen| {
+        let mut answer = json(200, r#"{"choices":[]}"#);
+        if seen.key() == Some(kit::KEYS[0].1) {
+            let headers = answer.headers_mut();
+            headers.insert("x-ratelimit-limit-requests", "100".parse().unwrap());
+            headers.insert("x-ratelimit-remaining-requests", "0".parse().unwrap());
+            headers.insert("x-ratelimit-reset-requests", "30s".parse().unwrap());
+        }
+        answer
+    });
+    let provider = slow_mock(script, Duration::from_millis(100)).await;
+    let url = provider.url();
+    let text = kit::two_providers(&url, &url);
+    let gateway = kit::gateway(&kit::config(&text, &env(&kit::KEYS))).await;
+    // Ten at once: the two keys share them, and key 1 answers that it is spent.
+    batch(gateway.addr, 10).await;
+    let spent = provider.with_key(kit::KEYS[0].1);
+    assert!(spent >= 1, "key 1 takes its share while nothing is known");
+    // Twenty more: none to key 1 while its quota is spent.
+    batch(gateway.addr, 10).await;
+    batch(gateway.addr, 10).await;
+    assert_eq!(provider.with_key(kit::KEYS[0].1), spent);
+    assert_eq!(provider.with_key(kit::KEYS[1].1), 30 - spent);
+    // Once it reset, it takes its share again.
+    tokio::time::advance(Duration::from_secs(31)).await;
+    batch(gateway.addr, 10).await;
+    assert!(provider.with_key(kit::KEYS[0].1) > spent);
+    gateway.stop().await;
+}

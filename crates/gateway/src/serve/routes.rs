@@ -245,18 +245,16 @@ fn backends(
     Ok(backends)
 }
 
-/// Backend `name`, paced to its deployment's quota (shared by the fleet's replicas if there is
-/// one: the fleet's keys are the backends' names, the same in every replica of one config).
+/// Backend `name`, paced to its deployment's quota: the `rpm` and `tpm` configured, else those
+/// its provider states (`x-ratelimit-*` headers) and those its 429s show, learned per key
+/// (shared by the fleet's replicas if there is one: the fleet's keys are the backends' names,
+/// the same in every replica of one config).
 fn backend(
     name: &str,
     adapter: Adapter,
     deployment: &Deployment,
     fleet: Option<&Fleet>,
 ) -> Backend {
-    let backend = Backend::new(name).with_adapter(adapter);
-    if deployment.rpm.is_none() && deployment.tpm.is_none() {
-        return backend;
-    }
     let mut config = RateLimitConfig::default()
         .with_requests_per_minute(deployment.rpm)
         .with_tokens_per_minute(deployment.tpm);
@@ -265,7 +263,9 @@ fn backend(
         let prefix = format!("{}:rate-limit:{name}", fleet.prefix());
         config = config.with_fleet(fleet.clone().with_prefix(&prefix));
     }
-    backend.with_rate_limit(RateLimit::new(config))
+    Backend::new(name)
+        .with_adapter(adapter)
+        .with_rate_limit(RateLimit::new(config))
 }
 
 /// The adapter that sends a request to `provider` with `key`, asking for `model`.
