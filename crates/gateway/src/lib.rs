@@ -114,5 +114,6 @@
 
 pub mod args;
 pub mod config;
+pub mod demo;
 pub mod format;
 pub mod serve;
