@@ -41,8 +41,9 @@ use std::sync::Arc;
 use axum::Router;
 
 pub use provider::{
-    CUT_AFTER_WORDS, DEFAULT_WORDS, Injected, MAX_WORDS, RETRY_AFTER_SECS, WORD_PACE, X_DEMO_FAULT,
+    CUT_AFTER_WORDS, DEFAULT_WORDS, Injected, MAX_WORDS, RETRY_AFTER_SECS, X_DEMO_FAULT,
 };
+pub use stream::WORD_PACE;
 
 use crate::config::{Config, ConfigErrors, Env};
 use crate::serve::{self, Running, StartError};

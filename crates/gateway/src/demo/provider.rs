@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -34,11 +33,6 @@ pub const MAX_WORDS: u64 = 200;
 /// Words a cut stream delivers before its connection is reset, at most (half the answer when it
 /// is shorter, at least one).
 pub const CUT_AFTER_WORDS: u64 = 4;
-
-/// The pause between two words of a streamed answer: long enough for a reader to see the words
-/// arrive one by one in `curl -N`, short enough that an answer of twelve words takes under a
-/// second.
-pub const WORD_PACE: Duration = Duration::from_millis(50);
 
 /// What the flaky provider's 429 asks callers to wait, in seconds (`Retry-After: 1`).
 pub const RETRY_AFTER_SECS: u64 = 1;
@@ -94,7 +88,7 @@ impl Mock {
     fn schedule(&self, api: Api, streamed: bool) -> Option<Fault> {
         let arrival =
             self.arrivals[api.index()][usize::from(streamed)].fetch_add(1, Ordering::Relaxed);
-        if arrival % 3 != 0 {
+        if !arrival.is_multiple_of(3) {
             return None;
         }
         let (fault, counter) = match (streamed, (arrival / 3) % 2) {
@@ -219,7 +213,7 @@ pub(crate) async fn answer(
             whole(api, &model, first, last)
         }
         Some(Fault::Cut) => {
-            let cut = first + ((last - first + 1) / 2).clamp(1, CUT_AFTER_WORDS) - 1;
+            let cut = cut_word(first, last);
             tracing::info!(provider = who, %path, first, cut, "demo provider: a stream cut after word {cut}, on purpose");
             let mut response = stream::respond(api, model, (first, last), Some(cut));
             if let Ok(value) = HeaderValue::from_str(&format!("stream cut after word {cut}")) {
@@ -232,6 +226,13 @@ pub(crate) async fn answer(
             stream::respond(api, model, (first, last), None)
         }
     }
+}
+
+/// The word after which a stream of the words `first` to `last` is cut: half of them, at least
+/// one and at most [`CUT_AFTER_WORDS`].
+fn cut_word(first: u64, last: u64) -> u64 {
+    let words = last - first + 1;
+    first + (words / 2).clamp(1, CUT_AFTER_WORDS) - 1
 }
 
 /// The API of `path`.
@@ -395,6 +396,9 @@ mod tests {
         );
         assert_eq!(history.span(), (1, DEFAULT_WORDS));
         assert_eq!(counted(3, 6), "3 4 5 6");
+        assert_eq!(cut_word(1, 12), 4);
+        assert_eq!(cut_word(1, 5), 2);
+        assert_eq!(cut_word(7, 7), 7);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use http::{HeaderValue, Response, header};
@@ -16,7 +17,10 @@ use hyper::body::Frame;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::provider::WORD_PACE;
+/// The pause between two words of a streamed answer: long enough for a reader to see the words
+/// arrive one by one in `curl -N`, short enough that an answer of twelve words takes under a
+/// second.
+pub const WORD_PACE: Duration = Duration::from_millis(50);
 
 /// The API a request came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
