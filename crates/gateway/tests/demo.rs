@@ -9,6 +9,7 @@ mod kit;
 use http::HeaderMap;
 use serde_json::Value;
 use stormguard_gateway::demo::{self, Demo, Injected, RETRY_AFTER_SECS, X_DEMO_FAULT};
+use stormguard_gateway::serve::StartError;
 use tokio::time::{Duration, Instant};
 
 async fn start() -> Demo {
@@ -141,4 +142,30 @@ async fn the_anthropic_route_retries_a_529_and_continues_a_cut_stream() {
             continuations: 1
         }
     );
+}
+
+#[tokio::test]
+async fn the_demo_listens_on_loopback_only_and_its_providers_refuse_hostile_bodies() {
+    let refused = demo::start("0.0.0.0:0".parse().unwrap()).await.err();
+    assert!(
+        matches!(refused, Some(StartError::Listen(_))),
+        "a demo without caller keys on every address: {:?}",
+        refused.map(|error| error.to_string())
+    );
+    let demo = start().await;
+    for (path, body) in [
+        ("/v1/chat/completions", "not json"),
+        ("/v1/messages", r#"{"messages":7}"#),
+        ("/v1/chat/completions", "[1,2]"),
+    ] {
+        let (status, _, text) = kit::post(demo.flaky, path, body, &[]).await;
+        assert_eq!(status, 400, "{path} {body}: {text}");
+        let error: Value = serde_json::from_str(&text).unwrap();
+        let kind = error["error"]["type"].as_str().unwrap();
+        assert_eq!(kind, "invalid_request_error", "{text}");
+    }
+    let (status, _, _) = kit::post(demo.backup, "/v1/embeddings", "{}", &[]).await;
+    assert_eq!(status, 404);
+    // A hostile body is refused before the schedule: nothing was injected.
+    assert_eq!(demo.injected(), Injected::default());
 }

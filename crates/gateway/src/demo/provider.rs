@@ -139,6 +139,12 @@ impl Asked {
     }
 }
 
+/// The request of `body`: a JSON object (serde would take an array for a struct too).
+fn read(body: &[u8]) -> Option<Asked> {
+    let object = serde_json::from_slice::<serde_json::Map<String, Value>>(body).ok()?;
+    serde_json::from_value(Value::Object(object)).ok()
+}
+
 /// The words of a message's content: its string, or its text parts' (both APIs allow parts).
 fn words(content: &Value) -> u64 {
     let count = |text: &str| text.split_whitespace().count() as u64;
@@ -183,9 +189,8 @@ pub(crate) async fn answer(
         Ok(body) => body,
         Err(_) => return invalid(api, "the body is over 1 MiB or broken"),
     };
-    let asked: Asked = match serde_json::from_slice(&body) {
-        Ok(asked) => asked,
-        Err(_) => return invalid(api, "the body is not a JSON object"),
+    let Some(asked) = read(&body) else {
+        return invalid(api, "the body is not a JSON object of a chat request");
     };
     let streamed = asked.stream == Some(Value::Bool(true));
     let fault = if flaky {
@@ -410,7 +415,9 @@ mod tests {
         assert_eq!(asked(r#"{"max_tokens":0}"#).span(), (1, 1));
         assert_eq!(asked(r#"{"max_tokens":-3}"#).span(), (1, DEFAULT_WORDS));
         assert_eq!(asked(r#"{"max_tokens":"many"}"#).span(), (1, DEFAULT_WORDS));
-        assert!(serde_json::from_str::<Asked>(r#"{"messages":7}"#).is_err());
+        assert!(read(br#"{"messages":7}"#).is_none());
+        assert!(read(b"[1,2]").is_none());
+        assert!(read(b"not json").is_none());
     }
 
     #[test]
