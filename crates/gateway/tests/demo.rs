@@ -71,7 +71,6 @@ async fn whole_answers_failed_by_the_flaky_rank_come_back_after_a_retry() {
     // The first after a 500, the third after a 429 whose Retry-After it waited for.
     assert_eq!(attempts, ["2", "1", "2", "1"]);
     assert!(took[2] >= Duration::from_secs(RETRY_AFTER_SECS), "{took:?}");
-    assert!(took[0] < Duration::from_secs(1), "{took:?}");
     assert_eq!(
         demo.injected(),
         Injected {
