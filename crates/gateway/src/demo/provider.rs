@@ -240,12 +240,14 @@ fn cut_word(first: u64, last: u64) -> u64 {
     first + (words / 2).clamp(1, CUT_AFTER_WORDS) - 1
 }
 
-/// The API of `path`.
+/// The API of `path`, whatever prefix it has (a base URL's path is kept before `/v1`).
 fn route(path: &str) -> Option<Api> {
-    match path {
-        crate::format::CHAT_COMPLETIONS => Some(Api::Chat),
-        crate::format::MESSAGES => Some(Api::Messages),
-        _ => None,
+    if path.ends_with(crate::format::CHAT_COMPLETIONS) {
+        Some(Api::Chat)
+    } else if path.ends_with(crate::format::MESSAGES) {
+        Some(Api::Messages)
+    } else {
+        None
     }
 }
 
@@ -455,6 +457,7 @@ mod tests {
         assert_eq!(route("/v1/messages"), Some(Api::Messages));
         assert_eq!(route("/v1/chat/completions"), Some(Api::Chat));
         assert_eq!(route("/v1/embeddings"), None);
-        assert_eq!(route("/flaky/v1/messages"), None);
+        assert_eq!(route("/any/prefix/v1/messages"), Some(Api::Messages));
+        assert_eq!(route("/v1/messages/batches"), None);
     }
 }
