@@ -8,10 +8,10 @@
 //!
 //! The flaky one fails on purpose, on a fixed schedule per API so that a reader can predict
 //! it: of the whole (not streamed) requests it receives, every third one (the first, the fourth,
-//! ...; every other request of a caller, as the retry of each is the next) is answered in turn with a server error (OpenAI's 500 `server_error`, Anthropic's 529
-//! `overloaded_error`) and with a 429 carrying `Retry-After: 1`; of the streams, every third one
-//! (the first, the fourth, ...) is cut after a few words, the connection reset. The backup never
-//! fails.
+//! ...; every other request of a caller, as the retry of each is the next) is answered in turn
+//! with a server error (OpenAI's 500 `server_error`, Anthropic's 529 `overloaded_error`) and with
+//! a 429 carrying `Retry-After: 1`; of the streams, every third one (the first, the fourth, ...)
+//! is cut after a few words, the connection reset. The backup never fails.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
