@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The official Python SDKs (`openai`, `anthropic`) read whole streamed answers through the gateway
-# example from a provider that cuts streams: installs the SDKs in a virtual environment of its own,
-# builds the gateway and starts it on a free loopback port (`--stream --listen`: it starts its
-# mock provider itself, on another), runs stream_check.py against it, and stops everything when it
-# ends, whatever its result. Arguments are passed on to stream_check.py (`--requests N`).
+# The official Python SDKs (`openai`, `anthropic`) read whole answers through the stormguard-gateway
+# binary, from providers that fail on purpose: installs the SDKs in a virtual environment of its
+# own, builds the gateway and starts `stormguard-gateway demo` on a free loopback port (it starts
+# its mock providers itself: a flaky one that fails whole requests and cuts streams on a fixed
+# schedule, and a backup), runs stream_check.py against it, and stops everything when it ends,
+# whatever its result. Arguments are passed on to stream_check.py (`--requests N`, `--whole N`).
 #
 # Exit status: the check's. When the SDKs cannot be installed (no network), it says
 # "SDK check skipped" and exits 0: the check cannot run, and that is no fault of the code.
@@ -39,17 +40,17 @@ if ! "$work/venv/bin/pip" install -q --disable-pip-version-check --retries 1 --t
     exit 0
 fi
 
-echo "== gateway: axum_gateway --stream --listen"
-cargo build -q -p stormguard-examples --bin axum_gateway
+echo "== gateway: stormguard-gateway demo --listen"
+cargo build -q -p stormguard-gateway
 target_dir=$(cargo metadata --format-version 1 --no-deps \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-gateway="$target_dir/debug/axum_gateway"
+gateway="$target_dir/debug/stormguard-gateway"
 log="$work/gateway.log"
 for _ in $(seq 1 20); do
     port=$(( 20000 + RANDOM % 40000 ))
     # Taken already: try another.
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
-    "$gateway" --stream --listen "127.0.0.1:$port" >"$log" 2>&1 &
+    "$gateway" demo --listen "127.0.0.1:$port" >"$log" 2>&1 &
     gateway_pid=$!
     # It says where it listens once it is bound; if it exits first, the port was taken since.
     for _ in $(seq 1 100); do

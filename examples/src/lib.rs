@@ -7,7 +7,7 @@
 //! - `axum_gateway`: the axum gateway of [`gateway`], with `ServerLayer` on its routes and
 //!   `ClientLayer` on its upstream client, serving `/metrics` and `/healthz` (`--stream`: relaying
 //!   streamed answers, continued after a cut; `--stream --listen ADDR`: serving callers in other
-//!   processes, such as the Python SDK check of `examples/sdk/run.sh`);
+//!   processes, such as a Python SDK);
 //! - `tonic_client`: a tonic health client with `ClientLayer` against a flaky tonic server;
 //! - `fleet_admit`: one replica of a fleet sharing a rate limit through Redis ([`fleet`]).
 //!

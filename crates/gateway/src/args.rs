@@ -1,5 +1,5 @@
-//! The command line: `stormguard-gateway [--config FILE] [--listen ADDR]` and
-//! `stormguard-gateway check FILE`.
+//! The command line: `stormguard-gateway [--config FILE] [--listen ADDR]`,
+//! `stormguard-gateway check FILE` and `stormguard-gateway demo [--listen ADDR]`.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -21,6 +21,11 @@ pub enum Command {
     },
     /// Validate a config file and print the effective config.
     Check(PathBuf),
+    /// Serve in front of the embedded mock provider ([`crate::demo`]), on `listen` if given.
+    Demo {
+        /// The listen address, over the default.
+        listen: Option<SocketAddr>,
+    },
     /// Print the usage.
     Help,
 }
@@ -59,12 +64,15 @@ impl Overrides {
 pub const USAGE: &str = "\
 usage: stormguard-gateway [--config FILE] [--listen ADDR] [--redis URL] [--log-format text|json]
        stormguard-gateway check FILE
+       stormguard-gateway demo [--listen ADDR]
 
 Without --config, starts from the environment alone: OPENAI_API_KEY (OPENAI_BASE_URL),
 ANTHROPIC_API_KEY (ANTHROPIC_BASE_URL), or STORMGUARD_UPSTREAM_URL (STORMGUARD_UPSTREAM_KEY)
 for any OpenAI-compatible endpoint. `check` validates FILE and prints the effective config,
 secrets shown as their variables. --redis shares each deployment's quota and cooldowns with
-the other replicas started with the same Redis and config.";
+the other replicas started with the same Redis and config. `demo` serves in front of an
+embedded mock provider that fails on purpose, and prints the curl commands to try (no key
+needed).";
 
 /// Parses the arguments after the program's name.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String> {
@@ -90,13 +98,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String
                 }
                 return Ok(Command::Check(PathBuf::from(file)));
             }
+            "demo" if config.is_none() && listen.is_none() => return parse_demo(args),
             "--config" | "-c" => config = Some(PathBuf::from(value("--config")?)),
             "--listen" => {
-                let text = value("--listen")?;
-                let addr = text.parse().map_err(|_| {
-                    format!("--listen: `{text}` is not an address such as 127.0.0.1:4000")
-                })?;
-                listen = Some(addr);
+                listen = Some(listen_addr(&value("--listen")?)?);
             }
             "--redis" => overrides.redis = Some(value("--redis")?),
             "--log-format" => {
@@ -113,6 +118,27 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String
         listen,
         overrides,
     })
+}
+
+/// The arguments after `demo`: `--listen ADDR` at most.
+fn parse_demo(mut args: impl Iterator<Item = Result<String, String>>) -> Result<Command, String> {
+    let listen = match args.next().transpose()?.as_deref() {
+        None => None,
+        Some("--listen") => Some(listen_addr(
+            &args.next().transpose()?.ok_or("--listen needs a value")?,
+        )?),
+        Some(other) => return Err(format!("unexpected argument `{other}`")),
+    };
+    if let Some(extra) = args.next() {
+        return Err(format!("unexpected argument `{}`", extra?));
+    }
+    Ok(Command::Demo { listen })
+}
+
+/// A `--listen` value.
+fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    text.parse()
+        .map_err(|_| format!("--listen: `{text}` is not an address such as 127.0.0.1:4000"))
 }
 
 #[cfg(test)]
@@ -164,5 +190,15 @@ mod tests {
         assert!(parse_str(&["--listen", "nowhere"]).is_err());
         assert!(parse_str(&["serve"]).is_err());
         assert!(parse_str(&["--log-format", "xml"]).is_err());
+        assert_eq!(parse_str(&["demo"]), Ok(Command::Demo { listen: None }));
+        assert_eq!(
+            parse_str(&["demo", "--listen", "127.0.0.1:0"]),
+            Ok(Command::Demo {
+                listen: Some("127.0.0.1:0".parse().unwrap())
+            })
+        );
+        assert!(parse_str(&["demo", "--listen"]).is_err());
+        assert!(parse_str(&["demo", "--config", "g.toml"]).is_err());
+        assert!(parse_str(&["demo", "--listen", "127.0.0.1:0", "x"]).is_err());
     }
 }

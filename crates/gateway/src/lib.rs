@@ -15,6 +15,15 @@
 //!
 //! ## Quick start
 //!
+//! With no key, in front of embedded mock providers that fail on purpose ([`demo`]): it prints
+//! the `curl` commands to try, and the headers to look at.
+//!
+//! ```text
+//! cargo run --release -p stormguard-gateway -- demo
+//! ```
+//!
+//! In front of OpenAI:
+//!
 //! ```text
 //! OPENAI_API_KEY=sk-... cargo run --release -p stormguard-gateway
 //! curl http://127.0.0.1:4000/v1/chat/completions -H 'content-type: application/json' \
@@ -55,8 +64,9 @@
 //! # }
 //! ```
 //!
-//! In the SDKs, turn their own retries off (`max_retries=0`): the gateway retries, and what it
-//! gives up on carries `x-should-retry: false`.
+//! In the SDKs, point `base_url` at the gateway (OpenAI's SDKs: `http://127.0.0.1:4000/v1`,
+//! Anthropic's: `http://127.0.0.1:4000`) and turn their own retries off (`max_retries=0`): the
+//! gateway retries, and what it gives up on carries `x-should-retry: false`.
 //!
 //! ## What it serves
 //!
@@ -162,7 +172,7 @@
 //!
 //! Not there yet:
 //!
-//! * the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
+//! * the benchmark against a bare proxy and LiteLLM;
 //! * a key that answers 429 with a short Retry-After (or none) is retried on itself first, as the
 //!   engine's policy allows, and only moved from when every attempt was answered 429: when its
 //!   own adaptive throttle drops one of those retries, the request ends with a 503 ("throttled
@@ -175,5 +185,6 @@
 
 pub mod args;
 pub mod config;
+pub mod demo;
 pub mod format;
 pub mod serve;

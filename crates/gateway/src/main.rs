@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             listen,
             overrides,
         } => serve(config.as_deref(), listen, &overrides, &env),
+        Command::Demo { listen } => demo(listen.unwrap_or(config::DEFAULT_LISTEN)),
     }
 }
 
@@ -136,4 +137,41 @@ fn reread(
     }
     overrides.apply(&mut config);
     Ok(config)
+}
+
+/// `demo`: the gateway in front of its embedded mock provider, until the process ends.
+fn demo(listen: std::net::SocketAddr) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("stormguard-gateway: cannot start the runtime: {error}");
+            return ExitCode::from(EXIT_START);
+        }
+    };
+    runtime.block_on(async move {
+        let demo = match stormguard_gateway::demo::start(listen).await {
+            Ok(demo) => demo,
+            Err(error) => {
+                eprintln!("stormguard-gateway: {error}");
+                return ExitCode::from(EXIT_START);
+            }
+        };
+        println!(
+            "{}",
+            stormguard_gateway::demo::instructions(demo.gateway.addr)
+        );
+        match demo.gateway.wait().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "stopped");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }

@@ -300,3 +300,60 @@ async fn the_binary_reloads_on_sighup_and_drains_on_sigterm() {
     assert!(logs.contains("drained"), "{logs}");
     assert!(TcpStream::connect(addr).is_err(), "still listening");
 }
+
+#[tokio::test]
+async fn the_demo_prints_curl_lines_naming_the_address_it_listens_on() {
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_stormguard-gateway"))
+            .args(["demo", "--listen", "127.0.0.1:0"])
+            .env_clear()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (lines, read) = mpsc::channel();
+    let stdout = child.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut curls = Vec::new();
+    while curls.len() < 3 {
+        let line = read.recv_timeout(Duration::from_secs(10)).unwrap();
+        if line.trim_start().starts_with("curl ") {
+            curls.push(line);
+        }
+    }
+    // The address it bound (port 0 asked for), the same in every line.
+    let url = curls[0]
+        .split_whitespace()
+        .find(|word| word.starts_with("http://127.0.0.1:"))
+        .unwrap();
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(addr.port(), 0);
+    for curl in &curls {
+        assert!(curl.contains(&format!("http://{addr}/v1/")), "{curl}");
+    }
+    // The first line's request, as a reader pasting it sends it: failed once, then answered.
+    let (status, headers, body) = post(
+        addr,
+        "/v1/chat/completions",
+        r#"{"model":"demo","messages":[{"role":"user","content":"Count for me"}]}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(headers["x-stormguard-attempts"], "2");
+    assert!(
+        body.contains(r#""content":"1 2 3 4 5 6 7 8 9 10 11 12""#),
+        "{body}"
+    );
+}

@@ -52,7 +52,7 @@
 //! With `--stream --listen ADDR` it fires nothing itself: it serves callers in other processes at
 //! ADDR, on OpenAI's `/v1/chat/completions` and Anthropic's `/v1/messages`, from the same kind of
 //! provider failing more of its streams (one in ten cut), until it is stopped.
-//! `examples/sdk/run.sh` points the official Python SDKs at it:
+//! The official Python SDKs, for one, point their `base_url` at it:
 //!
 //! ```text
 //! cargo run -p stormguard-examples --bin axum_gateway -- --stream --listen 127.0.0.1:8080
@@ -399,7 +399,7 @@ async fn streams(requests: usize) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Serves callers in other processes (the SDK check, `examples/sdk/run.sh`) at `listen` until
+/// Serves callers in other processes (a Python SDK, for one) at `listen` until
 /// the process is stopped, with no burst of its own: the `--stream` provider, its streams failed
 /// at [`SERVED_STREAM_FAULTS`].
 async fn serve_streams(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {

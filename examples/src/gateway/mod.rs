@@ -117,7 +117,7 @@ impl Running {
     }
 
     /// [`start`](Self::start), with the gateway listening on `listen` (the provider still on an
-    /// ephemeral loopback port): for callers in another process, such as the SDK check, which
+    /// ephemeral loopback port): for callers in another process, such as a Python SDK, which
     /// must know where to connect before the gateway starts.
     pub async fn start_on(
         listen: SocketAddr,

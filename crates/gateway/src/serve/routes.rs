@@ -290,24 +290,44 @@ fn adapter(
     }
     let prefix = provider.base_url.prefix.clone();
     let anthropic = provider.format == Format::Anthropic;
+    let keyless = key.and_then(Secret::value).is_none();
+    // The continuation of a stream another deployment served starts from the head sent there:
+    // its key and its path prefix are that deployment's, never to be sent here.
     Ok(adapter.with_head(move |head| {
+        if keyless {
+            head.headers.remove(http::header::AUTHORIZATION);
+            head.headers.remove("x-api-key");
+        }
         if anthropic && !head.headers.contains_key("anthropic-version") {
             head.headers.insert(
                 "anthropic-version",
                 HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION),
             );
         }
-        if !prefix.is_empty() {
-            prefix_path(&mut head.uri, &prefix);
-        }
+        prefix_path(&mut head.uri, &prefix);
     }))
 }
 
-/// Puts `prefix` before `uri`'s path.
+/// Puts `prefix` before the relayed path of `uri` (`/v1/...`), in place of any other deployment's.
 fn prefix_path(uri: &mut Uri, prefix: &str) {
     let mut parts = uri.clone().into_parts();
-    let path = parts.path_and_query.as_ref().map_or("/", |p| p.as_str());
-    if let Ok(joined) = format!("{prefix}{path}").parse() {
+    let (path, query) = parts
+        .path_and_query
+        .as_ref()
+        .map_or(("/", None), |p| (p.path(), p.query()));
+    let relayed = crate::format::RELAYED
+        .iter()
+        .map(|(relayed, _)| *relayed)
+        .find(|relayed| path.ends_with(relayed))
+        .unwrap_or(path);
+    let joined = match query {
+        Some(query) => format!("{prefix}{relayed}?{query}"),
+        None => format!("{prefix}{relayed}"),
+    };
+    if joined == parts.path_and_query.as_ref().map_or("/", |p| p.as_str()) {
+        return;
+    }
+    if let Ok(joined) = joined.parse() {
         parts.path_and_query = Some(joined);
         if let Ok(prefixed) = Uri::from_parts(parts) {
             *uri = prefixed;
