@@ -41,6 +41,7 @@ pub struct Failover<C = LlmClassifier, Bk = FullJitter, K = Continuing> {
     sticky: Option<StickyKey>,
     seed: Option<u64>,
     cooldowns: Option<Cooldowns>,
+    hand_off_429: bool,
 }
 
 impl<C: Classify, Bk: Backoff, K> Failover<C, Bk, K> {
@@ -60,6 +61,7 @@ impl<C: Classify, Bk: Backoff, K> Failover<C, Bk, K> {
             sticky: None,
             seed: None,
             cooldowns: None,
+            hand_off_429: false,
         }
     }
 
@@ -157,6 +159,31 @@ impl<C: Classify, Bk: Backoff, K> Failover<C, Bk, K> {
         self
     }
 
+    /// Move a request answered 429 to another backend at once (off by default; the gateway
+    /// turns it on): when a backend (a key, a deployment) answers 429, with a `Retry-After` or
+    /// without, and another backend not tried yet is free for the request (healthy, and not
+    /// cooling after a 429 of its own), its engine does not retry it there after the wait but
+    /// hands it back, and the next backend takes it (one of the same rank first, as the
+    /// balancer picks, then the later ranks), the move paid from the shared budget and fitting
+    /// the deadline as every move is. The backend that answered cools for the 429's hint
+    /// ([`Backend::DEFAULT_429_COOLDOWN`] without one): while it does, the other backends free
+    /// for a request take it first. With no other backend free, the engine retries on the
+    /// backend as it would alone (after the hint, if the hint fits). Off by default because it
+    /// changes where a rate-limited request goes: the storm simulator's `balance` scenario,
+    /// whose published figures are made with the default failover, moves its few 429s
+    /// elsewhere with it.
+    #[must_use]
+    pub fn with_hand_off_429(mut self) -> Self {
+        self.hand_off_429 = true;
+        self
+    }
+
+    /// Whether a 429 moves a request to another backend at once
+    /// ([`with_hand_off_429`](Self::with_hand_off_429)).
+    pub fn hand_off_429(&self) -> bool {
+        self.hand_off_429
+    }
+
     /// Seed the balancer's random draws (unseeded by default): the same seed, the same draws.
     #[must_use]
     pub fn with_seed(mut self, seed: u64) -> Self {
@@ -203,6 +230,7 @@ impl<C, Bk, K> Failover<C, Bk, K> {
             sticky: self.sticky,
             seed: self.seed,
             cooldowns: self.cooldowns,
+            hand_off_429: self.hand_off_429,
         }
     }
 
@@ -283,6 +311,8 @@ where
                 sticky: self.sticky.clone(),
                 random: RandomSource::from_seed(self.seed),
                 cooldowns: self.cooldowns.clone(),
+                hand_off_429: self.hand_off_429,
+                epoch: tokio::time::Instant::now(),
             }),
             continues: PhantomData,
         }
@@ -301,6 +331,7 @@ impl<C, Bk, K> Clone for Failover<C, Bk, K> {
             sticky: self.sticky.clone(),
             seed: self.seed,
             cooldowns: self.cooldowns.clone(),
+            hand_off_429: self.hand_off_429,
         }
     }
 }
@@ -316,6 +347,7 @@ impl<C: fmt::Debug, Bk: fmt::Debug, K> fmt::Debug for Failover<C, Bk, K> {
             .field("ranks", &self.ranks)
             .field("sticky", &self.sticky.is_some())
             .field("cooldowns", &self.cooldowns)
+            .field("hand_off_429", &self.hand_off_429)
             .finish()
     }
 }

@@ -109,11 +109,11 @@ fn route(
         let layer = ClientLayer::default()
             .with_max_replay_body(config.server.max_body_bytes)
             .with_timeout(config.server.max_deadline);
-        let failover = ranks
-            .into_iter()
-            .fold(Failover::new(layer), |failover, rank| {
-                failover.with_rank(rank)
-            });
+        // A key that answers 429 hands the request to the model's next key at once.
+        let failover = ranks.into_iter().fold(
+            Failover::new(layer).with_hand_off_429(),
+            |failover, rank| failover.with_rank(rank),
+        );
         BoxCloneSyncService::new(
             failover
                 .layer(connection.clone())
