@@ -316,8 +316,9 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     /// with a response), for the next: the backend refused it (its breaker, throttle, bulkhead or
     /// rate limit, before or after an attempt was sent), refuses the failover's credentials (a
     /// 401 or 403: set aside for good), keeps answering 429, handed it on (an attempt's clock
-    /// fired), rejects the prefill of a continuation (learned: not asked again), or failed and
-    /// is now left (its breaker opened: failures in a row); not one that failed once.
+    /// fired, or a 429 while another backend was free), rejects the prefill of a continuation
+    /// (learned: not asked again), or failed and is now left (its breaker opened: failures in a
+    /// row); not one that failed once.
     fn leaves(&self, from: usize, answered: bool, report: &Report) -> bool {
         let engine = &self.shared.engines[from];
         let reason = report.outcome().reason();
