@@ -559,3 +559,195 @@ async fn without_a_failover_the_429_is_handed_back_after_three_attempts() {
     assert!(waited >= Duration::from_secs(2), "{waited:?}");
     assert!(waited < Duration::from_millis(2_300), "{waited:?}");
 }
+
+/// `key-a` (the request's own URI) then `key-b` at `key_b`, in order, with every default but
+/// [`Failover::with_hand_off_429`]: the budget is the test's, to count what a request drew.
+fn handing_off(budget: &RetryBudget, key_b: &ScriptedBackend) -> FailoverService<HyperClient> {
+    Failover::new(stormguard::ClientLayer::default().with_budget(budget.clone()))
+        .with_backend(Backend::new("key-a"))
+        .with_backend(backup("key-b", key_b, "backup-1"))
+        .with_hand_off_429()
+        .layer(hyper_client())
+}
+
+/// Sends `count` requests one after the other; each is answered 200 by `key-b` at once.
+async fn all_by_key_b(
+    client: &mut FailoverService<HyperClient>,
+    key_a: &ScriptedBackend,
+    count: usize,
+) {
+    for _ in 0..count {
+        let started = Instant::now();
+        let response = send(client, key_a).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(answered_by(&response), "key-b");
+        assert!(started.elapsed() < Duration::from_millis(100));
+    }
+}
+
+/// Key A answers 429 with `Retry-After: 5`: the request goes to key B at once (2 attempts, the
+/// move the one draw on the budget, no wait), and A, cooling for its 5 s, is sent nothing until
+/// they have passed; then it is first again.
+#[tokio::test(start_paused = true)]
+async fn a_429_with_retry_after_moves_to_the_other_key_at_once_and_cools_for_the_hint() {
+    let key_a = ScriptedBackend::spawn([rate_limited().header("retry-after", "5")]).await;
+    let key_b = ScriptedBackend::spawn([ok()]).await;
+    let budget = RetryBudget::default();
+    let mut client = handing_off(&budget, &key_b);
+    all_by_key_b(&mut client, &key_a, 1).await;
+    assert_eq!((key_a.hits(), key_b.hits()), (1, 1));
+    assert_eq!(budget.snapshot().withdrawals, 1);
+    assert_eq!(
+        key_a.seen()[0].body,
+        stormguard_tests::CHAT_REQUEST.as_bytes()
+    );
+    assert_eq!(models(&key_b), ["backup-1"]);
+    // Cooling: 4 more requests within the 5 s, none to A.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        all_by_key_b(&mut client, &key_a, 1).await;
+    }
+    assert_eq!((key_a.hits(), key_b.hits()), (1, 5));
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    all_by_key_b(&mut client, &key_a, 1).await;
+    assert_eq!((key_a.hits(), key_b.hits()), (2, 6));
+}
+
+/// Key A answers 429 without a hint: the same move at once, and A cools for
+/// `Backend::DEFAULT_429_COOLDOWN` (1 s).
+#[tokio::test(start_paused = true)]
+async fn a_429_without_a_hint_moves_at_once_and_cools_for_a_second() {
+    assert_eq!(Backend::DEFAULT_429_COOLDOWN, Duration::from_secs(1));
+    let key_a = ScriptedBackend::spawn([rate_limited()]).await;
+    let key_b = ScriptedBackend::spawn([ok()]).await;
+    let budget = RetryBudget::default();
+    let mut client = handing_off(&budget, &key_b);
+    all_by_key_b(&mut client, &key_a, 3).await;
+    assert_eq!((key_a.hits(), key_b.hits()), (1, 3));
+    assert_eq!(budget.snapshot().withdrawals, 1);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    all_by_key_b(&mut client, &key_a, 1).await;
+    assert_eq!((key_a.hits(), key_b.hits()), (1, 4));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    all_by_key_b(&mut client, &key_a, 1).await;
+    assert_eq!((key_a.hits(), key_b.hits()), (2, 5));
+}
+
+/// One key only: nowhere to move, so its engine does what it does alone: waits out the 1 s
+/// asked (and its jitter, at most 10%) and retries there, and the retry answers.
+#[tokio::test(start_paused = true)]
+async fn with_one_key_a_429_is_waited_out_and_retried_on_it() {
+    let key_a = ScriptedBackend::spawn([rate_limited().header("retry-after", "1"), ok()]).await;
+    let mut client = Failover::new(stormguard::ClientLayer::default())
+        .with_backend(Backend::new("key-a"))
+        .with_hand_off_429()
+        .layer(hyper_client());
+    let started = Instant::now();
+    let response = send(&mut client, &key_a).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(answered_by(&response), "key-a");
+    assert_eq!(key_a.hits(), 2);
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    assert!(waited < Duration::from_millis(1_150), "{waited:?}");
+}
+
+/// A throttle that drops the retry after a 429 (K = 1, no minimum rate: after one 429 it drops
+/// half of what it gets while the 429 is in its 2 s window; seeded, it drops that retry).
+fn dropping_throttle() -> stormguard::throttle::AdaptiveThrottle {
+    let config = stormguard::throttle::ThrottleConfig::default()
+        .with_k(1.0)
+        .with_min_rate(0.0)
+        .with_max_probability(1.0)
+        .with_seed(THROTTLE_SEED);
+    stormguard::throttle::AdaptiveThrottle::new(config)
+}
+
+/// A seed whose first draw drops at a probability of one half.
+const THROTTLE_SEED: u64 = 0;
+
+/// Key A answers 429 with `Retry-After: 1` (within the throttle's 2 s window); its throttle drops the retry, and key B is not
+/// there: the caller gets A's 429 with its Retry-After and `x-should-retry: false`, never a 503
+/// of the throttle's, after 1 attempt.
+#[tokio::test(start_paused = true)]
+async fn a_throttled_retry_of_a_429_hands_back_the_429_not_a_503() {
+    let key_a = ScriptedBackend::spawn([rate_limited().header("retry-after", "1")]).await;
+    let mut client = Failover::new(stormguard::ClientLayer::default())
+        .with_backend(Backend::new("key-a").with_throttle(dropping_throttle()))
+        .with_hand_off_429()
+        .layer(hyper_client());
+    let response = send(&mut client, &key_a).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(answered_by(&response), "key-a");
+    assert_eq!(response.headers()[http::header::RETRY_AFTER], "1");
+    assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
+    assert_eq!(text(&response), RATE_LIMITED);
+    assert_eq!(key_a.hits(), 1);
+}
+
+/// The engine alone does the same: the throttle's refusal of the retry never hides the 429.
+#[tokio::test(start_paused = true)]
+async fn without_a_failover_a_throttled_retry_of_a_429_hands_back_the_429() {
+    let provider = ScriptedBackend::spawn([rate_limited().header("retry-after", "1")]).await;
+    let client = stormguard::ClientLayer::default()
+        .with_throttle(dropping_throttle())
+        .layer(hyper_client());
+    let response = client
+        .oneshot(chat_post(&provider.url(PATH)))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()[http::header::RETRY_AFTER], "1");
+    assert_eq!(response.headers()[X_SHOULD_RETRY], "false");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, RATE_LIMITED.as_bytes());
+    assert_eq!(provider.hits(), 1);
+}
+
+/// A stream cut on the first backend (its key and path prefix set by its adapter) and continued
+/// on a backend without a key is sent there as the caller sent it, rewritten only by that
+/// backend's adapter: never with the first backend's key, nor under its path prefix.
+#[tokio::test(start_paused = true)]
+async fn a_continuation_carries_only_its_own_backends_key_and_path() {
+    use stormguard_tests::provider::{Plan, Provider, chunk, read, whole_answer, words};
+    // The first backend sends words 1 to 20 and closes: no finish, no [DONE].
+    let first = Provider::spawn(|_, _| Plan::stream(words(1, 20, false))).await;
+    let mut rest: String = (21..=60)
+        .map(|word| chunk(&format!(r#"{{"content":"w{word} "}}"#), "null"))
+        .collect();
+    rest.push_str(&chunk("{}", r#""stop""#));
+    rest.push_str("data: [DONE]\n\n");
+    let keyless = ScriptedBackend::spawn([Reply::status(200)
+        .header("content-type", "text/event-stream")
+        .body(rest)])
+    .await;
+    let keyed = Adapter::new()
+        .with_origin(first.origin())
+        .with_header(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_static("Bearer sk-first-only"),
+        )
+        .with_head(|head| {
+            let mut parts = head.uri.clone().into_parts();
+            let path = format!("/first-prefix{}", head.uri.path());
+            parts.path_and_query = Some(path.parse().unwrap());
+            head.uri = http::Uri::from_parts(parts).unwrap();
+        });
+    let keyless_adapter = Adapter::new().with_origin(keyless.url("").parse().unwrap());
+    let failover = Failover::new(stormguard::ClientLayer::default())
+        .with_backend(Backend::new("first").with_adapter(keyed))
+        .with_backend(Backend::new("keyless").with_adapter(keyless_adapter))
+        .layer(hyper_client());
+    let request = stormguard_test_kit::post(PATH, stormguard_tests::provider::REQUEST);
+    let response = failover.oneshot(request).await.unwrap();
+    let answer = read(response.into_body()).await;
+    assert_eq!(answer.text, whole_answer());
+    assert_eq!(answer.done, 1);
+    let seen = keyless.seen();
+    assert_eq!(seen.len(), 1, "one continuation");
+    assert_eq!(seen[0].uri.path(), PATH);
+    assert_eq!(seen[0].headers.get(http::header::AUTHORIZATION), None);
+    let body: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
+    let prefill = body["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(prefill["role"], "assistant");
+}

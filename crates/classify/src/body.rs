@@ -180,6 +180,13 @@ impl<B: Body> PartialBody<B> {
         }
     }
 
+    /// The whole body, if reading its prefix reached its end with nothing after it (no trailers,
+    /// no error) and the prefix was not yielded yet: its bytes.
+    pub fn into_whole(self) -> Option<Bytes> {
+        let whole = self.rest_done && self.trailers.is_none() && self.error.is_none();
+        whole.then(|| self.prefix.unwrap_or_default())
+    }
+
     /// Takes the body apart again: the prefix not yet yielded (empty once it was), and the rest
     /// unless reading had already reached its end.
     pub fn into_parts(self) -> (Bytes, Option<B>) {
@@ -386,6 +393,16 @@ impl<RB: Body> ResponseBody<RB> {
     /// there already are read to their end.
     pub fn set_deadline(&mut self, until: Instant, error: fn() -> BoxError) {
         self.deadline = Some((until, error));
+    }
+
+    /// The whole body, if reading it to classify the response reached its end (a small error
+    /// body, read whole) and nobody read it since: its bytes, for a copy of the answer; `None`
+    /// for any other body.
+    pub fn into_whole(self) -> Option<Bytes> {
+        match self.kind {
+            Kind::Read { body } => body.into_whole(),
+            Kind::Local { .. } | Kind::Inner { .. } | Kind::Boxed { .. } => None,
+        }
     }
 
     /// Whether the start of this body was read to classify the response (it still yields every

@@ -46,6 +46,16 @@ impl Backend {
     /// traffic is back on a recovered primary within a few seconds.
     pub const DEFAULT_MAX_OPEN_WAIT: Duration = Duration::from_secs(3);
 
+    /// How long a backend that answered 429 without a `Retry-After` (or any reset header) is
+    /// passed over for the other backends free for a request
+    /// ([`Failover::with_hand_off_429`](crate::Failover::with_hand_off_429)): 1 s. Such a 429
+    /// says nothing of when the key has room again; OpenAI meters its per-minute limits over
+    /// periods as short as a second ("60,000 requests/minute may be enforced as 1,000
+    /// requests/second", <https://platform.openai.com/docs/guides/rate-limits>), so a second is
+    /// the shortest wait after which the key may have room, and short enough that a key that
+    /// does is not left idle for long.
+    pub const DEFAULT_429_COOLDOWN: Duration = Duration::from_secs(1);
+
     /// A backend named `name` (its mark on the responses it answers: printable ASCII; other
     /// characters are replaced by `_`), sent the request as it comes, with the default breaker.
     pub fn new(name: &str) -> Self {

@@ -26,6 +26,7 @@ use stormguard_stream::Continuer;
 use stormguard_stream::continuation::Format;
 use tokio::time::Instant;
 
+use crate::Backend;
 use crate::balance::{Candidate, InFlight, rendezvous, two_choices};
 use crate::marks::{Cure, NoBackend, mark};
 use crate::record::{FailoverRecorder, Recorder};
@@ -37,9 +38,10 @@ pub(crate) type Output<RB> = Result<Response<ResponseBody<RB>>, Error>;
 /// Most backends a failover tells apart (the hops of one request are kept as bits).
 pub(crate) const MAX_BACKENDS: usize = 64;
 
-/// Makes the continuer of a stream that backend `from` served: it sends each continuation through
-/// the failover. A plain function, so that a request that never streams costs a pointer.
-pub(crate) type MakeContinuer<S, C, Bk> = fn(&Arc<Shared<S, C, Bk>>, usize) -> Continuer;
+/// Makes the continuer of a stream that backend `from` served of the request with head `head` (as
+/// it came, before any backend's adapter): it sends each continuation through the failover. A
+/// plain function, so that a request that never streams costs a pointer.
+pub(crate) type MakeContinuer<S, C, Bk> = fn(&Arc<Shared<S, C, Bk>>, usize, &Parts) -> Continuer;
 
 /// The books of one request across its backends.
 pub(crate) struct Ledger<S, C, Bk> {
@@ -197,9 +199,13 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
         if self.continues_from.is_some() {
             return route.as_continuation();
         }
+        // Asked only when a 429 moves a request: another backend is free to take it.
+        if self.shared.hand_off_429 && self.another_free(index) {
+            route = route.with_hand_off_429();
+        }
         match self.continuer {
             Some(make) if Format::of_request(&self.head).is_some() => {
-                route.with_continuer(make(&self.shared, index))
+                route.with_continuer(make(&self.shared, index, &self.head))
             }
             _ => route,
         }
@@ -224,6 +230,12 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
             engine.load.observe(took);
         }
         self.sent |= attempts > 0;
+        if self.shared.hand_off_429 && output.is_ok() && outcome.reason() == Reason::RateLimited {
+            let wait = outcome
+                .retry_after()
+                .unwrap_or(Backend::DEFAULT_429_COOLDOWN);
+            engine.cool_for(self.shared.epoch, wait);
+        }
         if !outcome.is_success() && racing {
             if hop.hedge {
                 self.hedged(hop.backend, "failed");
@@ -305,8 +317,9 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     /// with a response), for the next: the backend refused it (its breaker, throttle, bulkhead or
     /// rate limit, before or after an attempt was sent), refuses the failover's credentials (a
     /// 401 or 403: set aside for good), keeps answering 429, handed it on (an attempt's clock
-    /// fired), rejects the prefill of a continuation (learned: not asked again), or failed and
-    /// is now left (its breaker opened: failures in a row); not one that failed once.
+    /// fired, or a 429 while another backend was free), rejects the prefill of a continuation
+    /// (learned: not asked again), or failed and is now left (its breaker opened: failures in a
+    /// row); not one that failed once.
     fn leaves(&self, from: usize, answered: bool, report: &Report) -> bool {
         let engine = &self.shared.engines[from];
         let reason = report.outcome().reason();
@@ -343,18 +356,34 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     /// tried yet, the one the balancer picks among those (see `balance`). For a continuation,
     /// one that takes an assistant prefill, and the backend whose stream it continues only when
     /// no other can.
+    /// A backend cooling after a 429 is taken only when no other can.
     pub(crate) fn next_healthy(&self) -> Option<usize> {
-        let continuation = self.continues_from.is_some();
-        let takes = |index: usize| {
-            let engine = &self.shared.engines[index];
-            index < MAX_BACKENDS
-                && self.tried & (1 << index) == 0
-                && !self.cooling(index)
-                && engine.backend.is_healthy()
-                && (!continuation || engine.takes_prefill())
+        let next = |cooled| {
+            let takes = |index: usize| self.takes(index, cooled);
+            self.choose(|index| Some(index) != self.continues_from && takes(index))
+                .or_else(|| self.continues_from.filter(|from| takes(*from)))
         };
-        self.choose(|index| Some(index) != self.continues_from && takes(index))
-            .or_else(|| self.continues_from.filter(|from| takes(*from)))
+        next(true).or_else(|| self.shared.hand_off_429.then(|| next(false)).flatten())
+    }
+
+    /// Whether backend `index` may take the request next: not tried yet, not left for a shared
+    /// cooldown, healthy, taking a prefill for a continuation, and (`cooled`) not cooling after
+    /// a 429.
+    fn takes(&self, index: usize, cooled: bool) -> bool {
+        let engine = &self.shared.engines[index];
+        let shared = &*self.shared;
+        index < MAX_BACKENDS
+            && self.tried & (1 << index) == 0
+            && !self.cooling(index)
+            && engine.backend.is_healthy()
+            && (self.continues_from.is_none() || engine.takes_prefill())
+            && !(cooled && shared.hand_off_429 && engine.cooling_after_429(shared.epoch))
+    }
+
+    /// Whether a backend other than `index` is free for the request: one a 429 on `index` is
+    /// handed on to at once.
+    fn another_free(&self, index: usize) -> bool {
+        (0..self.shared.engines.len()).any(|other| other != index && self.takes(other, true))
     }
 
     /// The backend of the first rank that has one that `may` take the request: the only one,

@@ -44,6 +44,14 @@
 //!      healthy backend takes it at once, at any traffic level. A 429 is no health failure, so
 //!      the breaker never leaves such a backend, and its throttle drops nothing at a few
 //!      requests a second;
+//!    - with [`Failover::with_hand_off_429`] (off by default; the gateway turns it on), the
+//!      backend answered 429 once, with a `Retry-After` or without, while another backend is
+//!      free for the request: its engine hands the request back instead of retrying it there
+//!      after the wait, and the next healthy backend takes it at once (of the same rank first,
+//!      as the balancer picks, then the later ranks). The backend cools for the 429's hint
+//!      ([`Backend::DEFAULT_429_COOLDOWN`], 1 s, without one): while it does, the other backends
+//!      are chosen before it. With no other backend free, the engine waits out a fitting hint
+//!      and retries on the backend, as it would alone;
 //!    - the backend failed and is now unhealthy (its breaker opened: by default after 3 health
 //!      failures in a row, [`Backend::DEFAULT_CONSECUTIVE_FAILURES`]): the next healthy backend
 //!      takes it. A backend that failed once and is still healthy is not left: its failure is
@@ -55,7 +63,9 @@
 //!    attempt of the last backend took.
 //! 5. When no backend is left: the [`Degraded`] answer if there is one (marked with
 //!    [`LocalAnswer`](stormguard_classify::LocalAnswer) and `x-stormguard-degraded: true`), else the last backend's failure
-//!    (a 429 with its Retry-After and, when its engine gave up on it, `x-should-retry: false`),
+//!    (a 429 with its Retry-After and, when its engine gave up on it, `x-should-retry: false`;
+//!    also when the backend's own throttle or breaker refused the retry of that 429: the engine
+//!    hands the 429 back in place of its refusal),
 //!    or, when no backend could take the request at all, [`NoBackend`]: an error whose outcome
 //!    (`Reason::NoBackend`) `error_response` answers with 503 and `Retry-After`.
 //! 6. When the deadline passes, the request ends there, wherever it is (an attempt in flight or

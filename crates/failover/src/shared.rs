@@ -4,10 +4,12 @@
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use http::request::Parts;
 use stormguard_numbers::random::RandomSource;
 use stormguard_retry::{ClientLayer, ClientService, Hedging, NotContinuing};
+use tokio::time::Instant;
 
 use crate::balance::Load;
 use crate::{Backend, Cooldowns, Cure, Degraded};
@@ -28,6 +30,11 @@ pub(crate) struct Shared<S, C, Bk> {
     /// The balancer's draws.
     pub(crate) random: RandomSource,
     pub(crate) cooldowns: Option<Cooldowns>,
+    /// A 429 moves the request to another backend free for it at once, and the backend that
+    /// answered it cools (see [`Failover::with_hand_off_429`](crate::Failover::with_hand_off_429)).
+    pub(crate) hand_off_429: bool,
+    /// What the engines' cooling after a 429 is counted from.
+    pub(crate) epoch: Instant,
 }
 
 /// A backend, its engine, and what the failover learned of it.
@@ -40,6 +47,9 @@ pub(crate) struct Engine<S, C, Bk> {
     /// Whether it was found to reject an assistant prefill (it answered a continuation 400, or
     /// its backend says so): it is not asked to continue a stream again.
     prefill_rejected: AtomicBool,
+    /// Until when it cools after a 429, in nanoseconds after its failover's epoch (0: it never
+    /// answered one): the other backends free for a request take it first until then.
+    cools_until: AtomicU64,
 }
 
 impl<S, C, Bk> Engine<S, C, Bk> {
@@ -51,6 +61,7 @@ impl<S, C, Bk> Engine<S, C, Bk> {
             load: Arc::default(),
             published: AtomicU64::new(0),
             prefill_rejected,
+            cools_until: AtomicU64::new(0),
         }
     }
 
@@ -59,10 +70,29 @@ impl<S, C, Bk> Engine<S, C, Bk> {
         !self.prefill_rejected.load(Ordering::Relaxed)
     }
 
+    /// It answered 429: it cools for `wait` from now (a longer cooling it was given holds).
+    pub(crate) fn cool_for(&self, epoch: Instant, wait: Duration) {
+        let until = Instant::now().checked_add(wait).map_or(u64::MAX, |until| {
+            nanos(until.saturating_duration_since(epoch))
+        });
+        self.cools_until.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// Whether it is cooling after a 429 (the clock is read only if it ever answered one).
+    pub(crate) fn cooling_after_429(&self, epoch: Instant) -> bool {
+        let until = self.cools_until.load(Ordering::Relaxed);
+        until != 0 && nanos(epoch.elapsed()) < until
+    }
+
     /// Its backend answered a continuation 400: it takes no prefill.
     pub(crate) fn reject_prefill(&self) {
         self.prefill_rejected.store(true, Ordering::Relaxed);
     }
+}
+
+/// `duration` in nanoseconds, saturated.
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The engines of each rank, from each backend's rank (in order, never decreasing).

@@ -77,6 +77,14 @@
 //!   each in the caller's format. Each answer says which deployment answered
 //!   (`x-stormguard-backend`) and after how many attempts, on every deployment
 //!   ([`X_STORMGUARD_ATTEMPTS`](serve::X_STORMGUARD_ATTEMPTS)).
+//! * A key (or deployment) that answers 429 hands the request at once to another of its rank
+//!   not tried yet, else to the next rank
+//!   ([`with_hand_off_429`](stormguard::failover::Failover::with_hand_off_429), on in every
+//!   route): 2 attempts, the second answering. The key that answered 429 is passed over while it
+//!   cools for its `Retry-After` (1 s without one). With no other key free, its hint is waited
+//!   out and it is retried, as a single key is; and when nothing else answered, the caller gets
+//!   the provider's 429 with its `Retry-After` and `x-should-retry: false`, never a 503 of the
+//!   key's own throttle or breaker refusing the retry.
 //! * `GET /v1/models`: the configured model names (OpenAI's list format).
 //! * `GET /healthz` (alive; each deployment's breaker), `GET /readyz` (200 when every model has
 //!   a deployment whose key is set, else 503), `GET /metrics` (the library's metrics in
@@ -173,11 +181,6 @@
 //! Not there yet:
 //!
 //! * the benchmark against a bare proxy and LiteLLM;
-//! * a key that answers 429 with a short Retry-After (or none) is retried on itself first, as the
-//!   engine's policy allows, and only moved from when every attempt was answered 429: when its
-//!   own adaptive throttle drops one of those retries, the request ends with a 503 ("throttled
-//!   locally") instead of going to the next key. A Retry-After longer than a request waits for
-//!   (over 60 s) moves it at once. This is the failover's rule, to be changed there;
 //! * `/v1/models` in the environment-only start lists no model (every name is passed through).
 
 #![forbid(unsafe_code)]

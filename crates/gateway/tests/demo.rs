@@ -53,6 +53,7 @@ async fn whole_answers_failed_by_the_flaky_rank_come_back_after_a_retry() {
     let demo = start().await;
     let body = format!(r#"{{"model":"demo",{ASK}}}"#);
     let mut attempts = Vec::new();
+    let mut backends = Vec::new();
     let mut took = Vec::new();
     for _ in 0..4 {
         let sent = Instant::now();
@@ -62,15 +63,18 @@ async fn whole_answers_failed_by_the_flaky_rank_come_back_after_a_retry() {
         assert_eq!(status, 200, "{text}");
         let answer: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(answer["choices"][0]["message"]["content"], counted(12));
-        assert_eq!(
-            header(&headers, "x-stormguard-backend"),
-            "flaky-openai/mock"
-        );
+        backends.push(header(&headers, "x-stormguard-backend").to_owned());
         attempts.push(header(&headers, "x-stormguard-attempts").to_owned());
     }
-    // The first after a 500, the third after a 429 whose Retry-After it waited for.
+    // The first retried on the flaky rank after a 500; the third moved to the backup at once
+    // after a 429, and the flaky rank passed over while its Retry-After lasts.
+    let (flaky, backup) = ("flaky-openai/mock", "backup-openai/mock");
     assert_eq!(attempts, ["2", "1", "2", "1"]);
-    assert!(took[2] >= Duration::from_secs(RETRY_AFTER_SECS), "{took:?}");
+    assert_eq!(backends, [flaky, flaky, backup, backup]);
+    assert!(took[2] < Duration::from_secs(RETRY_AFTER_SECS), "{took:?}");
+    tokio::time::advance(Duration::from_secs(RETRY_AFTER_SECS)).await;
+    let (_, headers, _) = kit::post(demo.gateway.addr, "/v1/chat/completions", &body, &[]).await;
+    assert_eq!(header(&headers, "x-stormguard-backend"), flaky);
     assert_eq!(
         demo.injected(),
         Injected {

@@ -173,6 +173,56 @@ rank = 2
     gateway.stop().await;
 }
 
+/// One deployment with two keys (one rank): the provider answers key 1 with 429 (`Retry-After:
+/// 30`), key 2 with 200 after 1.5 s. A request the balancer sends to key 1 first goes on to key
+/// 2 at once: 200, `x-stormguard-attempts: 2`, key 2's deployment named. Key 1, cooling for its
+/// 30 s, is sent nothing more. (A first request sent to key 2 teaches its 1.5 s, more than an
+/// unmeasured key's 1 s, so the second goes to key 1 first.)
+#[tokio::test(start_paused = true)]
+async fn a_429_on_one_key_of_a_rank_is_answered_by_the_other_key_in_two_attempts() {
+    let limited = KEYS[0].1;
+    let script: kit::Script = Arc::new(move |seen: &Seen| {
+        if seen.key() != Some(limited) {
+            return json(200, r#"{"id":"ok","choices":[]}"#);
+        }
+        let mut answer = json(
+            429,
+            r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+        );
+        answer
+            .headers_mut()
+            .insert("retry-after", "30".parse().unwrap());
+        answer
+    });
+    let openai = kit::slow_mock(script, Duration::from_millis(1_500)).await;
+    let anthropic = mock(echo()).await;
+    let config = kit::config(&two_providers(&openai.url(), &anthropic.url()), &env(&KEYS));
+    let gateway = kit::gateway(&config).await;
+    let body = r#"{"model":"gpt","messages":[{"role":"user","content":"hi"}]}"#;
+    let mut attempts = Vec::new();
+    for _ in 0..6 {
+        let (status, headers, answer) = post(gateway.addr, "/v1/chat/completions", body, &[]).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(headers["x-stormguard-backend"], "openai/gpt-upstream/2");
+        attempts.push(
+            headers["x-stormguard-attempts"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Key 1 was asked once, by the first or the second request, which key 2 answered in 2.
+    assert_eq!(openai.with_key(limited), 1);
+    assert_eq!(
+        attempts.iter().filter(|n| *n == "2").count(),
+        1,
+        "{attempts:?}"
+    );
+    assert!(attempts[..2].contains(&"2".to_owned()), "{attempts:?}");
+    assert_eq!(openai.with_key(KEYS[1].1), 6);
+    gateway.stop().await;
+}
+
 /// Two models on one provider: `gpt` with its first key in rank 1 and its second in rank 2,
 /// `only-revoked` with the first key alone (`{}`: the provider's address).
 const TWO_KEYS_RANKED: &str = r#"

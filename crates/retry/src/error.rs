@@ -20,8 +20,9 @@ pub enum GiveUpCause {
     Deadline,
     /// The server asked for a delay above the hint policy's maximum.
     HintTooLong,
-    /// An attempt's clock fired, and the request goes on elsewhere: under a router, to its
-    /// next backend ([`Route::with_hand_off`](crate::Route::with_hand_off)).
+    /// An attempt's clock fired, or the server answered 429, and the request goes on elsewhere:
+    /// under a router, to its next backend ([`Route::with_hand_off`](crate::Route::with_hand_off),
+    /// [`Route::with_hand_off_429`](crate::Route::with_hand_off_429)).
     HandedOn,
 }
 
@@ -45,7 +46,7 @@ impl fmt::Display for GiveUpCause {
             Self::BudgetExhausted => "retry budget exhausted",
             Self::Deadline => "deadline too close",
             Self::HintTooLong => "server asked for a delay above the maximum",
-            Self::HandedOn => "attempt timed out, handed on to the next backend",
+            Self::HandedOn => "handed on to the next backend",
         })
     }
 }

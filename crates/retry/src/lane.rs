@@ -524,7 +524,7 @@ where
 {
     /// A router above handed the request with `route`: its ticket pays for the first attempt.
     fn routed(&mut self, route: Route, attempt: &mut Attempt) {
-        self.ledger.routed(route.hand_off, route.continuation);
+        self.ledger.routed(&route);
         attempt.ticket = route.ticket;
         *self.continue_by = Some(match (route.continuation, route.continuer) {
             (false, Some(continuer)) => Continue::By(continuer),

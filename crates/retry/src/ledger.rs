@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response, StatusCode, response};
 use http_body::Body;
 use stormguard_classify::body::{PartialBody, Prefix, ResponseBody, Tail};
 use stormguard_classify::headers::mark_do_not_retry;
 use stormguard_classify::usage::TokenCounts;
-use stormguard_classify::{BoxError, Classify, Outcome, is_grpc};
+use stormguard_classify::{BoxError, Classify, Outcome, Reason, is_grpc};
 use stormguard_deadline::Deadline;
 use stormguard_deadline::clocks::RequestShape;
 use stormguard_jitter::Backoff;
@@ -62,11 +62,18 @@ pub(crate) struct Ledger<C, Bk: Backoff> {
     /// A router above takes the request elsewhere when an attempt times out (see
     /// [`Route::with_hand_off`](crate::Route::with_hand_off)).
     hand_off: bool,
+    /// A router above takes a 429 elsewhere at once (see
+    /// [`Route::with_hand_off_429`](crate::Route::with_hand_off_429)).
+    hand_off_429: bool,
     /// The request continues another's stream.
     pub(crate) continuation: bool,
     /// The last failure handed back, and why the engine gave up on it: for the [`Report`].
     failed: Option<Outcome>,
     gave_up: Option<GiveUpCause>,
+    /// The 429 the server answered before the retry waiting to go (its head, its whole body and
+    /// outcome): handed back in place of a guard's refusal of that retry, so that a local
+    /// refusal never hides the server's answer and its hint. Set only on the failure path.
+    answered_429: Option<Box<(response::Parts, Bytes, Outcome)>>,
 }
 
 impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
@@ -86,17 +93,20 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             grpc,
             retries: Retries::new(),
             hand_off: false,
+            hand_off_429: false,
             continuation: false,
             failed: None,
             gave_up: None,
+            answered_429: None,
         }
     }
 
-    /// The request is routed (see [`Route`](crate::Route)): a timeout is handed on, and it may be
-    /// a continuation.
-    pub(crate) fn routed(&mut self, hand_off: bool, continuation: bool) {
-        self.hand_off = hand_off;
-        self.continuation = continuation;
+    /// The request is routed (see [`Route`](crate::Route)): a timeout is handed on, a 429 too if
+    /// the router says so, and it may be a continuation.
+    pub(crate) fn routed(&mut self, route: &crate::route::Route) {
+        self.hand_off = route.hand_off;
+        self.hand_off_429 = route.hand_off_429;
+        self.continuation = route.continuation;
     }
 
     /// The span of `attempt` (the request's before one is sent), entered: see [`Watch::enter`].
@@ -272,6 +282,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             breaker_open: self.config.guards.breaker_open(),
             deadline: self.deadline,
             hand_off: self.hand_off,
+            hand_off_429: self.hand_off_429,
         };
         let decision = self.config.policy.decide(&mut self.retries, &failed);
         let reason = outcome.reason();
@@ -312,6 +323,33 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             response.extensions_mut().insert(cause);
         }
         self.failed = Some(outcome);
+    }
+
+    /// A retry of the failure `response` (with `outcome`) is to go: a 429 whose body was read
+    /// whole is kept until the retry is sent, any other failure forgets the one kept.
+    pub(crate) fn retrying<RB: Body>(
+        &mut self,
+        response: Option<Response<ResponseBody<RB>>>,
+        outcome: &Outcome,
+    ) {
+        self.answered_429 = response
+            .filter(|_| outcome.reason() == Reason::RateLimited)
+            .and_then(|response| {
+                let (head, body) = response.into_parts();
+                Some(Box::new((head, body.into_whole()?, *outcome)))
+            });
+    }
+
+    /// The 429 the server answered before a retry a guard refused, if one is kept: handed back
+    /// as the engine hands back a failure it gave up on (marked "do not retry", its own
+    /// `Retry-After` kept), in place of the refusal.
+    pub(crate) fn answered_429<RB: Body>(&mut self) -> Option<Response<ResponseBody<RB>>> {
+        let (head, bytes, outcome) = *self.answered_429.take()?;
+        let mut response = Response::from_parts(head, ResponseBody::local(bytes));
+        let grpc = self.grpc || is_grpc(response.headers());
+        mark_do_not_retry(response.headers_mut(), grpc);
+        self.failed = Some(outcome);
+        Some(response)
     }
 
     /// What every ending of the request does to its output, once: the run of 429s told, the

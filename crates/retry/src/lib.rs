@@ -81,11 +81,16 @@
 //! failed call is returned as an [`Error`] whose outcome is fatal. Fatal failed responses get the
 //! same mark: the OpenAI SDKs, for one, would otherwise retry a `429 insufficient_quota` twice
 //! more. Only a request this layer could not have retried (a body too large to replay,
-//! `with_max_attempts(1)`) comes back unmarked: the decision stays with the caller.
+//! `with_max_attempts(1)`) comes back unmarked: the decision stays with the caller. A retry of a
+//! server's 429 that a guard of this side refuses (the throttle drops it, the breaker is open
+//! with no fallback, the rate limit cannot fit it) hands that 429 back, marked so, with its own
+//! `Retry-After`, instead of the refusal's 503: the provider's answer and its hint are what the
+//! caller can act on.
 //!
 //! A router above that can send the request elsewhere (a failover) needs more than "do not
 //! retry": it sends through [`ClientService::route`], which takes a [`Route`] with the request
-//! (hand a fired clock on instead of retrying here, the budget's ticket for the move, who
+//! (hand a fired clock on instead of retrying here, a 429 too when the router has another
+//! backend free ([`Route::with_hand_off_429`]), the budget's ticket for the move, who
 //! continues the streams) and gives a [`Report`] back with the answer (the last outcome, the
 //! attempts sent, why the engine gave up, and whether the server answered 429 to every
 //! attempt). A backend that answered 429 throughout is rate-limiting the request whatever this

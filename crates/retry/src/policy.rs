@@ -19,7 +19,8 @@
 //!
 //! Under a router that can take the request elsewhere (a failover), an attempt that timed out
 //! without an answer is not retried here: the request is handed on at once
-//! ([`GiveUpCause::HandedOn`]).
+//! ([`GiveUpCause::HandedOn`]); so is a 429 when the router has another backend free for the
+//! request ([`Route::with_hand_off_429`](crate::Route::with_hand_off_429)).
 //!
 //! Whatever it decides, the policy counts the failures the server answered 429: a request
 //! answered 429 on every attempt comes back saying so
@@ -75,6 +76,8 @@ pub(crate) struct FailedAttempt<'a> {
     pub(crate) deadline: Option<Deadline>,
     /// Whether a router above can take the request elsewhere (a failover's next backend).
     pub(crate) hand_off: bool,
+    /// Whether a router above takes a 429 elsewhere at once (another backend is free for it).
+    pub(crate) hand_off_429: bool,
 }
 
 /// The policy's answer.
@@ -123,6 +126,9 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         retries.tally(failed.outcome);
         let outcome = failed.outcome;
         if failed.hand_off && outcome.reason() == Reason::Timeout && !outcome.is_accepted() {
+            return Decision::GiveUp(GiveUpCause::HandedOn);
+        }
+        if failed.hand_off_429 && outcome.reason() == Reason::RateLimited {
             return Decision::GiveUp(GiveUpCause::HandedOn);
         }
         if !failed.replayable || !self.may_retry() {
@@ -256,6 +262,7 @@ mod tests {
             breaker_open: false,
             deadline: None,
             hand_off: false,
+            hand_off_429: false,
         }
     }
 
@@ -418,6 +425,37 @@ mod tests {
             delay(&policy.decide(&mut retries, &failed(&TIMED_OUT, 1))),
             Some(SECOND)
         );
+    }
+
+    /// Under a router with another backend free, a 429 (with a 2 s hint or none) is handed on at
+    /// once, with nothing drawn, and still counted as a 429; without it, the hint is waited out;
+    /// other failures are retried here as ever.
+    #[tokio::test(start_paused = true)]
+    async fn under_a_router_with_another_backend_a_429_is_handed_on() {
+        let policy = policy(3);
+        let mut retries = Retries::new();
+        let hinted =
+            Outcome::retryable(Reason::RateLimited).with_retry_after(Some(Duration::from_secs(2)));
+        let bare = Outcome::retryable(Reason::RateLimited);
+        for outcome in [&hinted, &bare] {
+            let routed = FailedAttempt {
+                hand_off_429: true,
+                ..failed(outcome, 1)
+            };
+            let decision = policy.decide(&mut retries, &routed);
+            assert_eq!(cause(&decision), Some(GiveUpCause::HandedOn));
+        }
+        assert_eq!(policy.budget.snapshot().withdrawals, 0);
+        assert!(retries.rate_limited_throughout(2));
+        // Alone, the hint plus its jitter (at most 10% of it).
+        let alone = delay(&policy.decide(&mut retries, &failed(&hinted, 1)));
+        let waited = alone.unwrap_or_default().as_millis();
+        assert!((2_000..=2_200).contains(&waited), "{waited} ms");
+        let other = FailedAttempt {
+            hand_off_429: true,
+            ..failed(&UNAVAILABLE, 1)
+        };
+        assert_eq!(delay(&policy.decide(&mut retries, &other)), Some(SECOND));
     }
 
     /// An attempt whose clock fired is abandoned only if the request can go on without it: a

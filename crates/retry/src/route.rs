@@ -29,6 +29,7 @@ use crate::error::{Error, GiveUpCause};
 #[derive(Default)]
 pub struct Route {
     pub(crate) hand_off: bool,
+    pub(crate) hand_off_429: bool,
     pub(crate) ticket: Option<Ticket>,
     pub(crate) continuer: Option<Continuer>,
     pub(crate) continuation: bool,
@@ -47,6 +48,16 @@ impl Route {
     #[must_use]
     pub fn with_hand_off(mut self) -> Self {
         self.hand_off = true;
+        self
+    }
+
+    /// A 429 the server answers ends the engine's turn ([`GiveUpCause::HandedOn`]) instead of
+    /// being retried on this backend after its wait: the router has another backend (another
+    /// key, another deployment) that takes the request at once. The 429 is handed back, for the
+    /// router to answer with if the move cannot be made.
+    #[must_use]
+    pub fn with_hand_off_429(mut self) -> Self {
+        self.hand_off_429 = true;
         self
     }
 
@@ -82,6 +93,7 @@ impl fmt::Debug for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Route")
             .field("hand_off", &self.hand_off)
+            .field("hand_off_429", &self.hand_off_429)
             .field("ticket", &self.ticket)
             .field("continuer", &self.continuer.is_some())
             .field("continuation", &self.continuation)

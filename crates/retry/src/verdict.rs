@@ -70,6 +70,11 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         let sent = self.sent;
         self.watch.refused(&attempt.watch, refusal.reason(), sent);
         self.watch.health(&self.config.guards);
+        // A refused retry of a 429 hands the 429 back (a breaker's fallback still answers).
+        let fallback = matches!(refusal, Refusal::Breaker(_)) && self.config.fallback.is_some();
+        if !fallback && let Some(answered) = self.answered_429() {
+            return self.end(Ok(answered));
+        }
         let output = match refusal {
             Refusal::Breaker(rejected) => self.breaker_answer(head, rejected),
             Refusal::Throttled => Err(Error::throttled(sent)),
@@ -136,7 +141,10 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             return self.end(Err(Error::failed(outcome, error, sent)));
         }
         match self.decide(attempt, &outcome) {
-            Decision::Retry { delay, ticket } => Verdict::Retry(delay, ticket),
+            Decision::Retry { delay, ticket } => {
+                self.retrying::<RB>(None, &outcome);
+                Verdict::Retry(delay, ticket)
+            }
             Decision::NotReplayable => self.end(Err(Error::failed(outcome, error, sent))),
             Decision::GiveUp(cause) => self.end(Err(Error::given_up(outcome, error, sent, cause))),
         }
@@ -167,8 +175,11 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         let cause = match outcome.is_retryable() {
             false => None,
             true => match self.decide(attempt, &outcome) {
-                // The retry answers instead: this response is dropped.
-                Decision::Retry { delay, ticket } => return Verdict::Retry(delay, ticket),
+                // The retry answers instead: this response is dropped, or kept if a 429.
+                Decision::Retry { delay, ticket } => {
+                    self.retrying(Some(response), &outcome);
+                    return Verdict::Retry(delay, ticket);
+                }
                 Decision::NotReplayable => None,
                 Decision::GiveUp(cause) => Some(cause),
             },

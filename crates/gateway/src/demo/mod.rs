@@ -12,8 +12,9 @@
 //! What a caller sees, sending one request after the other:
 //!
 //! * whole answers: every other one was failed by the flaky rank first, in turn with a server
-//!   error (OpenAI's 500, Anthropic's 529) and with a 429 carrying `Retry-After: 1`, and retried
-//!   there: `x-stormguard-attempts: 2`, the 429's retry a second later;
+//!   error (OpenAI's 500, Anthropic's 529), retried there, and with a 429 carrying
+//!   `Retry-After: 1`, moved at once to the backup rank (which `x-stormguard-backend` names), the
+//!   flaky one passed over for that second: `x-stormguard-attempts: 2` each time;
 //! * streams: every third one is cut by the flaky rank after a few words (its head says where,
 //!   in `x-demo-fault`); the gateway asks the backup rank to continue from the words received,
 //!   and splices the rest in, so the caller reads every word once, in order, with one end;
@@ -133,8 +134,9 @@ in front of mock providers that fail on purpose (no key needed). Models: `{OPENA
 format) and `{ANTHROPIC_MODEL}` (Anthropic's), each on two ranks: a flaky provider, then a backup.
 Answers count (1 2 3 ...), so a word repeated or missing shows at once. Send each a few times:
 
-A whole answer. Every other one is failed first (a 500, then a 429 with Retry-After: 1) and
-retried: look at x-stormguard-attempts (2) and x-stormguard-backend.
+A whole answer. Every other one is failed first: a 500, retried on the flaky provider, then a
+429 with Retry-After: 1, moved at once to the backup. Look at x-stormguard-attempts (2) and
+x-stormguard-backend.
   curl -i {url}/v1/chat/completions {json} -d '{{\"model\":\"{OPENAI_MODEL}\",{ask}}}'
 
 A streamed answer. Every third stream is cut after a few words (x-demo-fault says where); the

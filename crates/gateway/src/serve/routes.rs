@@ -135,11 +135,11 @@ impl Build<'_> {
             let layer = ClientLayer::default()
                 .with_max_replay_body(self.config.server.max_body_bytes)
                 .with_timeout(self.config.server.max_deadline);
-            let mut failover = ranks
-                .into_iter()
-                .fold(Failover::new(layer), |failover, rank| {
-                    failover.with_rank(rank)
-                });
+            // A key that answers 429 hands the request to the model's next key at once.
+            let mut failover = ranks.into_iter().fold(
+                Failover::new(layer).with_hand_off_429(),
+                |failover, rank| failover.with_rank(rank),
+            );
             if let Some(fleet) = self.fleet {
                 failover = failover.with_cooldowns(Cooldowns::fleet(fleet.clone()));
             }
@@ -290,14 +290,7 @@ fn adapter(
     }
     let prefix = provider.base_url.prefix.clone();
     let anthropic = provider.format == Format::Anthropic;
-    let keyless = key.and_then(Secret::value).is_none();
-    // The continuation of a stream another deployment served starts from the head sent there:
-    // its key and its path prefix are that deployment's, never to be sent here.
     Ok(adapter.with_head(move |head| {
-        if keyless {
-            head.headers.remove(http::header::AUTHORIZATION);
-            head.headers.remove("x-api-key");
-        }
         if anthropic && !head.headers.contains_key("anthropic-version") {
             head.headers.insert(
                 "anthropic-version",
@@ -308,26 +301,14 @@ fn adapter(
     }))
 }
 
-/// Puts `prefix` before the relayed path of `uri` (`/v1/...`), in place of any other deployment's.
+/// Puts `prefix` before `uri`'s path.
 fn prefix_path(uri: &mut Uri, prefix: &str) {
-    let mut parts = uri.clone().into_parts();
-    let (path, query) = parts
-        .path_and_query
-        .as_ref()
-        .map_or(("/", None), |p| (p.path(), p.query()));
-    let relayed = crate::format::RELAYED
-        .iter()
-        .map(|(relayed, _)| *relayed)
-        .find(|relayed| path.ends_with(relayed))
-        .unwrap_or(path);
-    let joined = match query {
-        Some(query) => format!("{prefix}{relayed}?{query}"),
-        None => format!("{prefix}{relayed}"),
-    };
-    if joined == parts.path_and_query.as_ref().map_or("/", |p| p.as_str()) {
+    if prefix.is_empty() {
         return;
     }
-    if let Ok(joined) = joined.parse() {
+    let mut parts = uri.clone().into_parts();
+    let path = parts.path_and_query.as_ref().map_or("/", |p| p.as_str());
+    if let Ok(joined) = format!("{prefix}{path}").parse() {
         parts.path_and_query = Some(joined);
         if let Ok(prefixed) = Uri::from_parts(parts) {
             *uri = prefixed;

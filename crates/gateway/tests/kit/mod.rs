@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod provider;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
