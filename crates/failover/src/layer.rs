@@ -456,7 +456,7 @@ where
 fn continuer<S, B, RB, C, Bk>(
     shared: &Arc<Shared<S, C, Bk>>,
     from: usize,
-    head: &Parts,
+    head: &Arc<Parts>,
 ) -> Continuer
 where
     S: Service<Request<B>, Response = Response<RB>> + Clone + Send + Sync + 'static,
@@ -471,14 +471,14 @@ where
     Bk::Schedule: Send + 'static,
 {
     let shared = Arc::clone(shared);
-    let (uri, headers) = (head.uri.clone(), head.headers.clone());
+    let head = Arc::clone(head);
     Box::new(move |request: Request<Bytes>| -> AnswerFuture {
         let Some(ticket) = shared.layer.budget().ticket() else {
             return Box::pin(std::future::ready(None));
         };
         let (mut sent, body) = request.into_parts();
-        sent.uri = uri.clone();
-        sent.headers = headers.clone();
+        sent.uri = head.uri.clone();
+        sent.headers = head.headers.clone();
         // Another request, as the continuation's head was: its own key, its own length.
         sent.headers.remove(CONTENT_LENGTH);
         sent.headers.remove(IDEMPOTENCY_KEY);

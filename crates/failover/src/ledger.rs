@@ -41,7 +41,8 @@ pub(crate) const MAX_BACKENDS: usize = 64;
 /// Makes the continuer of a stream that backend `from` served of the request with head `head` (as
 /// it came, before any backend's adapter): it sends each continuation through the failover. A
 /// plain function, so that a request that never streams costs a pointer.
-pub(crate) type MakeContinuer<S, C, Bk> = fn(&Arc<Shared<S, C, Bk>>, usize, &Parts) -> Continuer;
+pub(crate) type MakeContinuer<S, C, Bk> =
+    fn(&Arc<Shared<S, C, Bk>>, usize, &Arc<Parts>) -> Continuer;
 
 /// The books of one request across its backends.
 pub(crate) struct Ledger<S, C, Bk> {
@@ -49,7 +50,7 @@ pub(crate) struct Ledger<S, C, Bk> {
     /// The retry budget every backend shares (the layer's).
     budget: RetryBudget,
     /// The request as it came (with its deadline), rebuilt for each backend.
-    head: Parts,
+    head: Arc<Parts>,
     /// The buffered body; `None` while it is read, or for a body sent once as a stream.
     body: Option<Bytes>,
     pub(crate) deadline: Option<Deadline>,
@@ -114,7 +115,7 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
         Self {
             budget: shared.layer.budget().clone(),
             shared,
-            head,
+            head: Arc::new(head),
             body: None,
             deadline: None,
             tried: 0,
@@ -139,7 +140,8 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     {
         let timeout = self.shared.layer.timeout_for(&self.head, Some(&bytes));
         if let Some(timeout) = timeout {
-            Deadline::after(timeout).apply_to_extensions(&mut self.head.extensions);
+            Deadline::after(timeout)
+                .apply_to_extensions(&mut Arc::make_mut(&mut self.head).extensions);
         }
         self.deadline = Deadline::from_extensions(&self.head.extensions);
         let Some(first) = self.next_healthy() else {
@@ -172,7 +174,7 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     ) -> Request<B> {
         self.tried |= 1 << index;
         let adapter = self.shared.engines[index].backend.adapter();
-        let mut head = self.head.clone();
+        let mut head = Parts::clone(&self.head);
         let body = match (once, &self.body) {
             (Some(once), _) => {
                 adapter.apply_head(&mut head);
