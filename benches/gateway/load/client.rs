@@ -101,8 +101,14 @@ async fn open(addr: SocketAddr) -> Option<SendRequest<Full<Bytes>>> {
     Some(sender)
 }
 
-/// Whether something at `addr` answers HTTP (any status).
+/// Whether something at `addr` answers HTTP (any status) within a second.
 pub async fn answers(addr: SocketAddr) -> bool {
+    tokio::time::timeout(Duration::from_secs(1), probe(addr))
+        .await
+        .unwrap_or(false)
+}
+
+async fn probe(addr: SocketAddr) -> bool {
     let Some(mut sender) = open(addr).await else {
         return false;
     };

@@ -29,7 +29,10 @@ pub fn alive(pid: u32) -> bool {
         .ok()
         .and_then(|stat| {
             let after_command = &stat[stat.rfind(')')? + 1..];
-            after_command.split_whitespace().next().map(|state| state != "Z")
+            after_command
+                .split_whitespace()
+                .next()
+                .map(|state| state != "Z")
         })
         .unwrap_or(false)
 }

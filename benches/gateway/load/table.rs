@@ -71,9 +71,16 @@ pub fn markdown(rows: &[Row], rates: &[u64]) -> String {
             let pair = pair(row, base, &format!("p50@{rate}"), &format!("p99@{rate}"));
             let _ = write!(out, " {pair} |");
         }
+        let stream_rate = match (
+            row.get("stream_rate"),
+            reference.and_then(|r| r.get("stream_rate")),
+        ) {
+            (Some(own), Some(reference)) if own < reference => format!(" (at {own:.0}/s)"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            " {} | {} / {} | {} | {} | {} |",
+            " {}{stream_rate} | {} / {} | {} | {} | {} |",
             pair(row, base, "ttft50", "ttft99"),
             number(row.get("rss_idle_kib").map(|k| k / 1024.0), 1),
             number(row.get("rss_peak_kib").map(|k| k / 1024.0), 1),
@@ -161,10 +168,19 @@ mod tests {
                 ],
             ),
             row("gateway", &[("sat", 30000.0), ("p50@200", 700.0)]),
+            row(
+                "slow",
+                &[
+                    ("sat", 40.0),
+                    ("stream_rate", 20.0),
+                    ("ttft50", 900.0),
+                    ("ttft99", 2000.0),
+                ],
+            ),
         ];
         let table = markdown(&rows, &[200]);
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 5);
+        assert_eq!(lines.len(), 6);
         assert!(
             lines[2].starts_with("| mock (reference: absolute) | 60000 | 1.50 | 0.20 / 0.40 |"),
             "{}",
