@@ -112,7 +112,11 @@ fn ratio(row: &Row, floor: Option<&Row>) -> String {
     let floor = floor
         .and_then(|floor| floor.get("sat"))
         .filter(|sat| *sat > 0.0);
-    number(row.get("sat").zip(floor).map(|(sat, floor)| sat / floor), 2)
+    match row.get("sat").zip(floor).map(|(sat, floor)| sat / floor) {
+        // A subject a hundred times slower than the floor still shows a figure.
+        Some(ratio) if ratio < 0.1 => number(Some(ratio), 4),
+        ratio => number(ratio, 2),
+    }
 }
 
 fn number(value: Option<f64>, decimals: usize) -> String {

@@ -95,12 +95,18 @@
 //!   (1,024) connections are served at once.
 //! * Callers' deadline headers are capped by `max_deadline` (600 s).
 //!
+//! ## Performance
+//!
+//! `benches/gateway/run.sh` measures it against a bare hyper pass-through and LiteLLM's proxy on
+//! one machine (saturation, added latency, time to first token, memory, start, size); its figures,
+//! and what the success path pays for, are in the repository's `docs/PERFORMANCE.md`.
+//!
 //! ## Not yet
 //!
 //! This is the first part of the gateway. Not there yet:
 //!
 //! * SIGHUP reloading the config, SIGTERM draining streams in flight (the binary ends at once on a
-//!   signal), the `demo` subcommand, and the benchmark against a bare proxy and LiteLLM;
+//!   signal), and the `demo` subcommand;
 //! * logs as JSON, `--redis` for a fleet, cures, hedging and degraded answers in the config;
 //! * a key that answers 429 with a short Retry-After (or none) is retried on itself first, as the
 //!   engine's policy allows, and only moved from when every attempt was answered 429: when its
