@@ -48,6 +48,7 @@ start() {
     if ! START_MS=$("$BIN/gateway-load" wait "$port" "$since" "$PID"); then
         echo "$name did not start; its log:" >&2
         tail -20 "$OUT/$name.log" >&2
+        stop "$PID"
         return 1
     fi
     sleep "$SETTLE"
@@ -112,13 +113,16 @@ YAML
         master=sk-bench-master
         port=$("$load" port)
         # The model cost map is read from the package, not fetched: the benchmark stays offline.
-        start litellm "$port" env LITELLM_MASTER_KEY="$master" LITELLM_LOCAL_MODEL_COST_MAP=True \
+        if start litellm "$port" env LITELLM_MASTER_KEY="$master" LITELLM_LOCAL_MODEL_COST_MAP=True \
             "$VENV/bin/litellm" --config "$OUT/litellm.yaml" --host 127.0.0.1 --port "$port" \
-            --num_workers 1
-        "$load" measure "$port" "LiteLLM proxy $version" pid="$PID" key="$master" \
-            start_ms="$START_MS" size_bytes="$(du -sb "$VENV" | cut -f1)" >/dev/null
-        stop "$PID"
-        notes+=("LiteLLM's size is its venv's (Python and every package it installs).")
+            --num_workers 1; then
+            "$load" measure "$port" "LiteLLM proxy $version" pid="$PID" key="$master" \
+                start_ms="$START_MS" size_bytes="$(du -sb "$VENV" | cut -f1)" >/dev/null
+            stop "$PID"
+            notes+=("LiteLLM's size is its venv's (Python and every package it installs).")
+        else
+            notes+=("LiteLLM $version did not start (see $OUT/litellm.log): not measured.")
+        fi
     else
         notes+=("LiteLLM could not be installed (see $OUT/litellm-install.log): not measured.")
     fi
