@@ -17,7 +17,7 @@
 //! `BENCH_SECONDS` (5, each measured run), `BENCH_WARMUP_SECONDS` (2), `BENCH_CONNECTIONS` (64),
 //! `BENCH_RATES` (`200,1000,5000`), `BENCH_STREAM_RATE` (50 streams a second). A fixed rate above
 //! the subject's saturation is not offered (its latency would only measure the queue), and its
-//! cells stay empty; streams are offered at half the saturation when that is below
+//! cells stay empty; streams are offered at a tenth of the saturation when that is below
 //! `BENCH_STREAM_RATE`, and the table says so.
 
 mod client;
@@ -215,9 +215,10 @@ async fn load(target: &Target, settings: &Settings, row: &mut Row) -> u64 {
         );
         eprintln!("{}: {rate}/s done", row.name);
     }
-    // A subject slower than the stream rate gets half its saturation: a first token measured in
-    // a queue would say nothing of the subject.
-    let stream_rate = (settings.stream_rate as f64).min(saturation / 2.0).floor();
+    // A subject slow enough to queue streams gets a tenth of its saturation: a stream holds a
+    // connection for its whole length, and a first token measured in a queue would say nothing
+    // of the subject (LiteLLM's took seconds at half its saturation).
+    let stream_rate = (settings.stream_rate as f64).min(saturation / 10.0).floor();
     if stream_rate >= 1.0 {
         let streams = Bytes::from_static(STREAM_REQUEST.as_bytes());
         let mut seen =

@@ -81,7 +81,7 @@ pub async fn open(
         let (target, body) = (target.clone(), Arc::clone(&body));
         tasks.spawn(async move {
             let mut connection = Connection::new(target);
-            let mut seen = Latencies::default();
+            let mut timings = Vec::new();
             for i in (lane..total).step_by(connections as usize) {
                 let due = begin + Duration::from_secs_f64(i as f64 / rate);
                 let start = if Instant::now() < due {
@@ -90,22 +90,19 @@ pub async fn open(
                 } else {
                     due
                 };
-                match connection.send(&body, start).await {
-                    Some(timing) => seen.timings.push(timing),
-                    None => seen.failed += 1,
-                }
+                timings.extend(connection.send(&body, start).await);
             }
-            seen
+            timings
         });
     }
     let deadline = begin + duration + DRAIN;
     let mut seen = Latencies::default();
     while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, tasks.join_next()).await {
         if let Ok(lane) = joined {
-            seen.timings.extend(lane.timings);
-            seen.failed += lane.failed;
+            seen.timings.extend(lane);
         }
     }
+    // Whatever was not answered failed: refused, broken, or still in flight after the drain.
     seen.failed = total.saturating_sub(seen.timings.len() as u64);
     seen
 }
