@@ -28,7 +28,9 @@ load_before=$(cut -d" " -f1-3 /proc/loadavg)
 : >"$BENCH_RESULTS"
 
 started=()
+measuring=
 cleanup() {
+    if [ -n "$measuring" ]; then kill -TERM "$measuring" 2>/dev/null || true; fi
     for pid in "${started[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
     sleep 0.3
     for pid in "${started[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
@@ -54,10 +56,22 @@ start() {
     sleep "$SETTLE"
 }
 
+# measure PORT NAME FIELDS...: gateway-load's measurement of one subject, in the background so
+# that a signal reaches the trap at once (bash runs traps only between commands it waits for).
+measure() {
+    "$load" measure "$@" >/dev/null &
+    measuring=$!
+    wait "$measuring"
+    measuring=
+}
+
 # stop PID: ends the subject's process group, and waits for it.
 stop() {
     kill -TERM -- "-$1" 2>/dev/null || true
     wait "$1" 2>/dev/null || true
+    local left=() pid
+    for pid in "${started[@]}"; do [ "$pid" = "$1" ] || left+=("$pid"); done
+    started=("${left[@]}")
 }
 
 # size FILE: its size in bytes once stripped of debug info (what would ship).
@@ -77,21 +91,21 @@ notes=()
 mock_port=$("$load" port)
 start mock "$mock_port" "$BIN/gateway-mock" "$mock_port"
 mock_pid=$PID
-"$load" measure "$mock_port" "mock provider" pid="$mock_pid" reference=1 \
-    start_ms="$START_MS" size_bytes="$(size "$BIN/gateway-mock")" >/dev/null
+measure "$mock_port" "mock provider" pid="$mock_pid" reference=1 \
+    start_ms="$START_MS" size_bytes="$(size "$BIN/gateway-mock")"
 
 port=$("$load" port)
 start proxy "$port" "$BIN/gateway-proxy" "$port" "127.0.0.1:$mock_port"
-"$load" measure "$port" "bare hyper proxy" pid="$PID" floor=1 \
-    start_ms="$START_MS" size_bytes="$(size "$BIN/gateway-proxy")" >/dev/null
+measure "$port" "bare hyper proxy" pid="$PID" floor=1 \
+    start_ms="$START_MS" size_bytes="$(size "$BIN/gateway-proxy")"
 stop "$PID"
 
 port=$("$load" port)
 start gateway "$port" env -u OPENAI_API_KEY -u ANTHROPIC_API_KEY -u STORMGUARD_UPSTREAM_KEY \
     STORMGUARD_UPSTREAM_URL="http://127.0.0.1:$mock_port" \
     "$BIN/stormguard-gateway" --listen "127.0.0.1:$port"
-"$load" measure "$port" "stormguard-gateway" pid="$PID" \
-    start_ms="$START_MS" size_bytes="$(size "$BIN/stormguard-gateway")" >/dev/null
+measure "$port" "stormguard-gateway" pid="$PID" \
+    start_ms="$START_MS" size_bytes="$(size "$BIN/stormguard-gateway")"
 stop "$PID"
 
 if [ "${BENCH_LITELLM:-1}" != 0 ]; then
@@ -116,8 +130,8 @@ YAML
         if start litellm "$port" env LITELLM_MASTER_KEY="$master" LITELLM_LOCAL_MODEL_COST_MAP=True \
             "$VENV/bin/litellm" --config "$OUT/litellm.yaml" --host 127.0.0.1 --port "$port" \
             --num_workers 1; then
-            "$load" measure "$port" "LiteLLM proxy $version" pid="$PID" key="$master" \
-                start_ms="$START_MS" size_bytes="$(du -sb "$VENV" | cut -f1)" >/dev/null
+            measure "$port" "LiteLLM proxy $version" pid="$PID" key="$master" \
+                start_ms="$START_MS" size_bytes="$(du -sb "$VENV" | cut -f1)"
             stop "$PID"
             notes+=("LiteLLM's size is its venv's (Python and every package it installs).")
         else
