@@ -38,29 +38,36 @@ const HOP_BY_HOP: [&str; 10] = [
 /// Removes from `headers` what must not reach a provider: credentials, hop-by-hop headers (and
 /// those `Connection` names), `x-stormguard-*`, and `accept-encoding`, so that the provider's
 /// answers arrive uncompressed and the engine can read its error bodies.
+///
+/// One pass over the names the caller sent (a handful), each compared with the lists, rather
+/// than a removal per listed name: a removal by `&str` parses and hashes the name, and 18 of them
+/// cost 5,400 instructions a request, 4% of the gateway's success path (callgrind,
+/// `docs/PERFORMANCE.md`, "The gateway").
 pub fn strip(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+    let mut doomed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect();
-    for name in named {
+    doomed.extend(
+        headers
+            .keys()
+            .filter(|name| never_relayed(name.as_str()))
+            .cloned(),
+    );
+    for name in doomed {
         headers.remove(name);
     }
-    for name in CREDENTIALS.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(*name);
-    }
-    headers.remove(header::ACCEPT_ENCODING);
-    let gateway_only: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| name.as_str().starts_with("x-stormguard-"))
-        .cloned()
-        .collect();
-    for name in gateway_only {
-        headers.remove(name);
-    }
+}
+
+/// Whether a header of this (lowercase) name is never relayed, whatever its value.
+fn never_relayed(name: &str) -> bool {
+    CREDENTIALS.contains(&name)
+        || HOP_BY_HOP.contains(&name)
+        || name == header::ACCEPT_ENCODING.as_str()
+        || name.starts_with("x-stormguard-")
 }
 
 #[cfg(test)]
@@ -87,5 +94,23 @@ mod tests {
         strip(&mut headers);
         let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
         assert_eq!(left, ["content-type", "anthropic-version"]);
+    }
+
+    #[test]
+    fn strips_every_value_of_every_listed_name_and_keeps_the_rest() {
+        let mut headers = HeaderMap::new();
+        for name in CREDENTIALS.iter().chain(HOP_BY_HOP.iter()) {
+            headers.append(HeaderName::from_static(name), "1".parse().unwrap());
+            headers.append(HeaderName::from_static(name), "2".parse().unwrap());
+        }
+        headers.append("connection", "X-Custom-Hop, keep-alive".parse().unwrap());
+        headers.insert("x-custom-hop", "1".parse().unwrap());
+        headers.insert("x-stormguard-attempts", "9".parse().unwrap());
+        headers.insert("x-stormguard", "kept: not the prefix".parse().unwrap());
+        headers.insert("x-request-id", "abc".parse().unwrap());
+        strip(&mut headers);
+        let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-stormguard", "x-request-id"]);
+        assert_eq!(headers.len(), 2);
     }
 }
