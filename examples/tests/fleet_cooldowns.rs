@@ -10,7 +10,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -20,29 +20,8 @@ use hyper_util::rt::TokioExecutor;
 use stormguard::ClientLayer;
 use stormguard::failover::{Adapter, Backend, Cooldowns, Failover, FailoverService};
 use stormguard::rate_limit::Fleet;
-use support::{Redis, unique};
-use tokio::net::TcpListener;
+use support::{Redis, dying_provider, unique};
 use tower::{Layer, ServiceExt};
-
-/// A loopback deployment answering 200 until `dies` is set, then 503; it counts its requests.
-async fn server(dies: Arc<AtomicBool>) -> (String, Arc<AtomicUsize>) {
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&hits);
-    let router = axum::Router::new().fallback(move || {
-        counted.fetch_add(1, Ordering::SeqCst);
-        let dead = dies.load(Ordering::SeqCst);
-        async move {
-            match dead {
-                true => http::StatusCode::SERVICE_UNAVAILABLE,
-                false => http::StatusCode::OK,
-            }
-        }
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    (url, hits)
-}
 
 /// One replica's failover: the dead deployment first, the backup second, each with a breaker of
 /// its own (open after 3 failures in a row), sharing `cooldowns` if given.
@@ -75,8 +54,8 @@ fn request(url: &str) -> http::Request<Body> {
 /// `cooldowns` (as two processes would make theirs), if any.
 async fn second_replicas_attempts(cooldowns: impl Fn() -> Option<Cooldowns>) -> usize {
     let dies = Arc::new(AtomicBool::new(false));
-    let (dead, dead_hits) = server(Arc::clone(&dies)).await;
-    let (backup, _) = server(Arc::new(AtomicBool::new(false))).await;
+    let (dead, dead_hits) = dying_provider(Arc::clone(&dies)).await;
+    let (backup, _) = dying_provider(Arc::new(AtomicBool::new(false))).await;
     let first = replica(&dead, &backup, cooldowns().as_ref());
     let second = replica(&dead, &backup, cooldowns().as_ref());
     // The second replica has been deciding (and so reading the fleet's cooldowns).

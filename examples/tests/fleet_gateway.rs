@@ -10,32 +10,11 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use stormguard_gateway::config::{Config, Env};
 use stormguard_gateway::serve::{self, Running};
-use support::{Redis, unique};
-use tokio::net::TcpListener;
-
-/// A loopback provider answering 200 until `dies` is set, then 503; it counts its requests.
-async fn provider(dies: Arc<AtomicBool>) -> (String, Arc<AtomicUsize>) {
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&hits);
-    let router = axum::Router::new().fallback(move || {
-        counted.fetch_add(1, Ordering::SeqCst);
-        let dead = dies.load(Ordering::SeqCst);
-        async move {
-            match dead {
-                true => (http::StatusCode::SERVICE_UNAVAILABLE, "{}"),
-                false => (http::StatusCode::OK, r#"{"choices":[]}"#),
-            }
-        }
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    (url, hits)
-}
+use support::{Redis, dying_provider, unique};
 
 /// A replica: model `m` on `dead` first, `backup` second; in the fleet of `prefix` if given.
 async fn replica(dead: &str, backup: &str, fleet: Option<(&str, &str)>) -> Running {
@@ -85,8 +64,8 @@ async fn call(client: &reqwest::Client, gateway: &Running) -> String {
 /// fleet's cooldowns in the background, for every model of the replica).
 async fn second_replicas_attempts(fleet: Option<(&str, &str)>) -> usize {
     let dies = Arc::new(AtomicBool::new(false));
-    let (dead, dead_hits) = provider(Arc::clone(&dies)).await;
-    let (backup, _) = provider(Arc::new(AtomicBool::new(false))).await;
+    let (dead, dead_hits) = dying_provider(Arc::clone(&dies)).await;
+    let (backup, _) = dying_provider(Arc::new(AtomicBool::new(false))).await;
     let first = replica(&dead, &backup, fleet).await;
     let second = replica(&dead, &backup, fleet).await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();

@@ -65,15 +65,9 @@ fn serve(
     }
     overrides.apply(&mut config);
     init_logs(config.log.format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("stormguard-gateway: cannot start the runtime: {error}");
-            return ExitCode::from(EXIT_START);
-        }
+        Err(exit) => return exit,
     };
     runtime.block_on(async move {
         // Before it listens: a signal sent as soon as it does finds its handler.
@@ -113,6 +107,17 @@ fn serve(
     })
 }
 
+/// The runtime the gateway serves on, or the exit code of a start that cannot have one.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| {
+            eprintln!("stormguard-gateway: cannot start the runtime: {error}");
+            ExitCode::from(EXIT_START)
+        })
+}
+
 /// Log lines on stderr, as text or one JSON object a line.
 fn init_logs(format: config::LogFormat) {
     let logs = tracing_subscriber::fmt().with_writer(std::io::stderr);
@@ -141,18 +146,10 @@ fn reread(
 
 /// `demo`: the gateway in front of its embedded mock provider, until the process ends.
 fn demo(listen: std::net::SocketAddr) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    init_logs(config::LogFormat::Text);
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("stormguard-gateway: cannot start the runtime: {error}");
-            return ExitCode::from(EXIT_START);
-        }
+        Err(exit) => return exit,
     };
     runtime.block_on(async move {
         let demo = match stormguard_gateway::demo::start(listen).await {

@@ -8,6 +8,8 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A Redis to test against.
@@ -119,4 +121,24 @@ pub fn unique(name: &str) -> String {
 /// How far `admitted` is from `allowance`, as a share of it.
 pub fn off_by(admitted: u64, allowance: f64) -> f64 {
     (admitted as f64 - allowance).abs() / allowance
+}
+
+/// A loopback provider answering 200 until `dies` is set, then 503; it counts its requests.
+pub async fn dying_provider(dies: Arc<AtomicBool>) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&hits);
+    let router = axum::Router::new().fallback(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        let dead = dies.load(Ordering::SeqCst);
+        async move {
+            match dead {
+                true => (http::StatusCode::SERVICE_UNAVAILABLE, "{}"),
+                false => (http::StatusCode::OK, r#"{"choices":[]}"#),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (url, hits)
 }

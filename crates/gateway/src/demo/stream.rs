@@ -7,15 +7,12 @@
 //! and the output tokens, `message_stop`). A cut stream stops after its cut word and fails its
 //! body, so that the server resets the connection, as a provider that falls over mid-answer does.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use http::{HeaderValue, Response, header};
-use hyper::body::Frame;
+use http_body_util::channel::{Channel, Sender};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 /// The pause between two words of a streamed answer: long enough for a reader to see the words
 /// arrive one by one in `curl -N`, short enough that an answer of twelve words takes under a
@@ -41,8 +38,8 @@ impl Api {
     }
 }
 
-/// One event of a stream, or the failure that cuts it.
-type Event = Result<Bytes, std::io::Error>;
+/// Where the writing task sends a stream's events, or the failure that cuts it.
+type Events = Sender<Bytes, std::io::Error>;
 
 /// The streamed answer of the words `span.0` to `span.1` from `model`, cut after word `cut` if
 /// given. The events are written by a task of their own, paced; it ends when the caller leaves.
@@ -52,9 +49,9 @@ pub(crate) fn respond(
     span: (u64, u64),
     cut: Option<u64>,
 ) -> Response<Body> {
-    let (events, received) = mpsc::channel::<Event>(4);
+    let (events, body) = Channel::new(4);
     tokio::spawn(write(Writer { api, model }, span, cut, events));
-    let mut response = Response::new(Body::new(Events(received)));
+    let mut response = Response::new(Body::new(body));
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -65,20 +62,15 @@ pub(crate) fn respond(
 }
 
 /// Sends the stream's events, a word each [`WORD_PACE`]; stops as soon as the caller is gone.
-async fn write(
-    writer: Writer,
-    (first, last): (u64, u64),
-    cut: Option<u64>,
-    events: mpsc::Sender<Event>,
-) {
-    if events.send(Ok(writer.opening())).await.is_err() {
+async fn write(writer: Writer, (first, last): (u64, u64), cut: Option<u64>, mut events: Events) {
+    if events.send_data(writer.opening()).await.is_err() {
         return;
     }
     for word in first..=last {
         tokio::time::sleep(WORD_PACE).await;
         let space = if word == 1 { "" } else { " " };
         if events
-            .send(Ok(writer.content(&format!("{space}{word}"))))
+            .send_data(writer.content(&format!("{space}{word}")))
             .await
             .is_err()
         {
@@ -92,33 +84,15 @@ async fn write(
                 std::io::ErrorKind::ConnectionReset,
                 "the demo provider cut the stream",
             );
-            let _ = events.send(Err(reset)).await;
+            events.abort(reset);
             return;
         }
     }
     let words = last.saturating_sub(first).saturating_add(1);
     for event in [writer.finish(words), writer.done()] {
-        if events.send(Ok(event)).await.is_err() {
+        if events.send_data(event).await.is_err() {
             return;
         }
-    }
-}
-
-/// The body: the events as the writing task sends them.
-struct Events(mpsc::Receiver<Event>);
-
-impl hyper::body::Body for Events {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.get_mut()
-            .0
-            .poll_recv(cx)
-            .map(|event| event.map(|event| event.map(Frame::data)))
     }
 }
 
