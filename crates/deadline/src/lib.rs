@@ -71,6 +71,7 @@
 
 use std::time::Duration;
 
+mod body;
 mod deadline;
 mod error;
 mod llm;

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::DEFAULT_TIMEOUT;
+use crate::body::BodyFields;
 
 /// Bytes of prompt text per token, the usual rule of thumb for English text with BPE tokenizers
 /// (OpenAI's and Anthropic's documentation both quote about 4 characters per token).
@@ -24,17 +25,6 @@ const OUTPUT_LIMIT_FIELDS: [&str; 3] = ["max_completion_tokens", "max_tokens", "
 const NESTED_OUTPUT_LIMITS: [(&str, &str); 2] = [
     ("generationConfig", "maxOutputTokens"),
     ("generation_config", "max_output_tokens"),
-];
-
-/// Top-level fields holding the prompt: chat `messages`, Responses/embeddings `input`, legacy
-/// completions `prompt`, Gemini `contents`, Anthropic's `system` and Responses' `instructions`.
-const PROMPT_FIELDS: [&str; 6] = [
-    "messages",
-    "input",
-    "prompt",
-    "contents",
-    "system",
-    "instructions",
 ];
 
 /// A deadline estimated from an LLM request: a 4000-token generation gets a longer deadline than a
@@ -155,10 +145,7 @@ pub struct TokenEstimate {
 impl TokenEstimate {
     /// The estimate for a request with this body (not JSON: no prompt, the assumed output).
     pub fn of(body: &[u8]) -> Self {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(fields)) => Self::of_fields(&fields),
-            _ => Self::unknown(),
-        }
+        BodyFields::read(body).map_or_else(Self::unknown, |fields| Self::of_fields(&fields))
     }
 
     /// The estimate for a body that is not a JSON object: no prompt, the assumed output.
@@ -169,8 +156,9 @@ impl TokenEstimate {
         }
     }
 
-    /// The estimate for a request whose JSON body has these top-level `fields`.
-    pub(crate) fn of_fields(fields: &Map<String, Value>) -> Self {
+    /// The estimate for a request whose JSON body has these `fields`.
+    pub(crate) fn of_fields(body: &BodyFields) -> Self {
+        let fields = &body.kept;
         let output = OUTPUT_LIMIT_FIELDS
             .iter()
             .find_map(|name| fields.get(*name).and_then(token_count))
@@ -180,13 +168,8 @@ impl TokenEstimate {
                 })
             })
             .unwrap_or(ASSUMED_OUTPUT_TOKENS);
-        let prompt_bytes: u64 = PROMPT_FIELDS
-            .iter()
-            .filter_map(|name| fields.get(*name))
-            .map(text_bytes)
-            .fold(0, u64::saturating_add);
         Self {
-            prompt: prompt_bytes.div_ceil(BYTES_PER_TOKEN),
+            prompt: body.prompt_bytes().div_ceil(BYTES_PER_TOKEN),
             output,
         }
     }
@@ -204,24 +187,6 @@ fn token_count(value: &Value) -> Option<u64> {
         // `as` saturates for floats: 1e300 becomes u64::MAX, which `for_tokens` clips to `max`.
         (float.is_finite() && float >= 0.0).then_some(float as u64)
     })
-}
-
-/// Bytes of text in a JSON value: the sum of its strings' lengths (message roles included, which is
-/// noise of a few bytes per message). Iterative, so nesting depth costs no stack.
-fn text_bytes(value: &Value) -> u64 {
-    let mut total: u64 = 0;
-    let mut stack = vec![value];
-    while let Some(value) = stack.pop() {
-        match value {
-            Value::String(text) => {
-                total = total.saturating_add(u64::try_from(text.len()).unwrap_or(u64::MAX));
-            }
-            Value::Array(items) => stack.extend(items),
-            Value::Object(fields) => stack.extend(fields.values()),
-            Value::Null | Value::Bool(_) | Value::Number(_) => {}
-        }
-    }
-    total
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::body::BodyFields;
 use crate::{LlmDeadline, TokenEstimate};
 
 /// What a request is, for its clocks: streamed or not, the time its size needs, its prompt, and
@@ -51,17 +52,15 @@ impl RequestShape {
         let Some(body) = body else {
             return Self::new(false, estimate.max);
         };
-        let fields = match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(fields)) => fields,
-            _ => Map::new(),
-        };
         // Not a JSON object: no fields, so no prompt and the assumed output.
-        let tokens = TokenEstimate::of_fields(&fields);
+        let body = BodyFields::read(body).unwrap_or_default();
+        let tokens = TokenEstimate::of_fields(&body);
+        let fields = &body.kept;
         Self {
             streaming: fields.get("stream") == Some(&Value::Bool(true)),
             size: estimate.for_tokens(tokens.prompt, tokens.output),
             prompt_tokens: tokens.prompt,
-            reasoning: asks_for_reasoning(&fields),
+            reasoning: asks_for_reasoning(fields),
         }
     }
 }
