@@ -64,7 +64,7 @@ fn serve(
         config.server.listen = listen;
     }
     overrides.apply(&mut config);
-    init_logs(config.log.format);
+    init_logs(config.log);
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(exit) => return exit,
@@ -118,13 +118,23 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
-/// Log lines on stderr, as text or one JSON object a line.
-fn init_logs(format: config::LogFormat) {
-    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr);
-    match format {
-        config::LogFormat::Text => logs.init(),
-        config::LogFormat::Json => logs.json().init(),
-    }
+/// Log lines on stderr at INFO and above, as text or one JSON object a line, with the engine's
+/// spans only when `[log] spans` asks for them (a span nobody takes is not made at all).
+fn init_logs(log: config::Log) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let spans = log.spans;
+    let shown = tracing_subscriber::filter::filter_fn(move |meta| {
+        *meta.level() <= tracing::Level::INFO && (spans || !meta.is_span())
+    });
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match log.format {
+        config::LogFormat::Text => lines.with_filter(shown).boxed(),
+        config::LogFormat::Json => lines.json().with_filter(shown).boxed(),
+    };
+    tracing_subscriber::registry().with(lines).init();
 }
 
 /// The config file read again for a reload, with the `--listen` and the other settings the
@@ -146,7 +156,7 @@ fn reread(
 
 /// `demo`: the gateway in front of its embedded mock provider, until the process ends.
 fn demo(listen: std::net::SocketAddr) -> ExitCode {
-    init_logs(config::LogFormat::Text);
+    init_logs(config::Log::default());
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(exit) => return exit,

@@ -56,6 +56,11 @@ async fn the_binary_serves_from_the_environment_and_never_logs_the_key() {
     logs.extend(read.iter());
     let logs = logs.join("\n");
     assert!(logs.contains("retrying request"), "{logs}");
+    // Without `[log] spans`, the retry's line names its backend itself and shows no span.
+    let retry = logs.lines().find(|line| line.contains("retrying request"));
+    let retry = retry.unwrap();
+    assert!(retry.contains("backend="), "{retry}");
+    assert!(!retry.contains("stormguard.attempt"), "{retry}");
     assert!(logs.contains("listening on loopback only"), "{logs}");
     assert!(!logs.contains(key), "the provider's key in the logs");
 }

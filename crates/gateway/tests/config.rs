@@ -397,3 +397,22 @@ fn the_drain_grace_is_25_s_unless_the_file_says_and_is_shown() {
     ));
     assert_eq!(places, [(2, "server.drain_grace".to_owned())]);
 }
+
+#[test]
+fn log_lines_show_the_engines_spans_only_when_asked_and_check_says_which() {
+    let model = "[[models.gpt.deployments]]\nprovider = \"openai\"\n";
+    let plain = Config::parse("gateway.toml", &format!("{PROVIDER}{model}"), &env(&[])).unwrap();
+    assert!(!plain.log.spans);
+    assert!(
+        plain
+            .show()
+            .contains("[log]\nformat = \"text\"\nspans = false\n")
+    );
+    let text = format!("[log]\nspans = true\n{PROVIDER}{model}");
+    let set = Config::parse("gateway.toml", &text, &env(&[])).unwrap();
+    assert!(set.log.spans);
+    assert!(set.show().contains("spans = true\n"));
+    let (places, _) = errors(&format!("[log]\nspans = \"yes\"\n{PROVIDER}{model}"));
+    assert_eq!(places.len(), 1, "{places:?}");
+    assert_eq!(places[0].0, 2);
+}

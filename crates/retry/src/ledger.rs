@@ -286,12 +286,13 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         };
         let decision = self.config.policy.decide(&mut self.retries, &failed);
         let reason = outcome.reason();
+        let name = self.config.name.as_deref();
         match &decision {
             Decision::Retry { delay, .. } => {
-                (self.watch).retrying(&attempt.watch, self.sent, reason, *delay);
+                (self.watch).retrying(&attempt.watch, name, self.sent, reason, *delay);
             }
             Decision::GiveUp(cause) => {
-                (self.watch).giving_up(&attempt.watch, self.sent, reason, *cause);
+                (self.watch).giving_up(&attempt.watch, name, self.sent, reason, *cause);
                 self.gave_up = Some(*cause);
             }
             Decision::NotReplayable => {}

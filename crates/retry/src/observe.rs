@@ -183,10 +183,12 @@ impl Watch {
         });
     }
 
-    /// The failure just recorded is retried after `delay`: one WARN line.
+    /// The failure just recorded (at backend `name`) is retried after `delay`: one WARN line,
+    /// which names its backend itself, so that it reads whole in a log that shows no spans.
     pub(crate) fn retrying(
         &mut self,
         attempt: &AttemptWatch,
+        name: Option<&str>,
         number: u32,
         reason: Reason,
         delay: Duration,
@@ -195,6 +197,7 @@ impl Watch {
         attempt.span.record("delay_ms", delay_ms);
         let _in = attempt.span.enter();
         tracing::warn!(
+            backend = name,
             retry_attempt = number,
             delay_ms,
             reason = reason.as_str(),
@@ -203,11 +206,13 @@ impl Watch {
         self.recorder.retrying(reason);
     }
 
-    /// The failure just recorded is not retried, for `cause`: once at ERROR after retries (they
-    /// were drawn from the budget, so these lines are bounded too), quietly without.
+    /// The failure just recorded (at backend `name`) is not retried, for `cause`: once at ERROR
+    /// after retries (they were drawn from the budget, so these lines are bounded too), naming
+    /// its backend, quietly without.
     pub(crate) fn giving_up(
         &self,
         attempt: &AttemptWatch,
+        name: Option<&str>,
         attempts: u32,
         reason: Reason,
         cause: GiveUpCause,
@@ -215,6 +220,7 @@ impl Watch {
         if attempts > 1 {
             let _in = attempt.span.enter();
             tracing::error!(
+                backend = name,
                 attempts,
                 reason = reason.as_str(),
                 cause = cause.as_str(),

@@ -102,6 +102,42 @@ async fn retries_and_give_ups_are_logged_apart() {
     );
 }
 
+/// A log that shows no spans (as the gateway's does by default, to save formatting two spans
+/// a request) still reads whole: a retry's and a give-up's lines name their backend themselves.
+#[tokio::test(start_paused = true)]
+async fn retry_lines_name_their_backend_without_spans() {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let captured = Captured::default();
+    let no_spans = tracing_subscriber::filter::filter_fn(|meta| {
+        !meta.is_span() && *meta.level() <= tracing::Level::INFO
+    });
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(captured.clone())
+        .without_time()
+        .with_filter(no_spans);
+    let subscriber = tracing_subscriber::registry().with(logs);
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let log = Log::default();
+    let backend = scripted(&log, Duration::ZERO, |_, _| Ok(status(503)));
+    let client = retries_only()
+        .with_name("primary")
+        .with_backoff(Constant::new(Duration::from_millis(250)))
+        .layer(backend);
+    client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
+
+    let lines = captured.lines();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    for line in &lines {
+        assert!(line.contains("backend=\"primary\""), "{line}");
+        assert!(!line.contains("stormguard.attempt"), "{line}");
+    }
+    assert!(lines[0].contains("retry_attempt=1"), "{}", lines[0]);
+    assert!(lines[2].contains("attempts=3"), "{}", lines[2]);
+}
+
 /// An outage at 12,000 requests a second for 30 s, on the paused clock: every request fails
 /// with a 503. Logged at INFO and above (what operators keep), the lines per second stay
 /// bounded by the retry budget and the summaries, whatever the load.

@@ -27,6 +27,7 @@ pub(crate) struct File {
 #[serde(deny_unknown_fields)]
 pub(crate) struct LogTable {
     pub(crate) format: Option<Spanned<String>>,
+    pub(crate) spans: Option<bool>,
 }
 
 /// `[fleet]`.

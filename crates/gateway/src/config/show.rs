@@ -29,7 +29,12 @@ pub(super) fn show(config: &Config) -> String {
     let _ = writeln!(out, "max_connections = {}", server.max_connections);
     let grace = server.drain_grace.as_secs_f64();
     let _ = writeln!(out, "drain_grace = \"{grace}s\"");
-    let _ = writeln!(out, "\n[log]\nformat = \"{}\"", config.log.format.name());
+    let _ = writeln!(
+        out,
+        "\n[log]\nformat = \"{}\"\nspans = {}",
+        config.log.format.name(),
+        config.log.spans
+    );
     if let Some(fleet) = &config.fleet {
         let _ = writeln!(out, "\n[fleet]");
         let _ = writeln!(
