@@ -10,8 +10,10 @@ use super::{Cure, DEFAULT_FLEET_PREFIX, Env, Fleet, HedgingChoice, Log, LogForma
 
 /// `[log]`, its defaults filled in.
 pub(super) fn log(table: Option<&LogTable>, errors: &mut Errors<'_>) -> Log {
-    let mut log = Log::default();
-    log.spans = table.and_then(|table| table.spans).unwrap_or(false);
+    let mut log = Log {
+        spans: table.and_then(|table| table.spans).unwrap_or(false),
+        ..Log::default()
+    };
     if let Some(format) = table.and_then(|table| table.format.as_ref()) {
         match LogFormat::parse(format.get_ref()) {
             Some(parsed) => log.format = parsed,
