@@ -331,6 +331,11 @@ impl Adapter {
         body
     }
 
+    /// Whether the body is sent as it came (no field of it is rewritten).
+    pub fn keeps_body(&self) -> bool {
+        self.fields.is_empty()
+    }
+
     /// Rewrites the head alone, for a body sent as it streams (its fields stay as they are).
     pub fn apply_head(&self, head: &mut Parts) {
         if let Some(origin) = &self.origin

@@ -5,6 +5,7 @@
 //! a request no backend answered, and when a hop is hedged. Nothing here calls a backend's engine:
 //! the [future](crate::ResponseFuture) does, and acts on what these say.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use stormguard_budget::{RetryBudget, Ticket};
 use stormguard_classify::body::{PartialBody, ResponseBody, Tail};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::Deadline;
-use stormguard_deadline::clocks::RequestShape;
+use stormguard_deadline::clocks::{BodyShape, RequestShape};
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::RateLimit;
 use stormguard_retry::{Error, GiveUpCause, ReplayBody, Report, Route};
@@ -65,6 +66,9 @@ pub(crate) struct Ledger<S, C, Bk> {
     continuer: Option<MakeContinuer<S, C, Bk>>,
     /// What pays for the first hop: a continuation's ticket.
     first_ticket: Option<Ticket>,
+    /// What the body says of the request for the clocks, read the first time it is asked
+    /// ([`body_shape`](Self::body_shape)).
+    body_shape: Cell<Option<BodyShape>>,
 }
 
 /// One backend's turn with the request.
@@ -123,6 +127,7 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
             sent: false,
             continuer,
             first_ticket,
+            body_shape: Cell::new(None),
         }
     }
 
@@ -197,6 +202,15 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
         let mut route = Route::new().with_hand_off();
         if let Some(ticket) = ticket {
             route = route.with_ticket(ticket);
+        }
+        // The engine's clocks size the request from what this one read, if the backend sends
+        // the body as it came.
+        let backend = &self.shared.engines[index].backend;
+        if backend.clocks().is_some()
+            && backend.adapter().keeps_body()
+            && let Some(shape) = self.body_shape()
+        {
+            route = route.with_body_shape(shape);
         }
         if self.continues_from.is_some() {
             return route.as_continuation();
@@ -487,12 +501,22 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     /// whole answer, unsized).
     pub(crate) fn shape(&self, index: usize) -> RequestShape {
         let clocks = self.shared.engines[index].backend.clocks();
-        match (clocks, &self.body) {
-            (Some(clocks), Some(body)) => {
-                RequestShape::of_request(&self.head.uri, Some(body), &clocks.settings().whole)
-            }
+        match (clocks, self.body_shape()) {
+            (Some(clocks), Some(body)) => body.sized(&clocks.settings().whole),
             _ => RequestShape::new(false, Duration::MAX),
         }
+    }
+
+    /// What the buffered body says of the request, read once for every backend's clocks and
+    /// handed to the engines of those that send it unchanged (`None` before the body is read,
+    /// or for a body sent as it streams).
+    fn body_shape(&self) -> Option<BodyShape> {
+        if let Some(shape) = self.body_shape.get() {
+            return Some(shape);
+        }
+        let shape = BodyShape::of_request(&self.head.uri, self.body.as_ref()?);
+        self.body_shape.set(Some(shape));
+        Some(shape)
     }
 
     /// The hop on backend `index`, which had waited for its first content since `started`,
@@ -500,10 +524,8 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     /// (it waited past the hedge's delay, and would have taken longer still).
     pub(crate) fn learn_lost(&self, index: usize, started: Instant) {
         let clocks = self.shared.engines[index].backend.clocks();
-        if let (Some(clocks), Some(body)) = (clocks, &self.body) {
-            let whole = &clocks.settings().whole;
-            let streaming = RequestShape::of_request(&self.head.uri, Some(body), whole).streaming;
-            clocks.record_to_first_content(streaming, started.elapsed());
+        if let (Some(clocks), Some(body)) = (clocks, self.body_shape()) {
+            clocks.record_to_first_content(body.streaming(), started.elapsed());
         }
     }
 

@@ -13,6 +13,7 @@ use std::fmt;
 
 use stormguard_budget::Ticket;
 use stormguard_classify::Outcome;
+use stormguard_deadline::clocks::BodyShape;
 use stormguard_stream::Continuer;
 
 use crate::error::{Error, GiveUpCause};
@@ -33,6 +34,7 @@ pub struct Route {
     pub(crate) ticket: Option<Ticket>,
     pub(crate) continuer: Option<Continuer>,
     pub(crate) continuation: bool,
+    pub(crate) body_shape: Option<BodyShape>,
 }
 
 impl Route {
@@ -67,6 +69,15 @@ impl Route {
     #[must_use]
     pub fn with_ticket(mut self, ticket: Ticket) -> Self {
         self.ticket = Some(ticket);
+        self
+    }
+
+    /// What the router already read of the request's body, which it hands on unchanged: the
+    /// engine's clocks size the request from it instead of reading the body again. A router that
+    /// rewrites the body for this backend hands on what it read of the rewritten one, or nothing.
+    #[must_use]
+    pub fn with_body_shape(mut self, shape: BodyShape) -> Self {
+        self.body_shape = Some(shape);
         self
     }
 

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Request};
 use stormguard_classify::body::{PartialBody, Tail};
-use stormguard_deadline::clocks::RequestShape;
+use stormguard_deadline::clocks::{BodyShape, RequestShape};
 use stormguard_deadline::{Deadline, LlmDeadline, TokenEstimate, propagate};
 use tokio::time::Instant;
 
@@ -34,6 +34,8 @@ pub(crate) struct Template {
     tokens: Option<u64>,
     /// What the request is for its clocks, read once from the body.
     shape: Option<RequestShape>,
+    /// What a router above read of the body already, if it said ([`crate::Route`]).
+    pub(crate) body_shape: Option<BodyShape>,
 }
 
 impl Origin {
@@ -55,7 +57,10 @@ impl Origin {
     pub(crate) fn shape(&mut self, estimate: &LlmDeadline) -> RequestShape {
         match self {
             Self::Replay(template) => *template.shape.get_or_insert_with(|| {
-                RequestShape::of_request(&template.head.uri, Some(&template.body), estimate)
+                let body = template
+                    .body_shape
+                    .unwrap_or_else(|| BodyShape::of_request(&template.head.uri, &template.body));
+                body.sized(estimate)
             }),
             Self::Once(_) => RequestShape::of(None, estimate),
         }
@@ -85,6 +90,7 @@ impl Template {
             trailers: None,
             tokens: None,
             shape: None,
+            body_shape: None,
         }
     }
 

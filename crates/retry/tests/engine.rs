@@ -900,3 +900,35 @@ async fn a_request_already_past_its_deadline_is_never_sent() {
     // Never offered to the throttle either.
     assert_eq!(throttle.snapshot().requests, 0);
 }
+
+/// A router that read the body already hands what it read with the request, and the engine's
+/// clocks size the request from it: a whole answer of 10 output tokens is given 10.28 s to its
+/// head (cut at a backend that answers in 20 s, the request handed on), one the router read as
+/// 1,000 output tokens 38 s (answered).
+#[tokio::test(start_paused = true)]
+async fn the_clocks_size_a_request_from_what_its_router_read() {
+    use stormguard_deadline::clocks::{AttemptClocks, BodyShape};
+
+    let small = r#"{"max_tokens": 10, "messages": []}"#;
+    let large = BodyShape::of(br#"{"max_tokens": 1000, "messages": []}"#);
+    for (shape, attempts, answered) in [(None, 1, false), (Some(large), 1, true)] {
+        let log = Log::default();
+        let backend = scripted(&log, Duration::from_secs(20), |_, _| Ok(status(200)));
+        let mut client = retries_only()
+            .with_clocks(AttemptClocks::default())
+            .layer(backend);
+        let route = shape.map_or_else(Route::new, |shape| Route::new().with_body_shape(shape));
+        let start = Instant::now();
+        let ready = client.ready().await.unwrap();
+        let (answer, report) = ready
+            .route(post(CHAT_URI, small), route.with_hand_off())
+            .await;
+        assert_eq!(answer.is_ok(), answered, "{shape:?}");
+        assert_eq!(report.attempts(), attempts, "{shape:?}");
+        let waited = start.elapsed();
+        match answered {
+            true => assert_eq!(waited, Duration::from_secs(20)),
+            false => assert_eq!(waited, Duration::from_millis(10_280)),
+        }
+    }
+}

@@ -38,31 +38,77 @@ impl RequestShape {
     /// do (`:streamGenerateContent`, `alt=sse`).
     pub fn of_request(uri: &http::Uri, body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
         let mut shape = Self::of(body, estimate);
-        let streams = uri.path().ends_with(":streamGenerateContent")
-            || uri
-                .query()
-                .is_some_and(|query| query.split('&').any(|pair| pair == "alt=sse"));
-        shape.streaming |= streams;
+        shape.streaming |= streams_by_address(uri);
         shape
     }
 
     /// The shape of a request with this JSON body (`None`: a body that was not read, sized at
     /// the estimate's maximum; not JSON: a whole answer of the assumed size).
     pub fn of(body: Option<&[u8]>, estimate: &LlmDeadline) -> Self {
-        let Some(body) = body else {
-            return Self::new(false, estimate.max);
-        };
-        // Not a JSON object: no fields, so no prompt and the assumed output.
+        match body {
+            Some(body) => BodyShape::of(body).sized(estimate),
+            None => Self::new(false, estimate.max),
+        }
+    }
+}
+
+/// What a request's body (and address) says of it, before an estimate sizes it: whether it
+/// streams, its tokens, whether it asks for reasoning. Reading it is the costly part of a
+/// [`RequestShape`], and each backend sizes it with its own estimate
+/// ([`sized`](Self::sized)): a router that read it once for its own clocks hands it to each
+/// backend's engine (`stormguard-retry`'s `Route::with_body_shape`), which then does not read the
+/// body again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyShape {
+    streaming: bool,
+    tokens: TokenEstimate,
+    reasoning: bool,
+}
+
+impl BodyShape {
+    /// The shape of a request to `uri` with this JSON body (see
+    /// [`RequestShape::of_request`]).
+    pub fn of_request(uri: &http::Uri, body: &[u8]) -> Self {
+        let mut shape = Self::of(body);
+        shape.streaming |= streams_by_address(uri);
+        shape
+    }
+
+    /// The shape of a request with this JSON body (not JSON, or not an object: a whole answer
+    /// with no prompt and the assumed output).
+    pub fn of(body: &[u8]) -> Self {
         let body = BodyFields::read(body).unwrap_or_default();
-        let tokens = TokenEstimate::of_fields(&body);
         let fields = &body.kept;
         Self {
             streaming: fields.get("stream") == Some(&Value::Bool(true)),
-            size: estimate.for_tokens(tokens.prompt, tokens.output),
-            prompt_tokens: tokens.prompt,
+            tokens: TokenEstimate::of_fields(&body),
             reasoning: asks_for_reasoning(fields),
         }
     }
+
+    /// Whether the request asks for an event stream.
+    pub fn streaming(&self) -> bool {
+        self.streaming
+    }
+
+    /// The request sized by `estimate`.
+    pub fn sized(&self, estimate: &LlmDeadline) -> RequestShape {
+        RequestShape {
+            streaming: self.streaming,
+            size: estimate.for_tokens(self.tokens.prompt, self.tokens.output),
+            prompt_tokens: self.tokens.prompt,
+            reasoning: self.reasoning,
+        }
+    }
+}
+
+/// Whether the address asks for an event stream whatever the body says, as Gemini's and Vertex
+/// AI's do (`:streamGenerateContent`, `alt=sse`).
+fn streams_by_address(uri: &http::Uri) -> bool {
+    uri.path().ends_with(":streamGenerateContent")
+        || uri
+            .query()
+            .is_some_and(|query| query.split('&').any(|pair| pair == "alt=sse"))
 }
 
 /// Whether a request body's top-level `fields` ask the model to reason before it answers, in the
@@ -113,6 +159,29 @@ mod tests {
 
     fn shape(body: &str) -> RequestShape {
         RequestShape::of(Some(body.as_bytes()), &LlmDeadline::default())
+    }
+
+    #[test]
+    fn a_body_read_once_sizes_alike_for_every_estimate() {
+        let body = br#"{"stream": true, "max_tokens": 250, "reasoning_effort": "high", "messages": [{"role": "user", "content": "Hello there"}]}"#;
+        let uri: http::Uri = "https://o.test/v1/chat/completions"
+            .parse()
+            .unwrap_or_default();
+        let read = BodyShape::of_request(&uri, body);
+        let slow = LlmDeadline {
+            per_output_token: Duration::from_millis(100),
+            ..LlmDeadline::default()
+        };
+        for estimate in [LlmDeadline::default(), slow] {
+            let shape = read.sized(&estimate);
+            assert_eq!(shape, RequestShape::of_request(&uri, Some(body), &estimate));
+            assert!(shape.streaming && shape.reasoning);
+            assert_eq!(shape.prompt_tokens, 4); // "user" and "Hello there": 15 bytes
+        }
+        assert_eq!(
+            read.sized(&slow).size,
+            Duration::from_millis(10_000 + 4 + 25_000)
+        );
     }
 
     #[test]
