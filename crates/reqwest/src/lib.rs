@@ -50,6 +50,8 @@
 //! [`Deadline`]: stormguard_deadline::Deadline
 
 mod next;
+#[cfg(feature = "async-openai")]
+pub mod openai;
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -66,7 +68,10 @@ use stormguard_retry::{ClientLayer, NotContinuing};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::next::{NextService, RequestBody};
+use crate::next::NextService;
+pub use crate::next::RequestBody;
+#[cfg(feature = "async-openai")]
+pub use crate::openai::OpenAiService;
 
 /// reqwest-middleware [`Middleware`] that sends every request through stormguard's client engine
 /// (see the [crate docs](crate)). `StormguardMiddleware::default()` uses

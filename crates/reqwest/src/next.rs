@@ -17,11 +17,15 @@ use tower_service::Service;
 
 /// A reqwest request body, as the engine replays it.
 #[derive(Debug)]
-pub(crate) struct RequestBody(reqwest::Body);
+pub struct RequestBody(reqwest::Body);
 
 impl RequestBody {
     pub(crate) fn new(body: reqwest::Body) -> Self {
         Self(body)
+    }
+
+    pub(crate) fn into_inner(self) -> reqwest::Body {
+        self.0
     }
 }
 
@@ -102,13 +106,17 @@ impl<'a> Service<http::Request<RequestBody>> for NextService<'a> {
             let mut extensions = lock(&shared).clone();
             let answer = next.run(request, &mut extensions).await;
             *lock(&shared) = extensions;
-            let response = answer?;
-            let url = response.url().clone();
-            let mut response = http::Response::<reqwest::Body>::from(response);
-            keep_url(&mut response, url);
-            Ok(response)
+            Ok(from_reqwest(answer?))
         })
     }
+}
+
+/// A reqwest response as an `http::Response`, its URL kept for the way back.
+pub(crate) fn from_reqwest(response: reqwest::Response) -> http::Response<reqwest::Body> {
+    let url = response.url().clone();
+    let mut response = http::Response::<reqwest::Body>::from(response);
+    keep_url(&mut response, url);
+    response
 }
 
 fn lock(extensions: &Mutex<Extensions>) -> std::sync::MutexGuard<'_, Extensions> {

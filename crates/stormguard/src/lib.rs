@@ -134,6 +134,8 @@
 //! * `axum`: replay of axum request bodies, and `IntoResponse` for [`Error`];
 //! * `tonic`: replay of tonic request bodies (a tonic `Channel`);
 //! * `reqwest`: the [`reqwest`] module, the same engine as reqwest-middleware middleware;
+//! * `async-openai`: `reqwest::OpenAiService`, the engine as async-openai's HTTP service
+//!   (`Client::with_http_service`), streams continued;
 //! * `chaos`: the `chaos` module, fault injection for staging and game days, **never for
 //!   production**. It is a feature, off by default, rather than a module always there, so that
 //!   injecting faults is a choice made in the build: a binary built without it cannot contain a
@@ -259,8 +261,11 @@ pub mod chaos {
     };
 }
 
-/// The client engine as reqwest-middleware middleware ([`stormguard_reqwest`]).
+/// The client engine as reqwest-middleware middleware ([`stormguard_reqwest`]), and under
+/// async-openai's client (feature `async-openai`).
 #[cfg(feature = "reqwest")]
 pub mod reqwest {
-    pub use stormguard_reqwest::StormguardMiddleware;
+    #[cfg(feature = "async-openai")]
+    pub use stormguard_reqwest::openai::{OpenAiService, Transport};
+    pub use stormguard_reqwest::{RequestBody, StormguardMiddleware};
 }
