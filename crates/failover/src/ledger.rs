@@ -5,7 +5,7 @@
 //! a request no backend answered, and when a hop is hedged. Nothing here calls a backend's engine:
 //! the [future](crate::ResponseFuture) does, and acts on what these say.
 
-use std::cell::Cell;
+use std::cell::OnceCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use stormguard_budget::{RetryBudget, Ticket};
 use stormguard_classify::body::{PartialBody, ResponseBody, Tail};
 use stormguard_classify::{BoxError, Classify, Outcome, Reason};
 use stormguard_deadline::Deadline;
-use stormguard_deadline::clocks::{BodyShape, RequestShape};
+use stormguard_deadline::clocks::{BodyShape, RequestShape, SharedBodyShape};
 use stormguard_jitter::Backoff;
 use stormguard_rate_limit::RateLimit;
 use stormguard_retry::{Error, GiveUpCause, ReplayBody, Report, Route};
@@ -66,9 +66,9 @@ pub(crate) struct Ledger<S, C, Bk> {
     continuer: Option<MakeContinuer<S, C, Bk>>,
     /// What pays for the first hop: a continuation's ticket.
     first_ticket: Option<Ticket>,
-    /// What the body says of the request for the clocks, read the first time it is asked
-    /// ([`body_shape`](Self::body_shape)).
-    body_shape: Cell<Option<BodyShape>>,
+    /// What the body says of the request for the clocks, shared with the engines it is handed
+    /// to unchanged: read the first time one of them or this ledger asks.
+    body_shape: OnceCell<SharedBodyShape>,
 }
 
 /// One backend's turn with the request.
@@ -127,7 +127,7 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
             sent: false,
             continuer,
             first_ticket,
-            body_shape: Cell::new(None),
+            body_shape: OnceCell::new(),
         }
     }
 
@@ -206,11 +206,8 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
         // The engine's clocks size the request from what this one read, if the backend sends
         // the body as it came.
         let backend = &self.shared.engines[index].backend;
-        if backend.clocks().is_some()
-            && backend.adapter().keeps_body()
-            && let Some(shape) = self.body_shape()
-        {
-            route = route.with_body_shape(shape);
+        if backend.clocks().is_some() && backend.adapter().keeps_body() && self.body.is_some() {
+            route = route.with_body_shape(self.shared_body_shape().clone());
         }
         if self.continues_from.is_some() {
             return route.as_continuation();
@@ -508,15 +505,16 @@ impl<S, C: Classify, Bk: Backoff> Ledger<S, C, Bk> {
     }
 
     /// What the buffered body says of the request, read once for every backend's clocks and
-    /// handed to the engines of those that send it unchanged (`None` before the body is read,
-    /// or for a body sent as it streams).
+    /// the engines of those that send it unchanged (`None` before the body is read, or for a
+    /// body sent as it streams).
     fn body_shape(&self) -> Option<BodyShape> {
-        if let Some(shape) = self.body_shape.get() {
-            return Some(shape);
-        }
-        let shape = BodyShape::of_request(&self.head.uri, self.body.as_ref()?);
-        self.body_shape.set(Some(shape));
-        Some(shape)
+        let body = self.body.as_ref()?;
+        Some(self.shared_body_shape().get_or_read(&self.head.uri, body))
+    }
+
+    /// The reading of the body this ledger shares with the engines.
+    fn shared_body_shape(&self) -> &SharedBodyShape {
+        self.body_shape.get_or_init(SharedBodyShape::default)
     }
 
     /// The hop on backend `index`, which had waited for its first content since `started`,

@@ -107,8 +107,8 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         self.hand_off = route.hand_off;
         self.hand_off_429 = route.hand_off_429;
         self.continuation = route.continuation;
-        if let (Some(shape), Origin::Replay(template)) = (route.body_shape, &mut self.origin) {
-            template.body_shape = Some(shape);
+        if let (Some(shape), Origin::Replay(template)) = (&route.body_shape, &mut self.origin) {
+            template.body_shape = Some(shape.clone());
         }
     }
 

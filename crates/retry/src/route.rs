@@ -13,7 +13,7 @@ use std::fmt;
 
 use stormguard_budget::Ticket;
 use stormguard_classify::Outcome;
-use stormguard_deadline::clocks::BodyShape;
+use stormguard_deadline::clocks::SharedBodyShape;
 use stormguard_stream::Continuer;
 
 use crate::error::{Error, GiveUpCause};
@@ -34,7 +34,7 @@ pub struct Route {
     pub(crate) ticket: Option<Ticket>,
     pub(crate) continuer: Option<Continuer>,
     pub(crate) continuation: bool,
-    pub(crate) body_shape: Option<BodyShape>,
+    pub(crate) body_shape: Option<SharedBodyShape>,
 }
 
 impl Route {
@@ -72,11 +72,12 @@ impl Route {
         self
     }
 
-    /// What the router already read of the request's body, which it hands on unchanged: the
-    /// engine's clocks size the request from it instead of reading the body again. A router that
-    /// rewrites the body for this backend hands on what it read of the rewritten one, or nothing.
+    /// What the router reads of the request's body for its clocks, shared with the engine's:
+    /// whichever asks first reads the body, once for both (and for the router's other backends).
+    /// Only for a body the router hands on unchanged: one it rewrites for this backend is read
+    /// by the engine on its own.
     #[must_use]
-    pub fn with_body_shape(mut self, shape: BodyShape) -> Self {
+    pub fn with_body_shape(mut self, shape: SharedBodyShape) -> Self {
         self.body_shape = Some(shape);
         self
     }

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Request};
 use stormguard_classify::body::{PartialBody, Tail};
-use stormguard_deadline::clocks::{BodyShape, RequestShape};
+use stormguard_deadline::clocks::{BodyShape, RequestShape, SharedBodyShape};
 use stormguard_deadline::{Deadline, LlmDeadline, TokenEstimate, propagate};
 use tokio::time::Instant;
 
@@ -34,8 +34,8 @@ pub(crate) struct Template {
     tokens: Option<u64>,
     /// What the request is for its clocks, read once from the body.
     shape: Option<RequestShape>,
-    /// What a router above read of the body already, if it said ([`crate::Route`]).
-    pub(crate) body_shape: Option<BodyShape>,
+    /// What a router above reads of the body, shared with it ([`crate::Route`]).
+    pub(crate) body_shape: Option<SharedBodyShape>,
 }
 
 impl Origin {
@@ -57,10 +57,12 @@ impl Origin {
     pub(crate) fn shape(&mut self, estimate: &LlmDeadline) -> RequestShape {
         match self {
             Self::Replay(template) => *template.shape.get_or_insert_with(|| {
-                let body = template
-                    .body_shape
-                    .unwrap_or_else(|| BodyShape::of_request(&template.head.uri, &template.body));
-                body.sized(estimate)
+                let (uri, body) = (&template.head.uri, &template.body);
+                let read = match &template.body_shape {
+                    Some(shared) => shared.get_or_read(uri, body),
+                    None => BodyShape::of_request(uri, body),
+                };
+                read.sized(estimate)
             }),
             Self::Once(_) => RequestShape::of(None, estimate),
         }

@@ -907,17 +907,23 @@ async fn a_request_already_past_its_deadline_is_never_sent() {
 /// 1,000 output tokens 38 s (answered).
 #[tokio::test(start_paused = true)]
 async fn the_clocks_size_a_request_from_what_its_router_read() {
-    use stormguard_deadline::clocks::{AttemptClocks, BodyShape};
+    use stormguard_deadline::clocks::{AttemptClocks, SharedBodyShape};
 
     let small = r#"{"max_tokens": 10, "messages": []}"#;
-    let large = BodyShape::of(br#"{"max_tokens": 1000, "messages": []}"#);
-    for (shape, attempts, answered) in [(None, 1, false), (Some(large), 1, true)] {
+    // The router read a body asking for 1,000 tokens (what the engine's clocks then use).
+    let large = SharedBodyShape::default();
+    let uri: http::Uri = CHAT_URI.parse().unwrap();
+    large.get_or_read(&uri, br#"{"max_tokens": 1000, "messages": []}"#);
+    for (shape, attempts, answered) in [(None, 1, false), (Some(large.clone()), 1, true)] {
         let log = Log::default();
         let backend = scripted(&log, Duration::from_secs(20), |_, _| Ok(status(200)));
         let mut client = retries_only()
             .with_clocks(AttemptClocks::default())
             .layer(backend);
-        let route = shape.map_or_else(Route::new, |shape| Route::new().with_body_shape(shape));
+        let route = match shape.clone() {
+            Some(shape) => Route::new().with_body_shape(shape),
+            None => Route::new(),
+        };
         let start = Instant::now();
         let ready = client.ready().await.unwrap();
         let (answer, report) = ready

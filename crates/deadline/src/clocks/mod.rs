@@ -87,7 +87,7 @@ mod cold;
 mod shape;
 
 pub use cold::ColdClocks;
-pub use shape::{BodyShape, RequestShape, asks_for_reasoning};
+pub use shape::{BodyShape, RequestShape, SharedBodyShape, asks_for_reasoning};
 
 /// Answers each clock remembers: the last 128.
 pub const WINDOW: usize = 128;

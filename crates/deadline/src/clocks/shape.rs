@@ -1,5 +1,6 @@
 //! What a request is, for its clocks: read once from its JSON body (and its address).
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -55,9 +56,8 @@ impl RequestShape {
 /// What a request's body (and address) says of it, before an estimate sizes it: whether it
 /// streams, its tokens, whether it asks for reasoning. Reading it is the costly part of a
 /// [`RequestShape`], and each backend sizes it with its own estimate
-/// ([`sized`](Self::sized)): a router that read it once for its own clocks hands it to each
-/// backend's engine (`stormguard-retry`'s `Route::with_body_shape`), which then does not read the
-/// body again.
+/// ([`sized`](Self::sized)): a router and the engines it hands the request to read it once
+/// between them ([`SharedBodyShape`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BodyShape {
     streaming: bool,
@@ -99,6 +99,21 @@ impl BodyShape {
             prompt_tokens: self.tokens.prompt,
             reasoning: self.reasoning,
         }
+    }
+}
+
+/// A [`BodyShape`] read at most once, by whichever of its holders asks first. A router and the
+/// engines it hands a request to share one (`stormguard-retry`'s `Route::with_body_shape`), so
+/// that the body is read once for all their clocks, and not at all when none asks (an answer
+/// that came at once). Clones share the one reading.
+#[derive(Clone, Debug, Default)]
+pub struct SharedBodyShape(Arc<OnceLock<BodyShape>>);
+
+impl SharedBodyShape {
+    /// What the body of a request to `uri` says, read from `body` the first time one of the
+    /// holders asks (each holder hands the same bytes).
+    pub fn get_or_read(&self, uri: &http::Uri, body: &[u8]) -> BodyShape {
+        *self.0.get_or_init(|| BodyShape::of_request(uri, body))
     }
 }
 
