@@ -184,6 +184,8 @@ mod config;
 mod continuing;
 mod error;
 mod future;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 mod headers;
 pub mod hedge;
 mod lane;

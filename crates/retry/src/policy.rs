@@ -34,7 +34,7 @@
 
 use std::time::Duration;
 
-use stormguard_budget::{RetryBudget, Ticket};
+use stormguard_budget::{RetryBudget, RetryTokens, Ticket};
 use stormguard_classify::{Outcome, Reason};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::{Backoff, HintPolicy, HintedDelay};
@@ -49,6 +49,8 @@ pub(crate) struct RetryPolicy<Bk> {
     pub(crate) hint_policy: HintPolicy,
     /// Most attempts per request, the first included (at least 1).
     pub(crate) max_attempts: u32,
+    /// gRPC's retry throttling (gRFC A6), asked beside the budget when there is one.
+    pub(crate) tokens: Option<RetryTokens>,
 }
 
 /// What the policy remembers of one request between its attempts.
@@ -102,6 +104,7 @@ impl<Bk> RetryPolicy<Bk> {
             backoff,
             hint_policy: self.hint_policy,
             max_attempts: self.max_attempts,
+            tokens: self.tokens,
         }
     }
 }
@@ -112,9 +115,28 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         self.max_attempts > 1
     }
 
-    /// A success: it deposits into the budget that retries draw from.
+    /// A success: it deposits into the budget that retries draw from (and refills the retry
+    /// tokens).
     pub(crate) fn succeeded(&self) {
         self.budget.deposit();
+        if let Some(tokens) = &self.tokens {
+            tokens.succeeded();
+        }
+    }
+
+    /// An attempt failed with `outcome`: one retry token less when it is a failure gRFC A6
+    /// counts, one a retry could help or one the server pushed back on.
+    pub(crate) fn failed(&self, outcome: &Outcome) {
+        if let Some(tokens) = &self.tokens
+            && (outcome.is_retryable() || outcome.reason() == Reason::ServerSaidNoRetry)
+        {
+            tokens.failed();
+        }
+    }
+
+    /// Whether the retry tokens, if any, allow a retry or a hedge now.
+    pub(crate) fn tokens_allow(&self) -> bool {
+        self.tokens.as_ref().is_none_or(RetryTokens::allows)
     }
 
     /// Whether the retryable failure `failed` is retried, and after how long.
@@ -158,6 +180,9 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         {
             return Decision::GiveUp(GiveUpCause::Deadline);
         }
+        if !self.tokens_allow() {
+            return Decision::GiveUp(GiveUpCause::BudgetExhausted);
+        }
         match self.budget.ticket() {
             Some(ticket) => Decision::Retry {
                 delay,
@@ -184,7 +209,7 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
             return true;
         }
         let here = replayable && sent < self.max_attempts;
-        (hand_off || here) && self.budget.would_grant()
+        (hand_off || here) && self.tokens_allow() && self.budget.would_grant()
     }
 
     /// How many continuations the stream of a request may send: a retry's worth of attempts
@@ -251,6 +276,7 @@ mod tests {
             backoff: Constant::new(SECOND),
             hint_policy: HintPolicy::default(),
             max_attempts,
+            tokens: None,
         }
     }
 
@@ -562,6 +588,7 @@ mod tests {
             budget: RetryBudget::new(BudgetConfig::default().with_min_per_sec(10).with_ratio(0.0)),
             hint_policy: HintPolicy::default(),
             max_attempts: 10,
+            tokens: None,
         };
         let mut retries = Retries::new();
         let delays: Vec<Duration> = (1..9)
