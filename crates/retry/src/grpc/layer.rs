@@ -55,11 +55,11 @@ type MethodEngine = Arc<Config<ListedCodesClassifier, GrpcBackoff>>;
 /// calls whose method config has no `timeout`, the name, logs and metrics.
 ///
 /// Where the engine's hedging differs from gRFC A6's: at most two attempts are in flight at
-/// once (the engine's race has two lanes), so the third hedge of a `maxAttempts: 5` policy goes
-/// when one of the two in flight has failed, not at `2 × hedgingDelay`; an attempt that fails
-/// with a fatal status while a hedge is in flight leaves the race to the other, where A6 ends the
-/// call at once. A hedge is sent only after the first attempt waited `hedgingDelay` with no
-/// answer; a `hedgingDelay` of zero sends the hedge at once.
+/// once (the engine's race has two lanes), so while both run no third is sent at
+/// `2 × hedgingDelay`: a `maxAttempts` above 2 sends its further attempts only once one of the
+/// two has ended with a non-fatal status. An attempt that fails with a fatal status while the
+/// other is in flight leaves the race to the other, where A6 ends the call at once. Both keep
+/// every attempt within `maxAttempts` and the hedges within the tokens and the budget.
 ///
 /// ```
 /// use stormguard_retry::grpc::{ServiceConfig, ServiceConfigLayer};
