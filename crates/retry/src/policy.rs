@@ -603,4 +603,33 @@ mod tests {
         }
         assert!(delays.iter().any(|delay| *delay > SECOND), "{delays:?}");
     }
+
+    /// gRPC's retry tokens, when on, are asked before the budget: at half or fewer no retry
+    /// goes (and nothing is drawn from the budget); the failures a retry could help take a token,
+    /// fatal ones other than a server's "do not retry" take none, successes refill.
+    #[tokio::test(start_paused = true)]
+    async fn retry_tokens_at_half_refuse_the_retry_before_the_budget() {
+        let policy = RetryPolicy {
+            tokens: Some(RetryTokens::new(4, 0.5)),
+            ..policy(5)
+        };
+        let tokens = policy.tokens.clone().unwrap();
+        let mut retries = Retries::new();
+        policy.failed(&UNAVAILABLE);
+        assert!(delay(&policy.decide(&mut retries, &failed(&UNAVAILABLE, 1))).is_some());
+        policy.failed(&Outcome::fatal(Reason::Grpc(
+            stormguard_classify::GrpcCode::InvalidArgument,
+        )));
+        assert_eq!(tokens.tokens(), 3.0, "a fatal status takes no token");
+        policy.failed(&Outcome::fatal(Reason::ServerSaidNoRetry));
+        assert_eq!(tokens.tokens(), 2.0, "a pushback that stops retries does");
+        let withdrawals = policy.budget.snapshot().withdrawals;
+        let refused = policy.decide(&mut retries, &failed(&UNAVAILABLE, 2));
+        assert_eq!(cause(&refused), Some(GiveUpCause::BudgetExhausted));
+        assert_eq!(policy.budget.snapshot().withdrawals, withdrawals);
+        assert!(!policy.may_go_on(false, true, 2, false));
+        policy.succeeded();
+        assert_eq!(tokens.tokens(), 2.5);
+        assert!(delay(&policy.decide(&mut retries, &failed(&UNAVAILABLE, 2))).is_some());
+    }
 }
