@@ -609,11 +609,11 @@ mod tests {
     /// fatal ones other than a server's "do not retry" take none, successes refill.
     #[tokio::test(start_paused = true)]
     async fn retry_tokens_at_half_refuse_the_retry_before_the_budget() {
+        let tokens = RetryTokens::new(4, 0.5);
         let policy = RetryPolicy {
-            tokens: Some(RetryTokens::new(4, 0.5)),
+            tokens: Some(tokens.clone()),
             ..policy(5)
         };
-        let tokens = policy.tokens.clone().unwrap();
         let mut retries = Retries::new();
         policy.failed(&UNAVAILABLE);
         assert!(delay(&policy.decide(&mut retries, &failed(&UNAVAILABLE, 1))).is_some());
