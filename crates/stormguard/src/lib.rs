@@ -132,7 +132,9 @@
 //! ## Features
 //!
 //! * `axum`: replay of axum request bodies, and `IntoResponse` for [`Error`];
-//! * `tonic`: replay of tonic request bodies (a tonic `Channel`);
+//! * `tonic`: replay of tonic request bodies (a tonic `Channel`), and the `grpc` module: a gRFC A6
+//!   service config (per-method retry or hedging policy, timeout, retry throttling) applied
+//!   through the engine;
 //! * `reqwest`: the [`reqwest`] module, the same engine as reqwest-middleware middleware;
 //! * `chaos`: the `chaos` module, fault injection for staging and game days, **never for
 //!   production**. It is a feature, off by default, rather than a module always there, so that
