@@ -251,7 +251,8 @@ async fn max_attempts_caps_the_call_at_five_and_the_last_failure_says_do_not_ret
 
 /// gRPC's backoff: before retry n, `min(initialBackoff × backoffMultiplier^(n-1), maxBackoff)`
 /// within ±20%. A real server runs on the real clock: the lower bounds are exact (a timer never
-/// fires early), the upper ones leave 60 ms for the loopback round trip and the scheduler.
+/// fires early), the upper ones leave 100 ms for the loopback round trip and the scheduler (the
+/// exact bounds are checked on the paused clock in `crates/retry/tests/grpc.rs`).
 #[tokio::test]
 async fn backoff_grows_by_the_multiplier_up_to_the_maximum_within_twenty_percent() {
     let server = GrpcServer::spawn([fail(Code::Unavailable)]).await;
@@ -263,7 +264,7 @@ async fn backoff_grows_by_the_multiplier_up_to_the_maximum_within_twenty_percent
     assert_eq!(calls.len(), 5);
     for (n, ceiling) in [100, 200, 300, 300].into_iter().enumerate() {
         let gap = calls[n + 1].at - calls[n].at;
-        let (low, high) = (ceiling * 8 / 10, ceiling * 12 / 10 + 60);
+        let (low, high) = (ceiling * 8 / 10, ceiling * 12 / 10 + 100);
         assert!(
             gap >= low * MS && gap <= high * MS,
             "retry {}: {gap:?} outside {low}..{high} ms",

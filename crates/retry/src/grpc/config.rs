@@ -580,6 +580,8 @@ fn status_codes(value: &Value, path: &str) -> Result<GrpcCodes, ServiceConfigErr
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use proptest::strategy::Strategy;
+
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
@@ -957,5 +959,37 @@ mod tests {
         .unwrap();
         assert!(nulls.method_configs()[0].policy().is_none());
         assert!(nulls.retry_throttling().is_none());
+    }
+
+    proptest::proptest! {
+        /// Whatever the document, parsing ends in a config or an error, never a panic.
+        #[test]
+        fn any_text_is_a_config_or_an_error(text in ".{0,200}") {
+            let _ = ServiceConfig::from_json(&text);
+        }
+
+        /// Any value in any field of a retry policy: a config or an error naming that field.
+        #[test]
+        fn any_field_value_is_accepted_or_named(
+            field in proptest::sample::select(vec![
+                "maxAttempts", "initialBackoff", "maxBackoff", "backoffMultiplier",
+                "retryableStatusCodes",
+            ]),
+            value in proptest::prop_oneof![
+                proptest::num::f64::ANY.prop_map(|n| serde_json::json!(n).to_string()),
+                proptest::num::i64::ANY.prop_map(|n| n.to_string()),
+                ".{0,20}".prop_map(|text| serde_json::json!(text).to_string()),
+                "[0-9]{1,15}(\\.[0-9]{0,12})?s".prop_map(|text| serde_json::json!(text).to_string()),
+            ],
+        ) {
+            if let Err(error) = ServiceConfig::from_json(&retry_with(field, &value)) {
+                let path = error.path();
+                let element = format!("{}.{field}[", "methodConfig[0].retryPolicy");
+                proptest::prop_assert!(
+                    path == format!("methodConfig[0].retryPolicy.{field}") || path.starts_with(&element),
+                    "{} for {}", error, value
+                );
+            }
+        }
     }
 }
