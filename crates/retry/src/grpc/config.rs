@@ -44,8 +44,10 @@ pub const MAX_ATTEMPTS_CAP: u32 = 5;
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServiceConfig {
     methods: Vec<MethodConfig>,
-    /// Each name, `(service, method)` with `""` for the absent part, to the entry that has it.
-    by_name: HashMap<(String, String), usize>,
+    /// Each name to the entry that has it, keyed as a call's path reads without its leading
+    /// `/`: `service/method`, `service/` for a whole service, `""` for the default; so that a
+    /// call is matched on slices of its path, with no allocation.
+    by_name: HashMap<String, usize>,
     retry_throttling: Option<RetryThrottling>,
 }
 
@@ -163,23 +165,23 @@ impl ServiceConfig {
 
     /// The position in [`method_configs`](Self::method_configs) of the entry for `path`.
     pub(crate) fn method_index(&self, path: &str) -> Option<usize> {
-        let (service, method) = match path.strip_prefix('/').and_then(|p| p.split_once('/')) {
-            Some((service, method)) if !service.is_empty() && !method.contains('/') => {
-                (service, method)
+        let call = path
+            .strip_prefix('/')
+            .and_then(|call| Some((call, call.split_once('/')?)));
+        if let Some((call, (service, method))) = call
+            && !service.is_empty()
+            && !method.contains('/')
+        {
+            if let Some(index) = self.by_name.get(call) {
+                return Some(*index);
             }
-            // Not a gRPC path: only the default applies.
-            _ => ("", ""),
-        };
-        let mut key = (service.to_owned(), method.to_owned());
-        if let Some(index) = self.by_name.get(&key) {
-            return Some(*index);
+            // `service/`, the service's own entry.
+            if let Some(index) = self.by_name.get(&call[..=service.len()]) {
+                return Some(*index);
+            }
         }
-        key.1.clear();
-        if let Some(index) = self.by_name.get(&key) {
-            return Some(*index);
-        }
-        key.0.clear();
-        self.by_name.get(&key).copied()
+        // Not a gRPC path, or no entry for it: only the default applies.
+        self.by_name.get("").copied()
     }
 
     /// The `methodConfig` entries, in order.
@@ -303,6 +305,11 @@ impl MethodName {
             match field(name, key) {
                 None => Ok(None),
                 Some(Value::String(text)) if text.is_empty() => Ok(None),
+                // A path's separator: such a name could match no call, or the wrong one.
+                Some(Value::String(text)) if text.contains('/') => Err(ServiceConfigError::new(
+                    format!("{path}.{key}"),
+                    "must not contain `/`",
+                )),
                 Some(Value::String(text)) => Ok(Some(text.clone())),
                 Some(_) => Err(ServiceConfigError::new(
                     format!("{path}.{key}"),
@@ -331,11 +338,13 @@ impl MethodName {
         self.method.as_deref()
     }
 
-    fn key(&self) -> (String, String) {
-        (
-            self.service.clone().unwrap_or_default(),
-            self.method.clone().unwrap_or_default(),
-        )
+    /// The key of [`ServiceConfig`]'s index: the name as a call's path reads it.
+    fn key(&self) -> String {
+        match (&self.service, &self.method) {
+            (Some(service), Some(method)) => format!("{service}/{method}"),
+            (Some(service), None) => format!("{service}/"),
+            _ => String::new(),
+        }
     }
 }
 
@@ -683,9 +692,11 @@ mod tests {
         assert_eq!(timeout("/b.T/Other"), Some(Duration::from_secs(3)));
         assert_eq!(timeout("/c.U/M"), Some(Duration::from_secs(3)));
         // Not a gRPC path: the default only.
-        for path in ["", "/", "/a.S", "/a.S/M/extra", "//M", "a.S/M"] {
+        for path in ["", "/", "/a.S", "/a.S/M/extra", "//M", "a.S/M", "/a.S/M/"] {
             assert_eq!(timeout(path), Some(Duration::from_secs(3)), "{path:?}");
         }
+        // An empty method is the service's own entry, as its key reads.
+        assert_eq!(timeout("/a.S/"), Some(Duration::from_secs(2)));
         let no_default = ServiceConfig::from_json(
             r#"{"methodConfig": [{"name": [{"service": "a.S", "method": "M"}]}]}"#,
         )
@@ -712,6 +723,10 @@ mod tests {
         assert_eq!(
             error(r#"{"methodConfig": [{"name": [{}]}, {"name": [{"service": ""}]}]}"#),
             "methodConfig[1].name[0]: the default (empty name) is named by an earlier entry too"
+        );
+        assert_eq!(
+            error(r#"{"methodConfig": [{"name": [{"service": "a/b", "method": "c"}]}]}"#),
+            "methodConfig[0].name[0].service: must not contain `/`"
         );
         assert_eq!(
             error(r#"{"methodConfig": [{"name": [{"method": "M"}]}]}"#),

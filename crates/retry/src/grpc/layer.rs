@@ -170,7 +170,8 @@ fn engine<C: Clone, Bk: Clone>(
             GrpcBackoff::new(Default::default(), Default::default(), 1.0),
             hedging.max_attempts(),
             Some(
-                Hedging::after(hedging.hedging_delay()).with_max_hedges(hedging.max_attempts() - 1),
+                Hedging::after(hedging.hedging_delay())
+                    .with_max_hedges(hedging.max_attempts().saturating_sub(1)),
             ),
         ),
         None => (
