@@ -125,10 +125,13 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
     }
 
     /// An attempt failed with `outcome`: one retry token less when it is a failure gRFC A6
-    /// counts, one a retry could help or one the server pushed back on.
+    /// counts, an answer a retry could help or one the server pushed back on. A refusal of a
+    /// guard on this side never reached the server: it takes none.
     pub(crate) fn failed(&self, outcome: &Outcome) {
+        let reason = outcome.reason();
         if let Some(tokens) = &self.tokens
-            && (outcome.is_retryable() || outcome.reason() == Reason::ServerSaidNoRetry)
+            && !reason.is_local_refusal()
+            && (outcome.is_retryable() || reason == Reason::ServerSaidNoRetry)
         {
             tokens.failed();
         }
@@ -623,6 +626,12 @@ mod tests {
         assert_eq!(tokens.tokens(), 3.0, "a fatal status takes no token");
         policy.failed(&Outcome::fatal(Reason::ServerSaidNoRetry));
         assert_eq!(tokens.tokens(), 2.0, "a pushback that stops retries does");
+        policy.failed(&Outcome::retryable(Reason::RateLimitedLocally));
+        assert_eq!(
+            tokens.tokens(),
+            2.0,
+            "a local refusal never reached the server"
+        );
         let withdrawals = policy.budget.snapshot().withdrawals;
         let refused = policy.decide(&mut retries, &failed(&UNAVAILABLE, 2));
         assert_eq!(cause(&refused), Some(GiveUpCause::BudgetExhausted));
