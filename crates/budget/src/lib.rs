@@ -112,6 +112,7 @@ mod budget;
 mod config;
 pub mod shed;
 mod sync;
+mod tokens;
 
 pub use attempt::previous_attempts;
 pub use budget::{
@@ -119,3 +120,4 @@ pub use budget::{
 };
 pub use config::BudgetConfig;
 pub use shed::{ShedRetries, ShedRetriesLayer};
+pub use tokens::{MAX_RETRY_TOKENS, RetryTokens};

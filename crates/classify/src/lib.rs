@@ -117,7 +117,7 @@ pub use self::body::is_event_stream;
 pub use self::classify::{ClassifiedError, ClassifyLayer, ClassifyService, ResponseFuture};
 pub use self::completed::polled_after_completion;
 pub use self::failure::{Failure, MAX_CHAIN, chain, outcome_of};
-pub use self::grpc::{GrpcClassifier, GrpcCode, is_grpc};
+pub use self::grpc::{GrpcClassifier, GrpcCode, GrpcCodes, ListedCodesClassifier, is_grpc};
 pub use self::llm::LlmClassifier;
 pub use self::outcome::{Outcome, Reason, Verdict};
 pub use self::refusal::{AsError, LocalAnswer, error_response, refusal_response};

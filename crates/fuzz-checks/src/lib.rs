@@ -23,6 +23,7 @@ pub mod llm_body;
 pub mod llm_deadline;
 pub mod rate_limit;
 pub mod retry_after;
+pub mod service_config;
 pub mod splice;
 pub mod sse;
 
@@ -31,13 +32,14 @@ pub type Check = fn(&[u8]);
 
 /// The name of every target, as `cargo fuzz list` prints them and as their corpus directories
 /// under `fuzz/corpus/` are named, with the function that checks one input.
-pub const TARGETS: [(&str, Check); 8] = [
+pub const TARGETS: [(&str, Check); 9] = [
     ("attempt_count", attempt_count::check),
     ("grpc_timeout", grpc_timeout::check),
     ("llm_body", llm_body::check),
     ("llm_deadline", llm_deadline::check),
     ("rate_limit", rate_limit::check),
     ("retry_after", retry_after::check),
+    ("service_config", service_config::check),
     ("splice", splice::check),
     ("sse", sse::check),
 ];

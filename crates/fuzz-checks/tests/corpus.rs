@@ -69,6 +69,7 @@ replays!(
     llm_deadline,
     rate_limit,
     retry_after,
+    service_config,
     splice,
     sse,
 );

@@ -19,6 +19,7 @@
 //! | [`SmoothDecorrelatedJitter`] | increments of a smooth exponential curve at randomised points (the idea of Polly's "decorrelated jitter V2") |
 //! | [`Exponential`] (no jitter) | `min(cap, base * 2^n)` |
 //! | [`Constant`] | `delay` |
+//! | [`GrpcBackoff`] | `min(initial * multiplier^n, max) * U(0.8, 1.2)`: a gRPC service config's `retryPolicy` (gRFC A6) |
 //!
 //! Each implements [`Backoff`], so a retry engine is generic over them: it asks for one
 //! [`Backoff::schedule`] per request and takes the n-th item as the delay before retry `n + 1`.
@@ -67,8 +68,8 @@ pub use hint::{DEFAULT_HINT_JITTER_CEILING, DEFAULT_HINT_JITTER_RATIO, HintPolic
 pub use spread::{Spread, SpreadLayer};
 pub use strategy::{
     Constant, ConstantSchedule, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter, EqualJitter,
-    Exponential, ExponentialSchedule, FullJitter, Jittered, JitteredSchedule,
-    SmoothDecorrelatedJitter,
+    Exponential, ExponentialSchedule, FullJitter, GRPC_JITTER, GrpcBackoff, GrpcSchedule, Jittered,
+    JitteredSchedule, SmoothDecorrelatedJitter,
 };
 
 /// The shapes a [`Jittered`] backoff draws its delays with, one per strategy, and the trait to

@@ -226,8 +226,13 @@ fn hedge_if_due<S, B, RB, C, Bk>(
         return;
     };
     let deadline = ledger.deadline.map(|deadline| deadline.instant());
-    let budget = &ledger.config.policy.budget;
-    match race.grant_hedge(&hedging, waited, deadline, budget) {
+    let policy = &ledger.config.policy;
+    // gRPC's retry tokens, when on, hold hedges back as they do retries (gRFC A6).
+    let granted = match policy.tokens_allow() {
+        true => race.grant_hedge(&hedging, waited, deadline, &policy.budget),
+        false => Err(NoHedge::Budget),
+    };
+    match granted {
         Ok(ticket) => race.start_hedge(AttemptLane::hedge(ticket)),
         Err(NoHedge::Budget) => {
             if let Some(path) = race.lanes().0 {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::request::Parts;
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{CircuitBreaker, Fallback};
-use stormguard_budget::RetryBudget;
+use stormguard_budget::{RetryBudget, RetryTokens};
 use stormguard_classify::{Classify, LlmClassifier};
 use stormguard_deadline::client::FromFn;
 use stormguard_deadline::clocks::AttemptClocks;
@@ -138,6 +138,7 @@ impl Default for ClientLayer {
                 backoff: FullJitter::default(),
                 hint_policy: HintPolicy::default(),
                 max_attempts: DEFAULT_MAX_ATTEMPTS,
+                tokens: None,
             },
             guards: Guards::default().with(Guard::Throttle(AdaptiveThrottle::default())),
             max_replay_body: DEFAULT_MAX_REPLAY_BODY,
@@ -198,6 +199,22 @@ impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
     /// every layer that talks to the same backend so that they share it.
     pub fn with_budget(self, budget: RetryBudget) -> Self {
         self.change(|config| config.policy.budget = budget)
+    }
+
+    /// Also throttle retries and hedges with gRPC's retry tokens (gRFC A6's `retryThrottling`,
+    /// see [`RetryTokens`]): each attempt that fails in a way a retry could help (or that the
+    /// server pushed back on) takes a token, each success gives some back, and no retry or
+    /// hedge goes while half the tokens or fewer are left. The [budget](Self::with_budget) is
+    /// still asked, after the tokens: both must grant. Pass clones of one bucket to every layer
+    /// that talks to the same server. A retry the tokens refuse gives up as
+    /// [`GiveUpCause::BudgetExhausted`](crate::GiveUpCause::BudgetExhausted).
+    pub fn with_retry_tokens(self, tokens: RetryTokens) -> Self {
+        self.change(|config| config.policy.tokens = Some(tokens))
+    }
+
+    /// The gRPC retry tokens, if retries are throttled with them.
+    pub fn retry_tokens(&self) -> Option<&RetryTokens> {
+        self.config.policy.tokens.as_ref()
     }
 
     /// Turn server hints (`retry-after` and friends) into delays with `policy`; a hint above
@@ -482,6 +499,14 @@ impl<C, Bk, K> ClientLayer<C, Bk, K> {
             config: self.config,
             continues: PhantomData,
         }
+    }
+}
+
+impl<C, Bk, K> ClientLayer<C, Bk, K> {
+    /// The configuration every service of this layer shares.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn shared_config(&self) -> &Config<C, Bk> {
+        &self.config
     }
 }
 

@@ -269,6 +269,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         status: Option<StatusCode>,
     ) -> Option<Usage> {
         (self.watch).answered(&mut attempt.watch, outcome, status);
+        if !outcome.is_success() {
+            self.config.policy.failed(outcome);
+        }
         let usage = attempt.settle(outcome, headers);
         self.watch.health(&self.config.guards);
         usage

@@ -72,6 +72,15 @@
 //! clocks are cold ([`Hedging::cold`]: nothing learned yet, at 10 s plus its prefill), so a
 //! restarted gateway is protected from its first request. See [`hedge`].
 //!
+//! # gRPC service config
+//!
+//! With the `grpc` feature, the `grpc` module parses a gRFC A6 service config and its
+//! `ServiceConfigLayer` sends each call through this engine with its method's retry or
+//! hedging policy, timeout, and the channel's retry throttling ([`RetryTokens`], which
+//! [`ClientLayer::with_retry_tokens`] also adds to any layer).
+//!
+//! [`RetryTokens`]: stormguard_budget::RetryTokens
+//!
 //! # Retry at one layer only
 //!
 //! When the engine gives up on a retryable failure (attempts spent, budget denied, deadline,
@@ -184,6 +193,8 @@ mod config;
 mod continuing;
 mod error;
 mod future;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 mod headers;
 pub mod hedge;
 mod lane;

@@ -34,7 +34,7 @@
 
 use std::time::Duration;
 
-use stormguard_budget::{RetryBudget, Ticket};
+use stormguard_budget::{RetryBudget, RetryTokens, Ticket};
 use stormguard_classify::{Outcome, Reason};
 use stormguard_deadline::Deadline;
 use stormguard_jitter::{Backoff, HintPolicy, HintedDelay};
@@ -49,6 +49,8 @@ pub(crate) struct RetryPolicy<Bk> {
     pub(crate) hint_policy: HintPolicy,
     /// Most attempts per request, the first included (at least 1).
     pub(crate) max_attempts: u32,
+    /// gRPC's retry throttling (gRFC A6), asked beside the budget when there is one.
+    pub(crate) tokens: Option<RetryTokens>,
 }
 
 /// What the policy remembers of one request between its attempts.
@@ -102,6 +104,7 @@ impl<Bk> RetryPolicy<Bk> {
             backoff,
             hint_policy: self.hint_policy,
             max_attempts: self.max_attempts,
+            tokens: self.tokens,
         }
     }
 }
@@ -112,9 +115,31 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         self.max_attempts > 1
     }
 
-    /// A success: it deposits into the budget that retries draw from.
+    /// A success: it deposits into the budget that retries draw from (and refills the retry
+    /// tokens).
     pub(crate) fn succeeded(&self) {
         self.budget.deposit();
+        if let Some(tokens) = &self.tokens {
+            tokens.succeeded();
+        }
+    }
+
+    /// An attempt failed with `outcome`: one retry token less when it is a failure gRFC A6
+    /// counts, an answer a retry could help or one the server pushed back on. A refusal of a
+    /// guard on this side never reached the server: it takes none.
+    pub(crate) fn failed(&self, outcome: &Outcome) {
+        let reason = outcome.reason();
+        if let Some(tokens) = &self.tokens
+            && !reason.is_local_refusal()
+            && (outcome.is_retryable() || reason == Reason::ServerSaidNoRetry)
+        {
+            tokens.failed();
+        }
+    }
+
+    /// Whether the retry tokens, if any, allow a retry or a hedge now.
+    pub(crate) fn tokens_allow(&self) -> bool {
+        self.tokens.as_ref().is_none_or(RetryTokens::allows)
     }
 
     /// Whether the retryable failure `failed` is retried, and after how long.
@@ -158,6 +183,9 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
         {
             return Decision::GiveUp(GiveUpCause::Deadline);
         }
+        if !self.tokens_allow() {
+            return Decision::GiveUp(GiveUpCause::BudgetExhausted);
+        }
         match self.budget.ticket() {
             Some(ticket) => Decision::Retry {
                 delay,
@@ -184,7 +212,7 @@ impl<Bk: Backoff> RetryPolicy<Bk> {
             return true;
         }
         let here = replayable && sent < self.max_attempts;
-        (hand_off || here) && self.budget.would_grant()
+        (hand_off || here) && self.tokens_allow() && self.budget.would_grant()
     }
 
     /// How many continuations the stream of a request may send: a retry's worth of attempts
@@ -251,6 +279,7 @@ mod tests {
             backoff: Constant::new(SECOND),
             hint_policy: HintPolicy::default(),
             max_attempts,
+            tokens: None,
         }
     }
 
@@ -562,6 +591,7 @@ mod tests {
             budget: RetryBudget::new(BudgetConfig::default().with_min_per_sec(10).with_ratio(0.0)),
             hint_policy: HintPolicy::default(),
             max_attempts: 10,
+            tokens: None,
         };
         let mut retries = Retries::new();
         let delays: Vec<Duration> = (1..9)
@@ -575,5 +605,40 @@ mod tests {
             );
         }
         assert!(delays.iter().any(|delay| *delay > SECOND), "{delays:?}");
+    }
+
+    /// gRPC's retry tokens, when on, are asked before the budget: at half or fewer no retry
+    /// goes (and nothing is drawn from the budget); the failures a retry could help take a token,
+    /// fatal ones other than a server's "do not retry" take none, successes refill.
+    #[tokio::test(start_paused = true)]
+    async fn retry_tokens_at_half_refuse_the_retry_before_the_budget() {
+        let tokens = RetryTokens::new(4, 0.5);
+        let policy = RetryPolicy {
+            tokens: Some(tokens.clone()),
+            ..policy(5)
+        };
+        let mut retries = Retries::new();
+        policy.failed(&UNAVAILABLE);
+        assert!(delay(&policy.decide(&mut retries, &failed(&UNAVAILABLE, 1))).is_some());
+        policy.failed(&Outcome::fatal(Reason::Grpc(
+            stormguard_classify::GrpcCode::InvalidArgument,
+        )));
+        assert_eq!(tokens.tokens(), 3.0, "a fatal status takes no token");
+        policy.failed(&Outcome::fatal(Reason::ServerSaidNoRetry));
+        assert_eq!(tokens.tokens(), 2.0, "a pushback that stops retries does");
+        policy.failed(&Outcome::retryable(Reason::RateLimitedLocally));
+        assert_eq!(
+            tokens.tokens(),
+            2.0,
+            "a local refusal never reached the server"
+        );
+        let withdrawals = policy.budget.snapshot().withdrawals;
+        let refused = policy.decide(&mut retries, &failed(&UNAVAILABLE, 2));
+        assert_eq!(cause(&refused), Some(GiveUpCause::BudgetExhausted));
+        assert_eq!(policy.budget.snapshot().withdrawals, withdrawals);
+        assert!(!policy.may_go_on(false, true, 2, false));
+        policy.succeeded();
+        assert_eq!(tokens.tokens(), 2.5);
+        assert!(delay(&policy.decide(&mut retries, &failed(&UNAVAILABLE, 2))).is_some());
     }
 }

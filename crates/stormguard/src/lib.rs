@@ -132,7 +132,9 @@
 //! ## Features
 //!
 //! * `axum`: replay of axum request bodies, and `IntoResponse` for [`Error`];
-//! * `tonic`: replay of tonic request bodies (a tonic `Channel`);
+//! * `tonic`: replay of tonic request bodies (a tonic `Channel`), and the `grpc` module: a gRFC A6
+//!   service config (per-method retry or hedging policy, timeout, retry throttling) applied
+//!   through the engine;
 //! * `reqwest`: the [`reqwest`] module, the same engine as reqwest-middleware middleware;
 //! * `async-openai`: `reqwest::OpenAiService`, the engine as async-openai's HTTP service
 //!   (`Client::with_http_service`), streams continued;
@@ -154,9 +156,9 @@ pub mod classify {
     pub use stormguard_classify::body::ResponseBody;
     pub use stormguard_classify::{
         AsError, BoxError, Classify, ClassifyLayer, ERROR_BODY_LIMIT, Failure, GrpcClassifier,
-        GrpcCode, HttpClassifier, LlmClassifier, LocalAnswer, MakeClassify, Outcome, Permit,
-        Reason, TransportClassifier, Verdict, chain, headers, hint, is_grpc, outcome_of,
-        refusal_response,
+        GrpcCode, GrpcCodes, HttpClassifier, ListedCodesClassifier, LlmClassifier, LocalAnswer,
+        MakeClassify, Outcome, Permit, Reason, TransportClassifier, Verdict, chain, headers, hint,
+        is_grpc, outcome_of, refusal_response,
     };
 }
 
@@ -164,15 +166,17 @@ pub mod classify {
 pub mod jitter {
     pub use stormguard_jitter::{
         Backoff, Constant, DEFAULT_BASE, DEFAULT_CAP, DecorrelatedJitter, EqualJitter, Exponential,
-        FullJitter, HintPolicy, HintedDelay, SmoothDecorrelatedJitter, Spread, SpreadLayer,
+        FullJitter, GrpcBackoff, HintPolicy, HintedDelay, SmoothDecorrelatedJitter, Spread,
+        SpreadLayer,
     };
 }
 
 /// The retry budget, and shedding retries on a server ([`stormguard_budget`]).
 pub mod budget {
     pub use stormguard_budget::{
-        BudgetConfig, BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL, RetryBudget,
-        ShedRetries, ShedRetriesLayer, previous_attempts,
+        BudgetConfig, BudgetSnapshot, DEFAULT_MIN_PER_SEC, DEFAULT_RATIO, DEFAULT_TTL,
+        MAX_RETRY_TOKENS, RetryBudget, RetryTokens, ShedRetries, ShedRetriesLayer,
+        previous_attempts,
     };
 }
 
@@ -244,6 +248,12 @@ pub mod retry {
         ReplayBody, Report, Route, Routed, ensure_idempotency_key, is_idempotent, stamp_attempt,
     };
 }
+
+/// gRPC service configs (gRFC A6) for tonic clients (feature `tonic`): parse the JSON every
+/// other gRPC language reads, and send each call through the engine with its method's retry or
+/// hedging policy, timeout and the channel's retry throttling ([`stormguard_retry::grpc`]).
+#[cfg(feature = "tonic")]
+pub use stormguard_retry::grpc;
 
 /// What the pipeline counts and measures, through the `metrics` facade (feature `metrics`): every
 /// name, type, unit and label ([`stormguard_retry::metrics`]).

@@ -10,8 +10,10 @@ use crate::outcome::{Outcome, Reason};
 use crate::status;
 
 pub(crate) mod code;
+mod listed;
 
 pub use self::code::GrpcCode;
+pub use self::listed::{GrpcCodes, ListedCodesClassifier};
 
 // What a code means on its own is the first of the rules (the table of `GrpcClassifier`), so it
 // lives with them rather than with the code, which `Reason` names.

@@ -8,6 +8,7 @@ mod decorrelated;
 mod equal;
 mod exponential;
 mod full;
+mod grpc;
 mod jittered;
 mod smooth;
 
@@ -16,6 +17,7 @@ pub use decorrelated::{Decorrelated, DecorrelatedJitter};
 pub use equal::{Equal, EqualJitter};
 pub use exponential::{Exponential, ExponentialSchedule};
 pub use full::{Full, FullJitter};
+pub use grpc::{GRPC_JITTER, GrpcBackoff, GrpcSchedule};
 pub use jittered::{Jittered, JitteredSchedule, Shape};
 pub use smooth::{SmoothDecorrelated, SmoothDecorrelatedJitter, SmoothState};
 
