@@ -67,7 +67,7 @@ impl ConcurrencyConfig {
     }
 
     /// Count an answer towards growth only when at least `used` of the limit (0 to 1) was in
-    /// flight as its attempt was admitted.
+    /// flight as its attempt was admitted or as it ends.
     pub fn with_used(mut self, used: f64) -> Self {
         self.used = if used.is_nan() {
             Self::DEFAULT_USED

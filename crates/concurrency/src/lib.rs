@@ -35,7 +35,7 @@
 //!   5681 section 3.1; Vector decreases at most once per round trip).
 //! - **Grow** by `1 / limit` on each healthy answer (a success, or a 4xx the provider judged),
 //!   about one slot per window of `limit` answers: dialogue's rule, llm-d's +1 per clean window.
-//!   Only an attempt admitted while the limit was **used** counts: at least
+//!   Only an attempt that went or ended while the limit was **used** counts: at least
 //!   [`DEFAULT_USED`](ConcurrencyConfig::DEFAULT_USED) (0.9) of it in flight, dialogue's gate.
 //!   An idle or application-limited client never grows its limit, so the limit still means
 //!   something when the load comes back.

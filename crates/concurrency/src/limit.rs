@@ -65,7 +65,7 @@ pub struct Snapshot {
     pub limit: u32,
     /// Attempts in flight now (a streamed answer counts until its body ends).
     pub in_flight: u32,
-    /// Times it shrank since it was made.
+    /// Times it shrank since it was made (an overload signal at the floor is not counted).
     pub shrunk: u64,
     /// Times its whole part grew by one since it was made.
     pub grown: u64,
@@ -114,7 +114,7 @@ impl ConcurrencyLimit {
             return Err(ConcurrencyFull::new(limit));
         }
         state.in_flight += 1;
-        let used = f64::from(state.in_flight) >= (self.shared.config.used() * state.limit).floor();
+        let used = state.used(self.shared.config.used(), state.in_flight);
         Ok(ConcurrencyPermit {
             shared: Some(Arc::clone(&self.shared)),
             epoch: state.epoch,
@@ -200,12 +200,17 @@ impl Shared {
     fn settle(&self, epoch: u64, used: bool, signal: Signal) {
         let (min, max) = self.config.bounds();
         let mut state = self.lock();
+        // Used if the limit was nearly full as the attempt went, or as it ends: a stream that
+        // ran while others filled the limit counts, as in dialogue (which looks at the end).
+        let used = used || state.used(self.config.used(), state.in_flight);
         state.in_flight = state.in_flight.saturating_sub(1);
         match signal {
             Signal::Overload if epoch == state.epoch => {
-                state.limit = (state.limit * self.config.backoff()).max(f64::from(min));
                 state.epoch += 1;
-                state.shrunk += 1;
+                if state.limit > f64::from(min) {
+                    state.limit = (state.limit * self.config.backoff()).max(f64::from(min));
+                    state.shrunk += 1;
+                }
             }
             Signal::Healthy if used => {
                 let before = state.admitted();
@@ -222,6 +227,11 @@ impl Shared {
 }
 
 impl State {
+    /// Whether `in_flight` attempts use the limit: at least the `share` of it.
+    fn used(&self, share: f64, in_flight: u32) -> bool {
+        f64::from(in_flight) >= (share * self.limit).floor()
+    }
+
     /// The attempts the limit admits.
     fn admitted(&self) -> u32 {
         // `limit` stays within the configured u32 bounds, so the cast only drops the fraction.
@@ -252,7 +262,7 @@ impl fmt::Debug for Acquire {
 /// One attempt's slot, held while it is in flight: for a streamed answer, until its body ends.
 ///
 /// Told how the attempt ended ([`Permit::record`]), the limit learns from it: an overload
-/// answer shrinks it, a healthy answer of an attempt admitted with the limit nearly full grows it.
+/// answer shrinks it, a healthy answer of an attempt that went or ended with the limit nearly full grows it.
 /// Dropped untold (the caller gave up, the attempt lost a hedge's race), the slot is freed and the
 /// limit learns nothing: a caller's impatience says nothing about the provider. A timeout must be
 /// told as one to count.
@@ -320,6 +330,7 @@ fn signal(outcome: &Outcome) -> Signal {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -72,10 +72,7 @@ where
                 let outcome = classifier.classify_http(&parts, &[]);
                 // A failed answer holds no generation: its slot is given back now, with what it
                 // says. A success holds its slot until its body ends.
-                let held = if !outcome.is_success() {
-                    permit.record(&outcome, &parts.headers);
-                    None
-                } else if body.is_end_stream() {
+                let held = if !outcome.is_success() || body.is_end_stream() {
                     permit.record(&outcome, &parts.headers);
                     None
                 } else {
