@@ -119,6 +119,7 @@ impl ConcurrencyLimit {
             shared: Some(Arc::clone(&self.shared)),
             epoch: state.epoch,
             used,
+            learnt: false,
         })
     }
 
@@ -196,14 +197,22 @@ impl Shared {
     }
 
     /// An attempt admitted in `epoch` (as `used`: with the limit nearly full) ended with
-    /// `signal`: the limit learns from it, and its slot is freed.
-    fn settle(&self, epoch: u64, used: bool, signal: Signal) {
-        let (min, max) = self.config.bounds();
+    /// `signal`: the limit learns from it, and, if `free`, its slot is freed.
+    fn settle(&self, epoch: u64, used: bool, signal: Signal, free: bool) {
         let mut state = self.lock();
+        self.learn(&mut state, epoch, used, signal);
+        if free {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            drop(state);
+            self.freed.notify_one();
+        }
+    }
+
+    fn learn(&self, state: &mut State, epoch: u64, used: bool, signal: Signal) {
+        let (min, max) = self.config.bounds();
         // Used if the limit was nearly full as the attempt went, or as it ends: a stream that
         // ran while others filled the limit counts, as in dialogue (which looks at the end).
         let used = used || state.used(self.config.used(), state.in_flight);
-        state.in_flight = state.in_flight.saturating_sub(1);
         match signal {
             Signal::Overload if epoch == state.epoch => {
                 state.epoch += 1;
@@ -221,8 +230,6 @@ impl Shared {
             }
             Signal::Overload | Signal::Healthy | Signal::Nothing => {}
         }
-        drop(state);
-        self.freed.notify_one();
     }
 }
 
@@ -271,28 +278,45 @@ pub struct ConcurrencyPermit {
     shared: Option<Arc<Shared>>,
     epoch: u64,
     used: bool,
+    /// Told by [`learn`](Self::learn) already: what comes after only frees the slot.
+    learnt: bool,
 }
 
 impl ConcurrencyPermit {
     /// Frees the slot, the limit learning nothing (what dropping it does).
     pub fn forget(self) {}
 
-    fn settle(&mut self, signal: Signal) {
+    /// Tells the limit how the attempt ended, and keeps the slot until the permit is dropped: for
+    /// an answer whose provider is done (a whole JSON answer) but whose body is still being
+    /// read. Told again, or dropped, it only frees the slot.
+    pub fn learn(&mut self, outcome: &Outcome) {
+        if let Some(shared) = &self.shared {
+            let mut state = shared.lock();
+            shared.learn(&mut state, self.epoch, self.used, signal(outcome));
+            self.learnt = true;
+        }
+    }
+
+    fn settle(&mut self, outcome: Option<&Outcome>) {
         if let Some(shared) = self.shared.take() {
-            shared.settle(self.epoch, self.used, signal);
+            let signal = match outcome {
+                Some(outcome) if !self.learnt => signal(outcome),
+                _ => Signal::Nothing,
+            };
+            shared.settle(self.epoch, self.used, signal, true);
         }
     }
 }
 
 impl Permit for ConcurrencyPermit {
     fn record(mut self, outcome: &Outcome, _headers: &HeaderMap) {
-        self.settle(signal(outcome));
+        self.settle(Some(outcome));
     }
 }
 
 impl Drop for ConcurrencyPermit {
     fn drop(&mut self) {
-        self.settle(Signal::Nothing);
+        self.settle(None);
     }
 }
 
@@ -388,6 +412,18 @@ mod tests {
             }
         }
         assert!(limit.snapshot().limit >= 4, "{:?}", limit.snapshot());
+    }
+
+    #[test]
+    fn a_permit_learns_at_the_head_and_frees_its_slot_when_dropped() {
+        let limit = ConcurrencyLimit::new(ConcurrencyConfig::default().with_initial(10));
+        let mut permit = limit.try_acquire().unwrap();
+        permit.learn(&overloaded());
+        assert_eq!((limit.snapshot().limit, limit.snapshot().in_flight), (9, 1));
+        // Told again, it only frees its slot: one answer, one lesson.
+        permit.record(&overloaded(), &HeaderMap::new());
+        assert_eq!((limit.snapshot().limit, limit.snapshot().in_flight), (9, 0));
+        assert_eq!(limit.snapshot().shrunk, 1);
     }
 
     #[test]
