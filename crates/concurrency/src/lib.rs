@@ -33,7 +33,12 @@
 //!   Once per window: an attempt admitted before the last shrink does not shrink it again, so a
 //!   burst of twenty 429s is one signal, not twenty (TCP's one reduction per window of data, RFC
 //!   5681 section 3.1; Vector decreases at most once per round trip).
-//! - **Grow** by `1 / limit` on each healthy answer (a success, or a 4xx the provider judged),
+//! - **Start slow, but not for long**: until the first overload signal, each healthy answer adds
+//!   one, so the limit doubles with each window of answers (TCP's slow start, RFC 5681 section
+//!   3.1; palantir/dialogue PR #3052 found additive growth alone far too slow after a spike). A
+//!   client that starts at 20 in front of a provider that takes 400 finds it in a few round trips,
+//!   not in hundreds.
+//! - **Then grow** by `1 / limit` on each healthy answer (a success, or a 4xx the provider judged),
 //!   about one slot per window of `limit` answers: dialogue's rule, llm-d's +1 per clean window.
 //!   Only an attempt that went or ended while the limit was **used** counts: at least
 //!   [`DEFAULT_USED`](ConcurrencyConfig::DEFAULT_USED) (0.9) of it in flight, dialogue's gate.

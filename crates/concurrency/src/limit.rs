@@ -50,8 +50,9 @@ struct State {
     /// floor.
     limit: f64,
     in_flight: u32,
-    /// How many shrinks there have been: a permit admitted before the last one cannot shrink the
-    /// limit again (one reduction per window of attempts).
+    /// How many overload signals have counted: a permit admitted before the last one cannot
+    /// shrink the limit again (one reduction per window of attempts). Zero: the limit is still in
+    /// its slow start.
     epoch: u64,
     shrunk: u64,
     grown: u64,
@@ -114,11 +115,10 @@ impl ConcurrencyLimit {
             return Err(ConcurrencyFull::new(limit));
         }
         state.in_flight += 1;
-        let used = state.used(self.shared.config.used(), state.in_flight);
         Ok(ConcurrencyPermit {
             shared: Some(Arc::clone(&self.shared)),
             epoch: state.epoch,
-            used,
+            went_with: state.in_flight,
             learnt: false,
         })
     }
@@ -196,11 +196,11 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An attempt admitted in `epoch` (as `used`: with the limit nearly full) ended with
+    /// An attempt admitted in `epoch` (with `went_with` in flight, itself included) ended with
     /// `signal`: the limit learns from it, and, if `free`, its slot is freed.
-    fn settle(&self, epoch: u64, used: bool, signal: Signal, free: bool) {
+    fn settle(&self, epoch: u64, went_with: u32, signal: Signal, free: bool) {
         let mut state = self.lock();
-        self.learn(&mut state, epoch, used, signal);
+        self.learn(&mut state, epoch, went_with, signal);
         if free {
             state.in_flight = state.in_flight.saturating_sub(1);
             drop(state);
@@ -208,11 +208,11 @@ impl Shared {
         }
     }
 
-    fn learn(&self, state: &mut State, epoch: u64, used: bool, signal: Signal) {
+    fn learn(&self, state: &mut State, epoch: u64, went_with: u32, signal: Signal) {
         let (min, max) = self.config.bounds();
         // Used if the limit was nearly full as the attempt went, or as it ends: a stream that
         // ran while others filled the limit counts, as in dialogue (which looks at the end).
-        let used = used || state.used(self.config.used(), state.in_flight);
+        let used = state.used(self.config.used(), went_with.max(state.in_flight));
         match signal {
             Signal::Overload if epoch == state.epoch => {
                 state.epoch += 1;
@@ -223,7 +223,14 @@ impl Shared {
             }
             Signal::Healthy if used => {
                 let before = state.admitted();
-                state.limit = (state.limit + 1.0 / state.limit).min(f64::from(max));
+                // Slow start until the first overload signal (one more per answer: the limit
+                // doubles in a window), then one more per window of answers.
+                let step = if state.epoch == 0 {
+                    1.0
+                } else {
+                    1.0 / state.limit
+                };
+                state.limit = (state.limit + step).min(f64::from(max));
                 if state.admitted() > before {
                     state.grown += 1;
                 }
@@ -277,7 +284,8 @@ pub struct ConcurrencyPermit {
     /// Taken when settled.
     shared: Option<Arc<Shared>>,
     epoch: u64,
-    used: bool,
+    /// Attempts in flight as it went, itself included.
+    went_with: u32,
     /// Told by [`learn`](Self::learn) already: what comes after only frees the slot.
     learnt: bool,
 }
@@ -292,7 +300,7 @@ impl ConcurrencyPermit {
     pub fn learn(&mut self, outcome: &Outcome) {
         if let Some(shared) = &self.shared {
             let mut state = shared.lock();
-            shared.learn(&mut state, self.epoch, self.used, signal(outcome));
+            shared.learn(&mut state, self.epoch, self.went_with, signal(outcome));
             self.learnt = true;
         }
     }
@@ -303,7 +311,7 @@ impl ConcurrencyPermit {
                 Some(outcome) if !self.learnt => signal(outcome),
                 _ => Signal::Nothing,
             };
-            shared.settle(self.epoch, self.used, signal, true);
+            shared.settle(self.epoch, self.went_with, signal, true);
         }
     }
 }
@@ -324,7 +332,7 @@ impl fmt::Debug for ConcurrencyPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyPermit")
             .field("epoch", &self.epoch)
-            .field("used", &self.used)
+            .field("went_with", &self.went_with)
             .finish()
     }
 }
