@@ -448,13 +448,12 @@ impl Permits {
     /// The concurrency limit's pass, taken out to be held by a whole answer's body while it is
     /// read (told the outcome at the head, it frees its place when the body ends).
     pub(crate) fn take_place(&mut self) -> Option<ConcurrencyPermit> {
-        self.held().iter_mut().find_map(|pass| match pass.take() {
+        let place =
+            (self.held().iter_mut()).find(|pass| matches!(pass, Some(Pass::Concurrency(_))))?;
+        match place.take() {
             Some(Pass::Concurrency(permit)) => Some(permit),
-            other => {
-                *pass = other;
-                None
-            }
-        })
+            _ => None,
+        }
     }
 
     /// Ready when a stall opened the breaker since the attempt was admitted: the attempt is to

@@ -7,9 +7,9 @@ use crate::metrics::Summary;
 use crate::pipeline::Pipeline;
 use crate::scenario::{DEGRADED_MEDIAN, Fault, FaultKind, Scenario, StreamShape};
 
-/// Offered load of the capacity scenario: 400 requests a second, about what the provider's
-/// slots serve while healthy (Little's law: 400 x 0.91 s, the log-normal mean of an 800 ms
-/// median, keep 362 of its 400 slots busy).
+/// Offered load of the capacity scenario: 250 requests a second, which the healthy provider
+/// serves with room to spare (Little's law: 250 x 0.91 s, the log-normal mean of an 800 ms
+/// median, keep 227 of its 400 slots busy) and the slower one does not (250 x 2.83 s: 708).
 const CAPACITY_QPS: f64 = 250.0;
 
 /// The provider's slots: 400, halved to [`HALVED_SLOTS`] at [`HALVED_AT`].
@@ -30,12 +30,12 @@ const CAPACITY_QUEUE: u32 = 40;
 /// learn from.
 const NO_THRASHING: f64 = f64::INFINITY;
 
-/// Streamed answers at 400 requests/s to a provider of 400 slots and a queue of 40 (429 beyond
+/// Streamed answers at 250 requests/s to a provider of 400 slots and a queue of 40 (429 beyond
 /// it): from 20 s its median latency goes from 800 ms to 2,500 ms with the slots unchanged, and
 /// from 40 s it has 200 slots.
 pub const SCENARIO: Builtin = Builtin {
     name: "capacity",
-    help: "Streamed answers at 400 requests/s to a provider of 400 slots and a queue of 40 (429\n\
+    help: "Streamed answers at 250 requests/s to a provider of 400 slots and a queue of 40 (429\n\
              beyond it): from 20 s its median latency goes from 800 ms to 2,500 ms, the slots\n\
              unchanged; from 40 s it has 200 slots.",
     pipelines: &[
@@ -50,13 +50,13 @@ pub const SCENARIO: Builtin = Builtin {
 many generations at once. Its 400 slots stream their answers (OpenAI's chunks, 5 tokens every
 100 ms for the answer's service time: a stream holds its slot to its end), 40 requests may wait
 for a slot, and one more is answered 429 at once; past its slots it queues, it does not thrash. At
-400 requests/s its healthy 800 ms median keeps about 362 slots busy. From 20 s the median is
+250 requests/s its healthy 800 ms median keeps about 227 slots busy. From 20 s the median is
 2,500 ms with the same slots: at the same rate three times as many requests want to be in flight
-(Little's law), and the slots serve 141 a second. From 40 s half the slots are gone (the first to
+(708, Little's law), and the slots serve 141 a second. From 40 s half the slots are gone (the first to
 free are taken away, the work on them runs to its end): 71 a second. The rows are `stormguard`
 (`ClientLayer::default()`, no limit on what it has in flight), `stormguard+bulkhead` (a fixed
-limit on the attempts in flight, sized by hand for the healthy provider: its 362 in flight plus a
-quarter, 453; the same permit as the adaptive limit's, held until a stream ends, a wait of 2 s at
+limit on the attempts in flight, sized by hand for the healthy provider: its 227 in flight plus a
+quarter, 284; the same permit as the adaptive limit's, held until a stream ends, a wait of 2 s at
 most) and `stormguard+concurrency` (`ClientLayer::default().with_concurrency(ConcurrencyLimit::default())`:
 starting at 20, learned from the 429s). tower-resilience's adaptive limiter (the `adaptive`
 feature of tower-resilience 0.13) has no row: it frees its permit when the response head arrives,
