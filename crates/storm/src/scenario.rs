@@ -1717,7 +1717,13 @@ mod tests {
              4000 ms (median)"
         ));
         for kind in scenarios::ALL {
-            let streams = [scenarios::STREAMS, scenarios::SILENT, scenarios::TAIL].contains(&kind);
+            let streams = [
+                scenarios::STREAMS,
+                scenarios::SILENT,
+                scenarios::TAIL,
+                scenarios::CAPACITY,
+            ]
+            .contains(&kind);
             assert_eq!(kind.scenario().stream.is_some(), streams, "{kind}");
         }
     }
