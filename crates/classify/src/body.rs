@@ -7,6 +7,7 @@
 //! uses them to classify a failed response with the start of its body (the JSON error of an LLM
 //! API) while the caller still receives the whole body, as a [`ResponseBody`].
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -287,6 +288,8 @@ struct Watch {
     cap: usize,
     /// Taken when called; dropped uncalled if the body outgrew the cap or failed.
     at_end: Option<AtEnd>,
+    /// Held until the body ends, fails or is dropped (see [`ResponseBody::holding`]).
+    held: Option<Box<dyn Any + Send + Sync>>,
 }
 
 pin_project! {
@@ -379,11 +382,32 @@ impl<RB: Body> ResponseBody<RB> {
     where
         F: FnOnce(&[u8]) + Send + Sync + 'static,
     {
+        let held = self.watch.take().and_then(|watch| watch.held);
         self.watch = Some(Box::new(Watch {
             seen: BytesMut::new(),
             cap,
             at_end: Some(Box::new(at_end)),
+            held,
         }));
+        self
+    }
+
+    /// The same body, holding `value` until its reader has read it to the end, it fails, or it
+    /// is dropped: a guard's place that an answer keeps while its bytes are still read (the
+    /// concurrency limit's slot). Nothing of the body is copied for it.
+    pub fn holding<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        let held: Box<dyn Any + Send + Sync> = Box::new(value);
+        match &mut self.watch {
+            Some(watch) => watch.held = Some(held),
+            None => {
+                self.watch = Some(Box::new(Watch {
+                    seen: BytesMut::new(),
+                    cap: 0,
+                    at_end: None,
+                    held: Some(held),
+                }));
+            }
+        }
         self
     }
 
@@ -471,11 +495,15 @@ where
                         }
                     }
                 }
-                Poll::Ready(Some(Err(_))) => watch.at_end = None,
+                Poll::Ready(Some(Err(_))) => {
+                    watch.at_end = None;
+                    watch.held = None;
+                }
                 Poll::Ready(None) => {
                     if let Some(at_end) = watch.at_end.take() {
                         at_end(&watch.seen);
                     }
+                    watch.held = None;
                 }
                 Poll::Pending => {}
             }

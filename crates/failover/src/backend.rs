@@ -12,6 +12,7 @@ use http::request::Parts;
 use http::{HeaderName, HeaderValue, Uri};
 use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{BreakerConfig, CircuitBreaker, State};
+use stormguard_concurrency::ConcurrencyLimit;
 use stormguard_deadline::clocks::AttemptClocks;
 use stormguard_rate_limit::RateLimit;
 
@@ -30,6 +31,7 @@ pub struct Backend {
     breaker: CircuitBreaker,
     throttle: Option<AdaptiveThrottle>,
     rate_limit: Option<RateLimit>,
+    concurrency: Option<ConcurrencyLimit>,
     clocks: Option<AttemptClocks>,
     takes_prefill: bool,
     weight: f64,
@@ -72,6 +74,7 @@ impl Backend {
             breaker: Self::default_breaker(),
             throttle: None,
             rate_limit: None,
+            concurrency: None,
             clocks: None,
             takes_prefill: true,
             weight: 1.0,
@@ -170,6 +173,21 @@ impl Backend {
     pub fn with_rate_limit(mut self, limit: RateLimit) -> Self {
         self.rate_limit = Some(limit);
         self
+    }
+
+    /// Keep this backend's attempts in flight under `limit`, an adaptive concurrency limit
+    /// learned from its overload answers (shared with whatever else calls the same backend; see
+    /// [`ClientLayer::with_concurrency`](stormguard_retry::ClientLayer::with_concurrency)). A
+    /// request the full limit refuses after its wait goes to the next backend.
+    #[must_use]
+    pub fn with_concurrency(mut self, limit: ConcurrencyLimit) -> Self {
+        self.concurrency = Some(limit);
+        self
+    }
+
+    /// Its concurrency limit, if any.
+    pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
+        self.concurrency.as_ref()
     }
 
     /// The backend's name.

@@ -267,7 +267,7 @@ where
     type Service = FailoverService<S, C, Bk, K>;
 
     /// One engine per backend over clones of `service`: the failover's layer with the
-    /// backend's breaker, throttle and rate limit. The budget stays the layer's, shared by all.
+    /// backend's breaker, throttle, rate limit and concurrency limit. The budget stays the layer's, shared by all.
     fn layer(&self, service: S) -> Self::Service {
         let engines = self
             .backends
@@ -288,6 +288,9 @@ where
                 }
                 if let Some(limit) = backend.rate_limit() {
                     layer = layer.with_rate_limit(limit.clone());
+                }
+                if let Some(limit) = backend.concurrency() {
+                    layer = layer.with_concurrency(limit.clone());
                 }
                 let client = layer.layer(service.clone());
                 Engine::new(backend, client)

@@ -9,12 +9,16 @@
 //! 1. the **rate limit**: a slot, waited for before anything else, because an attempt waiting for
 //!    its slot is not in flight (the breaker's stall detector counts the attempts in flight, the
 //!    throttle the ones sent);
-//! 2. the **circuit breaker**, then the **adaptive throttle**, once the slot has come. A half-open
+//! 2. the **concurrency limit**: a place among the attempts in flight, waited for (within its
+//!    `max_wait` and the request's deadline) once the quota allows the attempt, so that a wait for
+//!    quota never holds a place, and before the breaker, whose stall detector must not count an
+//!    attempt still waiting;
+//! 3. the **circuit breaker**, then the **adaptive throttle**, once the slot has come. A half-open
 //!    breaker's probe skips the throttle's draw (a throttle still full of the outage would drop
 //!    the probes and hold the breaker open) but still tells it its outcome.
 //!
-//! A refusal drops the passes taken before it: the slot is given back, the breaker's place in
-//! flight freed.
+//! A refusal drops the passes taken before it: the slot is given back, the place in flight and
+//! the breaker's freed.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -24,16 +28,20 @@ use http::request::Parts;
 use stormguard_adaptive_throttle::{AdaptiveThrottle, ThrottlePermit};
 use stormguard_breaker::{BreakerOpen, BreakerPermit, CircuitBreaker, Rejected, State};
 use stormguard_classify::{Outcome, Permit, Reason};
+use stormguard_concurrency::{
+    Acquire as AcquirePlace, ConcurrencyFull, ConcurrencyLimit, ConcurrencyPermit,
+};
 use stormguard_rate_limit::{Acquire, RateLimit, RateLimitPermit, RateLimited, Reservation, Usage};
 use tokio::time::{Instant, Sleep};
 
 /// Most guards a backend has: one of each kind.
-const KINDS: usize = 3;
+const KINDS: usize = 4;
 
 /// One guard of a backend's attempts, shared by every request of a layer.
 #[derive(Clone, Debug)]
 pub(crate) enum Guard {
     RateLimit(RateLimit),
+    Concurrency(ConcurrencyLimit),
     Breaker(CircuitBreaker),
     Throttle(AdaptiveThrottle),
 }
@@ -51,6 +59,7 @@ pub(crate) enum Pass {
     /// A rate-limit slot, not sent yet: given back if dropped so.
     Slot(Box<Reservation>),
     RateLimit(Box<RateLimitPermit>),
+    Concurrency(ConcurrencyPermit),
     Breaker(BreakerPermit),
     Throttle(ThrottlePermit),
 }
@@ -67,6 +76,8 @@ pub(crate) struct Permits {
 #[derive(Debug)]
 pub(crate) enum Refusal {
     RateLimited(RateLimited),
+    /// The concurrency limit stayed full for as long as the attempt could wait.
+    Concurrency(ConcurrencyFull),
     /// The breaker is open, or its bulkhead full.
     Breaker(Rejected),
     /// The throttle dropped the attempt.
@@ -87,12 +98,16 @@ pub(crate) enum Admit {
 pub(crate) struct Wait {
     /// The guard waited for.
     at: usize,
+    /// The request's deadline, for the guards after it that wait too.
+    deadline: Option<Instant>,
     waiting: Waiting,
 }
 
 enum Waiting {
     Decision(Acquire),
     Slot(Pin<Box<Sleep>>),
+    /// A place among the attempts in flight.
+    Place(AcquirePlace),
 }
 
 /// What the guards are told about the attempt they admit.
@@ -112,8 +127,9 @@ impl Guard {
     fn rank(&self) -> usize {
         match self {
             Self::RateLimit(_) => 0,
-            Self::Breaker(_) => 1,
-            Self::Throttle(_) => 2,
+            Self::Concurrency(_) => 1,
+            Self::Breaker(_) => 2,
+            Self::Throttle(_) => 3,
         }
     }
 }
@@ -136,6 +152,13 @@ impl Guards {
     pub(crate) fn rate_limit(&self) -> Option<&RateLimit> {
         self.list.iter().find_map(|guard| match guard {
             Guard::RateLimit(limit) => Some(limit),
+            _ => None,
+        })
+    }
+
+    pub(crate) fn concurrency(&self) -> Option<&ConcurrencyLimit> {
+        self.list.iter().find_map(|guard| match guard {
+            Guard::Concurrency(limit) => Some(limit),
             _ => None,
         })
     }
@@ -168,16 +191,18 @@ impl Guards {
         ask: Ask<'_, T>,
         on_slot: OnSlot<'_>,
     ) -> Admit {
-        self.admit_from(0, permits, Some(ask), on_slot)
+        let deadline = ask.deadline;
+        self.admit_from(0, permits, Some(ask), deadline, on_slot)
     }
 
     /// Admits past the guards from the `at`-th on (`ask`: none once the rate limit, the only
-    /// guard that reads it, has decided).
+    /// guard that reads it, has decided; `deadline`: the request's).
     fn admit_from<T: FnOnce() -> u64>(
         &self,
         at: usize,
         permits: &mut Permits,
         mut ask: Option<Ask<'_, T>>,
+        deadline: Option<Instant>,
         on_slot: OnSlot<'_>,
     ) -> Admit {
         for (index, guard) in self.list.iter().enumerate().skip(at) {
@@ -192,13 +217,28 @@ impl Guards {
                     let mut acquire = limit.acquire(ask.head, tokens, ask.deadline);
                     let Some(decision) = acquire.now() else {
                         let waiting = Waiting::Decision(acquire);
-                        return Admit::Wait(Box::new(Wait { at: index, waiting }));
+                        return Admit::Wait(Box::new(Wait {
+                            at: index,
+                            deadline,
+                            waiting,
+                        }));
                     };
-                    match self.reserved(index, decision, permits, on_slot) {
+                    match self.reserved(index, decision, deadline, permits, on_slot) {
                         Some(wait_or_refusal) => return wait_or_refusal,
                         None => continue,
                     }
                 }
+                Guard::Concurrency(limit) => match limit.try_acquire() {
+                    Ok(permit) => Pass::Concurrency(permit),
+                    Err(_) => {
+                        let waiting = Waiting::Place(limit.acquire(deadline));
+                        return Admit::Wait(Box::new(Wait {
+                            at: index,
+                            deadline,
+                            waiting,
+                        }));
+                    }
+                },
                 Guard::Breaker(breaker) => match breaker.try_acquire() {
                     Ok(permit) => Pass::Breaker(permit),
                     Err(rejected) => return refused(permits, Refusal::Breaker(rejected)),
@@ -226,6 +266,7 @@ impl Guards {
         &self,
         at: usize,
         decision: Result<Reservation, RateLimited>,
+        deadline: Option<Instant>,
         permits: &mut Permits,
         on_slot: OnSlot<'_>,
     ) -> Option<Admit> {
@@ -245,7 +286,11 @@ impl Guards {
             return None;
         }
         let waiting = Waiting::Slot(Box::pin(tokio::time::sleep_until(start)));
-        Some(Admit::Wait(Box::new(Wait { at, waiting })))
+        Some(Admit::Wait(Box::new(Wait {
+            at,
+            deadline,
+            waiting,
+        })))
     }
 
     /// Polls what the admission waits for; once it comes, admits past the guards after it.
@@ -259,7 +304,9 @@ impl Guards {
         match &mut wait.waiting {
             Waiting::Decision(acquire) => {
                 let decision = ready!(Pin::new(acquire).poll(cx));
-                if let Some(admit) = self.reserved(wait.at, decision, permits, on_slot) {
+                if let Some(admit) =
+                    self.reserved(wait.at, decision, wait.deadline, permits, on_slot)
+                {
                     let Admit::Wait(paced) = admit else {
                         return Poll::Ready(admit);
                     };
@@ -268,9 +315,14 @@ impl Guards {
                 }
             }
             Waiting::Slot(sleep) => ready!(sleep.as_mut().poll(cx)),
+            Waiting::Place(acquire) => match ready!(Pin::new(acquire).poll(cx)) {
+                Ok(permit) => permits.hold(wait.at, Pass::Concurrency(permit)),
+                Err(full) => return Poll::Ready(refused(permits, Refusal::Concurrency(full))),
+            },
         }
         let next = wait.at + 1;
-        Poll::Ready(self.admit_from::<fn() -> u64>(next, permits, None, on_slot))
+        let deadline = wait.deadline;
+        Poll::Ready(self.admit_from::<fn() -> u64>(next, permits, None, deadline, on_slot))
     }
 }
 
@@ -287,6 +339,7 @@ impl Refusal {
     pub(crate) fn reason(&self) -> Reason {
         match self {
             Self::RateLimited(_) => Reason::RateLimitedLocally,
+            Self::Concurrency(full) => full.outcome().reason(),
             Self::Breaker(rejected) => rejected.outcome().reason(),
             Self::Throttled => Reason::Throttled,
         }
@@ -300,6 +353,7 @@ impl Permit for Pass {
             // Never sent: given back.
             Self::Slot(_) => {}
             Self::RateLimit(permit) => Permit::record(*permit, outcome, headers),
+            Self::Concurrency(permit) => Permit::record(permit, outcome, headers),
             Self::Breaker(permit) => Permit::record(permit, outcome, headers),
             Self::Throttle(permit) => Permit::record(permit, outcome, headers),
         }
@@ -377,17 +431,29 @@ impl Permits {
     }
 
     /// The passes to be told how a response's body ends, not its head (an event stream may
-    /// still break after its first content): the breaker's.
+    /// still break after its first content): the breaker's, and the concurrency limit's, whose
+    /// place the stream holds until its end.
     pub(crate) fn take_body_end(&mut self) -> Permits {
         let mut body_end = Permits::default();
         for (at, pass) in self.held().iter_mut().enumerate() {
-            if let Some(Pass::Breaker(_)) = pass
+            if let Some(Pass::Breaker(_) | Pass::Concurrency(_)) = pass
                 && let Some(pass) = pass.take()
             {
                 body_end.hold(at, pass);
             }
         }
         body_end
+    }
+
+    /// The concurrency limit's pass, taken out to be held by a whole answer's body while it is
+    /// read (told the outcome at the head, it frees its place when the body ends).
+    pub(crate) fn take_place(&mut self) -> Option<ConcurrencyPermit> {
+        let place =
+            (self.held().iter_mut()).find(|pass| matches!(pass, Some(Pass::Concurrency(_))))?;
+        match place.take() {
+            Some(Pass::Concurrency(permit)) => Some(permit),
+            _ => None,
+        }
     }
 
     /// Ready when a stall opened the breaker since the attempt was admitted: the attempt is to

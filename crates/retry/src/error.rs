@@ -160,7 +160,8 @@ impl Error {
 
     /// The error that caused it: the last attempt's error, or the local refusal
     /// ([`Throttled`], [`DeadlineExceeded`], [`BreakerOpen`](stormguard_breaker::BreakerOpen),
-    /// [`BulkheadFull`](stormguard_breaker::BulkheadFull)).
+    /// [`BulkheadFull`](stormguard_breaker::BulkheadFull),
+    /// [`ConcurrencyFull`](stormguard_concurrency::ConcurrencyFull)).
     pub fn into_source(self) -> Option<BoxError> {
         self.failure.into_source()
     }

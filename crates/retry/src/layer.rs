@@ -10,6 +10,7 @@ use stormguard_adaptive_throttle::AdaptiveThrottle;
 use stormguard_breaker::{CircuitBreaker, Fallback};
 use stormguard_budget::{RetryBudget, RetryTokens};
 use stormguard_classify::{Classify, LlmClassifier};
+use stormguard_concurrency::ConcurrencyLimit;
 use stormguard_deadline::client::FromFn;
 use stormguard_deadline::clocks::AttemptClocks;
 use stormguard_deadline::propagate::DEFAULT_MARGIN;
@@ -64,6 +65,7 @@ pub const DEFAULT_MAX_REPLAY_BODY: usize = 1024 * 1024;
 /// * request bodies up to [`DEFAULT_MAX_REPLAY_BODY`] (1 MiB) replayed;
 /// * an [`AdaptiveThrottle::default()`] of its own;
 /// * no rate limit ([`with_rate_limit`](Self::with_rate_limit) adds one);
+/// * no concurrency limit ([`with_concurrency`](Self::with_concurrency) adds one);
 /// * no circuit breaker ([`with_breaker`](Self::with_breaker) adds one: see
 ///   [`stormguard_breaker`] for when it pays, and how it composes with the throttle);
 /// * per-attempt clocks ([`AttemptClocks::default`], see [`with_clocks`](Self::with_clocks)), and
@@ -278,6 +280,21 @@ impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
         self.with_guard(Guard::RateLimit(limit))
     }
 
+    /// Keep the attempts in flight under `limit` (shared state: one per backend), an adaptive
+    /// limit learned from the provider's overload answers (see [`stormguard_concurrency`]). It
+    /// admits every attempt, retries and hedges alike, after the rate limit (a wait for quota
+    /// holds no place) and before the breaker and the throttle: a full limit is waited for
+    /// (within its [`max_wait`](stormguard_concurrency::ConcurrencyConfig::max_wait) and the
+    /// request's deadline), then the request ends at once with an [`Error`](crate::Error) whose
+    /// source is the [`ConcurrencyFull`](stormguard_concurrency::ConcurrencyFull), never retried
+    /// (a failover takes it to its next backend). An event stream handed back holds its place
+    /// until its last byte, and its end is told to the limit (an in-band `overloaded_error`
+    /// shrinks it); an attempt in flight when the deadline passes, or whose clock fires, counts
+    /// as a timeout.
+    pub fn with_concurrency(self, limit: ConcurrencyLimit) -> Self {
+        self.with_guard(Guard::Concurrency(limit))
+    }
+
     /// One fixed deadline of `timeout` for each request, across all its attempts.
     pub fn with_timeout(self, timeout: Duration) -> Self {
         self.change(|config| config.timeout = Some(Arc::new(timeout)))
@@ -451,6 +468,11 @@ impl<C: Classify, Bk: Backoff, K> ClientLayer<C, Bk, K> {
     /// The rate limit, shared by every service this layer builds; `None` without one.
     pub fn rate_limit(&self) -> Option<&RateLimit> {
         self.config.guards.rate_limit()
+    }
+
+    /// The concurrency limit, shared by every service this layer builds; `None` without one.
+    pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
+        self.config.guards.concurrency()
     }
 
     /// The fallback for refused requests, if any.

@@ -26,7 +26,9 @@
 //!    send it again.
 //! 3. **Each attempt** passes the guards, in this order (see [`ClientLayer`] for each):
 //!    the rate limit, when one is added, paces it (a wait for a slot is not "in flight"); the
-//!    circuit breaker, when one is added, admits it or refuses it (answered by its fallback, or
+//!    concurrency limit, when one is added, gives it a place among the attempts in flight (held
+//!    until its answer's body ends), waiting a bounded time for one (an [`Error`] with reason
+//!    `bulkhead_full` after); the circuit breaker, when one is added, admits it or refuses it (answered by its fallback, or
 //!    an [`Error`] with reason `breaker_open`); the adaptive throttle
 //!    ([`AdaptiveThrottle`](stormguard_adaptive_throttle::AdaptiveThrottle), Google SRE
 //!    client-side throttling) drops it while the backend rejects most of what it gets (an

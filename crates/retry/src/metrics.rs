@@ -18,6 +18,10 @@
 //! | `stormguard.refusals` | counter | `{request}` | `gen_ai.provider.name`, `cause` | requests given up on or refused on this side, by cause: `budget`, `deadline`, `attempts`, `hint` (a retry not made), `handed_on` (an attempt whose clock fired, or a 429, handed to a failover's next backend) and `throttle`, `breaker`, `rate_limit` (an attempt not sent) |
 //! | `stormguard.throttle.drop_probability` | gauge | `1` | `gen_ai.provider.name` | the adaptive throttle's probability of refusing a request, 0 to 1, as of the last attempt |
 //! | `stormguard.breaker.state` | gauge | `1` | `gen_ai.provider.name` | the breaker's state as of the last attempt: 0 closed, 1 half-open, 2 open |
+//! | `stormguard.concurrency.limit` | gauge | `{request}` | `gen_ai.provider.name` | the concurrency limit's attempts allowed in flight, as of the last attempt's end |
+//! | `stormguard.concurrency.in_flight` | gauge | `{request}` | `gen_ai.provider.name` | attempts in flight by the concurrency limit's count (a stream until its last byte), as of the last attempt's end |
+//! | `stormguard.concurrency.shrunk` | counter | `{event}` | `gen_ai.provider.name` | times the concurrency limit shrank on an overload answer or a timeout |
+//! | `stormguard.concurrency.grown` | counter | `{event}` | `gen_ai.provider.name` | times the concurrency limit grew by one attempt |
 //! | `stormguard.rate_limit.wait` | histogram | `s` | `gen_ai.provider.name` | how long a request waited for the rate limit (0 when admitted at once) |
 //! | `stormguard.rate_limit.headroom` | gauge | `{request}`, `{token}` | `gen_ai.provider.name`, `dimension` (`requests`, `tokens`) | what the rate limit could admit at once, per dimension, as of the last admission |
 //! | `stormguard.streams` | counter | `{stream}` | `gen_ai.provider.name`, `outcome`, `error.type` (interrupted only) | streamed answers: `complete`, `failed_before_content` (an attempt whose stream failed before its first content: retried or not), `interrupted` (ended with `StreamInterrupted` after content; `error.type`: `error_event`, `reset`, `idle`, `no_progress`, `malformed`), `resumed` (continued by the resume hook) |
@@ -50,6 +54,14 @@ pub const REFUSALS: &str = "stormguard.refusals";
 pub const THROTTLE_DROP_PROBABILITY: &str = "stormguard.throttle.drop_probability";
 /// The breaker's state (gauge: 0 closed, 1 half-open, 2 open).
 pub const BREAKER_STATE: &str = "stormguard.breaker.state";
+/// The concurrency limit's attempts allowed in flight (gauge).
+pub const CONCURRENCY_LIMIT: &str = "stormguard.concurrency.limit";
+/// Attempts in flight by the concurrency limit's count (gauge).
+pub const CONCURRENCY_IN_FLIGHT: &str = "stormguard.concurrency.in_flight";
+/// Times the concurrency limit shrank (counter).
+pub const CONCURRENCY_SHRUNK: &str = "stormguard.concurrency.shrunk";
+/// Times the concurrency limit grew by one (counter).
+pub const CONCURRENCY_GROWN: &str = "stormguard.concurrency.grown";
 /// Time waited for the rate limit (histogram, seconds).
 pub const RATE_LIMIT_WAIT: &str = "stormguard.rate_limit.wait";
 /// What the rate limit could admit at once, per dimension (gauge).
@@ -123,6 +135,26 @@ pub fn describe() {
     describe_gauge!(
         BREAKER_STATE,
         "The breaker's state: 0 closed, 1 half-open, 2 open."
+    );
+    describe_gauge!(
+        CONCURRENCY_LIMIT,
+        Unit::Count,
+        "The concurrency limit's attempts allowed in flight."
+    );
+    describe_gauge!(
+        CONCURRENCY_IN_FLIGHT,
+        Unit::Count,
+        "Attempts in flight by the concurrency limit's count (a stream until its last byte)."
+    );
+    describe_counter!(
+        CONCURRENCY_SHRUNK,
+        Unit::Count,
+        "Times the concurrency limit shrank on an overload answer or a timeout."
+    );
+    describe_counter!(
+        CONCURRENCY_GROWN,
+        Unit::Count,
+        "Times the concurrency limit grew by one attempt."
     );
     describe_histogram!(
         RATE_LIMIT_WAIT,

@@ -81,6 +81,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             Refusal::RateLimited(limited) => {
                 Err(Error::refused(limited.outcome(), Box::new(limited), sent))
             }
+            Refusal::Concurrency(full) => Err(Error::refused(full.outcome(), Box::new(full), sent)),
         };
         self.end(output)
     }
@@ -197,6 +198,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         response: Response<ResponseBody<RB>>,
         outcome: &Outcome,
     ) -> Response<ResponseBody<RB>> {
+        // The concurrency limit learns from the head, but the answer keeps its place until its
+        // body is read (a stream's was taken to be told at its end already).
+        let place = attempt.permits.take_place();
         let usage = self.record(
             attempt,
             outcome,
@@ -205,10 +209,18 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         );
         self.config.policy.succeeded();
         let recorder = self.usage_recorder(&response);
-        if usage.is_none() && recorder.is_none() {
-            return response;
+        let response = if usage.is_none() && recorder.is_none() {
+            response
+        } else {
+            settle_on_usage(response, usage, recorder)
+        };
+        match place {
+            None => response,
+            Some(mut place) => {
+                place.learn(outcome);
+                response.map(|body| body.holding(place))
+            }
         }
-        settle_on_usage(response, usage, recorder)
     }
 
     /// An event stream was read up to its first content event (handed back, its guards told how

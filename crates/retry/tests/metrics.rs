@@ -18,8 +18,9 @@ use stormguard_jitter::Constant;
 use stormguard_rate_limit::{RateLimit, RateLimitConfig};
 use stormguard_retry::Hedging;
 use stormguard_retry::metrics::{
-    ATTEMPT_DURATION, BREAKER_STATE, HEDGES, RATE_LIMIT_HEADROOM, RATE_LIMIT_WAIT, REFUSALS,
-    REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STREAMS, THROTTLE_DROP_PROBABILITY,
+    ATTEMPT_DURATION, BREAKER_STATE, CONCURRENCY_GROWN, CONCURRENCY_IN_FLIGHT, CONCURRENCY_LIMIT,
+    CONCURRENCY_SHRUNK, HEDGES, RATE_LIMIT_HEADROOM, RATE_LIMIT_WAIT, REFUSALS, REQUEST_ATTEMPTS,
+    REQUEST_DURATION, RETRIES, STREAMS, THROTTLE_DROP_PROBABILITY,
 };
 use stormguard_test_kit::post;
 use support::{CHAT_URI, Log, body_bytes, planned, reply, retries_only, scripted, status};
@@ -225,6 +226,29 @@ fn an_open_breaker_shows_in_its_gauge_and_its_refusals() {
             .len(),
         7
     );
+}
+
+#[test]
+fn the_concurrency_limit_shows_its_shrinks_in_its_gauges_and_counters() {
+    let seen = recorded(|| async {
+        let log = Log::default();
+        let backend = scripted(&log, Duration::from_millis(10), |_, _| Ok(status(429)));
+        let limit = stormguard_concurrency::ConcurrencyLimit::default();
+        let client = retries_only()
+            .with_name("openai")
+            .with_max_attempts(1)
+            .with_concurrency(limit)
+            .layer(backend);
+        // Three 429s, each to an attempt sent after the shrink before it: 20 -> 18 -> 16 -> 14.
+        for _ in 0..3 {
+            let _ = client.clone().oneshot(post(CHAT_URI, "{}")).await;
+        }
+        assert_eq!(log.len(), 3);
+    });
+    assert_eq!(seen.gauge(CONCURRENCY_LIMIT, &[OPENAI]), Some(14.0));
+    assert_eq!(seen.gauge(CONCURRENCY_IN_FLIGHT, &[OPENAI]), Some(0.0));
+    assert_eq!(seen.counter(CONCURRENCY_SHRUNK, &[OPENAI]), 3);
+    assert_eq!(seen.counter(CONCURRENCY_GROWN, &[OPENAI]), 0);
 }
 
 #[test]

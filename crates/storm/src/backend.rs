@@ -20,6 +20,10 @@
 //!   overload *metastable*: once queue waits exceed clients' timeouts, every answer arrives after
 //!   its caller left, goodput is zero while the provider is fully busy, and retried load keeps it
 //!   that way for as long as it stays above capacity. The field's provider fell over this way.
+//! - **Capacity steps** (the `capacity` scenario): the median service time steps up with the
+//!   slots unchanged, then the slots are cut (the first to free are taken away; the work on them
+//!   runs to its end). Its queue holds `max_queue` requests at most: with every slot busy and the
+//!   queue full, an attempt is answered 429 at once, without `Retry-After`, and costs no slot.
 //! - **Outage.** Every attempt gets 503 at once; requests in flight when it starts fail with 503
 //!   at that moment and free their slots.
 //! - **Refusing** (the `balance-fleet` scenario's dying deployment). Every attempt that arrives
@@ -572,7 +576,18 @@ impl Model {
         if let Some(refusal) = self.refuse(now_us, id, tokens) {
             return refusal;
         }
-        let load = self.in_flight(now_us) as f64 / f64::from(self.scenario.capacity.max(1));
+        let slots = self.scenario.slots_at(Duration::from_micros(now_us)).max(1);
+        // Slots taken away go with the first to free: the work on them runs to its end.
+        while self.slots.pending > u64::from(slots) {
+            self.slots.take_earliest();
+        }
+        let in_flight = self.in_flight(now_us);
+        if let Some(queue) = self.scenario.max_queue
+            && in_flight >= u64::from(slots) + u64::from(queue)
+        {
+            return Decision::at_once(now_us, StatusCode::TOO_MANY_REQUESTS, None);
+        }
+        let load = in_flight as f64 / f64::from(slots.max(1));
         let max_wait = micros(self.scenario.max_queue_wait);
         let Some(earliest) = self.slots.earliest() else {
             return Decision::at_once(now_us, overloaded(), None);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backend::{BackendStats, Bucket, FINE_BUCKET};
-use crate::scenario::{Fault, Scenario};
+use crate::scenario::{Fault, FaultKind, Scenario};
 
 /// Goodput share of the offered load that counts as recovered.
 pub(crate) const RECOVERED_GOODPUT: f64 = 0.95;
@@ -474,6 +474,10 @@ pub struct Summary {
     /// a replica saw it die); absent elsewhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetFigures>,
+    /// The figures of a scenario whose provider's capacity steps (attempts in flight and
+    /// goodput against its slots, and how the row's concurrency limit moved); absent elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityFigures>,
 }
 
 impl Summary {
@@ -560,6 +564,99 @@ pub struct DeploymentFigures {
     /// Attempts it answered 429.
     #[serde(rename = "429s")]
     pub too_many_requests: u64,
+}
+
+/// What a scenario whose provider's capacity steps
+/// ([`FaultKind::CapacitySteps`](crate::scenario::FaultKind::CapacitySteps)) adds to a
+/// [`Summary`], per phase (healthy; slower, the slots unchanged; the slots cut), each measured
+/// over its stretch from [`SETTLE`] after its start to its end.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CapacityFigures {
+    /// The attempts open at once (client side: sent and not answered, a stream until its end,
+    /// the provider's queue included), averaged over time, over the provider's slots.
+    pub in_flight_per_slot: [f64; 3],
+    /// Successes a second over what the slots allow (slots over the mean service time).
+    pub goodput_per_slot: [f64; 3],
+    /// After each step (the latency's, the slots'), the seconds until the attempts open stayed
+    /// within 0.8x to 1.25x of the slots to the end of the phase; `None`: they never did.
+    pub settled_s: [Option<f64>; 2],
+    /// The lowest the row's concurrency limit went after the first step; `None` without one.
+    pub lowest_limit: Option<u32>,
+}
+
+/// How long after a phase starts its figures begin to count ([`CapacityFigures`]): 10 s, the
+/// time the `capacity` scenario gives a limit to re-converge.
+pub(crate) const SETTLE: Duration = Duration::from_secs(10);
+
+/// The band of attempts open, as a share of the provider's slots, that counts as converged.
+const SETTLED_BAND: (f64, f64) = (0.8, 1.25);
+
+/// The figures of a run of a scenario whose provider's capacity steps, from its series and its
+/// concurrency limit's values every 100 ms (`limits`, empty without one); `None` in any other
+/// scenario.
+pub(crate) fn capacity_figures(
+    scenario: &Scenario,
+    series: &Series,
+    limits: &[u32],
+) -> Option<CapacityFigures> {
+    let FaultKind::CapacitySteps { slots_from, .. } = scenario.fault.kind else {
+        return None;
+    };
+    let phases = [
+        (Duration::ZERO, scenario.fault.start),
+        (scenario.fault.start, slots_from),
+        (slots_from, scenario.duration),
+    ];
+    let fine = FINE_BUCKET.as_secs_f64();
+    let bucket = |at: Duration| (at.as_secs_f64() / fine).round() as usize;
+    let second = |at: Duration| at.as_secs() as usize;
+    let mut in_flight_per_slot = [0.0; 3];
+    let mut goodput_per_slot = [0.0; 3];
+    for (phase, (start, end)) in phases.into_iter().enumerate() {
+        let from = (start + SETTLE).min(end);
+        let slots = f64::from(scenario.slots_at(from).max(1));
+        let open: Vec<u64> = (bucket(from)..bucket(end))
+            .filter_map(|at| series.in_flight_fine.get(at).copied())
+            .collect();
+        let mean = open.iter().sum::<u64>() as f64 / open.len().max(1) as f64;
+        in_flight_per_slot[phase] = mean / slots;
+        let done: u64 = (second(from)..second(end))
+            .filter_map(|at| series.successes.get(at).copied())
+            .sum();
+        let allowed = scenario.throughput_at(from) * (end - from).as_secs_f64();
+        goodput_per_slot[phase] = if allowed > 0.0 {
+            done as f64 / allowed
+        } else {
+            0.0
+        };
+    }
+    let settled = |start: Duration, end: Duration| -> Option<f64> {
+        let slots = f64::from(scenario.slots_at(start).max(1));
+        let (low, high) = SETTLED_BAND;
+        let mut since = None;
+        for at in bucket(start)..bucket(end) {
+            let open = *series.in_flight_fine.get(at)? as f64 / slots;
+            if (low..=high).contains(&open) {
+                since.get_or_insert(at);
+            } else {
+                since = None;
+            }
+        }
+        since.map(|at| at as f64 * fine - start.as_secs_f64())
+    };
+    Some(CapacityFigures {
+        in_flight_per_slot,
+        goodput_per_slot,
+        settled_s: [
+            settled(phases[1].0, phases[1].1),
+            settled(phases[2].0, phases[2].1),
+        ],
+        lowest_limit: limits
+            .iter()
+            .skip(bucket(scenario.fault.start))
+            .min()
+            .copied(),
+    })
 }
 
 /// What a scenario whose fault kills one of its deployments ([`Scenario::dying`]) adds to a
@@ -789,6 +886,7 @@ impl Counts<'_> {
             tail: self.tail(),
             balance: self.balance(),
             fleet: None,
+            capacity: None,
         }
     }
 

@@ -14,6 +14,8 @@
 //! | `stormguard+breaker` | `ClientLayer::default()`, with a [`CircuitBreaker`] (`BreakerConfig::default()`) and a [`Fallback`] that answers a degraded 200 locally |
 //! | `stormguard+rate-limit` | the same, with a [`RateLimit`] configured with the provider's quota ([`Scenario::quota_per_minute`]) |
 //! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
+//! | `stormguard+bulkhead` | `ClientLayer::default()` with a fixed concurrency limit sized for the healthy provider ([`bulkhead_size`]): the limit of `stormguard+concurrency` without its adaptation |
+//! | `stormguard+concurrency` | `ClientLayer::default()` with `ConcurrencyLimit::default()`: learned from the provider's overload answers, held until a stream ends |
 //! | `stormguard+failover-no-clocks` | the same failover made from `ClientLayer::default().without_clocks()`: no per-attempt clocks, only the deadline bounds an attempt |
 //! | `stormguard+failover` | [`Failover`] over the primary and the secondary, made from the same `ClientLayer` (each provider with the default backend breaker, [`failover::Backend::default_breaker`], and clocks of its own) |
 //! | `round-robin` | [`RoundRobin`] over the deployments: each request to the next in turn, each deployment behind an engine of its own made from the same `ClientLayer` |
@@ -92,6 +94,7 @@ use tower::util::rng::Rng;
 
 use stormguard::ClientLayer;
 use stormguard::breaker::{BreakerConfig, CircuitBreaker, Fallback};
+use stormguard::concurrency::{ConcurrencyConfig, ConcurrencyLimit};
 use stormguard::failover::{self, Adapter, Cooldowns, Failover, FailoverService};
 use stormguard::jitter::{FullJitter, HintPolicy};
 use stormguard::rate_limit::{RateLimit, RateLimitConfig};
@@ -139,6 +142,11 @@ pub enum Pipeline {
     StormguardRateLimit,
     /// stormguard's `ClientLayer::default()` with a rate limit that learns the provider's.
     StormguardAdaptive,
+    /// stormguard's `ClientLayer::default()` with a fixed concurrency limit sized for the
+    /// healthy provider.
+    StormguardBulkhead,
+    /// stormguard's `ClientLayer::default()` with an adaptive concurrency limit.
+    StormguardConcurrency,
     /// stormguard's failover over two providers, made from `ClientLayer::default()` without its
     /// per-attempt clocks.
     StormguardFailoverNoClocks,
@@ -156,7 +164,7 @@ pub enum Pipeline {
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 18] = [
+    pub const ALL: [Pipeline; 20] = [
         Pipeline::None,
         Pipeline::Naive,
         Pipeline::NaiveFailover,
@@ -169,6 +177,8 @@ impl Pipeline {
         Pipeline::StormguardBreaker,
         Pipeline::StormguardRateLimit,
         Pipeline::StormguardAdaptive,
+        Pipeline::StormguardBulkhead,
+        Pipeline::StormguardConcurrency,
         Pipeline::StormguardFailoverNoClocks,
         Pipeline::StormguardFailover,
         Pipeline::RoundRobin,
@@ -258,7 +268,7 @@ struct Entry {
 }
 
 /// Every pipeline, in report order (the order of [`Pipeline`]'s variants): one entry each.
-const REGISTRY: [Entry; 18] = [
+const REGISTRY: [Entry; 20] = [
     Entry {
         pipeline: Pipeline::None,
         name: "none",
@@ -367,6 +377,26 @@ const REGISTRY: [Entry; 18] = [
         name: "stormguard+adaptive",
         help: "ClientLayer::default() with RateLimit::default(), which learns the quota from the\n\
              provider.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardBulkhead,
+        name: "stormguard+bulkhead",
+        help: "ClientLayer::default() with a fixed concurrency limit sized by hand for the healthy\n\
+             provider (its attempts in flight by Little's law, plus a quarter): the\n\
+             concurrency row's limit without its adaptation.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::StormguardConcurrency,
+        name: "stormguard+concurrency",
+        help: "ClientLayer::default() with ConcurrencyLimit::default(): an adaptive limit on the\n\
+             attempts in flight, learned from the provider's overload answers (x0.9 on a 429),\n\
+             grown while it is used, a stream holding its place until its end.",
         stormguard: true,
         needs: Needs::OneProvider,
         stream_restarts: 0,
@@ -936,6 +966,52 @@ pub(crate) fn stormguard_adaptive(
     client_layer(scenario)
         .with_rate_limit(RateLimit::default())
         .layer(backend)
+}
+
+/// The headroom a hand-sized bulkhead gets over the attempts in flight it was sized for: a
+/// quarter, as capacity is commonly planned.
+const BULKHEAD_HEADROOM: f64 = 1.25;
+
+/// The fixed limit of the `stormguard+bulkhead` row: what someone sizing it by hand from the
+/// healthy provider would set, its attempts in flight by Little's law (the offered rate times the
+/// healthy mean service time) plus [`BULKHEAD_HEADROOM`].
+pub(crate) fn bulkhead_size(scenario: &Scenario) -> u32 {
+    let mean = scenario.mean_service_time(scenario.baseline.median);
+    let in_flight = scenario.qps * mean.as_secs_f64() * BULKHEAD_HEADROOM;
+    in_flight.ceil().clamp(1.0, f64::from(u32::MAX)) as u32
+}
+
+/// stormguard's client pipeline with a fixed concurrency limit of [`bulkhead_size`]:
+/// `ClientLayer::default()` (seeded) `.with_concurrency(..)` with the limit's bounds both at it.
+/// The limit is returned too, to watch it.
+pub(crate) fn stormguard_bulkhead(
+    backend: Backend,
+    scenario: &Scenario,
+) -> (stormguard::ClientService<Backend>, ConcurrencyLimit) {
+    let size = bulkhead_size(scenario);
+    let limit = ConcurrencyLimit::new(
+        ConcurrencyConfig::default()
+            .with_initial(size)
+            .with_bounds(size, size),
+    );
+    let client = client_layer(scenario)
+        .with_concurrency(limit.clone())
+        .layer(backend);
+    (client, limit)
+}
+
+/// stormguard's client pipeline with an adaptive concurrency limit: `ClientLayer::default()`
+/// (seeded) `.with_concurrency(ConcurrencyLimit::default())`. The limit is returned too, to
+/// watch it.
+pub(crate) fn stormguard_concurrency(
+    backend: Backend,
+    scenario: &Scenario,
+) -> (stormguard::ClientService<Backend>, ConcurrencyLimit) {
+    let limit = ConcurrencyLimit::default();
+    let client = client_layer(scenario)
+        .with_concurrency(limit.clone())
+        .layer(backend);
+    (client, limit)
 }
 
 /// Mixed, times the replica's number, into the seed each replica of a gateway draws with, so

@@ -446,6 +446,18 @@ pub enum FaultKind {
         /// The shortest and longest wait of a slow stream for its first token.
         slow_first_token: (Duration, Duration),
     },
+    /// The provider's capacity steps (the `capacity` scenario): from the window's start its median
+    /// service time is `median` (its slots unchanged: at the same rate, more requests in flight),
+    /// and from `slots_from` it has `slots` slots (the first that free are taken away: their work
+    /// runs to its end). Its errors stay the baseline's.
+    CapacitySteps {
+        /// The median service time from the window's start.
+        median: Duration,
+        /// When the slots change.
+        slots_from: Duration,
+        /// The slots from then on.
+        slots: u32,
+    },
     /// Nothing goes wrong: each of the scenario's deployments ([`Scenario::deployments`]) has its
     /// own quota of requests and tokens a minute for the whole run (the window only marks the
     /// measured part), as the burst scenario's provider has one ([`FaultKind::RateLimit`]), and
@@ -795,6 +807,11 @@ pub struct Scenario {
     /// beside its fault (each deployment's, see [`Scenario::deployment`]); `None`: none, or a
     /// quota the fault states ([`FaultKind::RateLimit`]).
     pub minute_quota: Option<MinuteQuota>,
+    /// Requests the provider queues for a slot at most: one more, while every slot is busy and
+    /// the queue full, is answered 429 at once (a server's waiting queue with a cap, as vLLM's
+    /// and TGI's have). `None`: the queue is bounded by [`max_queue_wait`](Scenario::max_queue_wait)
+    /// alone.
+    pub max_queue: Option<u32>,
 }
 
 impl Scenario {
@@ -828,6 +845,7 @@ impl Scenario {
             dying: None,
             replicas: 1,
             minute_quota: None,
+            max_queue: None,
         }
     }
 
@@ -972,6 +990,20 @@ impl Scenario {
         self.minute_quota = self
             .minute_quota
             .map(|quota| quota.scaled(factor, heaviest));
+        let scaled = |n: u32| ((f64::from(n) * factor).round() as u32).max(1);
+        if let FaultKind::CapacitySteps {
+            median,
+            slots_from,
+            slots,
+        } = self.fault.kind
+        {
+            self.fault.kind = FaultKind::CapacitySteps {
+                median,
+                slots_from,
+                slots: scaled(slots),
+            };
+        }
+        self.max_queue = self.max_queue.map(scaled);
         if let Arrivals::Bursts(bursts) = &mut self.arrivals {
             bursts.quota *= factor;
         }
@@ -996,6 +1028,18 @@ impl Scenario {
             |at: Duration| Duration::from_millis((at.as_millis() as f64 * factor).round() as u64);
         self.fault.start = scale(self.fault.start);
         self.fault.end = scale(self.fault.end);
+        if let FaultKind::CapacitySteps {
+            median,
+            slots_from,
+            slots,
+        } = self.fault.kind
+        {
+            self.fault.kind = FaultKind::CapacitySteps {
+                median,
+                slots_from: scale(slots_from),
+                slots,
+            };
+        }
         self.duration = duration;
         self
     }
@@ -1016,8 +1060,29 @@ impl Scenario {
     pub(crate) fn health_at(&self, at: Duration) -> Health {
         match self.fault.kind {
             FaultKind::Degraded(health) if self.fault.contains(at) => health,
+            FaultKind::CapacitySteps { median, .. } if self.fault.contains(at) => Health {
+                median,
+                ..self.baseline
+            },
             _ => self.baseline,
         }
+    }
+
+    /// The provider's slots at `at`: its [`capacity`](Scenario::capacity), or what a
+    /// [`FaultKind::CapacitySteps`] fault leaves it.
+    pub(crate) fn slots_at(&self, at: Duration) -> u32 {
+        match self.fault.kind {
+            FaultKind::CapacitySteps {
+                slots_from, slots, ..
+            } if self.fault.contains(at) && at >= slots_from => slots,
+            _ => self.capacity,
+        }
+    }
+
+    /// Whether the scenario's provider's capacity steps ([`FaultKind::CapacitySteps`]): then the
+    /// report measures the attempts in flight and the goodput against its slots.
+    pub(crate) fn steps_capacity(&self) -> bool {
+        matches!(self.fault.kind, FaultKind::CapacitySteps { .. })
     }
 
     /// Mean of the log-normal service time for a given median: median x exp(sigma^2 / 2).
@@ -1035,7 +1100,7 @@ impl Scenario {
         let mean = self
             .mean_service_time(self.health_at(at).median)
             .as_secs_f64();
-        let slots = f64::from(self.capacity) / mean;
+        let slots = f64::from(self.slots_at(at)) / mean;
         match self.provider_quota() {
             Some(quota) => slots.min(quota.rate(self.sizes.map_or(0.0, |sizes| sizes.mean()))),
             None => slots,
@@ -1232,6 +1297,21 @@ impl Scenario {
                  it"
                 .to_owned()
             }
+            FaultKind::CapacitySteps {
+                median,
+                slots_from,
+                slots,
+            } => format!(
+                "median latency {} -> {} ms with the slots unchanged, from {} s {} -> {} slots; \
+                 a queue of {} at most, 429 beyond it",
+                self.baseline.median.as_millis(),
+                median.as_millis(),
+                secs(slots_from),
+                self.capacity,
+                slots,
+                self.max_queue
+                    .map_or_else(|| "-".to_owned(), |queue| queue.to_string()),
+            ),
         }
     }
 
@@ -1637,7 +1717,13 @@ mod tests {
              4000 ms (median)"
         ));
         for kind in scenarios::ALL {
-            let streams = [scenarios::STREAMS, scenarios::SILENT, scenarios::TAIL].contains(&kind);
+            let streams = [
+                scenarios::STREAMS,
+                scenarios::SILENT,
+                scenarios::TAIL,
+                scenarios::CAPACITY,
+            ]
+            .contains(&kind);
             assert_eq!(kind.scenario().stream.is_some(), streams, "{kind}");
         }
     }

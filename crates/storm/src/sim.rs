@@ -45,6 +45,7 @@ use http_body_util::{BodyExt, Full};
 use stormguard::GiveUpCause;
 use stormguard::breaker::{CircuitBreaker, State};
 use stormguard::classify::LocalAnswer;
+use stormguard::concurrency::ConcurrencyLimit;
 use stormguard::stream::StreamInterrupted;
 use tokio::task::LocalSet;
 use tokio::time::Instant;
@@ -53,7 +54,9 @@ use tower::{BoxError, Service, ServiceExt};
 
 use crate::backend::{Backend, BackendStats, FINE_BUCKET, REQUEST_ID, TOKENS};
 use crate::event_stream::{Ending, Transcript};
-use crate::metrics::{Answer, Recorder, Series, StreamTally, Summary, fleet_figures, summarize};
+use crate::metrics::{
+    Answer, Recorder, Series, StreamTally, Summary, capacity_figures, fleet_figures, summarize,
+};
 use crate::naive_hedge::NaiveHedge;
 use crate::output::dashboard::{Collector, Dashboard, Recorded, WINDOW};
 use crate::pipeline::{
@@ -174,6 +177,9 @@ pub struct Run {
     /// The circuit breaker's state at the start of each [`FINE_BUCKET`] (100 ms) of the scenario's
     /// duration (the primary's, for a failover); empty for a pipeline without a breaker.
     pub breaker: Vec<State>,
+    /// The concurrency limit at the start of each [`FINE_BUCKET`] (100 ms) of the scenario's
+    /// duration; empty for a pipeline without one.
+    pub limits: Vec<u32>,
     /// The metrics stormguard's engine emitted for the measured requests
     /// ([`simulate_with_metrics`], pipelines made of stormguard's layers); `None` otherwise.
     pub metrics: Option<Dashboard>,
@@ -223,6 +229,7 @@ fn drive(
     let on_second: Rc<dyn Fn()> = Rc::new(on_second);
     let states = Rc::new(RefCell::new(Vec::new()));
     let opened = Rc::new(RefCell::new(Vec::new()));
+    let limits = Rc::new(RefCell::new(Vec::new()));
     let providers = local.block_on(&runtime, async {
         let epoch = Instant::now();
         let providers = providers(scenario, epoch);
@@ -238,6 +245,10 @@ fn drive(
         let watched = start(pipeline, scenario, &providers, driver)?;
         if let Some(breaker) = watched.breaker {
             let watch = watch(breaker, epoch, scenario.duration, states.clone());
+            tokio::task::spawn_local(watch);
+        }
+        if let Some(limit) = watched.limit {
+            let watch = watch_limit(limit, epoch, scenario.duration, limits.clone());
             tokio::task::spawn_local(watch);
         }
         if !watched.dying.is_empty() {
@@ -258,10 +269,13 @@ fn drive(
         .collect();
     let (mut summary, series) = summarize(pipeline.as_str(), scenario, recorder.take(), &stats);
     summary.fleet = fleet_figures(scenario, &stats, &opened.take());
+    let limits = limits.take();
+    summary.capacity = capacity_figures(scenario, &series, &limits);
     Ok(Run {
         summary,
         series,
         breaker: states.take(),
+        limits,
         metrics: collector.map(|collector| collector.dashboard()),
     })
 }
@@ -334,6 +348,21 @@ async fn watch(
     }
 }
 
+/// Note the concurrency limit at the start of every [`FINE_BUCKET`] until `duration`.
+async fn watch_limit(
+    limit: ConcurrencyLimit,
+    epoch: Instant,
+    duration: Duration,
+    limits: Rc<RefCell<Vec<u32>>>,
+) {
+    let mut at = Duration::ZERO;
+    while at < duration {
+        tokio::time::sleep_until(epoch + at).await;
+        limits.borrow_mut().push(limit.snapshot().limit);
+        at += FINE_BUCKET;
+    }
+}
+
 /// How often [`watch_opening`] looks at the breakers: every millisecond, tokio's timer's
 /// resolution.
 const OPENING_CHECK: Duration = Duration::from_millis(1);
@@ -372,6 +401,8 @@ async fn watch_opening(
 struct Watched {
     breaker: Option<CircuitBreaker>,
     dying: Vec<CircuitBreaker>,
+    /// The pipeline's concurrency limit, whose value the run notes ([`Run::limits`]).
+    limit: Option<ConcurrencyLimit>,
 }
 
 /// Build the pipeline around the providers (a failover: around the router to them) and start
@@ -391,7 +422,11 @@ fn start(
     };
     let breaker = |breaker| Watched {
         breaker: Some(breaker),
-        dying: Vec::new(),
+        ..Watched::default()
+    };
+    let limit = |limit| Watched {
+        limit: Some(limit),
+        ..Watched::default()
     };
     match pipeline {
         Pipeline::None => driver.spawn(attempt(backend)),
@@ -436,6 +471,16 @@ fn start(
             driver.spawn(client);
             return Ok(breaker(own));
         }
+        Pipeline::StormguardBulkhead => {
+            let (client, own) = pipeline::stormguard_bulkhead(backend, scenario);
+            driver.spawn(client);
+            return Ok(limit(own));
+        }
+        Pipeline::StormguardConcurrency => {
+            let (client, own) = pipeline::stormguard_concurrency(backend, scenario);
+            driver.spawn(client);
+            return Ok(limit(own));
+        }
         Pipeline::RoundRobin
         | Pipeline::OrderedFailover
         | Pipeline::StormguardBalance
@@ -476,6 +521,7 @@ fn start_balance(
     Watched {
         breaker: gateway.dying.first().cloned(),
         dying: gateway.dying,
+        limit: None,
     }
 }
 

@@ -656,3 +656,34 @@ fn balance_fleet_shared_cooldowns_send_a_dead_deployment_a_third_of_independent_
         assert!(run.summary.success_rate >= 0.999, "{:?}", run.summary);
     }
 }
+
+#[test]
+fn capacity_the_adaptive_limit_keeps_to_the_slots_through_both_steps_with_few_429s() {
+    // 100 req/s on 160 slots and a queue of 16 for 60 s: 800 ms to 2,500 ms at 20 s, the slots
+    // halved to 80 at 40 s.
+    let scenario = scenarios::CAPACITY.scenario().with_qps(100.0);
+    let rows = [Pipeline::Stormguard, Pipeline::StormguardConcurrency];
+    let runs = stormguard_storm::run(&scenario, &rows, || {}).expect("the simulation runs");
+    let rejected = |s: &Summary| s.too_many_requests as f64 / s.offered as f64;
+    let unlimited = &runs[0].summary;
+    let limited = &runs[1].summary;
+
+    // Without a limit, the provider's queue decides what is in flight, with 429s beyond it.
+    assert!(rejected(unlimited) > 0.10, "{unlimited:?}");
+
+    // With it: in flight 0.8x to 1.25x of the slots once converged, under 1% 429s, at least
+    // 95% of what the slots allow, never at its floor, settled within 10 s of each step.
+    let f = limited.capacity.as_ref().expect("capacity figures");
+    for phase in [1, 2] {
+        let in_flight = f.in_flight_per_slot[phase];
+        assert!((0.8..=1.25).contains(&in_flight), "{f:?}");
+        assert!(f.goodput_per_slot[phase] >= 0.95, "{f:?}");
+    }
+    assert!(rejected(limited) < 0.01, "{limited:?}");
+    let floor = stormguard::concurrency::ConcurrencyConfig::DEFAULT_MIN;
+    assert!(f.lowest_limit.is_some_and(|lowest| lowest > floor), "{f:?}");
+    for settled in f.settled_s {
+        assert!(settled.is_some_and(|s| s <= 10.0), "{f:?}");
+    }
+    assert!(runs[1].limits.len() == 600, "a limit noted every 100 ms");
+}

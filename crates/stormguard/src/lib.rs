@@ -22,6 +22,7 @@
 //! | a reqwest client | [`reqwest::StormguardMiddleware`] (feature `reqwest`) |
 //! | several clients of one backend | one [`budget::RetryBudget`] and one [`throttle::AdaptiveThrottle`], handed to each layer |
 //! | a provider quota (requests and tokens a minute), known or to be learned | [`ClientLayer::with_rate_limit`] with a [`rate_limit::RateLimit`] |
+//! | a provider whose capacity (concurrent generations) is unknown or changes | [`ClientLayer::with_concurrency`] with a [`concurrency::ConcurrencyLimit`] |
 //! | a backend that can stop answering, or a local answer better than an error | [`ClientLayer::with_breaker`] with a [`breaker::CircuitBreaker`] (and [`ClientLayer::with_fallback`]) |
 //! | two providers or more (or models, or keys) | [`failover::Failover::new`]`(ClientLayer::default())` with a [`failover::Backend`] each, `.layer(client)` |
 //! | one provider quota for several gateway replicas | [`rate_limit::RateLimitConfig`]`::with_fleet` (feature `redis`) |
@@ -29,14 +30,14 @@
 //!
 //! The modules hold the pieces, each from its own crate, for changing one part of the pipeline
 //! or using it alone: [`classify`], [`jitter`], [`budget`], [`deadline`], [`throttle`],
-//! [`breaker`], [`rate_limit`], [`stream`] and [`sse`], [`failover`], [`retry`].
+//! [`concurrency`], [`breaker`], [`rate_limit`], [`stream`] and [`sse`], [`failover`], [`retry`].
 //!
 //! ## The client pipeline
 //!
 //! ```text
-//!            ┌──────────── ClientLayer: one future per request ──────────────────────────────────────────────┐
-//! request ─▶ │ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ [rate limit] ─▶ [breaker] ─▶ throttle │ ─▶ backend
-//!            └───────────────────────────────────────────────────────────────────────────────────────────────┘
+//!            ┌──────────── ClientLayer: one future per request ──────────────────────────────────────────────────────────────┐
+//! request ─▶ │ deadline ─▶ retry (classify · budget · jitter · hints) ─▶ [rate limit] ─▶ [concurrency] ─▶ [breaker] ─▶ throttle │ ─▶ backend
+//!            └───────────────────────────────────────────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! * **One deadline** spans all attempts; the engine never sleeps past it and never starts an
@@ -45,6 +46,9 @@
 //!   dropped locally and never retried.
 //! * **A rate limit, when added**, paces every attempt (retries too) to the provider's quota,
 //!   each waiting at most 2 s for its slot, and learns the quota from the provider's headers.
+//! * **A concurrency limit, when added**, keeps the attempts in flight (a stream until its last
+//!   byte) under a limit learned from the provider's overload answers, each waiting at most 2 s
+//!   for a place (see [`concurrency`]).
 //! * **A breaker, when added**, refuses every attempt while open, answers with the caller's
 //!   fallback, and notices a backend that stopped answering (no default: see [`breaker`] for
 //!   breaker versus throttle).
@@ -202,6 +206,15 @@ pub mod breaker {
     pub use stormguard_breaker::{
         BreakerConfig, BreakerLayer, BreakerOpen, BreakerPermit, BreakerService, BreakerSnapshot,
         BulkheadFull, CircuitBreaker, Fallback, OpenCause, Rejected, State,
+    };
+}
+
+/// The adaptive concurrency limit ([`stormguard_concurrency`]): loss-based, held until a stream
+/// ends, grown only while it is used.
+pub mod concurrency {
+    pub use stormguard_concurrency::{
+        Acquire, ConcurrencyBody, ConcurrencyConfig, ConcurrencyFull, ConcurrencyLayer,
+        ConcurrencyLimit, ConcurrencyPermit, ConcurrencyService, ResponseFuture, Snapshot,
     };
 }
 

@@ -13,8 +13,9 @@ use tokio::time::Instant;
 use super::Recorder;
 use crate::admission::Guards;
 use crate::metrics::{
-    ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, HEDGES, PROVIDER, RATE_LIMIT_HEADROOM,
-    RATE_LIMIT_WAIT, REFUSALS, REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STATUS_CODE, STREAMS,
+    ATTEMPT_DURATION, BREAKER_STATE, CONCURRENCY_GROWN, CONCURRENCY_IN_FLIGHT, CONCURRENCY_LIMIT,
+    CONCURRENCY_SHRUNK, ERROR_TYPE, HEDGES, PROVIDER, RATE_LIMIT_HEADROOM, RATE_LIMIT_WAIT,
+    REFUSALS, REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STATUS_CODE, STREAMS,
     THROTTLE_DROP_PROBABILITY, TOKEN_USAGE,
 };
 
@@ -138,6 +139,16 @@ impl Recorder for MetricsRecorder {
                 State::Open => 2.0,
             };
             gauge!(BREAKER_STATE, PROVIDER => self.provider.clone()).set(state);
+        }
+        if let Some(limit) = guards.concurrency() {
+            let snapshot = limit.snapshot();
+            gauge!(CONCURRENCY_LIMIT, PROVIDER => self.provider.clone())
+                .set(f64::from(snapshot.limit));
+            gauge!(CONCURRENCY_IN_FLIGHT, PROVIDER => self.provider.clone())
+                .set(f64::from(snapshot.in_flight));
+            counter!(CONCURRENCY_SHRUNK, PROVIDER => self.provider.clone())
+                .absolute(snapshot.shrunk);
+            counter!(CONCURRENCY_GROWN, PROVIDER => self.provider.clone()).absolute(snapshot.grown);
         }
     }
 

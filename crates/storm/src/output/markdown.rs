@@ -63,6 +63,11 @@ gives up on it. Errors step from 0.01% to 5% and the median latency from 800 ms 
 - `stormguard+adaptive`: the same with `.with_rate_limit(RateLimit::default())`, which learns the
   quota from the provider. Both are default rows of `burst`; `--pipelines` selects them anywhere
   (where the provider states no quota, the configured row has no numbers and learns too);
+- `stormguard+bulkhead`: the same with `.with_concurrency(..)`, a fixed limit on the attempts in
+  flight sized by hand for the healthy provider (its attempts in flight by Little's law, plus a
+  quarter), held until a stream ends;
+- `stormguard+concurrency`: the same with `.with_concurrency(ConcurrencyLimit::default())`, the
+  adaptive limit learned from the provider's overload answers. Both are default rows of `capacity`;
 - `stormguard+failover`: `Failover::new(ClientLayer::default())` with a backend `primary` and a
   backend `secondary` (`.with_adapter(Adapter::new().with_origin(..))`, the secondary's address),
   each with the default backend breaker (`Backend::default_breaker()`: open after 3 failures in a

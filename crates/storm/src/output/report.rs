@@ -31,6 +31,17 @@ const STREAMS_HEADER: [&str; 8] = [
     "lost tokens",
 ];
 
+/// The columns a scenario whose provider's capacity steps adds, after the others: the attempts
+/// open and the goodput against the slots in each phase, how fast the attempts open came back
+/// to the slots after each step, and how low the row's concurrency limit went.
+const CAPACITY_HEADER: [&str; 5] = [
+    "in-flight / slots",
+    "goodput / slots",
+    "429s / offered",
+    "settled after steps",
+    "lowest limit",
+];
+
 /// The columns a scenario whose provider goes silent adds, after the others: the same run's
 /// healthy latency, the p99 against it, and what the provider did.
 const SILENT_HEADER: [&str; 4] = [
@@ -108,6 +119,7 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     let streams = scenario.streams_fail();
     let silent = scenario.goes_silent();
     let tail = scenario.has_slow_starts();
+    let capacity = scenario.steps_capacity();
     let baseline = summaries
         .iter()
         .find(|s| s.name == Pipeline::Stormguard.as_str())
@@ -137,6 +149,9 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
     if tail {
         header.extend(TAIL_HEADER);
     }
+    if capacity {
+        header.extend(CAPACITY_HEADER);
+    }
     let rows: Vec<Vec<String>> = summaries
         .iter()
         .map(|s| {
@@ -152,6 +167,9 @@ pub fn table(scenario: &Scenario, summaries: &[Summary]) -> String {
             }
             if tail {
                 row.extend(tail_cells(s, baseline));
+            }
+            if capacity {
+                row.extend(capacity_cells(s));
             }
             if !shares.is_empty() {
                 row.extend(balance_cells(s, summaries, shares.len()));
@@ -520,6 +538,32 @@ fn tail_cells(summary: &Summary, baseline: Option<u64>) -> [String; 10] {
     ]
 }
 
+/// The cells of [`CAPACITY_HEADER`] for one row (`-` for a row without the figures): each
+/// figure of the three phases, or of the two steps, separated by `/`.
+fn capacity_cells(summary: &Summary) -> [String; 5] {
+    let Some(f) = &summary.capacity else {
+        return std::array::from_fn(|_| "-".to_owned());
+    };
+    let ratios = |values: &[f64; 3]| {
+        let cells: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
+        cells.join("/")
+    };
+    let settled: Vec<String> = f
+        .settled_s
+        .iter()
+        .map(|s| s.map_or_else(|| "never".to_owned(), |s| format!("{s:.1} s")))
+        .collect();
+    let rejected = summary.too_many_requests as f64 / summary.offered.max(1) as f64;
+    [
+        ratios(&f.in_flight_per_slot),
+        ratios(&f.goodput_per_slot),
+        format!("{:.2}%", rejected * 100.0),
+        settled.join("/"),
+        f.lowest_limit
+            .map_or_else(|| "-".to_owned(), |limit| limit.to_string()),
+    ]
+}
+
 /// The cells of [`STREAMS_HEADER`] for one row (`-` for a row without the figures).
 fn streams_cells(summary: &Summary) -> [String; 8] {
     let Some(f) = &summary.streams else {
@@ -554,6 +598,9 @@ pub fn legend(scenario: &Scenario) -> String {
     if scenario.has_slow_starts() {
         legend = format!("{legend}\n{TAIL_LEGEND}");
     }
+    if scenario.steps_capacity() {
+        legend = format!("{legend}\n{CAPACITY_LEGEND}");
+    }
     if !scenario.deployments.is_empty() {
         legend = format!("{legend}\n{BALANCE_LEGEND}");
     }
@@ -584,6 +631,19 @@ saw it die to the end of the run; before the last = those that arrived before th
 it die;
 after / stormguard+balance = attempts after over the stormguard+balance row's (its replicas'
 breakers independent).";
+
+/// What the columns of a scenario whose provider's capacity steps mean, printed under
+/// [`LEGEND`].
+pub(crate) const CAPACITY_LEGEND: &str = "\
+with capacity steps, each figure a/b/c is one per phase (healthy; slower with the slots unchanged;
+the slots cut), over the phase from 10 s after its start to its end;
+in-flight / slots = the attempts open at once (the most of each 100 ms, averaged), the provider's
+queue included, over its slots;
+goodput / slots = successes a second over what the slots allow (slots / mean service time);
+429s / offered = the provider's 429s over the requests offered;
+settled after steps = after the latency step and after the slots' cut, the time until the attempts
+open stayed within 0.8x to 1.25x of the slots to the end of the phase;
+lowest limit = the lowest the row's concurrency limit went from the first step on.";
 
 /// What the columns of a scenario whose streams start with a slow tail mean, printed under
 /// [`LEGEND`].
@@ -693,6 +753,7 @@ mod tests {
             tail: None,
             balance: None,
             fleet: None,
+            capacity: None,
         };
         let outage = scenarios::OUTAGE.scenario();
         let text = table(&outage, std::slice::from_ref(&summary));
@@ -781,6 +842,7 @@ mod tests {
             tail: None,
             balance: None,
             fleet: None,
+            capacity: None,
         };
         let failing_over = Summary {
             name: "stormguard+failover",
@@ -881,6 +943,7 @@ mod tests {
             tail: None,
             balance: None,
             fleet: None,
+            capacity: None,
         };
         let text = table(&streams, &[summary]);
         let lines: Vec<&str> = text.lines().collect();
@@ -944,6 +1007,7 @@ mod tests {
             tail: Some(figures),
             balance: None,
             fleet: None,
+            capacity: None,
         };
         let hedged = Summary {
             name: "stormguard+hedge",
@@ -1042,6 +1106,7 @@ mod tests {
             tail: None,
             balance: None,
             fleet: None,
+            capacity: None,
         };
         let text = table(&silent, std::slice::from_ref(&summary));
         let lines: Vec<&str> = text.lines().collect();

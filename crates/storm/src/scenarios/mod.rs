@@ -25,6 +25,7 @@ mod balance;
 mod balance_fleet;
 mod blackhole;
 mod burst;
+mod capacity;
 mod failover;
 mod outage;
 mod quota;
@@ -58,6 +59,7 @@ registry! {
     TAIL: tail,
     BALANCE: balance,
     BALANCE_FLEET: balance_fleet,
+    CAPACITY: capacity,
 }
 
 /// The scenario `storm` runs without `--scenario`, whose table the README shows.
