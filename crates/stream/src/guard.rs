@@ -122,6 +122,10 @@ impl Default for StreamPolicy {
 /// Called once with how a guarded stream ended.
 type AtEnd = Box<dyn FnOnce(&StreamEnd) + Send + Sync>;
 
+/// Told the wait between two content events of a stream, as each comes (see
+/// [`OpenStream::timing_gaps`]).
+pub type GapTimer = Box<dyn FnMut(Duration) + Send + Sync>;
+
 /// How a guarded stream ended, for [`GuardedStream::with_at_end`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamEnd {
@@ -208,6 +212,17 @@ impl<RB: Body> OpenStream<RB> {
     pub fn counting_usage(mut self) -> Self {
         if let Some(guard) = self.guard.as_mut() {
             guard.count_usage = true;
+        }
+        self
+    }
+
+    /// Tells `gaps` the wait between each content event and the one before it, as it comes
+    /// (the stream's own events, not a continuation's): what a time-per-output-chunk metric
+    /// records.
+    #[must_use]
+    pub fn timing_gaps(mut self, gaps: GapTimer) -> Self {
+        if let Some(guard) = self.guard.as_mut() {
+            guard.gaps = Some(gaps);
         }
         self
     }
@@ -313,6 +328,8 @@ struct Guard<RB: Body> {
     /// When the last content event came, and the longest wait between two.
     last_content: Option<Instant>,
     longest_gap: Option<Duration>,
+    /// Told each gap, if anyone is.
+    gaps: Option<GapTimer>,
     sleep: Option<Pin<Box<Sleep>>>,
     /// An interruption found ahead of what was delivered, handed out after it.
     interrupted: Option<InterruptCause>,
@@ -336,6 +353,7 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             progress: policy.first_content.map(|timeout| now + timeout),
             last_content: None,
             longest_gap: None,
+            gaps: None,
             policy,
             events: 0,
             sleep: None,
@@ -411,6 +429,9 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                     if let Some(last) = self.last_content.replace(now) {
                         let gap = now.saturating_duration_since(last);
                         self.longest_gap = Some(self.longest_gap.map_or(gap, |at| at.max(gap)));
+                        if let Some(gaps) = self.gaps.as_mut() {
+                            gaps(gap);
+                        }
                     }
                     scan = Scan::Content;
                 }

@@ -1,29 +1,34 @@
 //! [`MetricsRecorder`]: the engine's figures through the `metrics` facade (feature `metrics`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::StatusCode;
-use metrics::{SharedString, counter, gauge, histogram};
+use http::request::Parts;
+use metrics::{Label, SharedString, counter, gauge, histogram};
 use stormguard_breaker::State;
 use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{Outcome, Reason};
 use stormguard_rate_limit::RateLimit;
 use tokio::time::Instant;
 
-use super::Recorder;
+use super::labels::{GenAiLabels, model_in};
+use super::{ChunkGaps, Recorder};
 use crate::admission::Guards;
 use crate::metrics::{
-    ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, HEDGES, PROVIDER, RATE_LIMIT_HEADROOM,
+    ATTEMPT_DURATION, BREAKER_STATE, ERROR_TYPE, HEDGES, INFERENCE_DURATION,
+    INFERENCE_TIME_PER_OUTPUT_CHUNK, INFERENCE_TIME_TO_FIRST_CHUNK, OPERATION_DURATION,
+    OPERATION_INPUT_TOKENS, OPERATION_OUTPUT_TOKENS, PROVIDER, RATE_LIMIT_HEADROOM,
     RATE_LIMIT_WAIT, REFUSALS, REQUEST_ATTEMPTS, REQUEST_DURATION, RETRIES, STATUS_CODE, STREAMS,
-    THROTTLE_DROP_PROBABILITY, TOKEN_USAGE,
+    THROTTLE_DROP_PROBABILITY, TIME_PER_OUTPUT_CHUNK, TIME_TO_FIRST_CHUNK, TOKEN_MODALITY,
+    TOKEN_TYPE, TOKEN_USAGE, USAGE_INPUT_TOKENS, USAGE_OUTPUT_TOKENS,
 };
-
-/// The `gen_ai.provider.name` of a layer with no name.
-const UNKNOWN: &str = "unknown";
 
 /// Records a request's figures through the `metrics` facade, under its provider's label.
 pub(crate) struct MetricsRecorder {
     provider: SharedString,
+    /// The GenAI attributes of its figures, and when it started.
+    gen_ai: GenAiLabels,
     started: Instant,
     /// The reason of the retry decided and not sent yet: counted when it is sent, so a retry
     /// the throttle, the breaker, the rate limit or the deadline then refuses is not.
@@ -34,19 +39,25 @@ impl Recorder for MetricsRecorder {
     const RECORDS: bool = true;
     /// When the attempt was sent.
     type Attempt = Option<Instant>;
-    /// The provider's label.
-    type Label = SharedString;
+    /// The request's GenAI labels (the provider's among them).
+    type Label = Arc<GenAiLabels>;
 
-    fn new(name: Option<&Arc<str>>) -> Self {
+    fn new(name: Option<&Arc<str>>, head: &Parts) -> Self {
+        let gen_ai = GenAiLabels::new(name, head);
         Self {
-            provider: provider(name),
-            started: Instant::now(),
+            provider: gen_ai.provider.clone(),
+            started: gen_ai.started,
+            gen_ai,
             retry: None,
         }
     }
 
-    fn label(&self) -> SharedString {
-        self.provider.clone()
+    fn request_read(&mut self, body: &[u8]) {
+        self.gen_ai.request_read(body);
+    }
+
+    fn label(&self) -> Arc<GenAiLabels> {
+        Arc::new(self.gen_ai.clone())
     }
 
     /// An attempt is sent: a retry, if one was decided, or a hedge.
@@ -104,8 +115,18 @@ impl Recorder for MetricsRecorder {
         counter!(REFUSALS, PROVIDER => self.provider.clone(), "cause" => cause).increment(1);
     }
 
-    fn finished(&self, attempts: u32, outcome: &'static str, error: Option<Reason>) {
+    fn finished(
+        &self,
+        attempts: u32,
+        outcome: &'static str,
+        error: Option<Reason>,
+        streamed: bool,
+    ) {
         let seconds = self.started.elapsed().as_secs_f64();
+        // A stream's operation lasts until its end, recorded by its guard.
+        if !streamed {
+            operation_duration(&self.gen_ai, seconds, error.map(Reason::as_str), None);
+        }
         histogram!(REQUEST_ATTEMPTS, PROVIDER => self.provider.clone(), "outcome" => outcome)
             .record(f64::from(attempts));
         match error {
@@ -167,24 +188,51 @@ impl Recorder for MetricsRecorder {
             .increment(1);
     }
 
-    fn answer_used(label: SharedString, counts: TokenCounts) {
-        record_usage(label, counts, "answer");
+    fn first_chunk(&self) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let name = if self.gen_ai.latest_inference() {
+            INFERENCE_TIME_TO_FIRST_CHUNK
+        } else {
+            TIME_TO_FIRST_CHUNK
+        };
+        histogram!(name, self.gen_ai.labels(None)).record(seconds);
+    }
+
+    fn chunk_gaps(&self) -> Option<ChunkGaps> {
+        let name = if self.gen_ai.latest_inference() {
+            INFERENCE_TIME_PER_OUTPUT_CHUNK
+        } else {
+            TIME_PER_OUTPUT_CHUNK
+        };
+        // Registered once per stream: each content event then costs one `record`.
+        let histogram = histogram!(name, self.gen_ai.labels(None));
+        Some(Box::new(move |gap: Duration| {
+            histogram.record(gap.as_secs_f64());
+        }))
+    }
+
+    fn answer_used(label: Arc<GenAiLabels>, counts: TokenCounts, body: &[u8]) {
+        record_usage(&label, counts, "answer", model_in(body));
     }
 
     fn stream_ended(
-        label: SharedString,
+        label: Arc<GenAiLabels>,
         outcome: &Outcome,
         usage: Option<TokenCounts>,
         continuation: bool,
     ) {
+        let error = (!outcome.is_success()).then(|| outcome.reason().as_str());
+        let seconds = label.started.elapsed().as_secs_f64();
+        operation_duration(&label, seconds, error, None);
         if let Some(usage) = usage {
             let attempt = match (outcome.is_success(), continuation) {
                 (_, true) => "continuation",
                 (true, false) => "answer",
                 (false, false) => "interrupted",
             };
-            record_usage(label.clone(), usage, attempt);
+            record_usage(&label, usage, attempt, None);
         }
+        let label = label.provider.clone();
         if outcome.is_success() {
             counter!(STREAMS, PROVIDER => label, "outcome" => "complete").increment(1);
         } else {
@@ -199,24 +247,55 @@ impl Recorder for MetricsRecorder {
     }
 }
 
-/// Records the tokens an attempt's answer said it used (`attempt`: `answer`,
-/// `continuation`, `interrupted`).
-fn record_usage(provider: SharedString, counts: TokenCounts, attempt: &'static str) {
-    for (kind, tokens) in [("input", counts.input), ("output", counts.output)] {
-        histogram!(
-            TOKEN_USAGE,
-            PROVIDER => provider.clone(),
-            "gen_ai.token.type" => kind,
-            "stormguard.attempt" => attempt
-        )
-        .record(tokens as f64);
+/// Records the duration of the operation `gen_ai` labels, `seconds` long (`error`: what it
+/// failed with; `response_model`: what its answer named), under the generation's name.
+fn operation_duration(
+    gen_ai: &GenAiLabels,
+    seconds: f64,
+    error: Option<&'static str>,
+    response_model: Option<&str>,
+) {
+    let name = if gen_ai.latest_inference() {
+        INFERENCE_DURATION
+    } else {
+        OPERATION_DURATION
+    };
+    let mut labels = gen_ai.labels(response_model);
+    if let Some(error) = error {
+        labels.push(Label::from_static_parts(ERROR_TYPE, error));
     }
+    histogram!(name, labels).record(seconds);
 }
 
-fn provider(name: Option<&Arc<str>>) -> SharedString {
-    match name {
-        Some(name) => SharedString::from(Arc::clone(name)),
-        None => SharedString::const_str(UNKNOWN),
+/// Records the tokens an attempt's answer said it used (`attempt`: `answer`, `continuation`,
+/// `interrupted`; `response_model`: what the answer named), under the generation's names: the
+/// current generation's histogram by `gen_ai.token.type`, or the latest's counters (by
+/// `gen_ai.token.modality`: `unknown`, the providers' totals say no more) and per-inference
+/// histograms.
+fn record_usage(
+    gen_ai: &GenAiLabels,
+    counts: TokenCounts,
+    attempt: &'static str,
+    response_model: Option<&str>,
+) {
+    let mut labels = gen_ai.labels(response_model);
+    labels.push(Label::from_static_parts("stormguard.attempt", attempt));
+    if gen_ai.latest_inference() {
+        for (counter, histogram, tokens) in [
+            (USAGE_INPUT_TOKENS, OPERATION_INPUT_TOKENS, counts.input),
+            (USAGE_OUTPUT_TOKENS, OPERATION_OUTPUT_TOKENS, counts.output),
+        ] {
+            histogram!(histogram, labels.clone()).record(tokens as f64);
+            let mut labels = labels.clone();
+            labels.push(Label::from_static_parts(TOKEN_MODALITY, "unknown"));
+            counter!(counter, labels).increment(tokens);
+        }
+        return;
+    }
+    for (kind, tokens) in [("input", counts.input), ("output", counts.output)] {
+        let mut labels = labels.clone();
+        labels.push(Label::from_static_parts(TOKEN_TYPE, kind));
+        histogram!(TOKEN_USAGE, labels).record(tokens as f64);
     }
 }
 
