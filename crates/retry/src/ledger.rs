@@ -541,7 +541,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 {
                     clocks.record_gap(gap);
                 }
-                end.ended(outcome, ending.usage(), continuation);
+                end.ended(outcome, ending.usage(), continuation, ending.model());
             });
         }
         if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {

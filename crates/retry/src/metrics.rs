@@ -236,7 +236,10 @@ static PROCESS_NAMES: std::sync::OnceLock<GenAiNames> = std::sync::OnceLock::new
 /// ```
 pub fn operation_name(path: &str) -> &'static str {
     let path = path.trim_end_matches('/');
-    if let Some((_, method)) = path.rsplit_once(':') {
+    // Google's custom methods: `{resource}:{method}`, after the last slash.
+    if let Some((_, method)) = path.rsplit_once(':')
+        && !method.contains('/')
+    {
         return match method {
             "generateContent" | "streamGenerateContent" => "generate_content",
             "embedContent" | "batchEmbedContents" => "embeddings",
@@ -366,4 +369,84 @@ pub fn describe() {
     describe_counter!(USAGE_OUTPUT_TOKENS, "Output tokens used by inferences.");
     describe_histogram!(OPERATION_INPUT_TOKENS, "Input tokens used per inference.");
     describe_histogram!(OPERATION_OUTPUT_TOKENS, "Output tokens used per inference.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_opt_in_list_picks_the_latest_names_only_when_it_names_them() {
+        for value in [
+            "gen_ai_latest_experimental",
+            "http,gen_ai_latest_experimental",
+            " database , gen_ai_latest_experimental ",
+            "gen_ai_latest_experimental,http/dup",
+        ] {
+            assert_eq!(
+                GenAiNames::from_opt_in(Some(value)),
+                GenAiNames::Latest,
+                "{value:?}"
+            );
+        }
+        for value in [
+            None,
+            Some(""),
+            Some("http"),
+            Some("gen_ai_latest_experimental_x"),
+            Some("gen_ai_latest"),
+            Some("GEN_AI_LATEST_EXPERIMENTAL"),
+            Some("http;gen_ai_latest_experimental"),
+        ] {
+            assert_eq!(
+                GenAiNames::from_opt_in(value),
+                GenAiNames::Current,
+                "{value:?}"
+            );
+        }
+        assert_eq!(GenAiNames::default(), GenAiNames::Current);
+    }
+
+    #[test]
+    fn each_api_s_path_names_its_operation() {
+        let cases = [
+            ("/v1/chat/completions", "chat"),
+            ("/openai/deployments/gpt-4o/chat/completions", "chat"),
+            ("/v1/messages", "chat"),
+            ("/v1/responses", "chat"),
+            ("/v1/completions", "text_completion"),
+            ("/v1/embeddings", "embeddings"),
+            ("/v1/embeddings/", "embeddings"),
+            (
+                "/v1beta/models/gemini-2.0-flash:generateContent",
+                "generate_content",
+            ),
+            (
+                "/v1/projects/p/locations/l/publishers/google/models/g:streamGenerateContent",
+                "generate_content",
+            ),
+            (
+                "/v1beta/models/text-embedding-004:embedContent",
+                "embeddings",
+            ),
+            (
+                "/v1beta/models/text-embedding-004:batchEmbedContents",
+                "embeddings",
+            ),
+            ("/api/chat", "chat"),
+            ("/api/generate", "text_completion"),
+            ("/api/embed", "embeddings"),
+            ("/v1/models", OTHER),
+            ("/v1beta/models/g:countTokens", OTHER),
+            ("/v1/a:b/chat/completions", "chat"),
+            ("/", OTHER),
+            ("", OTHER),
+        ];
+        for (path, name) in cases {
+            assert_eq!(operation_name(path), name, "{path}");
+        }
+        assert!(is_inference("chat") && is_inference("text_completion"));
+        assert!(is_inference("generate_content"));
+        assert!(!is_inference("embeddings") && !is_inference(OTHER));
+    }
 }

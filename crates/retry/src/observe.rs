@@ -381,8 +381,14 @@ impl StreamEnd {
     }
 
     /// The stream ended with `outcome`, having said it used `usage` (`continuation`: the
-    /// stream of a request that continues another).
-    pub(crate) fn ended(self, outcome: &Outcome, usage: Option<TokenCounts>, continuation: bool) {
-        EngineRecorder::stream_ended(self.label, outcome, usage, continuation);
+    /// stream of a request that continues another) and named `model`.
+    pub(crate) fn ended(
+        self,
+        outcome: &Outcome,
+        usage: Option<TokenCounts>,
+        continuation: bool,
+        model: Option<&str>,
+    ) {
+        EngineRecorder::stream_ended(self.label, outcome, usage, continuation, model);
     }
 }

@@ -72,12 +72,13 @@ pub(crate) trait Recorder {
     /// A whole answer handed back (not a stream), `body`, said it used `counts`.
     fn answer_used(label: Self::Label, counts: TokenCounts, body: &[u8]);
     /// A stream handed back ended with `outcome`, having said it used `usage` (`continuation`:
-    /// the stream of a request that continues another).
+    /// the stream of a request that continues another) and named `model`.
     fn stream_ended(
         label: Self::Label,
         outcome: &Outcome,
         usage: Option<TokenCounts>,
         continuation: bool,
+        model: Option<&str>,
     );
 }
 
@@ -146,5 +147,5 @@ impl Recorder for NoRecorder {
     fn answer_used(_: Self, _: TokenCounts, _: &[u8]) {}
 
     #[inline]
-    fn stream_ended(_: Self, _: &Outcome, _: Option<TokenCounts>, _: bool) {}
+    fn stream_ended(_: Self, _: &Outcome, _: Option<TokenCounts>, _: bool, _: Option<&str>) {}
 }

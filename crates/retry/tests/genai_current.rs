@@ -100,15 +100,22 @@ fn a_stream_s_time_to_first_chunk_time_per_chunk_and_duration() {
     assert_eq!(per_chunk.len(), 1, "{per_chunk:?}");
     assert_eq!(per_chunk[0].0, labels(CHAT));
     assert!(close(&per_chunk[0].1, &[0.1, 0.3]), "{per_chunk:?}");
-    // A stream's operation lasts until its end.
+    // A stream's operation lasts until its end, and has read the model its usage event named.
     let duration = seen.series(OPERATION_DURATION);
     assert_eq!(duration.len(), 1, "{duration:?}");
-    assert_eq!(duration[0].0, labels(CHAT));
+    let mut answered = labels(CHAT);
+    answered.insert("gen_ai.response.model".into(), ANSWERED_BY.into());
+    assert_eq!(duration[0].0, answered);
     assert!(close(&duration[0].1, &[1.15]), "{duration:?}");
     let usage = seen.series(TOKEN_USAGE);
     let tokens: Vec<(&str, &[f64])> = (usage.iter())
         .map(|(labels, values)| (labels["gen_ai.token.type"].as_str(), values.as_slice()))
         .collect();
+    assert!(
+        usage
+            .iter()
+            .all(|(labels, _)| labels["gen_ai.response.model"] == ANSWERED_BY)
+    );
     assert_eq!(tokens, [("input", &[9.0][..]), ("output", &[3.0][..])]);
     no_latest_names(&seen);
 }
@@ -141,6 +148,11 @@ fn gemini_s_operation_and_model_come_from_its_path() {
         .flat_map(|(_, values)| values.clone())
         .collect();
     assert_eq!(tokens, [7.0, 4.0]);
+    // Gemini's answer names its model as `modelVersion`.
+    let models: Vec<&str> = (usage.iter())
+        .map(|(labels, _)| labels["gen_ai.response.model"].as_str())
+        .collect();
+    assert_eq!(models, ["gemini-2.0-flash-001"; 2]);
 }
 
 #[test]
@@ -176,4 +188,18 @@ fn hostile_model_names_are_other_and_an_unnamed_model_is_absent() {
     models.sort();
     // Three requests named unfit models, one named none.
     assert_eq!(models, [(None, 1), (Some("_OTHER"), 3)], "{series:?}");
+}
+
+#[test]
+fn an_interrupted_stream_s_duration_says_its_interruption() {
+    current();
+    let seen = gen_ai::an_interrupted_stream();
+    let duration = seen.series(OPERATION_DURATION);
+    assert_eq!(duration.len(), 1, "{duration:?}");
+    let mut expected = labels(CHAT);
+    expected.insert("error.type".into(), "server_error".into());
+    assert_eq!(duration[0].0, expected);
+    // Its head after 500 ms, its end 300 ms later.
+    assert!(close(&duration[0].1, &[0.8]), "{duration:?}");
+    assert!(close(&seen.series(TIME_TO_FIRST_CHUNK)[0].1, &[0.7]));
 }

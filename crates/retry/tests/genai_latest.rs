@@ -111,6 +111,7 @@ fn a_stream_s_time_to_first_chunk_time_per_chunk_and_duration() {
     assert!(close(&per_chunk[0].1, &[0.1, 0.3]), "{per_chunk:?}");
     let duration = seen.series(INFERENCE_DURATION);
     assert_eq!(duration.len(), 1, "{duration:?}");
+    assert_eq!(duration[0].0["gen_ai.response.model"], ANSWERED_BY);
     assert!(close(&duration[0].1, &[1.15]), "{duration:?}");
     let input = seen.series(USAGE_INPUT_TOKENS);
     let output = seen.series(USAGE_OUTPUT_TOKENS);
@@ -160,4 +161,18 @@ fn hostile_model_names_are_other() {
         .collect();
     models.sort();
     assert_eq!(models, [(None, 1), (Some("_OTHER"), 3)], "{series:?}");
+}
+
+#[test]
+fn an_interrupted_stream_s_duration_says_its_interruption() {
+    latest();
+    let seen = gen_ai::an_interrupted_stream();
+    let duration = seen.series(INFERENCE_DURATION);
+    assert_eq!(duration.len(), 1, "{duration:?}");
+    assert_eq!(duration[0].0["error.type"], "server_error");
+    assert!(close(&duration[0].1, &[0.8]), "{duration:?}");
+    assert!(close(
+        &seen.series(INFERENCE_TIME_TO_FIRST_CHUNK)[0].1,
+        &[0.7]
+    ));
 }

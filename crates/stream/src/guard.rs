@@ -16,7 +16,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use stormguard_classify::polled_after_completion;
-use stormguard_classify::usage::TokenCounts;
+use stormguard_classify::usage::{TokenCounts, model_named};
 use stormguard_classify::{BoxError, Outcome, Reason};
 
 use crate::interrupted::{InterruptCause, StreamInterrupted};
@@ -127,12 +127,13 @@ type AtEnd = Box<dyn FnOnce(&StreamEnd) + Send + Sync>;
 pub type GapTimer = Box<dyn FnMut(Duration) + Send + Sync>;
 
 /// How a guarded stream ended, for [`GuardedStream::with_at_end`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamEnd {
     outcome: Outcome,
     events: u64,
     longest_gap: Option<Duration>,
     usage: Option<TokenCounts>,
+    model: Option<Box<str>>,
 }
 
 impl StreamEnd {
@@ -157,6 +158,12 @@ impl StreamEnd {
     /// was opened [`counting_usage`](OpenStream::counting_usage) and said any.
     pub fn usage(&self) -> Option<TokenCounts> {
         self.usage
+    }
+
+    /// The model its first usage event named (see [`model_named`]), when it was opened
+    /// [`counting_usage`](OpenStream::counting_usage).
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
 }
 
@@ -336,9 +343,11 @@ struct Guard<RB: Body> {
     /// Where the stream can be cut after the last complete frame, in bytes of the stream: its
     /// end, or for a comment inside an event, that event's start ([`Frame::boundary`](sse::Frame::boundary)).
     last_end: u64,
-    /// Whether the usage events are read, and the most they reported.
+    /// Whether the usage events are read, the most they reported, and the model the first
+    /// named.
     count_usage: bool,
     usage: Option<TokenCounts>,
+    model: Option<Box<str>>,
     /// Whether a terminal event came (`[DONE]`, `message_stop`: any format's).
     terminal: bool,
 }
@@ -361,6 +370,7 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             last_end: 0,
             count_usage: false,
             usage: None,
+            model: None,
             terminal: false,
         }
     }
@@ -372,6 +382,9 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
         }
         if let Some(counts) = TokenCounts::of_json(event.data.as_bytes()) {
             self.usage = Some(self.usage.map_or(counts, |usage| usage.max(counts)));
+        }
+        if self.model.is_none() {
+            self.model = model_named(event.data.as_bytes()).map(Box::from);
         }
     }
 
@@ -643,6 +656,7 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
                 events: self.guard.events,
                 longest_gap: self.guard.longest_gap,
                 usage: self.guard.usage,
+                model: self.guard.model.take(),
             });
         }
     }

@@ -5,6 +5,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use http::request::Parts;
 use metrics::SharedString;
+use stormguard_classify::usage::model_named;
 use tokio::time::Instant;
 
 use crate::metrics::{
@@ -74,32 +75,6 @@ fn fits(value: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-._:/@+".contains(&b))
 }
 
-/// The value of the first `"model"` key of a JSON text, read without parsing the rest: a
-/// request's (OpenAI, Anthropic, Ollama) or an answer's, or one of its events'. `None` when there
-/// is none or it is not a string. A string with an escape is cut after its first backslash,
-/// which no label value [fits](Bounded::label): such a model is `_OTHER`.
-pub(crate) fn model_in(json: &[u8]) -> Option<&str> {
-    const KEY: &[u8] = b"\"model\"";
-    let mut from = 0;
-    while let Some(at) = json.get(from..)?.windows(KEY.len()).position(|w| w == KEY) {
-        let start = from + at;
-        from = start + KEY.len();
-        // The quotes of a key inside a string are escaped; a value `"model"` (Gemini's role) is
-        // followed by no colon.
-        if start > 0 && json[start - 1] == b'\\' {
-            continue;
-        }
-        let Some(rest) = json[from..].trim_ascii_start().strip_prefix(b":") else {
-            continue;
-        };
-        let rest = rest.trim_ascii_start().strip_prefix(b"\"")?;
-        let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
-        let end = if rest[end] == b'\\' { end + 1 } else { end };
-        return std::str::from_utf8(&rest[..end]).ok();
-    }
-    None
-}
-
 /// The model Gemini's path names: `/v1beta/models/{model}:generateContent`.
 fn model_in_path(path: &str) -> Option<&str> {
     let (_, after) = path.split_once("/models/")?;
@@ -150,7 +125,7 @@ impl GenAiLabels {
     /// The request's body, read whole, names its model (unless its path did).
     pub(crate) fn request_read(&mut self, body: &[u8]) {
         if self.request_model.is_none() {
-            self.request_model = model_in(body).map(|model| REQUEST_MODELS.label(model));
+            self.request_model = model_named(body).map(|model| REQUEST_MODELS.label(model));
         }
     }
 
@@ -215,22 +190,7 @@ mod tests {
     }
 
     #[test]
-    fn the_model_is_the_first_model_key_s_plain_string() {
-        let cases: &[(&[u8], Option<&str>)] = &[
-            (br#"{"model":"gpt-4o","messages":[]}"#, Some("gpt-4o")),
-            (br#"{"messages":[{"role":"user","content":"say \"model\": \"x\""}], "model" : "m-2"}"#, Some("m-2")),
-            (br#"{"contents":[{"role":"model","parts":[]}],"model": "g"}"#, Some("g")),
-            (br#"{"model":null}"#, None),
-            (br#"{"model":"a\"b"}"#, Some("a\\")),
-            (br#"{"model":"unterminated"#, None),
-            (br#"{"model""#, None),
-            (b"\"model\"", None),
-            (b"", None),
-            (&[0xff, b'"', b'm'], None),
-        ];
-        for (json, model) in cases {
-            assert_eq!(model_in(json), *model, "{}", String::from_utf8_lossy(json));
-        }
+    fn gemini_s_path_names_its_model() {
         assert_eq!(
             model_in_path("/v1beta/models/gemini-2.0-flash:generateContent"),
             Some("gemini-2.0-flash")

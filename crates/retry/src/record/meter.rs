@@ -7,12 +7,12 @@ use http::StatusCode;
 use http::request::Parts;
 use metrics::{Label, SharedString, counter, gauge, histogram};
 use stormguard_breaker::State;
-use stormguard_classify::usage::TokenCounts;
+use stormguard_classify::usage::{TokenCounts, model_named};
 use stormguard_classify::{Outcome, Reason};
 use stormguard_rate_limit::RateLimit;
 use tokio::time::Instant;
 
-use super::labels::{GenAiLabels, model_in};
+use super::labels::GenAiLabels;
 use super::{ChunkGaps, Recorder};
 use crate::admission::Guards;
 use crate::metrics::{
@@ -212,7 +212,7 @@ impl Recorder for MetricsRecorder {
     }
 
     fn answer_used(label: Arc<GenAiLabels>, counts: TokenCounts, body: &[u8]) {
-        record_usage(&label, counts, "answer", model_in(body));
+        record_usage(&label, counts, "answer", model_named(body));
     }
 
     fn stream_ended(
@@ -220,17 +220,18 @@ impl Recorder for MetricsRecorder {
         outcome: &Outcome,
         usage: Option<TokenCounts>,
         continuation: bool,
+        model: Option<&str>,
     ) {
         let error = (!outcome.is_success()).then(|| outcome.reason().as_str());
         let seconds = label.started.elapsed().as_secs_f64();
-        operation_duration(&label, seconds, error, None);
+        operation_duration(&label, seconds, error, model);
         if let Some(usage) = usage {
             let attempt = match (outcome.is_success(), continuation) {
                 (_, true) => "continuation",
                 (true, false) => "answer",
                 (false, false) => "interrupted",
             };
-            record_usage(&label, usage, attempt, None);
+            record_usage(&label, usage, attempt, model);
         }
         let label = label.provider.clone();
         if outcome.is_success() {

@@ -246,3 +246,30 @@ pub fn hostile_models() -> Recorded {
         }
     })
 }
+
+/// A streamed chat answer that breaks after its content: its head after 500 ms, its content
+/// 200 ms later, an error event 100 ms after that; not continued.
+pub fn an_interrupted_stream() -> Recorded {
+    recorded(|| async {
+        let backend = ScriptedBackend::answering(|_, _| {
+            let body = ScriptedBody::new()
+                .delay(Duration::from_millis(200))
+                .data(OPENAI_CHUNK)
+                .delay(Duration::from_millis(100))
+                .data(
+                    "data: {\"error\":{\"type\":\"server_error\",\"message\":\"overloaded\"}}\n\n",
+                );
+            let mut response = Response::new(body);
+            (response.headers_mut()).insert("content-type", "text/event-stream".parse().unwrap());
+            Ok(response)
+        })
+        .latency(Duration::from_millis(500));
+        let client = retries_only()
+            .with_name("openai")
+            .without_continuation()
+            .layer(backend);
+        let response = client.oneshot(chat_request()).await.unwrap();
+        let read = http_body_util::BodyExt::collect(response.into_body()).await;
+        assert!(read.is_err());
+    })
+}
