@@ -21,9 +21,9 @@
 //! | `stormguard.rate_limit.wait` | histogram | `s` | `gen_ai.provider.name` | how long a request waited for the rate limit (0 when admitted at once) |
 //! | `stormguard.rate_limit.headroom` | gauge | `{request}`, `{token}` | `gen_ai.provider.name`, `dimension` (`requests`, `tokens`) | what the rate limit could admit at once, per dimension, as of the last admission |
 //! | `stormguard.streams` | counter | `{stream}` | `gen_ai.provider.name`, `outcome`, `error.type` (interrupted only) | streamed answers: `complete`, `failed_before_content` (an attempt whose stream failed before its first content: retried or not), `interrupted` (ended with `StreamInterrupted` after content; `error.type`: `error_event`, `reset`, `idle`, `no_progress`, `malformed`), `resumed` (continued by the resume hook) |
-//! | `gen_ai.client.token.usage` | histogram | `{token}` | the GenAI attributes, `gen_ai.response.model` (a whole answer's), `gen_ai.token.type` (`input`, `output`), `stormguard.attempt` | the tokens each attempt's answer said it used, once its reader has read it: `answer` (a whole answer handed back, or a stream that ended well), `continuation` (the stream of a request that continues another; the caller's stream sums it with the original's, marked), `interrupted` (a stream that ended early: what its provider reported, and billed, before the end); a failed attempt whose answer was not handed back reports nothing (OpenTelemetry's GenAI metric) |
+//! | `gen_ai.client.token.usage` | histogram | `{token}` | the GenAI attributes, `gen_ai.response.model`, `gen_ai.token.type` (`input`, `output`), `stormguard.attempt` | the tokens each attempt's answer said it used, once its reader has read it: `answer` (a whole answer handed back, or a stream that ended well), `continuation` (the stream of a request that continues another; the caller's stream sums it with the original's, marked), `interrupted` (a stream that ended early: what its provider reported, and billed, before the end); a failed attempt whose answer was not handed back reports nothing (OpenTelemetry's GenAI metric) |
 //! | `stormguard.failovers` | counter | `{request}` | `from`, `to`, `reason` | requests moved from one backend to the next by `stormguard-failover` (`to` is `degraded` for the degraded answer) |
-//! | `gen_ai.client.operation.duration` | histogram | `s` | the GenAI attributes, `error.type` (failures: as `stormguard.request.duration`'s) | one request, as its caller sees it: from its start, across attempts and backoffs, to its answer's head, or for an event stream the engine guards, to the stream's end (an interrupted stream's `error.type` is its interruption's) |
+//! | `gen_ai.client.operation.duration` | histogram | `s` | the GenAI attributes, `gen_ai.response.model` (streams), `error.type` (failures: as `stormguard.request.duration`'s) | one request, as its caller sees it: from its start, across attempts and backoffs, to its answer's head, or for an event stream the engine guards, to the stream's end (an interrupted stream's `error.type` is its interruption's) |
 //! | `gen_ai.client.operation.time_to_first_chunk` | histogram | `s` | the GenAI attributes | a stream's first content event, timed from the request's start (retries and hedges included) |
 //! | `gen_ai.client.operation.time_per_output_chunk` | histogram | `s` | the GenAI attributes | one figure per content event after the first: the time since the one before (the stream's own events, not a continuation's) |
 //!
@@ -55,9 +55,13 @@
 //! `gen_ai.operation.name` ([`operation_name`] of the request's path); `gen_ai.request.model`
 //! (the `model` of the request's body, read once when the body is buffered for replay, or the
 //! model in Gemini's path; absent when neither names one); `server.address` and `server.port`
-//! (the request URI's host, and its port or the scheme's). The token figures of a whole answer
-//! also carry `gen_ai.response.model` (the `model` of the answer's body, read when its reader
-//! reads it).
+//! (the request URI's host, and its port or the scheme's). The token figures and a stream's
+//! duration also carry `gen_ai.response.model`: the model the answer names (a whole answer's
+//! `model` or Gemini's `modelVersion`, read when its reader reads it; a stream's first usage
+//! event's). A whole answer's duration is recorded at its head, before its body names it, so it
+//! goes without. The models are read with
+//! [`model_named`](stormguard_classify::usage::model_named), which looks for the key and parses
+//! nothing else.
 //!
 //! `gen_ai.provider.name` is the name given with
 //! [`ClientLayer::with_name`](crate::ClientLayer::with_name) (a failover's backends are named
