@@ -26,10 +26,8 @@ use crate::metrics::{
 
 /// Records a request's figures through the `metrics` facade, under its provider's label.
 pub(crate) struct MetricsRecorder {
-    provider: SharedString,
-    /// The GenAI attributes of its figures, and when it started.
+    /// The GenAI attributes of its figures (the provider's among them), and when it started.
     gen_ai: GenAiLabels,
-    started: Instant,
     /// The reason of the retry decided and not sent yet: counted when it is sent, so a retry
     /// the throttle, the breaker, the rate limit or the deadline then refuses is not.
     retry: Option<Reason>,
@@ -43,11 +41,8 @@ impl Recorder for MetricsRecorder {
     type Label = Arc<GenAiLabels>;
 
     fn new(name: Option<&Arc<str>>, head: &Parts) -> Self {
-        let gen_ai = GenAiLabels::new(name, head);
         Self {
-            provider: gen_ai.provider.clone(),
-            started: gen_ai.started,
-            gen_ai,
+            gen_ai: GenAiLabels::new(name, head),
             retry: None,
         }
     }
@@ -66,7 +61,7 @@ impl Recorder for MetricsRecorder {
         if hedge {
             self.hedge("sent");
         } else if let Some(reason) = self.retry.take() {
-            counter!(RETRIES, PROVIDER => self.provider.clone(), "reason" => reason.as_str())
+            counter!(RETRIES, PROVIDER => self.gen_ai.provider.clone(), "reason" => reason.as_str())
                 .increment(1);
         }
     }
@@ -81,7 +76,7 @@ impl Recorder for MetricsRecorder {
             return;
         };
         let seconds = started.elapsed().as_secs_f64();
-        let provider = self.provider.clone();
+        let provider = self.gen_ai.provider.clone();
         let reason = outcome.reason().as_str();
         let duration = match (status, outcome.is_success()) {
             (Some(status), true) => histogram!(
@@ -104,7 +99,7 @@ impl Recorder for MetricsRecorder {
 
     /// Counts a hedge's `event` (`sent`, `won`, `cancelled`, `failed`, `budget`, `refused`).
     fn hedge(&self, event: &'static str) {
-        counter!(HEDGES, PROVIDER => self.provider.clone(), "outcome" => event).increment(1);
+        counter!(HEDGES, PROVIDER => self.gen_ai.provider.clone(), "outcome" => event).increment(1);
     }
 
     fn retrying(&mut self, reason: Reason) {
@@ -112,7 +107,7 @@ impl Recorder for MetricsRecorder {
     }
 
     fn refused(&self, cause: &'static str) {
-        counter!(REFUSALS, PROVIDER => self.provider.clone(), "cause" => cause).increment(1);
+        counter!(REFUSALS, PROVIDER => self.gen_ai.provider.clone(), "cause" => cause).increment(1);
     }
 
     fn finished(
@@ -122,23 +117,23 @@ impl Recorder for MetricsRecorder {
         error: Option<Reason>,
         streamed: bool,
     ) {
-        let seconds = self.started.elapsed().as_secs_f64();
+        let seconds = self.gen_ai.started.elapsed().as_secs_f64();
         // A stream's operation lasts until its end, recorded by its guard.
         if !streamed {
             operation_duration(&self.gen_ai, seconds, error.map(Reason::as_str), None);
         }
-        histogram!(REQUEST_ATTEMPTS, PROVIDER => self.provider.clone(), "outcome" => outcome)
+        histogram!(REQUEST_ATTEMPTS, PROVIDER => self.gen_ai.provider.clone(), "outcome" => outcome)
             .record(f64::from(attempts));
         match error {
             None => histogram!(
                 REQUEST_DURATION,
-                PROVIDER => self.provider.clone(),
+                PROVIDER => self.gen_ai.provider.clone(),
                 "outcome" => outcome
             )
             .record(seconds),
             Some(reason) => histogram!(
                 REQUEST_DURATION,
-                PROVIDER => self.provider.clone(),
+                PROVIDER => self.gen_ai.provider.clone(),
                 "outcome" => outcome,
                 ERROR_TYPE => reason.as_str()
             )
@@ -149,7 +144,7 @@ impl Recorder for MetricsRecorder {
     /// The throttle's and the breaker's state, as of now.
     fn health(&self, guards: &Guards) {
         if let Some(throttle) = guards.throttle() {
-            gauge!(THROTTLE_DROP_PROBABILITY, PROVIDER => self.provider.clone())
+            gauge!(THROTTLE_DROP_PROBABILITY, PROVIDER => self.gen_ai.provider.clone())
                 .set(throttle.probability());
         }
         if let Some(breaker) = guards.breaker() {
@@ -158,14 +153,15 @@ impl Recorder for MetricsRecorder {
                 State::HalfOpen => 1.0,
                 State::Open => 2.0,
             };
-            gauge!(BREAKER_STATE, PROVIDER => self.provider.clone()).set(state);
+            gauge!(BREAKER_STATE, PROVIDER => self.gen_ai.provider.clone()).set(state);
         }
     }
 
     /// The rate limit admitted an attempt after a wait until `start`.
     fn slot_reserved(&self, start: Instant, limit: &RateLimit) {
         let wait = start.saturating_duration_since(Instant::now());
-        histogram!(RATE_LIMIT_WAIT, PROVIDER => self.provider.clone()).record(wait.as_secs_f64());
+        histogram!(RATE_LIMIT_WAIT, PROVIDER => self.gen_ai.provider.clone())
+            .record(wait.as_secs_f64());
         let snapshot = limit.snapshot();
         for (dimension, available) in [
             ("requests", snapshot.requests_available),
@@ -174,7 +170,7 @@ impl Recorder for MetricsRecorder {
             if let Some(available) = available {
                 gauge!(
                     RATE_LIMIT_HEADROOM,
-                    PROVIDER => self.provider.clone(),
+                    PROVIDER => self.gen_ai.provider.clone(),
                     "dimension" => dimension
                 )
                 .set(available as f64);
@@ -184,12 +180,12 @@ impl Recorder for MetricsRecorder {
 
     /// An attempt's stream failed before its first content.
     fn stream_failed(&self) {
-        counter!(STREAMS, PROVIDER => self.provider.clone(), "outcome" => "failed_before_content")
+        counter!(STREAMS, PROVIDER => self.gen_ai.provider.clone(), "outcome" => "failed_before_content")
             .increment(1);
     }
 
     fn first_chunk(&self) {
-        let seconds = self.started.elapsed().as_secs_f64();
+        let seconds = self.gen_ai.started.elapsed().as_secs_f64();
         let name = if self.gen_ai.latest_inference() {
             INFERENCE_TIME_TO_FIRST_CHUNK
         } else {
