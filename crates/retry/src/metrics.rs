@@ -75,7 +75,8 @@
 //!
 //! Histogram buckets are the exporter's to set; [`DURATION_BUCKETS`], [`ATTEMPT_BUCKETS`] and
 //! [`WAIT_BUCKETS`] are sized for LLM calls (up to 10 minutes, not the 10 s that HTTP defaults
-//! stop at). [`describe`] registers each name's unit and description with the recorder.
+//! stop at), and [`GEN_AI_DURATION_BUCKETS`] and [`GEN_AI_TOKEN_BUCKETS`] are the GenAI
+//! conventions' own for their `gen_ai.*` histograms. [`describe`] registers each name's unit and description with the recorder.
 
 /// Attempts per request (histogram, `{attempt}`).
 pub const REQUEST_ATTEMPTS: &str = "stormguard.request.attempts";
@@ -283,6 +284,32 @@ pub const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0];
 
 /// Buckets for rate-limit waits, in seconds: none at all, then 10 ms to a minute.
 pub const WAIT_BUCKETS: &[f64] = &[0.0, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0];
+
+/// Buckets for the GenAI durations and chunk timings, in seconds, as both generations of the
+/// conventions recommend them (semantic-conventions v1.41, semantic-conventions-genai v0.1.0):
+/// 10 ms doubling to 81.92 s.
+pub const GEN_AI_DURATION_BUCKETS: &[f64] = &[
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+];
+
+/// Buckets for the GenAI token histograms, as both generations recommend them: 1 token,
+/// quadrupling to 67,108,864.
+pub const GEN_AI_TOKEN_BUCKETS: &[f64] = &[
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+];
 
 /// Registers the unit and a description of every metric above with the installed recorder.
 /// Call it once after installing the recorder; exporters that show help text (Prometheus'
