@@ -72,9 +72,76 @@ impl TokenCounts {
     }
 }
 
+/// The model a JSON text names, read without parsing the rest: the value of its first `"model"`
+/// key (OpenAI's and Anthropic's requests, answers and stream events, Ollama's), else of
+/// `"modelVersion"` (Gemini's answers). `None` when it names none, or not as a string. A string
+/// with an escape is cut after its first backslash (a model's name has none: whoever reads it
+/// as a label can refuse it).
+///
+/// ```
+/// use stormguard_classify::usage::model_named;
+///
+/// assert_eq!(model_named(br#"{"messages":[],"model":"gpt-4o"}"#), Some("gpt-4o"));
+/// assert_eq!(model_named(br#"{"modelVersion":"gemini-2.0-flash-001"}"#), Some("gemini-2.0-flash-001"));
+/// assert_eq!(model_named(br#"{"contents":[{"role":"model"}]}"#), None);
+/// ```
+pub fn model_named(json: &[u8]) -> Option<&str> {
+    string_of(json, b"\"model\"").or_else(|| string_of(json, b"\"modelVersion\""))
+}
+
+/// The string value of the first `key` (quoted) of `json` followed by a colon.
+fn string_of<'a>(json: &'a [u8], key: &[u8]) -> Option<&'a str> {
+    let mut from = 0;
+    while let Some(at) = json.get(from..)?.windows(key.len()).position(|w| w == key) {
+        let start = from + at;
+        from = start + key.len();
+        // The quotes of a key inside a string are escaped; a value `"model"` (Gemini's role) is
+        // followed by no colon.
+        if start > 0 && json[start - 1] == b'\\' {
+            continue;
+        }
+        let Some(rest) = json[from..].trim_ascii_start().strip_prefix(b":") else {
+            continue;
+        };
+        let rest = rest.trim_ascii_start().strip_prefix(b"\"")?;
+        let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+        let end = if rest[end] == b'\\' { end + 1 } else { end };
+        return std::str::from_utf8(&rest[..end]).ok();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_is_the_first_model_key_s_string() {
+        let cases: &[(&[u8], Option<&str>)] = &[
+            (br#"{"model":"gpt-4o","messages":[]}"#, Some("gpt-4o")),
+            (
+                br#"{"messages":[{"role":"user","content":"say \"model\": \"x\""}], "model" : "m-2"}"#,
+                Some("m-2"),
+            ),
+            (br#"{"contents":[{"role":"model","parts":[]}],"model": "g"}"#, Some("g")),
+            (br#"{"modelVersion":"g-001","x":{"model":"inner"}}"#, Some("inner")),
+            (br#"{"model":null}"#, None),
+            (br#"{"model":"a\"b"}"#, Some("a\\")),
+            (br#"{"model":"unterminated"#, None),
+            (br#"{"model""#, None),
+            (b"\"model\"", None),
+            (b"", None),
+            (&[0xff, b'"', b'm'], None),
+        ];
+        for (json, model) in cases {
+            assert_eq!(
+                model_named(json),
+                *model,
+                "{}",
+                String::from_utf8_lossy(json)
+            );
+        }
+    }
 
     #[test]
     fn each_api_s_usage_is_read_and_hostile_bodies_report_none() {

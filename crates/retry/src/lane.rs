@@ -493,6 +493,9 @@ where
             if ledger.watch.counts_usage() {
                 open = open.counting_usage();
             }
+            if let Some(gaps) = ledger.watch.chunk_gaps() {
+                open = open.timing_gaps(gaps);
+            }
             let open = Box::new((open, Instant::now()));
             let head = Some(head);
             return Step::Next(State::Opening { open, head });

@@ -82,7 +82,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
     pub(crate) fn new(config: Arc<Config<C, Bk>>, head: Parts) -> Self {
         // The calls come before the struct: a call between its fields, were it to unwind, would
         // leave the fields before it to drop, so those would be built aside and copied in.
-        let watch = Watch::new(config.name.as_ref());
+        let watch = Watch::new(config.name.as_ref(), &head);
         let grpc = is_grpc(&head.headers);
         Self {
             watch,
@@ -222,6 +222,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         // headers then has room for it, and a retry replaces it in place (inserting into a copy,
         // which has no spare room, would grow it).
         stamp.write(&mut template.head.headers, now);
+        self.watch.request_read(&body);
         template.body = body;
         template.trailers = trailers;
         template.request()
@@ -367,7 +368,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
             mark_rate_limited(output, true);
         }
         let failed = self.failed.map(|outcome| outcome.reason());
-        self.watch.finished(output, failed, self.sent);
+        let guarded = self.config.streams.is_some();
+        let streamed = |response: &Response<_>| guarded && is_event_stream(response.headers());
+        self.watch.finished(output, failed, self.sent, streamed);
         if let (Ok(response), Some(deadline)) = (output, self.deadline) {
             response
                 .body_mut()
@@ -507,7 +510,7 @@ pub(crate) fn settle_on_usage<RB: Body>(
             if let Some(recorder) = recorder
                 && let Some(counts) = TokenCounts::of_json(bytes)
             {
-                recorder.record(counts);
+                recorder.record(counts, bytes);
             }
         })
     })
@@ -544,7 +547,7 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 {
                     clocks.record_gap(gap);
                 }
-                end.ended(outcome, ending.usage(), continuation);
+                end.ended(outcome, ending.usage(), continuation, ending.model());
             });
         }
         if let (Some(resume), Origin::Replay(template)) = (&self.config.resume, &self.origin) {

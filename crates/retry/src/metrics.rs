@@ -25,18 +25,62 @@
 //! | `stormguard.rate_limit.wait` | histogram | `s` | `gen_ai.provider.name` | how long a request waited for the rate limit (0 when admitted at once) |
 //! | `stormguard.rate_limit.headroom` | gauge | `{request}`, `{token}` | `gen_ai.provider.name`, `dimension` (`requests`, `tokens`) | what the rate limit could admit at once, per dimension, as of the last admission |
 //! | `stormguard.streams` | counter | `{stream}` | `gen_ai.provider.name`, `outcome`, `error.type` (interrupted only) | streamed answers: `complete`, `failed_before_content` (an attempt whose stream failed before its first content: retried or not), `interrupted` (ended with `StreamInterrupted` after content; `error.type`: `error_event`, `reset`, `idle`, `no_progress`, `malformed`), `resumed` (continued by the resume hook) |
-//! | `gen_ai.client.token.usage` | histogram | `{token}` | `gen_ai.provider.name`, `gen_ai.token.type` (`input`, `output`), `stormguard.attempt` | the tokens each attempt's answer said it used, once its reader has read it: `answer` (a whole answer handed back, or a stream that ended well), `continuation` (the stream of a request that continues another; the caller's stream sums it with the original's, marked), `interrupted` (a stream that ended early: what its provider reported, and billed, before the end); a failed attempt whose answer was not handed back reports nothing (OpenTelemetry's GenAI metric) |
+//! | `gen_ai.client.token.usage` | histogram | `{token}` | the GenAI attributes, `gen_ai.response.model`, `gen_ai.token.type` (`input`, `output`), `stormguard.attempt` | the tokens each attempt's answer said it used, once its reader has read it: `answer` (a whole answer handed back, or a stream that ended well), `continuation` (the stream of a request that continues another; the caller's stream sums it with the original's, marked), `interrupted` (a stream that ended early: what its provider reported, and billed, before the end); a failed attempt whose answer was not handed back reports nothing (OpenTelemetry's GenAI metric) |
 //! | `stormguard.failovers` | counter | `{request}` | `from`, `to`, `reason` | requests moved from one backend to the next by `stormguard-failover` (`to` is `degraded` for the degraded answer) |
+//! | `gen_ai.client.operation.duration` | histogram | `s` | the GenAI attributes, `gen_ai.response.model` (streams), `error.type` (failures: as `stormguard.request.duration`'s) | one request, as its caller sees it: from its start, across attempts and backoffs, to its answer's head, or for an event stream the engine guards, to the stream's end (an interrupted stream's `error.type` is its interruption's; a stream its reader drops before its end records none) |
+//! | `gen_ai.client.operation.time_to_first_chunk` | histogram | `s` | the GenAI attributes | a stream's first content event, timed from the request's start (retries and hedges included) |
+//! | `gen_ai.client.operation.time_per_output_chunk` | histogram | `s` | the GenAI attributes | one figure per content event after the first: the time since the one before (the stream's own events, not a continuation's) |
+//!
+//! ## The GenAI conventions' two generations
+//!
+//! OpenTelemetry's GenAI conventions left `open-telemetry/semantic-conventions` (the last release
+//! with them is v1.41: `model/gen-ai/metrics.yaml`) for `open-telemetry/semantic-conventions-genai`
+//! (pinned here at tag v0.1.0, `docs/gen-ai/client-inference.md`), which renamed the client
+//! metrics. The engine records one generation per process, [`GenAiNames`]: the current names in
+//! the table above by default, the latest when `OTEL_SEMCONV_STABILITY_OPT_IN` (a comma-separated
+//! list, read once) lists `gen_ai_latest_experimental`, or when the application chose them with
+//! [`GenAiNames::choose`]. Under the latest names an inference (`gen_ai.operation.name` `chat`,
+//! `text_completion` or `generate_content`) records these instead of the current four:
+//!
+//! | name | type | unit | labels | in place of |
+//! |---|---|---|---|---|
+//! | `gen_ai.client.inference.duration` | histogram | `s` | as `gen_ai.client.operation.duration` | `gen_ai.client.operation.duration` |
+//! | `gen_ai.client.inference.time_to_first_chunk` | histogram | `s` | the GenAI attributes | `gen_ai.client.operation.time_to_first_chunk` |
+//! | `gen_ai.client.inference.time_per_output_chunk` | histogram | `s` | the GenAI attributes | `gen_ai.client.operation.time_per_output_chunk` |
+//! | `gen_ai.client.inference.usage.input_tokens`, `gen_ai.client.inference.usage.output_tokens` | counter | `{token}` | as `gen_ai.client.token.usage` without `gen_ai.token.type`, with `gen_ai.token.modality` | `gen_ai.client.token.usage` |
+//! | `gen_ai.client.inference.operation.input_tokens`, `gen_ai.client.inference.operation.output_tokens` | histogram | `{token}` | as `gen_ai.client.token.usage` without `gen_ai.token.type` | `gen_ai.client.token.usage` |
+//!
+//! `gen_ai.token.modality` is `unknown`: the providers' usage totals (cache reads and writes
+//! counted as input, as [`TokenCounts`](stormguard_classify::usage::TokenCounts) reads them)
+//! are not split by modality, and the cache and reasoning counters of the latest generation are
+//! not recorded. Other operations (`embeddings`, `_OTHER`) keep the current names under both.
+//!
+//! **The GenAI attributes** every `gen_ai.*` figure carries: `gen_ai.provider.name`;
+//! `gen_ai.operation.name` ([`operation_name`] of the request's path); `gen_ai.request.model`
+//! (the `model` of the request's body, read once when the body is buffered for replay, or the
+//! model in Gemini's path; absent when neither names one); `server.address` and `server.port`
+//! (the request URI's host, and its port or the scheme's). The token figures and a stream's
+//! duration also carry `gen_ai.response.model`: the model the answer names (a whole answer's
+//! `model` or Gemini's `modelVersion`, read when its reader reads it; a stream's first usage
+//! event's). A whole answer's duration is recorded at its head, before its body names it, so it
+//! goes without. The models are read with
+//! [`model_named`](stormguard_classify::usage::model_named), which looks for the key and parses
+//! nothing else.
 //!
 //! `gen_ai.provider.name` is the name given with
 //! [`ClientLayer::with_name`](crate::ClientLayer::with_name) (a failover's backends are named
 //! already), `unknown` otherwise. Label values come from fixed sets (reasons, causes, outcomes,
-//! names given in code): nothing from a request or a response becomes a label, so the number of
-//! series stays bounded however hostile the traffic.
+//! names given in code), so the number of series stays bounded however hostile the traffic; the
+//! only ones a request or an answer writes, `gen_ai.request.model`, `gen_ai.response.model` and
+//! `server.address`, are bounded per process: the first [`MAX_LABEL_VALUES`] distinct values of
+//! each keep their names, later ones become [`OTHER`] (`_OTHER`, OpenTelemetry's fallback value),
+//! as does a value over [`MAX_LABEL_LEN`] bytes or with characters other than letters, digits and
+//! `-._:/@+`.
 //!
 //! Histogram buckets are the exporter's to set; [`DURATION_BUCKETS`], [`ATTEMPT_BUCKETS`] and
 //! [`WAIT_BUCKETS`] are sized for LLM calls (up to 10 minutes, not the 10 s that HTTP defaults
-//! stop at). [`describe`] registers each name's unit and description with the recorder.
+//! stop at), and [`GEN_AI_DURATION_BUCKETS`] and [`GEN_AI_TOKEN_BUCKETS`] are the GenAI
+//! conventions' own for their `gen_ai.*` histograms. [`describe`] registers each name's unit and description with the recorder.
 
 /// Attempts per request (histogram, `{attempt}`).
 pub const REQUEST_ATTEMPTS: &str = "stormguard.request.attempts";
@@ -73,12 +117,173 @@ pub const FAILOVERS: &str = "stormguard.failovers";
 /// Tokens each attempt's answer said it used (histogram; OpenTelemetry's GenAI client metric).
 pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
 
+/// The operation's duration, current generation (histogram, seconds; semantic-conventions v1.41).
+pub const OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+/// Time to a stream's first content, current generation (histogram, seconds).
+pub const TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+/// Time between a stream's content events, current generation (histogram, seconds).
+pub const TIME_PER_OUTPUT_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
+/// An inference's duration, latest generation (histogram, seconds; semantic-conventions-genai
+/// v0.1.0).
+pub const INFERENCE_DURATION: &str = "gen_ai.client.inference.duration";
+/// Time to a stream's first content, latest generation (histogram, seconds).
+pub const INFERENCE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.inference.time_to_first_chunk";
+/// Time between a stream's content events, latest generation (histogram, seconds).
+pub const INFERENCE_TIME_PER_OUTPUT_CHUNK: &str = "gen_ai.client.inference.time_per_output_chunk";
+/// Input tokens used, latest generation (counter, by `gen_ai.token.modality`).
+pub const USAGE_INPUT_TOKENS: &str = "gen_ai.client.inference.usage.input_tokens";
+/// Output tokens used, latest generation (counter, by `gen_ai.token.modality`).
+pub const USAGE_OUTPUT_TOKENS: &str = "gen_ai.client.inference.usage.output_tokens";
+/// Input tokens per inference, latest generation (histogram).
+pub const OPERATION_INPUT_TOKENS: &str = "gen_ai.client.inference.operation.input_tokens";
+/// Output tokens per inference, latest generation (histogram).
+pub const OPERATION_OUTPUT_TOKENS: &str = "gen_ai.client.inference.operation.output_tokens";
+
 /// Label: the backend's name (OpenTelemetry's `gen_ai.provider.name`).
 pub const PROVIDER: &str = "gen_ai.provider.name";
 /// Label: why an operation failed (OpenTelemetry's `error.type`).
 pub const ERROR_TYPE: &str = "error.type";
 /// Label: the answer's HTTP status (OpenTelemetry's `http.response.status_code`).
 pub const STATUS_CODE: &str = "http.response.status_code";
+/// Label: what the request asks for (OpenTelemetry's `gen_ai.operation.name`), from its path.
+pub const OPERATION_NAME: &str = "gen_ai.operation.name";
+/// Label: the model the request names (OpenTelemetry's `gen_ai.request.model`), bounded.
+pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+/// Label: the model the answer names (OpenTelemetry's `gen_ai.response.model`), bounded.
+pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+/// Label: the host the attempts go to (OpenTelemetry's `server.address`), bounded.
+pub const SERVER_ADDRESS: &str = "server.address";
+/// Label: the port the attempts go to (OpenTelemetry's `server.port`).
+pub const SERVER_PORT: &str = "server.port";
+/// Label: input or output (OpenTelemetry's `gen_ai.token.type`, current generation).
+pub const TOKEN_TYPE: &str = "gen_ai.token.type";
+/// Label: the tokens' modality (OpenTelemetry's `gen_ai.token.modality`, latest generation).
+pub const TOKEN_MODALITY: &str = "gen_ai.token.modality";
+
+/// The value that stands for any value beyond a label's bound, and for a value that is no fit
+/// label (too long, or with characters outside letters, digits and `-._:/@+`): OpenTelemetry's
+/// fallback value.
+pub const OTHER: &str = "_OTHER";
+
+/// How many distinct values each of `gen_ai.request.model`, `gen_ai.response.model` and
+/// `server.address` takes in one process: the first ones seen keep their names, every later
+/// one is [`OTHER`]. A model name comes from a request or an answer, so from whoever writes
+/// them; without a bound, a caller naming a new model on each request would make a new series
+/// each time.
+pub const MAX_LABEL_VALUES: usize = 64;
+
+/// The longest value such a label keeps (longer ones are [`OTHER`]), in bytes.
+pub const MAX_LABEL_LEN: usize = 128;
+
+/// Which generation of OpenTelemetry's GenAI metric names the engine records.
+///
+/// The GenAI conventions left `open-telemetry/semantic-conventions` (whose last release with
+/// them, v1.41, names [`OPERATION_DURATION`], [`TOKEN_USAGE`], [`TIME_TO_FIRST_CHUNK`] and
+/// [`TIME_PER_OUTPUT_CHUNK`]) for `open-telemetry/semantic-conventions-genai` (tag v0.1.0,
+/// `docs/gen-ai/client-inference.md`: [`INFERENCE_DURATION`], the inference chunk timings, the
+/// usage counters by modality and the per-inference token histograms). As OpenTelemetry's
+/// instrumentations do, the engine keeps the current names unless
+/// `OTEL_SEMCONV_STABILITY_OPT_IN` lists `gen_ai_latest_experimental`.
+///
+/// ```
+/// use stormguard_retry::metrics::GenAiNames;
+///
+/// assert_eq!(GenAiNames::from_opt_in(None), GenAiNames::Current);
+/// assert_eq!(GenAiNames::from_opt_in(Some("http, gen_ai_latest_experimental")), GenAiNames::Latest);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GenAiNames {
+    /// semantic-conventions v1.41's names: the default.
+    #[default]
+    Current,
+    /// semantic-conventions-genai v0.1.0's names, for inference operations (`chat`,
+    /// `text_completion`, `generate_content`); other operations keep the current names.
+    Latest,
+}
+
+impl GenAiNames {
+    /// The environment variable that picks the generation.
+    pub const OPT_IN_VARIABLE: &str = "OTEL_SEMCONV_STABILITY_OPT_IN";
+    /// The entry of that variable's comma-separated list that picks [`Latest`](Self::Latest).
+    pub const OPT_IN_LATEST: &str = "gen_ai_latest_experimental";
+
+    /// The generation a value of `OTEL_SEMCONV_STABILITY_OPT_IN` picks (`None`: unset).
+    pub fn from_opt_in(value: Option<&str>) -> Self {
+        let latest = value.is_some_and(|list| {
+            list.split(',')
+                .any(|entry| entry.trim() == Self::OPT_IN_LATEST)
+        });
+        if latest { Self::Latest } else { Self::Current }
+    }
+
+    /// The generation the process records: the one [`choose`](Self::choose) set, else the
+    /// one the environment variable picks, read once, the first time a request records.
+    pub fn of_process() -> Self {
+        *PROCESS_NAMES.get_or_init(|| {
+            let value = std::env::var(Self::OPT_IN_VARIABLE).ok();
+            Self::from_opt_in(value.as_deref())
+        })
+    }
+
+    /// Makes this the generation the process records, in place of what the environment says:
+    /// for an application that configures OpenTelemetry in code, and for tests. Call it before
+    /// the first request; once the generation is set (by this, or by a request reading the
+    /// environment), it holds, and a different choice is refused with the one that holds.
+    pub fn choose(self) -> Result<(), Self> {
+        let chosen = *PROCESS_NAMES.get_or_init(|| self);
+        if chosen == self { Ok(()) } else { Err(chosen) }
+    }
+}
+
+/// The generation of names the process records, set once.
+static PROCESS_NAMES: std::sync::OnceLock<GenAiNames> = std::sync::OnceLock::new();
+
+/// `gen_ai.operation.name` of a request to `path`, from the APIs' paths: OpenAI's
+/// `/chat/completions` and `/responses` and Anthropic's `/messages` are `chat`, `/completions`
+/// is `text_completion`, `/embeddings` (and Gemini's `:embedContent`) `embeddings`, Gemini's
+/// `:generateContent` and `:streamGenerateContent` `generate_content`; Ollama's `/api/chat`,
+/// `/api/generate` and `/api/embed` likewise. Any other path is [`OTHER`].
+///
+/// ```
+/// use stormguard_retry::metrics::operation_name;
+///
+/// assert_eq!(operation_name("/v1/chat/completions"), "chat");
+/// assert_eq!(operation_name("/v1beta/models/gemini-2.0-flash:streamGenerateContent"), "generate_content");
+/// assert_eq!(operation_name("/v1/models"), "_OTHER");
+/// ```
+pub fn operation_name(path: &str) -> &'static str {
+    let path = path.trim_end_matches('/');
+    // Google's custom methods: `{resource}:{method}`, after the last slash.
+    if let Some((_, method)) = path.rsplit_once(':')
+        && !method.contains('/')
+    {
+        return match method {
+            "generateContent" | "streamGenerateContent" => "generate_content",
+            "embedContent" | "batchEmbedContents" => "embeddings",
+            _ => OTHER,
+        };
+    }
+    const BY_SUFFIX: &[(&str, &str)] = &[
+        ("/chat/completions", "chat"),
+        ("/completions", "text_completion"),
+        ("/responses", "chat"),
+        ("/messages", "chat"),
+        ("/embeddings", "embeddings"),
+        ("/api/chat", "chat"),
+        ("/api/generate", "text_completion"),
+        ("/api/embed", "embeddings"),
+    ];
+    BY_SUFFIX
+        .iter()
+        .find(|(suffix, _)| path.ends_with(suffix))
+        .map_or(OTHER, |(_, name)| name)
+}
+
+/// Whether the operation `name` (see [`operation_name`]) is an inference, which the latest
+/// generation's `gen_ai.client.inference.*` names cover.
+pub fn is_inference(name: &str) -> bool {
+    matches!(name, "chat" | "text_completion" | "generate_content")
+}
 
 /// Buckets for durations, in seconds: 50 ms to 10 minutes. A long generation takes minutes;
 /// OpenTelemetry's HTTP default stops at 10 s, where the interesting part begins.
@@ -91,6 +296,32 @@ pub const ATTEMPT_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0];
 
 /// Buckets for rate-limit waits, in seconds: none at all, then 10 ms to a minute.
 pub const WAIT_BUCKETS: &[f64] = &[0.0, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0];
+
+/// Buckets for the GenAI durations and chunk timings, in seconds, as both generations of the
+/// conventions recommend them (semantic-conventions v1.41, semantic-conventions-genai v0.1.0):
+/// 10 ms doubling to 81.92 s.
+pub const GEN_AI_DURATION_BUCKETS: &[f64] = &[
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+];
+
+/// Buckets for the GenAI token histograms, as both generations recommend them: 1 token,
+/// quadrupling to 67,108,864.
+pub const GEN_AI_TOKEN_BUCKETS: &[f64] = &[
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+];
 
 /// Registers the unit and a description of every metric above with the installed recorder.
 /// Call it once after installing the recorder; exporters that show help text (Prometheus'
@@ -175,4 +406,110 @@ pub fn describe() {
         TOKEN_USAGE,
         "Tokens each attempt's answer said it used, by token type and attempt."
     );
+    for (name, what) in [
+        (OPERATION_DURATION, "GenAI operation duration."),
+        (INFERENCE_DURATION, "GenAI inference duration."),
+        (
+            TIME_TO_FIRST_CHUNK,
+            "Time to a stream's first chunk, from the request's start.",
+        ),
+        (
+            INFERENCE_TIME_TO_FIRST_CHUNK,
+            "Time to a stream's first chunk, from the request's start.",
+        ),
+        (
+            TIME_PER_OUTPUT_CHUNK,
+            "Time between a stream's output chunks.",
+        ),
+        (
+            INFERENCE_TIME_PER_OUTPUT_CHUNK,
+            "Time between a stream's output chunks.",
+        ),
+    ] {
+        describe_histogram!(name, Unit::Seconds, what);
+    }
+    describe_counter!(USAGE_INPUT_TOKENS, "Input tokens used by inferences.");
+    describe_counter!(USAGE_OUTPUT_TOKENS, "Output tokens used by inferences.");
+    describe_histogram!(OPERATION_INPUT_TOKENS, "Input tokens used per inference.");
+    describe_histogram!(OPERATION_OUTPUT_TOKENS, "Output tokens used per inference.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_opt_in_list_picks_the_latest_names_only_when_it_names_them() {
+        for value in [
+            "gen_ai_latest_experimental",
+            "http,gen_ai_latest_experimental",
+            " database , gen_ai_latest_experimental ",
+            "gen_ai_latest_experimental,http/dup",
+        ] {
+            assert_eq!(
+                GenAiNames::from_opt_in(Some(value)),
+                GenAiNames::Latest,
+                "{value:?}"
+            );
+        }
+        for value in [
+            None,
+            Some(""),
+            Some("http"),
+            Some("gen_ai_latest_experimental_x"),
+            Some("gen_ai_latest"),
+            Some("GEN_AI_LATEST_EXPERIMENTAL"),
+            Some("http;gen_ai_latest_experimental"),
+        ] {
+            assert_eq!(
+                GenAiNames::from_opt_in(value),
+                GenAiNames::Current,
+                "{value:?}"
+            );
+        }
+        assert_eq!(GenAiNames::default(), GenAiNames::Current);
+    }
+
+    #[test]
+    fn each_api_s_path_names_its_operation() {
+        let cases = [
+            ("/v1/chat/completions", "chat"),
+            ("/openai/deployments/gpt-4o/chat/completions", "chat"),
+            ("/v1/messages", "chat"),
+            ("/v1/responses", "chat"),
+            ("/v1/completions", "text_completion"),
+            ("/v1/embeddings", "embeddings"),
+            ("/v1/embeddings/", "embeddings"),
+            (
+                "/v1beta/models/gemini-2.0-flash:generateContent",
+                "generate_content",
+            ),
+            (
+                "/v1/projects/p/locations/l/publishers/google/models/g:streamGenerateContent",
+                "generate_content",
+            ),
+            (
+                "/v1beta/models/text-embedding-004:embedContent",
+                "embeddings",
+            ),
+            (
+                "/v1beta/models/text-embedding-004:batchEmbedContents",
+                "embeddings",
+            ),
+            ("/api/chat", "chat"),
+            ("/api/generate", "text_completion"),
+            ("/api/embed", "embeddings"),
+            ("/v1/models", OTHER),
+            ("/v1beta/models/g:countTokens", OTHER),
+            ("/v1/a:b/chat/completions", "chat"),
+            ("/", OTHER),
+            ("", OTHER),
+        ];
+        for (path, name) in cases {
+            assert_eq!(operation_name(path), name, "{path}");
+        }
+        assert!(is_inference("chat") && is_inference("text_completion"));
+        assert!(is_inference("generate_content"));
+        assert!(!is_inference("embeddings") && !is_inference(OTHER));
+    }
 }

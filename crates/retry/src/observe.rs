@@ -4,7 +4,9 @@
 //!
 //! Spans: `stormguard.request` (fields `backend`, `attempts`, `outcome`, `error.type`), and in it
 //! one `stormguard.attempt` per attempt sent (`attempt`, `backend`, `outcome`, `reason`,
-//! `status`, and `delay_ms` when a retry follows it). Both are at INFO: an application's
+//! `status`, `delay_ms` when a retry follows it, and `http.request.resend_count` from the second
+//! attempt on: how many times the request was sent before it, as OpenTelemetry's HTTP conventions
+//! define it). Both are at INFO: an application's
 //! subscriber decides whether to keep them; they write no lines of their own, and the engine's
 //! events (the retry's WARN, the final ERROR) carry them as their context. The future enters the
 //! attempt's span while it polls, so what the service below logs is in it too.
@@ -26,7 +28,7 @@ use tracing::span::EnteredSpan;
 use crate::admission::Guards;
 use crate::error::{Error, GiveUpCause};
 use crate::log::{self, Quiet};
-use crate::record::{EngineRecorder, Recorder};
+use crate::record::{ChunkGaps, EngineRecorder, Recorder};
 
 /// One request's spans and its [`Recorder`].
 ///
@@ -59,7 +61,8 @@ impl Default for AttemptWatch {
 }
 
 impl Watch {
-    pub(crate) fn new(name: Option<&Arc<str>>) -> Self {
+    /// The watch of a request to the backend named `name`, with head `head`.
+    pub(crate) fn new(name: Option<&Arc<str>>, head: &http::request::Parts) -> Self {
         let request = tracing::info_span!(
             "stormguard.request",
             backend = name.map(|name| &**name),
@@ -69,7 +72,15 @@ impl Watch {
         );
         Self {
             request,
-            recorder: EngineRecorder::new(name),
+            recorder: EngineRecorder::new(name, head),
+        }
+    }
+
+    /// The request's body was read whole (to be sent again if need be): `body`.
+    #[inline]
+    pub(crate) fn request_read(&mut self, body: &[u8]) {
+        if EngineRecorder::RECORDS {
+            self.recorder.request_read(body);
         }
     }
 
@@ -93,6 +104,9 @@ impl Watch {
     }
 
     /// Attempt number `number` (`hedge`: a hedge) is being sent to the backend named `name`.
+    /// Its span carries OpenTelemetry's `http.request.resend_count` from the second attempt on:
+    /// how many times the request was sent before it (HTTP's semantic conventions: absent on
+    /// the first sending).
     pub(crate) fn sending(
         &mut self,
         attempt: &mut AttemptWatch,
@@ -110,7 +124,11 @@ impl Watch {
             reason = Empty,
             status = Empty,
             delay_ms = Empty,
+            http.request.resend_count = Empty,
         );
+        if number > 1 {
+            attempt.span.record("http.request.resend_count", number - 1);
+        }
         attempt.in_flight = true;
         if hedge {
             let _in = attempt.span.enter();
@@ -248,11 +266,13 @@ impl Watch {
 
     /// The request ended with `output` (`failed`: a failed answer's reason) after `attempts`
     /// attempts.
+    /// `streamed`: a success is an event stream whose guard tells how it ends.
     pub(crate) fn finished<B>(
         &self,
         output: &Result<Response<B>, Error>,
         failed: Option<Reason>,
         attempts: u32,
+        streamed: impl FnOnce(&Response<B>) -> bool,
     ) {
         if self.request.is_disabled() && !EngineRecorder::RECORDS {
             return;
@@ -271,13 +291,22 @@ impl Watch {
             Err(error) if attempts == 0 => ("refused", Some(error.reason())),
             Err(error) => ("failure", Some(error.reason())),
         };
+        let streamed = match output {
+            Ok(response) => EngineRecorder::RECORDS && streamed(response),
+            Err(_) => false,
+        };
         let span = &self.request;
         span.record("attempts", attempts);
         span.record("outcome", outcome);
         if let Some(reason) = error_type {
             span.record("error.type", reason.as_str());
         }
-        self.recorder.finished(attempts, outcome, error_type);
+        self.recorder.finished(
+            attempts,
+            outcome,
+            error_type,
+            streamed && error_type.is_none(),
+        );
     }
 
     /// The guards' state after an attempt was admitted, refused or answered: the throttle's
@@ -294,6 +323,17 @@ impl Watch {
     /// An attempt's event stream failed before its first content.
     pub(crate) fn stream_failed(&self) {
         self.recorder.stream_failed();
+    }
+
+    /// An attempt's event stream delivered its first content.
+    pub(crate) fn first_chunk(&self) {
+        self.recorder.first_chunk();
+    }
+
+    /// What a stream's guard tells the wait between two of its content events, if anything
+    /// records it.
+    pub(crate) fn chunk_gaps(&self) -> Option<ChunkGaps> {
+        self.recorder.chunk_gaps()
     }
 
     /// Whether the answers' token usage is recorded (feature `metrics`).
@@ -323,9 +363,9 @@ pub(crate) struct UsageRecorder {
 }
 
 impl UsageRecorder {
-    /// The answer said it used `counts`.
-    pub(crate) fn record(self, counts: TokenCounts) {
-        EngineRecorder::answer_used(self.label, counts);
+    /// The answer, `body`, said it used `counts`.
+    pub(crate) fn record(self, counts: TokenCounts, body: &[u8]) {
+        EngineRecorder::answer_used(self.label, counts, body);
     }
 }
 
@@ -341,8 +381,14 @@ impl StreamEnd {
     }
 
     /// The stream ended with `outcome`, having said it used `usage` (`continuation`: the
-    /// stream of a request that continues another).
-    pub(crate) fn ended(self, outcome: &Outcome, usage: Option<TokenCounts>, continuation: bool) {
-        EngineRecorder::stream_ended(self.label, outcome, usage, continuation);
+    /// stream of a request that continues another) and named `model`.
+    pub(crate) fn ended(
+        self,
+        outcome: &Outcome,
+        usage: Option<TokenCounts>,
+        continuation: bool,
+        model: Option<&str>,
+    ) {
+        EngineRecorder::stream_ended(self.label, outcome, usage, continuation, model);
     }
 }

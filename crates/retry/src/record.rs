@@ -6,8 +6,10 @@
 //! [`EngineRecorder`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::StatusCode;
+use http::request::Parts;
 use stormguard_classify::usage::TokenCounts;
 use stormguard_classify::{Outcome, Reason};
 use stormguard_rate_limit::RateLimit;
@@ -15,6 +17,8 @@ use tokio::time::Instant;
 
 use crate::admission::Guards;
 
+#[cfg(feature = "metrics")]
+mod labels;
 #[cfg(feature = "metrics")]
 mod meter;
 
@@ -36,8 +40,10 @@ pub(crate) trait Recorder {
     /// provider's label).
     type Label;
 
-    /// The recorder of a request to the backend named `name`.
-    fn new(name: Option<&Arc<str>>) -> Self;
+    /// The recorder of a request to the backend named `name`, with head `head`.
+    fn new(name: Option<&Arc<str>>, head: &Parts) -> Self;
+    /// The request's body was read whole (to be sent again if need be): `body`.
+    fn request_read(&mut self, body: &[u8]);
     /// The label of the request's figures, for what records after the response is handed back.
     fn label(&self) -> Self::Label;
     /// An attempt (`hedge`: a hedge) is sent.
@@ -50,25 +56,34 @@ pub(crate) trait Recorder {
     fn retrying(&mut self, reason: Reason);
     /// The request was given up on or an attempt refused on this side, for `cause`.
     fn refused(&self, cause: &'static str);
-    /// The request ended with `outcome` (`error`: its failure's reason) after `attempts`.
-    fn finished(&self, attempts: u32, outcome: &'static str, error: Option<Reason>);
+    /// The request ended with `outcome` (`error`: its failure's reason) after `attempts`
+    /// (`streamed`: its answer is an event stream whose guard tells how it ends).
+    fn finished(&self, attempts: u32, outcome: &'static str, error: Option<Reason>, streamed: bool);
     /// The guards' state after an attempt was admitted, refused or answered.
     fn health(&self, guards: &Guards);
     /// The rate limit `limit` gave an attempt a slot that starts at `start`.
     fn slot_reserved(&self, start: Instant, limit: &RateLimit);
     /// An attempt's event stream failed before its first content.
     fn stream_failed(&self);
-    /// A whole answer handed back (not a stream) said it used `counts`.
-    fn answer_used(label: Self::Label, counts: TokenCounts);
+    /// An attempt's event stream delivered its first content.
+    fn first_chunk(&self);
+    /// What is told the wait between two content events of a stream, if anything is.
+    fn chunk_gaps(&self) -> Option<ChunkGaps>;
+    /// A whole answer handed back (not a stream), `body`, said it used `counts`.
+    fn answer_used(label: Self::Label, counts: TokenCounts, body: &[u8]);
     /// A stream handed back ended with `outcome`, having said it used `usage` (`continuation`:
-    /// the stream of a request that continues another).
+    /// the stream of a request that continues another) and named `model`.
     fn stream_ended(
         label: Self::Label,
         outcome: &Outcome,
         usage: Option<TokenCounts>,
         continuation: bool,
+        model: Option<&str>,
     );
 }
+
+/// Told the wait between two content events of a stream, as they come.
+pub(crate) type ChunkGaps = Box<dyn FnMut(Duration) + Send + Sync>;
 
 /// Records nothing: the engine's recorder without the `metrics` feature. Zero-sized, its calls
 /// are empty and inlined away.
@@ -81,9 +96,12 @@ impl Recorder for NoRecorder {
     type Label = Self;
 
     #[inline]
-    fn new(_: Option<&Arc<str>>) -> Self {
+    fn new(_: Option<&Arc<str>>, _: &Parts) -> Self {
         Self
     }
+
+    #[inline]
+    fn request_read(&mut self, _: &[u8]) {}
 
     #[inline]
     fn label(&self) -> Self {
@@ -106,7 +124,7 @@ impl Recorder for NoRecorder {
     fn refused(&self, _: &'static str) {}
 
     #[inline]
-    fn finished(&self, _: u32, _: &'static str, _: Option<Reason>) {}
+    fn finished(&self, _: u32, _: &'static str, _: Option<Reason>, _: bool) {}
 
     #[inline]
     fn health(&self, _: &Guards) {}
@@ -118,8 +136,16 @@ impl Recorder for NoRecorder {
     fn stream_failed(&self) {}
 
     #[inline]
-    fn answer_used(_: Self, _: TokenCounts) {}
+    fn first_chunk(&self) {}
 
     #[inline]
-    fn stream_ended(_: Self, _: &Outcome, _: Option<TokenCounts>, _: bool) {}
+    fn chunk_gaps(&self) -> Option<ChunkGaps> {
+        None
+    }
+
+    #[inline]
+    fn answer_used(_: Self, _: TokenCounts, _: &[u8]) {}
+
+    #[inline]
+    fn stream_ended(_: Self, _: &Outcome, _: Option<TokenCounts>, _: bool, _: Option<&str>) {}
 }

@@ -253,6 +253,9 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
                 return self.judged(attempt, racing, response, outcome);
             }
         };
+        if stream.events() > 0 {
+            self.watch.first_chunk();
+        }
         if let Some(clocks) = &self.config.clocks
             && stream.events() > 0
         {

@@ -287,3 +287,56 @@ async fn a_hedge_has_its_own_attempt_span_and_the_loser_says_cancelled() {
         .count();
     assert_eq!(warnings, 0);
 }
+
+/// OpenTelemetry's `http.request.resend_count`: absent on the first attempt, then how many times
+/// the request was sent before.
+#[tokio::test(start_paused = true)]
+async fn each_attempt_after_the_first_counts_the_sendings_before_it() {
+    let recorder = Recorder::default();
+    let _guard = recorder.install();
+
+    let log = Log::default();
+    let backend = scripted(&log, Duration::from_millis(10), |index, _| {
+        Ok(status(if index < 2 { 503 } else { 200 }))
+    });
+    let client = retries_only()
+        .with_backoff(Constant::new(Duration::from_millis(10)))
+        .layer(backend);
+    let response = client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
+    assert_eq!(response.status(), 200);
+
+    let spans = recorder.spans();
+    let resends: Vec<Option<&str>> = (spans.iter())
+        .filter(|span| span.name == "stormguard.attempt")
+        .map(|span| field(&span.fields, "http.request.resend_count"))
+        .collect();
+    assert_eq!(resends, [None, Some("1"), Some("2")]);
+    assert_eq!(field(&spans[0].fields, "http.request.resend_count"), None);
+}
+
+/// A hedge is a sending too: sent while the first attempt waits, it is the request's second.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_counts_the_attempt_it_races() {
+    let recorder = Recorder::default();
+    let _guard = recorder.install();
+
+    let plan = [
+        (Duration::from_secs(10), 200),
+        (Duration::from_millis(100), 200),
+    ];
+    let client = retries_only()
+        .with_hedging(Hedging::after(Duration::from_secs(1)))
+        .layer(planned(&Log::default(), &plan));
+    let response = client.oneshot(post(CHAT_URI, "{}")).await.unwrap();
+    assert_eq!(response.status(), 200);
+
+    let spans = recorder.spans();
+    let resends: Vec<(Option<&str>, Option<&str>)> = (spans.iter())
+        .filter(|span| span.name == "stormguard.attempt")
+        .map(|span| {
+            let hedge = field(&span.fields, "hedge");
+            (hedge, field(&span.fields, "http.request.resend_count"))
+        })
+        .collect();
+    assert_eq!(resends, [(Some("false"), None), (Some("true"), Some("1"))]);
+}

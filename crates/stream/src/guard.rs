@@ -16,7 +16,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use stormguard_classify::polled_after_completion;
-use stormguard_classify::usage::TokenCounts;
+use stormguard_classify::usage::{TokenCounts, model_named};
 use stormguard_classify::{BoxError, Outcome, Reason};
 
 use crate::interrupted::{InterruptCause, StreamInterrupted};
@@ -122,13 +122,18 @@ impl Default for StreamPolicy {
 /// Called once with how a guarded stream ended.
 type AtEnd = Box<dyn FnOnce(&StreamEnd) + Send + Sync>;
 
+/// Told the wait between two content events of a stream, as each comes (see
+/// [`OpenStream::timing_gaps`]).
+pub type GapTimer = Box<dyn FnMut(Duration) + Send + Sync>;
+
 /// How a guarded stream ended, for [`GuardedStream::with_at_end`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamEnd {
     outcome: Outcome,
     events: u64,
     longest_gap: Option<Duration>,
     usage: Option<TokenCounts>,
+    model: Option<Box<str>>,
 }
 
 impl StreamEnd {
@@ -153,6 +158,12 @@ impl StreamEnd {
     /// was opened [`counting_usage`](OpenStream::counting_usage) and said any.
     pub fn usage(&self) -> Option<TokenCounts> {
         self.usage
+    }
+
+    /// The model its first usage event named (see [`model_named`]), when it was opened
+    /// [`counting_usage`](OpenStream::counting_usage).
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
 }
 
@@ -208,6 +219,17 @@ impl<RB: Body> OpenStream<RB> {
     pub fn counting_usage(mut self) -> Self {
         if let Some(guard) = self.guard.as_mut() {
             guard.count_usage = true;
+        }
+        self
+    }
+
+    /// Tells `gaps` the wait between each content event and the one before it, as it comes
+    /// (the stream's own events, not a continuation's): what a time-per-output-chunk metric
+    /// records.
+    #[must_use]
+    pub fn timing_gaps(mut self, gaps: GapTimer) -> Self {
+        if let Some(guard) = self.guard.as_mut() {
+            guard.gaps = Some(gaps);
         }
         self
     }
@@ -313,15 +335,19 @@ struct Guard<RB: Body> {
     /// When the last content event came, and the longest wait between two.
     last_content: Option<Instant>,
     longest_gap: Option<Duration>,
+    /// Told each gap, if anyone is.
+    gaps: Option<GapTimer>,
     sleep: Option<Pin<Box<Sleep>>>,
     /// An interruption found ahead of what was delivered, handed out after it.
     interrupted: Option<InterruptCause>,
     /// Where the stream can be cut after the last complete frame, in bytes of the stream: its
     /// end, or for a comment inside an event, that event's start ([`Frame::boundary`](sse::Frame::boundary)).
     last_end: u64,
-    /// Whether the usage events are read, and the most they reported.
+    /// Whether the usage events are read, the most they reported, and the model the first
+    /// named.
     count_usage: bool,
     usage: Option<TokenCounts>,
+    model: Option<Box<str>>,
     /// Whether a terminal event came (`[DONE]`, `message_stop`: any format's).
     terminal: bool,
 }
@@ -336,6 +362,7 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             progress: policy.first_content.map(|timeout| now + timeout),
             last_content: None,
             longest_gap: None,
+            gaps: None,
             policy,
             events: 0,
             sleep: None,
@@ -343,6 +370,7 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
             last_end: 0,
             count_usage: false,
             usage: None,
+            model: None,
             terminal: false,
         }
     }
@@ -354,6 +382,9 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
         }
         if let Some(counts) = TokenCounts::of_json(event.data.as_bytes()) {
             self.usage = Some(self.usage.map_or(counts, |usage| usage.max(counts)));
+        }
+        if self.model.is_none() {
+            self.model = model_named(event.data.as_bytes()).map(Box::from);
         }
     }
 
@@ -411,6 +442,9 @@ impl<RB: Body<Data = Bytes>> Guard<RB> {
                     if let Some(last) = self.last_content.replace(now) {
                         let gap = now.saturating_duration_since(last);
                         self.longest_gap = Some(self.longest_gap.map_or(gap, |at| at.max(gap)));
+                        if let Some(gaps) = self.gaps.as_mut() {
+                            gaps(gap);
+                        }
                     }
                     scan = Scan::Content;
                 }
@@ -622,6 +656,7 @@ impl<RB: Body<Data = Bytes>> GuardedStream<RB> {
                 events: self.guard.events,
                 longest_gap: self.guard.longest_gap,
                 usage: self.guard.usage,
+                model: self.guard.model.take(),
             });
         }
     }

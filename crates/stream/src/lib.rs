@@ -138,7 +138,9 @@ mod interrupted;
 pub mod resume;
 pub mod sse;
 
-pub use self::guard::{GuardedStream, OpenStream, Opening, StreamEnd, StreamPolicy, open};
+pub use self::guard::{
+    GapTimer, GuardedStream, OpenStream, Opening, StreamEnd, StreamPolicy, open,
+};
 pub use self::interrupted::{InterruptCause, StreamInterrupted};
 pub use self::resume::{
     AnswerBody, AnswerFuture, Continuer, MakeResume, Received, Resume, ResumeFn, Resumption,

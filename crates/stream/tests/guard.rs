@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -135,7 +136,7 @@ async fn an_error_event_after_content_ends_the_stream_where_it_starts() {
     };
     let reported = std::sync::Arc::new(std::sync::Mutex::new(None));
     let seen = reported.clone();
-    let stream = stream.with_at_end(move |end| *seen.lock().unwrap() = Some(*end.outcome()));
+    let stream = (*stream).with_at_end(move |end| *seen.lock().unwrap() = Some(*end.outcome()));
     let (text, error) = drain(stream).await;
     assert_eq!(text, format!("{ROLE}{}{}", content("a"), content("b")));
     let error = error.unwrap();
@@ -344,4 +345,39 @@ async fn a_closure_s_failed_continuation_ends_the_stream_with_the_first_interrup
         (2, text.len() as u64)
     );
     assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+/// The gap timer hears the wait before each content event after the first, pings not counted,
+/// and the stream's end names the model its first usage event named.
+#[tokio::test(start_paused = true)]
+async fn each_content_event_after_the_first_tells_its_gap_and_the_usage_names_the_model() {
+    let usage = "data: {\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2}}\n\n";
+    let steps = ScriptedBody::new()
+        .delay(SECOND)
+        .data(content("a"))
+        .delay(Duration::from_millis(200))
+        .data(PING)
+        .delay(Duration::from_millis(300))
+        .data(content("b"))
+        .data(content("c"))
+        .delay(Duration::from_millis(50))
+        .data(format!("{}{usage}data: [DONE]\n\n", content("d")));
+    let gaps = Arc::new(Mutex::new(Vec::new()));
+    let heard = gaps.clone();
+    let timer = Box::new(move |gap: Duration| heard.lock().unwrap().push(gap));
+    let opening = open(steps, StreamPolicy::default())
+        .counting_usage()
+        .timing_gaps(timer);
+    let Opening::Open(stream) = opening.await else {
+        panic!("opened");
+    };
+    let model = Arc::new(Mutex::new(None));
+    let seen = model.clone();
+    let stream =
+        (*stream).with_at_end(move |end| *seen.lock().unwrap() = end.model().map(str::to_owned));
+    let (_, error) = drain(stream).await;
+    assert!(error.is_none());
+    let ms = Duration::from_millis;
+    assert_eq!(*gaps.lock().unwrap(), [ms(500), ms(0), ms(50)]);
+    assert_eq!(model.lock().unwrap().as_deref(), Some("gpt-4o-mini"));
 }
