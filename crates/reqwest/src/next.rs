@@ -24,6 +24,7 @@ impl RequestBody {
         Self(body)
     }
 
+    #[cfg(feature = "async-openai")]
     pub(crate) fn into_inner(self) -> reqwest::Body {
         self.0
     }

@@ -323,6 +323,26 @@ pub const GEN_AI_TOKEN_BUCKETS: &[f64] = &[
     67_108_864.0,
 ];
 
+/// Every histogram the engine records, with the buckets sized for it: what an exporter that takes
+/// buckets per metric is given (Prometheus': `PrometheusBuilder::set_buckets_for_metric`), so that
+/// each is a histogram of a fixed size. Without buckets, Prometheus' exporter keeps a summary per
+/// series instead, whose sketches grow with what it sees.
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
+    (REQUEST_DURATION, DURATION_BUCKETS),
+    (ATTEMPT_DURATION, DURATION_BUCKETS),
+    (REQUEST_ATTEMPTS, ATTEMPT_BUCKETS),
+    (RATE_LIMIT_WAIT, WAIT_BUCKETS),
+    (TOKEN_USAGE, GEN_AI_TOKEN_BUCKETS),
+    (OPERATION_DURATION, GEN_AI_DURATION_BUCKETS),
+    (TIME_TO_FIRST_CHUNK, GEN_AI_DURATION_BUCKETS),
+    (TIME_PER_OUTPUT_CHUNK, GEN_AI_DURATION_BUCKETS),
+    (INFERENCE_DURATION, GEN_AI_DURATION_BUCKETS),
+    (INFERENCE_TIME_TO_FIRST_CHUNK, GEN_AI_DURATION_BUCKETS),
+    (INFERENCE_TIME_PER_OUTPUT_CHUNK, GEN_AI_DURATION_BUCKETS),
+    (OPERATION_INPUT_TOKENS, GEN_AI_TOKEN_BUCKETS),
+    (OPERATION_OUTPUT_TOKENS, GEN_AI_TOKEN_BUCKETS),
+];
+
 /// Registers the unit and a description of every metric above with the installed recorder.
 /// Call it once after installing the recorder; exporters that show help text (Prometheus'
 /// `# HELP`) then have it.

@@ -5,8 +5,8 @@
 //! The exporter turns the dots of the names and labels into underscores
 //! (`stormguard.request.attempts` is `stormguard_request_attempts`, `gen_ai.provider.name` is
 //! `gen_ai_provider_name`) and adds no unit suffix. The histograms get the buckets the library
-//! sizes for LLM calls ([`DURATION_BUCKETS`], [`ATTEMPT_BUCKETS`], [`WAIT_BUCKETS`]), so they
-//! are rendered as Prometheus histograms (`_bucket`, `_sum`, `_count`), not summaries.
+//! sizes for them ([`HISTOGRAM_BUCKETS`]), so they are rendered as Prometheus histograms
+//! (`_bucket`, `_sum`, `_count`), not summaries.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -15,10 +15,7 @@ use axum::extract::{FromRef, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
-use stormguard::metrics::{
-    ATTEMPT_BUCKETS, ATTEMPT_DURATION, DURATION_BUCKETS, RATE_LIMIT_WAIT, REQUEST_ATTEMPTS,
-    REQUEST_DURATION, WAIT_BUCKETS,
-};
+use stormguard::metrics::HISTOGRAM_BUCKETS;
 
 use super::Gateway;
 
@@ -42,12 +39,11 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     if let Some(handle) = installed.as_ref() {
         return Ok(handle.clone());
     }
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.into()), DURATION_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(ATTEMPT_DURATION.into()), DURATION_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(REQUEST_ATTEMPTS.into()), ATTEMPT_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(RATE_LIMIT_WAIT.into()), WAIT_BUCKETS)?
-        .install_recorder()?;
+    let mut builder = PrometheusBuilder::new();
+    for (name, buckets) in HISTOGRAM_BUCKETS {
+        builder = builder.set_buckets_for_metric(Matcher::Full((*name).into()), buckets)?;
+    }
+    let handle = builder.install_recorder()?;
     stormguard::metrics::describe();
     *installed = Some(handle.clone());
     Ok(handle)

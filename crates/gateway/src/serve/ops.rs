@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use axum::extract::State;
 use axum::response::IntoResponse;
 use http::{StatusCode, header};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use stormguard::breaker::State as BreakerState;
 use stormguard::failover::Backend;
@@ -128,7 +128,15 @@ static RECORDER: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
 pub(crate) fn recorder() -> Option<PrometheusHandle> {
     let mut installed = RECORDER.lock().unwrap_or_else(PoisonError::into_inner);
     if installed.is_none() {
-        let handle = PrometheusBuilder::new().install_recorder().ok()?;
+        // Each histogram with the library's buckets: a histogram of a fixed size per series, not
+        // a summary whose sketches grow with what it sees.
+        let mut builder = PrometheusBuilder::new();
+        for (name, buckets) in stormguard::metrics::HISTOGRAM_BUCKETS {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full((*name).into()), buckets)
+                .ok()?;
+        }
+        let handle = builder.install_recorder().ok()?;
         stormguard::metrics::describe();
         *installed = Some(handle);
     }
