@@ -288,9 +288,11 @@ async fn a_hedge_goes_after_the_hedging_delay_and_the_first_ok_wins() {
     );
     let calls = server.calls();
     assert_eq!(previous_attempts(&calls), [None, Some("1")]);
+    // Timed where the server saw the calls: the first one reached it a moment after the
+    // client's hedge clock started, so the gap can be a little under the 200 ms delay.
     let hedged_after = calls[1].at - calls[0].at;
     assert!(
-        hedged_after >= 200 * MS && hedged_after < 400 * MS,
+        hedged_after >= 150 * MS && hedged_after < 400 * MS,
         "{hedged_after:?}"
     );
 }
