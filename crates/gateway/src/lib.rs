@@ -86,7 +86,8 @@
 //!   the provider's 429 with its `Retry-After` and `x-should-retry: false`, never a 503 of the
 //!   key's own throttle or breaker refusing the retry.
 //! * `GET /v1/models`: the configured model names (OpenAI's list format).
-//! * `GET /healthz` (alive; each deployment's breaker), `GET /readyz` (200 when every model has
+//! * `GET /healthz` (alive; each deployment's breaker, and its concurrency limit's state when it
+//!   has one: `limit`, `in_flight`, `shrunk`, `grown`), `GET /readyz` (200 when every model has
 //!   a deployment whose key is set, else 503), `GET /metrics` (the library's metrics in
 //!   Prometheus' text format). These three need no caller key.
 //!

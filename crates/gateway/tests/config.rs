@@ -416,3 +416,37 @@ fn log_lines_show_the_engines_spans_only_when_asked_and_check_says_which() {
     assert_eq!(places.len(), 1, "{places:?}");
     assert_eq!(places[0].0, 2);
 }
+
+#[test]
+fn a_deployments_concurrency_is_adaptive_or_a_fixed_limit_and_is_shown() {
+    let text = format!(
+        "{PROVIDER}\n[[models.gpt.deployments]]\nprovider = \"openai\"\nconcurrency = \"adaptive\"\n\n\
+         [[models.mini.deployments]]\nprovider = \"openai\"\nconcurrency = 64\n\n\
+         [[models.plain.deployments]]\nprovider = \"openai\"\n"
+    );
+    let config = Config::parse("gateway.toml", &text, &env(&[])).unwrap();
+    let concurrency = |model: &str| config.models[model].ranks[0][0].concurrency;
+    assert_eq!(concurrency("gpt"), Some(config::Concurrency::Adaptive));
+    assert_eq!(concurrency("mini"), Some(config::Concurrency::Fixed(64)));
+    assert_eq!(concurrency("plain"), None);
+    let shown = config.show();
+    assert!(shown.contains("concurrency = \"adaptive\"\n"), "{shown}");
+    assert!(shown.contains("concurrency = 64\n"), "{shown}");
+    assert_eq!(shown.matches("concurrency = ").count(), 2, "{shown}");
+    // A fixed limit never moves; the adaptive one starts at the library's 20.
+    let fixed = config::Concurrency::Fixed(64).limit();
+    assert_eq!(fixed.config().bounds(), (64, 64));
+    assert_eq!(fixed.snapshot().limit, 64);
+    assert_eq!(config::Concurrency::Adaptive.limit().snapshot().limit, 20);
+
+    for bad in ["0", "-3", "\"auto\"", "5000000000", "1.5"] {
+        let (places, message) = errors(&format!(
+            "{PROVIDER}\n[[models.gpt.deployments]]\nprovider = \"openai\"\nconcurrency = {bad}\n"
+        ));
+        assert_eq!(
+            places,
+            [(7, "models.gpt.deployments.concurrency".to_owned())],
+            "{bad}: {message}"
+        );
+    }
+}

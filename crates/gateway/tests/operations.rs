@@ -272,3 +272,115 @@ async fn provider_keys_are_never_logged_nor_echoed() {
         assert!(!answers.contains(key), "a provider key in an answer");
     }
 }
+
+/// The deployment `name`'s entry in `/healthz`.
+async fn health_of(addr: std::net::SocketAddr, name: &str) -> serde_json::Value {
+    let (_, body) = kit::get(addr, "/healthz").await;
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    body["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["deployment"] == name)
+        .cloned()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn healthz_shows_each_keys_concurrency_limit_holding_a_stream_to_its_end() {
+    // Key 1 answers 429; key 2 answers a stream held open until the test lets it end.
+    let held: Arc<Mutex<Option<tokio::sync::mpsc::Sender<bytes::Bytes>>>> = Arc::default();
+    let hold = held.clone();
+    let script: kit::Script = Arc::new(move |seen: &Seen| {
+        if seen.key() == Some(KEYS[0].1) {
+            return json(
+                429,
+                r#"{"error":{"message":"slow down","type":"rate_limit"}}"#,
+            );
+        }
+        let (sender, receiver) = tokio::sync::mpsc::channel(8);
+        *hold.lock().unwrap() = Some(sender);
+        Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::new(ChannelBody(receiver)))
+            .unwrap()
+    });
+    let openai = mock(script).await;
+    let text = two_providers(&openai.url(), &openai.url())
+        .replace(
+            "model = \"gpt-upstream\"\n",
+            "model = \"gpt-upstream\"\nconcurrency = \"adaptive\"\n",
+        )
+        .replace(
+            "model = \"claude-upstream\"\n",
+            "model = \"claude-upstream\"\nconcurrency = 4\n",
+        );
+    let gateway = kit::gateway(&kit::config(&text, &env(&KEYS))).await;
+    let limit = |d: &serde_json::Value| {
+        let c = &d["concurrency"];
+        (
+            c["limit"].as_u64().unwrap(),
+            c["in_flight"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(
+        limit(&health_of(gateway.addr, "openai/gpt-upstream/1").await),
+        (20, 0)
+    );
+    assert_eq!(
+        limit(&health_of(gateway.addr, "anthropic/claude-upstream/1").await),
+        (4, 0)
+    );
+
+    let request = kit::client()
+        .post(format!("http://{}/v1/chat/completions", gateway.addr))
+        .body(r#"{"model":"gpt","stream":true,"messages":[]}"#)
+        .send();
+    let request = tokio::spawn(request);
+    // The gateway answers once the stream's first content is in (until then it could retry).
+    let sender = loop {
+        if let Some(sender) = held.lock().unwrap().clone() {
+            break sender;
+        }
+        tokio::task::yield_now().await;
+    };
+    sender
+        .send(bytes::Bytes::from(events()[0].clone()))
+        .await
+        .unwrap();
+    let mut response = request.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.chunk().await.unwrap().unwrap(),
+        events()[0].as_bytes()
+    );
+
+    // The 429 shrank key 1's limit by a tenth; key 2 holds its slot while the stream runs,
+    // past the response head.
+    let first = health_of(gateway.addr, "openai/gpt-upstream/1").await;
+    assert_eq!(limit(&first), (18, 0));
+    assert_eq!(first["concurrency"]["shrunk"], 1);
+    assert_eq!(
+        (openai.with_key(KEYS[0].1), openai.with_key(KEYS[1].1)),
+        (1, 1)
+    );
+    assert_eq!(
+        limit(&health_of(gateway.addr, "openai/gpt-upstream/2").await),
+        (20, 1)
+    );
+
+    for event in &events()[1..] {
+        sender
+            .send(bytes::Bytes::from(event.clone()))
+            .await
+            .unwrap();
+    }
+    drop(sender);
+    held.lock().unwrap().take();
+    while response.chunk().await.unwrap().is_some() {}
+    // Freed at the stream's end; one attempt in flight of 20 is not a used limit: no growth.
+    let second = health_of(gateway.addr, "openai/gpt-upstream/2").await;
+    assert_eq!(limit(&second), (20, 0));
+    assert_eq!(second["concurrency"]["grown"], 0);
+    gateway.stop().await;
+}

@@ -8,9 +8,9 @@ use toml::Spanned;
 
 use super::error::{ConfigError, ConfigErrors, Errors};
 use super::policy;
-use super::raw::{self, DeploymentTable, ModelTable, ProviderTable, ServerTable};
+use super::raw::{self, ConcurrencyValue, DeploymentTable, ModelTable, ProviderTable, ServerTable};
 use super::values::{BaseUrl, is_env_name, parse_duration};
-use super::{Config, Deployment, Env, Model, Provider, Secret, Server};
+use super::{Concurrency, Config, Deployment, Env, Model, Provider, Secret, Server};
 
 /// Names of keys that would hold a secret in the file, refused with a pointer to `*_env`.
 const SECRET_KEYS: [&str; 9] = [
@@ -298,6 +298,11 @@ fn deployment(
     let rank = positive(table.rank.as_ref(), &format!("{key}.rank"), errors)?.unwrap_or(1);
     let rpm = positive(table.rpm.as_ref(), &format!("{key}.rpm"), errors)?;
     let tpm = positive(table.tpm.as_ref(), &format!("{key}.tpm"), errors)?;
+    let concurrency = concurrency(
+        table.concurrency.as_ref(),
+        &format!("{key}.concurrency"),
+        errors,
+    )?;
     let keys = match &table.keys_env {
         None => provider.keys.clone(),
         Some(vars) => deployment_keys(vars, provider, &format!("{key}.keys_env"), errors)?,
@@ -308,8 +313,34 @@ fn deployment(
         keys,
         rpm,
         tpm,
+        concurrency,
     };
     Some((rank, deployment))
+}
+
+/// A deployment's `concurrency`, if given (`Some(None)` when not); `None` with its error
+/// recorded when it is neither `"adaptive"` nor a positive whole number.
+fn concurrency(
+    value: Option<&Spanned<ConcurrencyValue>>,
+    key: &str,
+    errors: &mut Errors<'_>,
+) -> Option<Option<Concurrency>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    let parsed = match value.get_ref() {
+        ConcurrencyValue::Word(word) if word == "adaptive" => Some(Concurrency::Adaptive),
+        ConcurrencyValue::Fixed(n) => u32::try_from(*n)
+            .ok()
+            .filter(|n| *n > 0)
+            .map(Concurrency::Fixed),
+        ConcurrencyValue::Word(_) => None,
+    };
+    if parsed.is_none() {
+        let message = "must be \"adaptive\" or a positive whole number (a fixed limit)";
+        errors.at(value.span().start, key, message);
+    }
+    parsed.map(Some)
 }
 
 /// A positive number that fits a `T`, if given (`Some(None)` when not); `None` with its error

@@ -308,6 +308,44 @@ pub struct Deployment {
     pub rpm: Option<u32>,
     /// Tokens per minute, per key.
     pub tpm: Option<u32>,
+    /// A limit on the attempts in flight, per key, if any.
+    pub concurrency: Option<Concurrency>,
+}
+
+/// A deployment's `concurrency`: a limit on each of its keys' attempts in flight, a streamed
+/// answer counted until its last byte (`stormguard::concurrency`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Concurrency {
+    /// `"adaptive"`: learned from the provider's overload answers, from the library's defaults
+    /// (20 to start, doubling with each window of healthy answers until the first overload).
+    Adaptive,
+    /// A number: that many, never adapted (a bulkhead).
+    Fixed(u32),
+}
+
+impl Concurrency {
+    /// A new limit of this kind, with nothing in flight.
+    pub fn limit(self) -> stormguard::concurrency::ConcurrencyLimit {
+        use stormguard::concurrency::{ConcurrencyConfig, ConcurrencyLimit};
+        match self {
+            Self::Adaptive => ConcurrencyLimit::default(),
+            Self::Fixed(n) => ConcurrencyLimit::new(
+                ConcurrencyConfig::default()
+                    .with_initial(n)
+                    .with_bounds(n, n),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Concurrency {
+    /// As the config writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Adaptive => f.write_str("\"adaptive\""),
+            Self::Fixed(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 impl Deployment {

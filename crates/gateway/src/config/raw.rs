@@ -87,4 +87,13 @@ pub(crate) struct DeploymentTable {
     pub(crate) keys_env: Option<Vec<Spanned<String>>>,
     pub(crate) rpm: Option<Spanned<i64>>,
     pub(crate) tpm: Option<Spanned<i64>>,
+    pub(crate) concurrency: Option<Spanned<ConcurrencyValue>>,
+}
+
+/// A deployment's `concurrency`: `"adaptive"` (a word) or a fixed limit (a number).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ConcurrencyValue {
+    Fixed(i64),
+    Word(String),
 }

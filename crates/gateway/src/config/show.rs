@@ -76,6 +76,9 @@ pub(super) fn show(config: &Config) -> String {
                 if let Some(tpm) = deployment.tpm {
                     let _ = writeln!(out, "tpm = {tpm}");
                 }
+                if let Some(concurrency) = deployment.concurrency {
+                    let _ = writeln!(out, "concurrency = {concurrency}");
+                }
             }
         }
     }

@@ -35,8 +35,9 @@ pub(crate) async fn models(State(shared): State<Arc<Shared>>) -> impl IntoRespon
     json_answer(StatusCode::OK, &json!({ "object": "list", "data": data }))
 }
 
-/// `GET /healthz`: the gateway is alive; each deployment's breaker state, and whether it was set
-/// aside (its provider refused its key: 401 or 403).
+/// `GET /healthz`: the gateway is alive; each deployment's breaker state, whether it was set
+/// aside (its provider refused its key: 401 or 403), and its concurrency limit's state when it
+/// has one (the limit, the attempts in flight, how often it shrank and grew).
 pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     let routes = shared
         .routes
@@ -53,12 +54,22 @@ pub(crate) async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoRespo
                     BreakerState::Open => "open",
                     BreakerState::HalfOpen => "half_open",
                 };
-                json!({
+                let mut entry = json!({
                     "model": model,
                     "deployment": backend.name(),
                     "breaker": state,
                     "set_aside": backend.is_set_aside(),
-                })
+                });
+                if let Some(limit) = backend.concurrency() {
+                    let now = limit.snapshot();
+                    entry["concurrency"] = json!({
+                        "limit": now.limit,
+                        "in_flight": now.in_flight,
+                        "shrunk": now.shrunk,
+                        "grown": now.grown,
+                    });
+                }
+                entry
             })
         })
         .collect();

@@ -77,6 +77,7 @@ impl Routes {
                 keys: provider.keys.clone(),
                 rpm: None,
                 tpm: None,
+                concurrency: None,
             };
             let rank = backends(&build, &deployment, false)?;
             let route = build.route(provider.format, vec![rank], None);
@@ -248,7 +249,8 @@ fn backends(
 /// Backend `name`, paced to its deployment's quota: the `rpm` and `tpm` configured, else those
 /// its provider states (`x-ratelimit-*` headers) and those its 429s show, learned per key
 /// (shared by the fleet's replicas if there is one: the fleet's keys are the backends' names,
-/// the same in every replica of one config).
+/// the same in every replica of one config); its attempts in flight under the deployment's
+/// `concurrency`, one limit per key (a replica's own, not the fleet's).
 fn backend(
     name: &str,
     adapter: Adapter,
@@ -263,9 +265,13 @@ fn backend(
         let prefix = format!("{}:rate-limit:{name}", fleet.prefix());
         config = config.with_fleet(fleet.clone().with_prefix(&prefix));
     }
-    Backend::new(name)
+    let backend = Backend::new(name)
         .with_adapter(adapter)
-        .with_rate_limit(RateLimit::new(config))
+        .with_rate_limit(RateLimit::new(config));
+    match deployment.concurrency {
+        Some(concurrency) => backend.with_concurrency(concurrency.limit()),
+        None => backend,
+    }
 }
 
 /// The adapter that sends a request to `provider` with `key`, asking for `model`.
