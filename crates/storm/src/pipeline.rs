@@ -15,6 +15,7 @@
 //! | `stormguard+rate-limit` | the same, with a [`RateLimit`] configured with the provider's quota ([`Scenario::quota_per_minute`]) |
 //! | `stormguard+adaptive` | the same, with `RateLimit::default()`: no numbers, it learns them from the provider |
 //! | `stormguard+bulkhead` | `ClientLayer::default()` with a fixed concurrency limit sized for the healthy provider ([`bulkhead_size`]): the limit of `stormguard+concurrency` without its adaptation |
+//! | `resilience-adaptive` | `ClientLayer::default()` over tower-resilience 0.13's `AdaptiveService` (its AIMD, on the bounds and decrease of `stormguard+concurrency`) instead of stormguard's limit |
 //! | `stormguard+concurrency` | `ClientLayer::default()` with `ConcurrencyLimit::default()`: learned from the provider's overload answers, held until a stream ends |
 //! | `stormguard+failover-no-clocks` | the same failover made from `ClientLayer::default().without_clocks()`: no per-attempt clocks, only the deadline bounds an attempt |
 //! | `stormguard+failover` | [`Failover`] over the primary and the secondary, made from the same `ClientLayer` (each provider with the default backend breaker, [`failover::Backend::default_breaker`], and clocks of its own) |
@@ -75,6 +76,7 @@
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::cell::RefCell;
+use std::convert::Infallible;
 use std::fmt;
 use std::rc::Rc;
 use std::str::FromStr;
@@ -100,6 +102,7 @@ use stormguard::jitter::{FullJitter, HintPolicy};
 use stormguard::rate_limit::{RateLimit, RateLimitConfig};
 use stormguard::retry::Hedging;
 use stormguard::throttle::{AdaptiveThrottle, ThrottleConfig};
+use tower_resilience::adaptive::{AdaptiveError, AdaptiveService, Aimd};
 
 use crate::backend::Backend;
 use crate::round_robin::RoundRobin;
@@ -145,6 +148,9 @@ pub enum Pipeline {
     /// stormguard's `ClientLayer::default()` with a fixed concurrency limit sized for the
     /// healthy provider.
     StormguardBulkhead,
+    /// stormguard's `ClientLayer::default()` over tower-resilience's adaptive concurrency
+    /// limiter.
+    ResilienceAdaptive,
     /// stormguard's `ClientLayer::default()` with an adaptive concurrency limit.
     StormguardConcurrency,
     /// stormguard's failover over two providers, made from `ClientLayer::default()` without its
@@ -164,7 +170,7 @@ pub enum Pipeline {
 
 impl Pipeline {
     /// Every pipeline, in report order.
-    pub const ALL: [Pipeline; 20] = [
+    pub const ALL: [Pipeline; 21] = [
         Pipeline::None,
         Pipeline::Naive,
         Pipeline::NaiveFailover,
@@ -178,6 +184,7 @@ impl Pipeline {
         Pipeline::StormguardRateLimit,
         Pipeline::StormguardAdaptive,
         Pipeline::StormguardBulkhead,
+        Pipeline::ResilienceAdaptive,
         Pipeline::StormguardConcurrency,
         Pipeline::StormguardFailoverNoClocks,
         Pipeline::StormguardFailover,
@@ -268,7 +275,7 @@ struct Entry {
 }
 
 /// Every pipeline, in report order (the order of [`Pipeline`]'s variants): one entry each.
-const REGISTRY: [Entry; 20] = [
+const REGISTRY: [Entry; 21] = [
     Entry {
         pipeline: Pipeline::None,
         name: "none",
@@ -387,6 +394,17 @@ const REGISTRY: [Entry; 20] = [
         help: "ClientLayer::default() with a fixed concurrency limit sized by hand for the healthy\n\
              provider (its attempts in flight by Little's law, plus a quarter): the\n\
              concurrency row's limit without its adaptation.",
+        stormguard: true,
+        needs: Needs::OneProvider,
+        stream_restarts: 0,
+    },
+    Entry {
+        pipeline: Pipeline::ResilienceAdaptive,
+        name: "resilience-adaptive",
+        help: "ClientLayer::default() over tower-resilience 0.13's adaptive limiter (AIMD from 20,\n\
+             bounds 3 to 1,000, x0.9 on a failure) instead of stormguard's limit: it frees a\n\
+             place when the response head arrives and counts an answer that is not an Err\n\
+             (a 429 too) as a success.",
         stormguard: true,
         needs: Needs::OneProvider,
         stream_restarts: 0,
@@ -998,6 +1016,40 @@ pub(crate) fn stormguard_bulkhead(
         .with_concurrency(limit.clone())
         .layer(backend);
     (client, limit)
+}
+
+/// The engine of the adaptive rows around tower-resilience's limiter.
+pub(crate) type ResilienceClient = stormguard::ClientService<
+    tower::util::MapErr<AdaptiveService<Backend, Aimd>, fn(AdaptiveError<Infallible>) -> BoxError>,
+>;
+
+/// stormguard's client pipeline over tower-resilience 0.13's adaptive concurrency limiter in
+/// place of its own: `ClientLayer::default()` (seeded) around an `AdaptiveService` with its
+/// AIMD on the bounds and decrease of [`ConcurrencyConfig::default`] (20 to start, 3 to 1,000,
+/// x0.9), growing by one on each answer. Its latency threshold is the scenario's attempt
+/// timeout, so that it reads no healthy answer as slow; it measures time with `std::time`,
+/// which the simulator's virtual clock does not move, so no answer here is slow to it anyway.
+/// The algorithm is returned too, to watch its limit.
+pub(crate) fn resilience_adaptive(
+    backend: Backend,
+    scenario: &Scenario,
+) -> Result<(ResilienceClient, Arc<Aimd>), BoxError> {
+    let defaults = ConcurrencyConfig::default();
+    let (min, max) = defaults.bounds();
+    let aimd = Aimd::builder()
+        .initial_limit(defaults.initial() as usize)
+        .min_limit(min as usize)
+        .max_limit(max as usize)
+        .decrease_factor(defaults.backoff())
+        .latency_threshold(scenario.attempt_timeout)
+        .build()
+        .map_err(|error| BoxError::from(error.to_string()))?;
+    let aimd = Arc::new(aimd);
+    // The backend never fails; the limiter fails only once its semaphore is closed.
+    let unwrap: fn(AdaptiveError<Infallible>) -> BoxError =
+        |error| BoxError::from(error.to_string());
+    let limited = tower::util::MapErr::new(AdaptiveService::new(backend, aimd.clone()), unwrap);
+    Ok((client_layer(scenario).layer(limited), aimd))
 }
 
 /// stormguard's client pipeline with an adaptive concurrency limit: `ClientLayer::default()`

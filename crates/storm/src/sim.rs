@@ -51,6 +51,7 @@ use tokio::task::LocalSet;
 use tokio::time::Instant;
 use tower::timeout::Timeout;
 use tower::{BoxError, Service, ServiceExt};
+use tower_resilience::adaptive::ConcurrencyAlgorithm;
 
 use crate::backend::{Backend, BackendStats, FINE_BUCKET, REQUEST_ID, TOKENS};
 use crate::event_stream::{Ending, Transcript};
@@ -348,9 +349,12 @@ async fn watch(
     }
 }
 
+/// A row's concurrency limit as it is now, whoever's it is.
+type LimitProbe = Box<dyn Fn() -> u32>;
+
 /// Note the concurrency limit at the start of every [`FINE_BUCKET`] until `duration`.
 async fn watch_limit(
-    limit: ConcurrencyLimit,
+    limit: LimitProbe,
     epoch: Instant,
     duration: Duration,
     limits: Rc<RefCell<Vec<u32>>>,
@@ -358,7 +362,7 @@ async fn watch_limit(
     let mut at = Duration::ZERO;
     while at < duration {
         tokio::time::sleep_until(epoch + at).await;
-        limits.borrow_mut().push(limit.snapshot().limit);
+        limits.borrow_mut().push(limit());
         at += FINE_BUCKET;
     }
 }
@@ -402,7 +406,7 @@ struct Watched {
     breaker: Option<CircuitBreaker>,
     dying: Vec<CircuitBreaker>,
     /// The pipeline's concurrency limit, whose value the run notes ([`Run::limits`]).
-    limit: Option<ConcurrencyLimit>,
+    limit: Option<LimitProbe>,
 }
 
 /// Build the pipeline around the providers (a failover: around the router to them) and start
@@ -424,8 +428,8 @@ fn start(
         breaker: Some(breaker),
         ..Watched::default()
     };
-    let limit = |limit| Watched {
-        limit: Some(limit),
+    let limit = |limit: ConcurrencyLimit| Watched {
+        limit: Some(Box::new(move || limit.snapshot().limit)),
         ..Watched::default()
     };
     match pipeline {
@@ -475,6 +479,15 @@ fn start(
             let (client, own) = pipeline::stormguard_bulkhead(backend, scenario);
             driver.spawn(client);
             return Ok(limit(own));
+        }
+        Pipeline::ResilienceAdaptive => {
+            let (client, aimd) = pipeline::resilience_adaptive(backend, scenario)?;
+            driver.spawn(client);
+            let probe = move || u32::try_from(aimd.limit()).unwrap_or(u32::MAX);
+            return Ok(Watched {
+                limit: Some(Box::new(probe)),
+                ..Watched::default()
+            });
         }
         Pipeline::StormguardConcurrency => {
             let (client, own) = pipeline::stormguard_concurrency(backend, scenario);

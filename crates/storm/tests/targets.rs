@@ -662,14 +662,24 @@ fn capacity_the_adaptive_limit_keeps_to_the_slots_through_both_steps_with_few_42
     // 100 req/s on 160 slots and a queue of 16 for 60 s: 800 ms to 2,500 ms at 20 s, the slots
     // halved to 80 at 40 s.
     let scenario = scenarios::CAPACITY.scenario().with_qps(100.0);
-    let rows = [Pipeline::Stormguard, Pipeline::StormguardConcurrency];
+    let rows = [
+        Pipeline::Stormguard,
+        Pipeline::ResilienceAdaptive,
+        Pipeline::StormguardConcurrency,
+    ];
     let runs = stormguard_storm::run(&scenario, &rows, || {}).expect("the simulation runs");
     let rejected = |s: &Summary| s.too_many_requests as f64 / s.offered as f64;
     let unlimited = &runs[0].summary;
-    let limited = &runs[1].summary;
+    let head_freed = &runs[1].summary;
+    let limited = &runs[2].summary;
 
     // Without a limit, the provider's queue decides what is in flight, with 429s beyond it.
     assert!(rejected(unlimited) > 0.10, "{unlimited:?}");
+    // A limit freed at the response head, counting a 429 as a success, bounds nothing: it sits at
+    // its maximum and the provider's 429s are those of no limit.
+    let freed = head_freed.capacity.as_ref().expect("capacity figures");
+    assert_eq!(freed.lowest_limit, Some(1_000), "{freed:?}");
+    assert!(rejected(head_freed) > 0.10, "{head_freed:?}");
 
     // With it: in flight 0.8x to 1.25x of the slots once converged, under 1% 429s, at least
     // 95% of what the slots allow, never at its floor, settled within 10 s of each step.
@@ -685,5 +695,5 @@ fn capacity_the_adaptive_limit_keeps_to_the_slots_through_both_steps_with_few_42
     for settled in f.settled_s {
         assert!(settled.is_some_and(|s| s <= 10.0), "{f:?}");
     }
-    assert!(runs[1].limits.len() == 600, "a limit noted every 100 ms");
+    assert!(runs[2].limits.len() == 600, "a limit noted every 100 ms");
 }

@@ -42,6 +42,7 @@ pub const SCENARIO: Builtin = Builtin {
         Pipeline::Naive,
         Pipeline::Stormguard,
         Pipeline::StormguardBulkhead,
+        Pipeline::ResilienceAdaptive,
         Pipeline::StormguardConcurrency,
     ],
     build,
@@ -60,11 +61,12 @@ it has in flight), `stormguard+bulkhead` (a fixed
 limit on the attempts in flight, sized by hand for the healthy provider: its 227 in flight plus a
 quarter, 284; the same permit as the adaptive limit's, held until a stream ends, a wait of 2 s at
 most) and `stormguard+concurrency` (`ClientLayer::default().with_concurrency(ConcurrencyLimit::default())`:
-starting at 20, learned from the 429s). tower-resilience's adaptive limiter (the `adaptive`
-feature of tower-resilience 0.13) has no row: it frees its permit when the response head arrives,
-so a stream would hold the provider's slot without holding the limiter's, and it counts a 429
-answered as `Ok` as a success; driven here it would measure neither. The table adds five columns,
-each figure per phase (healthy, slower, halved) from 10 s after the phase's start."#,
+starting at 20, learned from the 429s), with `resilience-adaptive` between the last two: the
+same engine over tower-resilience 0.13's adaptive limiter (its `adaptive` feature,
+`AdaptiveService` with its AIMD) in place of stormguard's, given the same start (20), bounds (3
+to 1,000) and decrease (x0.9), and the attempt timeout (4 s) as its latency threshold so that it
+reads no healthy answer as slow. The table adds five columns, each figure per phase (healthy,
+slower, halved) from 10 s after the phase's start."#,
         after: r#"- `naive` retries every 429 three times, 1 s apart: 36,405 attempts for 14,903 requests (2.44x,
   3.98x in the worst second) and 26,801 429s, 1.8 for each request offered. The provider's queue
   caps what is in flight all the same (1.10x the slots after the latency step, 1.21x after the
@@ -77,7 +79,15 @@ each figure per phase (healthy, slower, halved) from 10 s after the phase's star
   wrong both ways. After the latency step it holds 0.71x the slots: 29% of what the provider could
   serve stays idle (goodput 0.70x) while the requests it refuses wait 2 s. After the cut it is
   more than the 200 slots and the queue hold: 1.20x the slots in flight and 2,152 429s (14.44%).
-  Its success is the lowest of the four (57.08%).
+  Its success is the lowest of the five (57.08%).
+- `resilience-adaptive` gives the figures of `stormguard`, the row without a limit, to the
+  request: its limit climbed to its maximum, 1,000, in the first seconds and never came down
+  (its lowest after the step is 1,000). It frees a place when the response head arrives, while
+  the stream holds the provider's slot for seconds more, so its count of attempts in flight stays
+  far under what the provider holds, and it counts every answer that is not an `Err` as a
+  success, each of the 4,132 429s included. (It also times answers with `std::time::Instant`,
+  which the simulator's virtual clock does not move: every latency reads as about 0 ms. With the
+  threshold above every healthy answer, that changes nothing here.)
 - `stormguard+concurrency` starts at 20 and doubles with each window of healthy answers (its slow
   start; the requests of the first seconds that found it full waited 2 s and were refused: 98.36%
   success outside the fault, against 100.00%), and meets the provider's limit at the latency
