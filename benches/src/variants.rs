@@ -16,6 +16,7 @@ use http::{Request, Response};
 use stormguard::ClientLayer;
 use stormguard::breaker::CircuitBreaker;
 use stormguard::budget::{BudgetConfig, RetryBudget};
+use stormguard::concurrency::ConcurrencyLimit;
 use stormguard::deadline::{DEFAULT_TIMEOUT, Deadline, propagate};
 use stormguard::failover::{Backend, Failover};
 use stormguard::jitter::Constant;
@@ -152,7 +153,7 @@ fn resilience_retry<E>(budget: Arc<dyn ResilienceBudget>) -> ResilienceRetryLaye
 
 /// stormguard's engine: retries only (no throttle, no deadline of its own), the whole client
 /// pipeline as `ClientLayer::default()` builds it, and on the success path the same with a
-/// circuit breaker, and with hedging on.
+/// circuit breaker, with hedging on, and with an adaptive concurrency limit.
 fn stormguard<I, V>(inner: I, path: Path, visit: &mut V)
 where
     I: Service<Req, Response = Res, Error = Infallible> + Clone + Send + Sync + 'static,
@@ -172,6 +173,13 @@ where
             // Hedging on: an answer that comes at once never arms the hedge's clock.
             let hedged = ClientLayer::default().with_hedging(Hedging::default());
             visit.variant("stormguard_client_hedged", hedged.layer(inner.clone()));
+            // The adaptive concurrency limit on: a place taken per attempt and given back when
+            // the answer's body ends (here at once: the answer is whole).
+            let limited = ClientLayer::default().with_concurrency(ConcurrencyLimit::default());
+            visit.variant(
+                "stormguard_client_concurrency",
+                limited.layer(inner.clone()),
+            );
             failovers(inner, visit);
         }
         Path::Failure => {

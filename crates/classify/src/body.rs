@@ -60,6 +60,8 @@ impl<B> Prefix<B> {
 impl<B: Body<Data = Bytes> + Unpin> Future for Prefix<B> {
     type Output = (Bytes, Tail<B::Error>, B);
 
+    // Inlined into the engine's request path, where a whole body is read in one poll.
+    #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let Some(body) = this.body.as_mut() else {
@@ -552,10 +554,14 @@ fn lock(body: &Mutex<BoxedBody>) -> std::sync::MutexGuard<'_, BoxedBody> {
 // Asked of every response the engine judges: inlined there, its header lookup folds in.
 #[inline]
 pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(is_event_stream_type)
+}
+
+/// [`is_event_stream`] of a `content-type` already read.
+pub(crate) fn is_event_stream_type(value: &http::HeaderValue) -> bool {
     const EVENT_STREAM: &[u8] = b"text/event-stream";
-    let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
-        return false;
-    };
     let value = value.as_bytes().trim_ascii_start();
     let Some((media_type, rest)) = value.split_at_checked(EVENT_STREAM.len()) else {
         return false;

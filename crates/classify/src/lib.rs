@@ -140,6 +140,16 @@ pub trait Classify: Clone + Send + Sync + 'static {
     /// Classify an error returned by the service instead of a response (walk `source()` chain).
     fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Outcome;
 
+    /// Classify a response by its head alone, and say whether it is an event stream (its
+    /// `content-type` is `text/event-stream`): what the retry engine asks of every answer whose
+    /// body it does not read first ([`needs_body`](Classify::needs_body) false). The default is
+    /// `classify_http(parts, &[])` and [`is_event_stream`](body::is_event_stream);
+    /// [`LlmClassifier`] reads the content type once for both.
+    fn classify_head(&self, parts: &http::response::Parts) -> (Outcome, bool) {
+        let outcome = self.classify_http(parts, &[]);
+        (outcome, body::is_event_stream(&parts.headers))
+    }
+
     /// Should the engine buffer this response's body (up to [`ERROR_BODY_LIMIT`]) before
     /// classifying? Default: true for 4xx and 5xx responses that are not gRPC.
     fn needs_body(&self, parts: &http::response::Parts) -> bool {

@@ -448,6 +448,9 @@ impl Permits {
     /// The concurrency limit's pass, taken out to be held by a whole answer's body while it is
     /// read (told the outcome at the head, it frees its place when the body ends).
     pub(crate) fn take_place(&mut self) -> Option<ConcurrencyPermit> {
+        if self.held == 0 {
+            return None;
+        }
         let place =
             (self.held().iter_mut()).find(|pass| matches!(pass, Some(Pass::Concurrency(_))))?;
         match place.take() {

@@ -28,7 +28,7 @@ use stormguard_classify::body::{ClassifyResponse, Prefix, ResponseBody, Tail, cl
 use stormguard_classify::polled_after_completion;
 use stormguard_classify::{BoxError, Classify};
 use stormguard_jitter::Backoff;
-use stormguard_stream::{OpenStream, is_event_stream};
+use stormguard_stream::OpenStream;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -476,8 +476,8 @@ where
         }
         // Judged on its head alone (every success): at once; an event stream once its first
         // content event came.
-        let outcome = config.classifier.classify_http(&head, &[]);
-        let streaming = outcome.is_success() && is_event_stream(&head.headers);
+        let (outcome, event_stream) = config.classifier.classify_head(&head);
+        let streaming = outcome.is_success() && event_stream;
         if outcome.is_success() && attempt.head_by != Due::Unset {
             ledger.learn_head(attempt, streaming);
         }

@@ -209,6 +209,11 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         );
         self.config.policy.succeeded();
         let recorder = self.usage_recorder(&response);
+        // The common answer, nothing to settle or hold, is returned as it came: each move of a
+        // response is a copy of its head.
+        if usage.is_none() && recorder.is_none() && place.is_none() {
+            return response;
+        }
         let response = if usage.is_none() && recorder.is_none() {
             response
         } else {

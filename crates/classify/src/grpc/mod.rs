@@ -37,11 +37,15 @@ impl GrpcCode {
 /// `+format` (`application/grpc+proto`), parameters (`;...`) or the gRPC-Web suffix `-web`
 /// (whose trailers-only responses also carry `grpc-status` in the headers). Case-insensitive.
 pub fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(is_grpc_type)
+}
+
+/// [`is_grpc`] of a `content-type` already read.
+pub(crate) fn is_grpc_type(value: &http::HeaderValue) -> bool {
     const TYPE: &[u8] = b"application/";
     const SUBTYPE: &[u8] = b"grpc";
-    let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
-        return false;
-    };
     let Some((media_type, subtype)) = value.as_bytes().split_at_checked(TYPE.len()) else {
         return false;
     };

@@ -185,6 +185,18 @@ impl crate::Classify for LlmClassifier {
         crate::transport::classify_error(error)
     }
 
+    /// One reading of the content type for both answers: the common success, neither gRPC nor
+    /// an error, is known from it and the status.
+    fn classify_head(&self, parts: &http::response::Parts) -> (Outcome, bool) {
+        let content_type = parts.headers.get(http::header::CONTENT_TYPE);
+        if parts.status.as_u16() < 400 && !content_type.is_some_and(crate::grpc::is_grpc_type) {
+            let stream = content_type.is_some_and(crate::body::is_event_stream_type);
+            return (Outcome::success(), stream);
+        }
+        // gRPC (never an event stream) or an error (never a stream to guard).
+        (LlmClassifier::classify_http(self, parts, &[]), false)
+    }
+
     fn needs_body(&self, parts: &http::response::Parts) -> bool {
         parts.status.as_u16() >= 400 && !is_grpc(&parts.headers)
     }

@@ -433,3 +433,57 @@ fn body_is_read_only_up_to_the_limit() {
     let outcome = classifier.classify_http_at(&parts, &short, now());
     assert_eq!(outcome.reason(), Reason::QuotaExhausted);
 }
+
+/// A classifier with only the trait's defaults beside `LlmClassifier`'s verdicts: what
+/// `classify_head` answers when not read in one pass.
+#[derive(Clone)]
+struct Defaults(LlmClassifier);
+
+impl Classify for Defaults {
+    fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
+        self.0.classify_http(parts, body)
+    }
+
+    fn classify_error(&self, error: &(dyn std::error::Error + 'static)) -> Outcome {
+        self.0.classify_error(error)
+    }
+}
+
+/// A response head: its status, its headers, and whether it is an event stream to guard.
+type Head = (u16, &'static [(&'static str, &'static str)], bool);
+
+#[test]
+fn a_head_read_once_classifies_as_the_default_reading_does() {
+    let heads: [Head; 10] = [
+        (200, &[JSON], false),
+        (200, &[("content-type", "text/event-stream")], true),
+        (
+            200,
+            &[("content-type", " Text/Event-Stream; charset=utf-8")],
+            true,
+        ),
+        (200, &[("content-type", "text/event-streams")], false),
+        (204, &[], false),
+        (200, &[GRPC], false),
+        (200, &[GRPC, ("grpc-status", "14")], false),
+        (429, &[("content-type", "text/event-stream")], false),
+        (503, &[JSON, ("retry-after", "3")], false),
+        (302, &[("content-type", "text/event-stream")], true),
+    ];
+    for (status, headers, stream) in heads {
+        let mut builder = http::Response::builder().status(status);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let (parts, ()) = builder.body(()).unwrap().into_parts();
+        let once = LlmClassifier::new().classify_head(&parts);
+        let (outcome, event_stream) = Defaults(LlmClassifier::new()).classify_head(&parts);
+        assert_eq!(once.0.verdict(), outcome.verdict(), "{status} {headers:?}");
+        assert_eq!(once.0.reason(), outcome.reason(), "{status} {headers:?}");
+        // An event stream is told apart where it can be one: an answer that is a success.
+        assert_eq!(once.1, stream, "{status} {headers:?}");
+        if outcome.is_success() {
+            assert_eq!(once.1, event_stream, "{status} {headers:?}");
+        }
+    }
+}
