@@ -45,7 +45,6 @@ use http_body_util::{BodyExt, Full};
 use stormguard::GiveUpCause;
 use stormguard::breaker::{CircuitBreaker, State};
 use stormguard::classify::LocalAnswer;
-use stormguard::concurrency::ConcurrencyLimit;
 use stormguard::stream::StreamInterrupted;
 use tokio::task::LocalSet;
 use tokio::time::Instant;
@@ -428,10 +427,6 @@ fn start(
         breaker: Some(breaker),
         ..Watched::default()
     };
-    let limit = |limit: ConcurrencyLimit| Watched {
-        limit: Some(Box::new(move || limit.snapshot().limit)),
-        ..Watched::default()
-    };
     match pipeline {
         Pipeline::None => driver.spawn(attempt(backend)),
         Pipeline::Naive => driver.spawn(tower::retry::Retry::new(
@@ -475,24 +470,10 @@ fn start(
             driver.spawn(client);
             return Ok(breaker(own));
         }
-        Pipeline::StormguardBulkhead => {
-            let (client, own) = pipeline::stormguard_bulkhead(backend, scenario);
-            driver.spawn(client);
-            return Ok(limit(own));
-        }
-        Pipeline::ResilienceAdaptive => {
-            let (client, aimd) = pipeline::resilience_adaptive(backend, scenario)?;
-            driver.spawn(client);
-            let probe = move || u32::try_from(aimd.limit()).unwrap_or(u32::MAX);
-            return Ok(Watched {
-                limit: Some(Box::new(probe)),
-                ..Watched::default()
-            });
-        }
-        Pipeline::StormguardConcurrency => {
-            let (client, own) = pipeline::stormguard_concurrency(backend, scenario);
-            driver.spawn(client);
-            return Ok(limit(own));
+        Pipeline::StormguardBulkhead
+        | Pipeline::ResilienceAdaptive
+        | Pipeline::StormguardConcurrency => {
+            return start_limited(pipeline, scenario, backend, driver);
         }
         Pipeline::RoundRobin
         | Pipeline::OrderedFailover
@@ -508,6 +489,35 @@ fn start(
         }
     }
     Ok(Watched::default())
+}
+
+/// [`start`] for the rows with a concurrency limit (the fixed one, tower-resilience's, the
+/// adaptive one), whose limit is watched.
+fn start_limited(
+    pipeline: Pipeline,
+    scenario: &Scenario,
+    backend: Backend,
+    driver: Driver,
+) -> Result<Watched, BoxError> {
+    let probe: LimitProbe = match pipeline {
+        Pipeline::ResilienceAdaptive => {
+            let (client, aimd) = pipeline::resilience_adaptive(backend, scenario)?;
+            driver.spawn(client);
+            Box::new(move || u32::try_from(aimd.limit()).unwrap_or(u32::MAX))
+        }
+        _ => {
+            let (client, own) = match pipeline {
+                Pipeline::StormguardBulkhead => pipeline::stormguard_bulkhead(backend, scenario),
+                _ => pipeline::stormguard_concurrency(backend, scenario),
+            };
+            driver.spawn(client);
+            Box::new(move || own.snapshot().limit)
+        }
+    };
+    Ok(Watched {
+        limit: Some(probe),
+        ..Watched::default()
+    })
 }
 
 /// [`start`] for the balance rows: the round robin over the deployments, or the gateway of
