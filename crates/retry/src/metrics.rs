@@ -343,120 +343,223 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
     (OPERATION_OUTPUT_TOKENS, GEN_AI_TOKEN_BUCKETS),
 ];
 
+use metrics::Unit;
+
+/// What kind of metric a name is, for [`describe`].
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric above: its kind, its unit if it has one, and what it measures.
+const DESCRIPTIONS: &[(&str, Kind, Option<Unit>, &str)] = &[
+    (
+        REQUEST_ATTEMPTS,
+        Kind::Histogram,
+        Some(Unit::Count),
+        "Attempts one request took, recorded when it ends.",
+    ),
+    (
+        REQUEST_DURATION,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "One request from its start to its answer, across attempts, backoffs and waits.",
+    ),
+    (
+        ATTEMPT_DURATION,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "One attempt, from sending it to the answer's head.",
+    ),
+    (
+        RETRIES,
+        Kind::Counter,
+        Some(Unit::Count),
+        "Retries sent, by the reason of the failure retried.",
+    ),
+    (
+        HEDGES,
+        Kind::Counter,
+        Some(Unit::Count),
+        "Hedges (second attempts sent while the first waits), by what became of them.",
+    ),
+    (
+        REFUSALS,
+        Kind::Counter,
+        Some(Unit::Count),
+        "Requests given up on or refused on this side, by cause.",
+    ),
+    (
+        THROTTLE_DROP_PROBABILITY,
+        Kind::Gauge,
+        None,
+        "The adaptive throttle's probability of refusing a request (0 to 1).",
+    ),
+    (
+        BREAKER_STATE,
+        Kind::Gauge,
+        None,
+        "The breaker's state: 0 closed, 1 half-open, 2 open.",
+    ),
+    (
+        CONCURRENCY_LIMIT,
+        Kind::Gauge,
+        Some(Unit::Count),
+        "The concurrency limit's attempts allowed in flight.",
+    ),
+    (
+        CONCURRENCY_IN_FLIGHT,
+        Kind::Gauge,
+        Some(Unit::Count),
+        "Attempts in flight by the concurrency limit's count (a stream until its last byte).",
+    ),
+    (
+        CONCURRENCY_SHRUNK,
+        Kind::Counter,
+        Some(Unit::Count),
+        "Times the concurrency limit shrank on an overload answer or a timeout.",
+    ),
+    (
+        CONCURRENCY_GROWN,
+        Kind::Counter,
+        Some(Unit::Count),
+        "Times the concurrency limit grew by one attempt.",
+    ),
+    (
+        RATE_LIMIT_WAIT,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "How long a request waited for the rate limit.",
+    ),
+    (
+        RATE_LIMIT_HEADROOM,
+        Kind::Gauge,
+        None,
+        "What the rate limit could admit at once, per dimension.",
+    ),
+    (
+        STREAMS,
+        Kind::Counter,
+        Some(Unit::Count),
+        "Streamed answers by outcome.",
+    ),
+    (
+        FAILOVERS,
+        Kind::Counter,
+        Some(Unit::Count),
+        "Requests moved from one backend to the next.",
+    ),
+    (
+        TOKEN_USAGE,
+        Kind::Histogram,
+        None,
+        "Tokens each attempt's answer said it used, by token type and attempt.",
+    ),
+    (
+        OPERATION_DURATION,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "GenAI operation duration.",
+    ),
+    (
+        INFERENCE_DURATION,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "GenAI inference duration.",
+    ),
+    (
+        TIME_TO_FIRST_CHUNK,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "Time to a stream's first chunk, from the request's start.",
+    ),
+    (
+        INFERENCE_TIME_TO_FIRST_CHUNK,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "Time to a stream's first chunk, from the request's start.",
+    ),
+    (
+        TIME_PER_OUTPUT_CHUNK,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "Time between a stream's output chunks.",
+    ),
+    (
+        INFERENCE_TIME_PER_OUTPUT_CHUNK,
+        Kind::Histogram,
+        Some(Unit::Seconds),
+        "Time between a stream's output chunks.",
+    ),
+    (
+        USAGE_INPUT_TOKENS,
+        Kind::Counter,
+        None,
+        "Input tokens used by inferences.",
+    ),
+    (
+        USAGE_OUTPUT_TOKENS,
+        Kind::Counter,
+        None,
+        "Output tokens used by inferences.",
+    ),
+    (
+        OPERATION_INPUT_TOKENS,
+        Kind::Histogram,
+        None,
+        "Input tokens used per inference.",
+    ),
+    (
+        OPERATION_OUTPUT_TOKENS,
+        Kind::Histogram,
+        None,
+        "Output tokens used per inference.",
+    ),
+];
+
 /// Registers the unit and a description of every metric above with the installed recorder.
 /// Call it once after installing the recorder; exporters that show help text (Prometheus'
 /// `# HELP`) then have it.
 pub fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
 
-    describe_histogram!(
-        REQUEST_ATTEMPTS,
-        Unit::Count,
-        "Attempts one request took, recorded when it ends."
-    );
-    describe_histogram!(
-        REQUEST_DURATION,
-        Unit::Seconds,
-        "One request from its start to its answer, across attempts, backoffs and waits."
-    );
-    describe_histogram!(
-        ATTEMPT_DURATION,
-        Unit::Seconds,
-        "One attempt, from sending it to the answer's head."
-    );
-    describe_counter!(
-        RETRIES,
-        Unit::Count,
-        "Retries sent, by the reason of the failure retried."
-    );
-    describe_counter!(
-        HEDGES,
-        Unit::Count,
-        "Hedges (second attempts sent while the first waits), by what became of them."
-    );
-    describe_counter!(
-        REFUSALS,
-        Unit::Count,
-        "Requests given up on or refused on this side, by cause."
-    );
-    describe_gauge!(
-        THROTTLE_DROP_PROBABILITY,
-        "The adaptive throttle's probability of refusing a request (0 to 1)."
-    );
-    describe_gauge!(
-        BREAKER_STATE,
-        "The breaker's state: 0 closed, 1 half-open, 2 open."
-    );
-    describe_gauge!(
-        CONCURRENCY_LIMIT,
-        Unit::Count,
-        "The concurrency limit's attempts allowed in flight."
-    );
-    describe_gauge!(
-        CONCURRENCY_IN_FLIGHT,
-        Unit::Count,
-        "Attempts in flight by the concurrency limit's count (a stream until its last byte)."
-    );
-    describe_counter!(
-        CONCURRENCY_SHRUNK,
-        Unit::Count,
-        "Times the concurrency limit shrank on an overload answer or a timeout."
-    );
-    describe_counter!(
-        CONCURRENCY_GROWN,
-        Unit::Count,
-        "Times the concurrency limit grew by one attempt."
-    );
-    describe_histogram!(
-        RATE_LIMIT_WAIT,
-        Unit::Seconds,
-        "How long a request waited for the rate limit."
-    );
-    describe_gauge!(
-        RATE_LIMIT_HEADROOM,
-        "What the rate limit could admit at once, per dimension."
-    );
-    describe_counter!(STREAMS, Unit::Count, "Streamed answers by outcome.");
-    describe_counter!(
-        FAILOVERS,
-        Unit::Count,
-        "Requests moved from one backend to the next."
-    );
-    describe_histogram!(
-        TOKEN_USAGE,
-        "Tokens each attempt's answer said it used, by token type and attempt."
-    );
-    for (name, what) in [
-        (OPERATION_DURATION, "GenAI operation duration."),
-        (INFERENCE_DURATION, "GenAI inference duration."),
-        (
-            TIME_TO_FIRST_CHUNK,
-            "Time to a stream's first chunk, from the request's start.",
-        ),
-        (
-            INFERENCE_TIME_TO_FIRST_CHUNK,
-            "Time to a stream's first chunk, from the request's start.",
-        ),
-        (
-            TIME_PER_OUTPUT_CHUNK,
-            "Time between a stream's output chunks.",
-        ),
-        (
-            INFERENCE_TIME_PER_OUTPUT_CHUNK,
-            "Time between a stream's output chunks.",
-        ),
-    ] {
-        describe_histogram!(name, Unit::Seconds, what);
+    for &(name, kind, unit, what) in DESCRIPTIONS {
+        match (kind, unit) {
+            (Kind::Counter, Some(unit)) => describe_counter!(name, unit, what),
+            (Kind::Counter, None) => describe_counter!(name, what),
+            (Kind::Gauge, Some(unit)) => describe_gauge!(name, unit, what),
+            (Kind::Gauge, None) => describe_gauge!(name, what),
+            (Kind::Histogram, Some(unit)) => describe_histogram!(name, unit, what),
+            (Kind::Histogram, None) => describe_histogram!(name, what),
+        }
     }
-    describe_counter!(USAGE_INPUT_TOKENS, "Input tokens used by inferences.");
-    describe_counter!(USAGE_OUTPUT_TOKENS, "Output tokens used by inferences.");
-    describe_histogram!(OPERATION_INPUT_TOKENS, "Input tokens used per inference.");
-    describe_histogram!(OPERATION_OUTPUT_TOKENS, "Output tokens used per inference.");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_metric_is_described_once_and_every_histogram_has_its_buckets() {
+        let names: Vec<&str> = DESCRIPTIONS.iter().map(|(name, ..)| *name).collect();
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        let histograms: Vec<&str> = DESCRIPTIONS
+            .iter()
+            .filter(|(_, kind, ..)| matches!(kind, Kind::Histogram))
+            .map(|(name, ..)| *name)
+            .collect();
+        let mut bucketed: Vec<&str> = HISTOGRAM_BUCKETS.iter().map(|(name, _)| *name).collect();
+        let mut histograms_sorted = histograms.clone();
+        histograms_sorted.sort_unstable();
+        bucketed.sort_unstable();
+        assert_eq!(histograms_sorted, bucketed);
+        assert_eq!(names.len(), 27);
+    }
 
     #[test]
     fn the_opt_in_list_picks_the_latest_names_only_when_it_names_them() {
