@@ -103,7 +103,7 @@ fn assert_broken_configs_refused(gateway: &Running, a: &str, b: &str) {
         errors.to_string().trim_end(),
         format!(
             "{}:12: models.gpt.deployments.modle: unknown field `modle`, expected one of \
-             `provider`, `model`, `rank`, `keys_env`, `rpm`, `tpm`",
+             `provider`, `model`, `rank`, `keys_env`, `rpm`, `tpm`, `concurrency`",
             path.display()
         )
     );
