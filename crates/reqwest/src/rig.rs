@@ -19,7 +19,7 @@
 //!
 //! ```no_run
 //! use rig_core::client::CompletionClient;
-//! use rig_core::completion::Prompt;
+//! use rig_core::completion::CompletionModel;
 //! use rig_core::providers::openai;
 //! use stormguard_reqwest::RigClient;
 //! use stormguard_retry::ClientLayer;
@@ -31,8 +31,9 @@
 //!     .http_client(RigClient::new(ClientLayer::default(), reqwest::Client::new()))
 //!     .build()?
 //!     .completions_api();
-//! let answer = client.agent("gpt-4o-mini").build().prompt("Hello").await?;
-//! println!("{answer}");
+//! let model = client.completion_model("gpt-4o-mini");
+//! let answer = model.completion_request("Hello").max_tokens(256).send().await?;
+//! println!("{:?}", answer.choice);
 //! # Ok(())
 //! # }
 //! ```
