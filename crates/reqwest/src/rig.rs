@@ -6,16 +6,17 @@
 //! and answers rig as rig's own clients do: a non-success status as
 //! [`Error::InvalidStatusCodeWithDetails`] with its headers and body, a stream as its bytes.
 //!
-//! As with [`OpenAiService`](crate::OpenAiService), the client outlives the call: a stream rig
-//! reads is guarded and, for the formats the engine knows (chat completions, which rig's OpenAI
-//! client speaks after `completions_api()`), continued after a cut, so that rig yields every
-//! token once and in order.
+//! As with async-openai's `OpenAiService`, the client outlives the call: a stream rig reads is
+//! guarded and, for the formats the engine knows (chat completions, which rig's OpenAI client
+//! speaks after `completions_api()`), continued after a cut, so that rig yields every token once
+//! and in order.
 //!
 //! rig's own `reqwest-middleware` feature would take
 //! [`StormguardMiddleware`](crate::StormguardMiddleware) as well, but it turns on a TLS backend
-//! for reqwest (rustls on aws-lc, or native-tls); with `RigClient`, rig needs none
-//! (`rig-core = { version = "0.42", default-features = false }`), and the `reqwest::Client`
-//! given to [`RigClient::new`] brings the one the application chose.
+//! for reqwest (rustls on aws-lc, or native-tls), and a middleware's chain lives only as long as
+//! the call, too short to continue a stream. With `RigClient`, rig needs no TLS backend
+//! (`rig-core = { version = "0.42", default-features = false }`): the `reqwest::Client` given to
+//! [`RigClient::new`] brings the one the application chose.
 //!
 //! ```no_run
 //! use rig_core::client::CompletionClient;

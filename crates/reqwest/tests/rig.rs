@@ -1,6 +1,6 @@
 //! rig's OpenAI client through `RigClient`, against an axum provider on loopback that fails a
-//! call, cuts a stream and refuses a request: the caller reads whole answers, and an error rig
-//! must not retry reaches it once, with its status.
+//! call, cuts a stream, refuses a key and stays down: the caller reads whole answers, and a
+//! failure the engine does not retry, or gave up on, reaches rig as its status, headers and body.
 
 #![cfg(feature = "rig")]
 #![allow(clippy::unwrap_used)]
@@ -20,7 +20,7 @@ use rig_core::providers::openai;
 use rig_core::streaming::StreamedAssistantContent;
 use stormguard_jitter::FullJitter;
 use stormguard_reqwest::RigClient;
-use stormguard_retry::ClientLayer;
+use stormguard_retry::{ClientLayer, DEFAULT_MAX_ATTEMPTS};
 use stormguard_test_kit::{Log, ScriptedBackend, ScriptedBody};
 use tower_service::Service;
 
@@ -247,4 +247,26 @@ async fn a_multipart_upload_is_replayed_whole_after_a_503() {
     let body = String::from_utf8(seen[1].body.to_vec()).unwrap();
     assert!(body.starts_with(&format!("--{boundary}\r\n")), "{body}");
     assert!(body.contains("RIFF0000WAVE"), "{body}");
+}
+
+#[tokio::test]
+async fn a_provider_that_stays_down_is_given_up_on_after_the_engines_attempts() {
+    let (base, log) = provider(|_| json(503, OVERLOADED)).await;
+    let model = openai(&base).completion_model("m");
+
+    let error = model
+        .completion_request("say a whole answer")
+        .send()
+        .await
+        .unwrap_err();
+
+    assert_eq!(log.len(), DEFAULT_MAX_ATTEMPTS as usize);
+    assert_eq!(
+        error.provider_response_status(),
+        Some(http::StatusCode::SERVICE_UNAVAILABLE)
+    );
+    assert_eq!(error.provider_response_body(), Some(OVERLOADED));
+    // Given up on: marked so that nothing above retries it again.
+    let headers = error.provider_response_headers().unwrap();
+    assert_eq!(headers["x-should-retry"], "false");
 }
