@@ -52,6 +52,10 @@
 mod next;
 #[cfg(feature = "async-openai")]
 pub mod openai;
+#[cfg(feature = "rig")]
+pub mod rig;
+#[cfg(any(feature = "async-openai", feature = "rig"))]
+mod transport;
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -72,6 +76,8 @@ use crate::next::NextService;
 pub use crate::next::RequestBody;
 #[cfg(feature = "async-openai")]
 pub use crate::openai::OpenAiService;
+#[cfg(feature = "rig")]
+pub use crate::rig::RigClient;
 
 /// reqwest-middleware [`Middleware`] that sends every request through stormguard's client engine
 /// (see the [crate docs](crate)). `StormguardMiddleware::default()` uses
@@ -161,15 +167,28 @@ impl<C: Classify + Clone, Bk: Backoff + Clone> StormguardMiddleware<C, Bk> {
 /// An error the engine passed on untouched goes back as the chain returned it; stormguard's own
 /// outcomes go back as the engine's error.
 fn into_middleware_error(error: stormguard_retry::Error) -> Error {
-    let ours = error.gave_up().is_some()
-        || matches!(error.reason(), Reason::Throttled | Reason::DeadlineExceeded);
-    if ours {
-        return Error::middleware(error);
-    }
-    match error.downcast_source::<Error>() {
+    match passed_on::<Error>(error) {
         Ok(original) => original,
         Err(error) => Error::middleware(error),
     }
+}
+
+/// The error below the engine, `E`, when the engine passed it on as it came (a failure it does
+/// not retry, a body it could not replay); the engine's error for stormguard's own outcomes (a
+/// request throttled locally, an expired deadline, a retryable failure it gave up on), whose
+/// source chain leads to the original, and for an error of another type.
+pub(crate) fn passed_on<E>(
+    error: stormguard_retry::Error,
+) -> std::result::Result<E, stormguard_retry::Error>
+where
+    E: std::error::Error + 'static,
+{
+    let ours = error.gave_up().is_some()
+        || matches!(error.reason(), Reason::Throttled | Reason::DeadlineExceeded);
+    if ours {
+        return Err(error);
+    }
+    error.downcast_source::<E>()
 }
 
 /// The trait is declared with `async_trait`; this is the signature it expands to, written out so

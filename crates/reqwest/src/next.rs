@@ -24,7 +24,7 @@ impl RequestBody {
         Self(body)
     }
 
-    #[cfg(feature = "async-openai")]
+    #[cfg(any(feature = "async-openai", feature = "rig"))]
     pub(crate) fn into_inner(self) -> reqwest::Body {
         self.0
     }

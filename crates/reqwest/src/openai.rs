@@ -38,13 +38,15 @@ use std::task::{Context, Poll};
 
 use async_openai::error::OpenAIError;
 use async_openai::middleware::HttpRequestFactory;
-use stormguard_classify::{BoxError, Classify, LlmClassifier, Reason};
+use stormguard_classify::{Classify, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
 use stormguard_retry::{ClientLayer, ClientService};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::next::{RequestBody, from_reqwest, into_reqwest};
+use crate::next::{RequestBody, into_reqwest};
+use crate::passed_on;
+pub use crate::transport::Transport;
 
 /// The engine over `reqwest::Client`, as async-openai's HTTP service (see the
 /// [module docs](self)). Clones share the engine's budget, throttle and guards.
@@ -57,7 +59,7 @@ impl<C, Bk> OpenAiService<C, Bk> {
     /// `ClientLayer::default()` does).
     pub fn new(layer: ClientLayer<C, Bk>, client: reqwest::Client) -> Self {
         Self {
-            engine: layer.layer(Transport(client)),
+            engine: layer.layer(Transport::new(client)),
         }
     }
 }
@@ -114,37 +116,8 @@ where
 /// it does not retry) goes back as reqwest's, so that async-openai reports it as it would have;
 /// stormguard's own outcomes (throttled, out of time, given up on) as the engine's error.
 fn into_openai_error(error: stormguard_retry::Error) -> OpenAIError {
-    let ours = error.gave_up().is_some()
-        || matches!(error.reason(), Reason::Throttled | Reason::DeadlineExceeded);
-    if ours {
-        return OpenAIError::Boxed(Box::new(error));
-    }
-    match error.downcast_source::<reqwest::Error>() {
+    match passed_on::<reqwest::Error>(error) {
         Ok(original) => OpenAIError::Reqwest(original),
         Err(error) => OpenAIError::Boxed(Box::new(error)),
-    }
-}
-
-/// What sends each attempt of an [`OpenAiService`]: its `reqwest::Client`.
-#[derive(Clone, Debug)]
-pub struct Transport(reqwest::Client);
-
-type Sent = Pin<Box<dyn Future<Output = Result<http::Response<reqwest::Body>, BoxError>> + Send>>;
-
-impl Service<http::Request<RequestBody>> for Transport {
-    type Response = http::Response<reqwest::Body>;
-    type Error = BoxError;
-    type Future = Sent;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<RequestBody>) -> Sent {
-        let client = self.0.clone();
-        Box::pin(async move {
-            let request = reqwest::Request::try_from(request.map(RequestBody::into_inner))?;
-            Ok(from_reqwest(client.execute(request).await?))
-        })
     }
 }

@@ -142,6 +142,8 @@
 //! * `reqwest`: the [`reqwest`] module, the same engine as reqwest-middleware middleware;
 //! * `async-openai`: `reqwest::OpenAiService`, the engine as async-openai's HTTP service
 //!   (`Client::with_http_service`), streams continued;
+//! * `rig`: `reqwest::RigClient`, the engine as the HTTP client of rig's providers (a provider
+//!   builder's `http_client`), streams continued;
 //! * `chaos`: the `chaos` module, fault injection for staging and game days, **never for
 //!   production**. It is a feature, off by default, rather than a module always there, so that
 //!   injecting faults is a choice made in the build: a binary built without it cannot contain a
@@ -285,10 +287,12 @@ pub mod chaos {
 }
 
 /// The client engine as reqwest-middleware middleware ([`stormguard_reqwest`]), and under
-/// async-openai's client (feature `async-openai`).
+/// async-openai's client (feature `async-openai`) and rig's providers (feature `rig`).
 #[cfg(feature = "reqwest")]
 pub mod reqwest {
     #[cfg(feature = "async-openai")]
     pub use stormguard_reqwest::openai::{OpenAiService, Transport};
+    #[cfg(feature = "rig")]
+    pub use stormguard_reqwest::rig::RigClient;
     pub use stormguard_reqwest::{RequestBody, StormguardMiddleware};
 }
