@@ -288,11 +288,15 @@ async fn health_of(addr: std::net::SocketAddr, name: &str) -> serde_json::Value 
 
 #[tokio::test]
 async fn healthz_shows_each_keys_concurrency_limit_holding_a_stream_to_its_end() {
-    // Key 1 answers 429; key 2 answers a stream held open until the test lets it end.
+    // The key asked first (the balancer draws between the two) answers 429; the other answers a
+    // stream held open until the test lets it end.
     let held: Arc<Mutex<Option<tokio::sync::mpsc::Sender<bytes::Bytes>>>> = Arc::default();
-    let hold = held.clone();
+    let refused: Arc<Mutex<Option<String>>> = Arc::default();
+    let (hold, refuse) = (held.clone(), refused.clone());
     let script: kit::Script = Arc::new(move |seen: &Seen| {
-        if seen.key() == Some(KEYS[0].1) {
+        let mut first = refuse.lock().unwrap();
+        if first.is_none() {
+            *first = seen.key().map(str::to_owned);
             return json(
                 429,
                 r#"{"error":{"message":"slow down","type":"rate_limit"}}"#,
@@ -355,19 +359,22 @@ async fn healthz_shows_each_keys_concurrency_limit_holding_a_stream_to_its_end()
         events()[0].as_bytes()
     );
 
-    // The 429 shrank key 1's limit by a tenth; key 2 holds its slot while the stream runs,
-    // past the response head.
-    let first = health_of(gateway.addr, "openai/gpt-upstream/1").await;
+    // The 429 shrank the refused key's limit by a tenth; the other holds its slot while the
+    // stream runs, past the response head.
+    let refused = refused.lock().unwrap().clone().unwrap();
+    let (refused, answered) = if refused == KEYS[0].1 {
+        ("openai/gpt-upstream/1", "openai/gpt-upstream/2")
+    } else {
+        ("openai/gpt-upstream/2", "openai/gpt-upstream/1")
+    };
+    let first = health_of(gateway.addr, refused).await;
     assert_eq!(limit(&first), (18, 0));
     assert_eq!(first["concurrency"]["shrunk"], 1);
     assert_eq!(
         (openai.with_key(KEYS[0].1), openai.with_key(KEYS[1].1)),
         (1, 1)
     );
-    assert_eq!(
-        limit(&health_of(gateway.addr, "openai/gpt-upstream/2").await),
-        (20, 1)
-    );
+    assert_eq!(limit(&health_of(gateway.addr, answered).await), (20, 1));
 
     for event in &events()[1..] {
         sender
@@ -379,7 +386,7 @@ async fn healthz_shows_each_keys_concurrency_limit_holding_a_stream_to_its_end()
     held.lock().unwrap().take();
     while response.chunk().await.unwrap().is_some() {}
     // Freed at the stream's end; one attempt in flight of 20 is not a used limit: no growth.
-    let second = health_of(gateway.addr, "openai/gpt-upstream/2").await;
+    let second = health_of(gateway.addr, answered).await;
     assert_eq!(limit(&second), (20, 0));
     assert_eq!(second["concurrency"]["grown"], 0);
     gateway.stop().await;
