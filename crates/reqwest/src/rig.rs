@@ -54,7 +54,7 @@ use rig_core::http_client::{
 };
 use rig_core::wasm_compat::WasmCompatSend;
 use stormguard_classify::body::ResponseBody;
-use stormguard_classify::{Classify, LlmClassifier};
+use stormguard_classify::{Classify, ERROR_BODY_LIMIT, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
 use stormguard_retry::{ClientLayer, ClientService};
 use tower_layer::Layer;
@@ -144,21 +144,37 @@ async fn lazy<U: From<Bytes>>(answer: Answer) -> Result<Response<LazyBody<U>>> {
     }))
 }
 
-/// `answer` if its status is a success; else rig's error for it, with its headers and body.
+/// `answer` if its status is a success; else rig's error for it, with its headers and body (its
+/// first [`ERROR_BODY_LIMIT`] bytes).
 async fn success(answer: Answer) -> Result<Answer> {
     if answer.status().is_success() {
         return Ok(answer);
     }
     let (head, body) = answer.into_parts();
-    let body = match body.collect().await {
-        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
-        Err(error) => format!("failed to read error response body: {error}"),
-    };
     Err(Error::InvalidStatusCodeWithDetails {
         status: head.status,
-        body,
+        body: error_text(body).await,
         headers: Box::new(head.headers),
     })
+}
+
+/// The start of an error answer's body as text: at most [`ERROR_BODY_LIMIT`] bytes (an error's
+/// message fits, and a body that never ends is not read to its end), lossily decoded.
+async fn error_text(mut body: ResponseBody<reqwest::Body>) -> String {
+    let mut text = Vec::new();
+    while text.len() < ERROR_BODY_LIMIT {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    text.extend_from_slice(&data);
+                }
+            }
+            Some(Err(error)) => return format!("failed to read error response body: {error}"),
+            None => break,
+        }
+    }
+    text.truncate(ERROR_BODY_LIMIT);
+    String::from_utf8_lossy(&text).into_owned()
 }
 
 /// An error the engine passed on as it came (a connection the client could not make) goes back

@@ -218,6 +218,32 @@ async fn a_401_is_not_retried_and_rig_gets_its_status_headers_and_body() {
 }
 
 #[tokio::test]
+async fn an_error_body_is_given_to_rig_up_to_its_first_64_kib() {
+    let huge = format!(r#"{{"error":{{"message":"{}"}}}}"#, "x".repeat(1 << 20));
+    let (base, log) = provider(move |_| json(400, &huge)).await;
+    let model = openai(&base).completion_model("m");
+
+    let error = model
+        .completion_request("say a whole answer")
+        .send()
+        .await
+        .unwrap_err();
+
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        error.provider_response_status(),
+        Some(http::StatusCode::BAD_REQUEST)
+    );
+    let body = error.provider_response_body().unwrap();
+    assert_eq!(body.len(), stormguard_classify::ERROR_BODY_LIMIT);
+    assert!(
+        body.starts_with(r#"{"error":{"message":"xxx"#),
+        "{}",
+        &body[..40]
+    );
+}
+
+#[tokio::test]
 async fn a_multipart_upload_is_replayed_whole_after_a_503() {
     let (base, log) = provider(|index| match index {
         0 => json(503, OVERLOADED),
