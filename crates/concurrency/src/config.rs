@@ -41,6 +41,14 @@ impl ConcurrencyConfig {
     /// waits for its slot, and never past the request's deadline.
     pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(2);
 
+    /// A limit that never moves: `limit` attempts in flight (at least 1), a bulkhead that holds
+    /// a place until the answer's body ends. The other settings keep their defaults.
+    pub fn fixed(limit: u32) -> Self {
+        Self::default()
+            .with_initial(limit)
+            .with_bounds(limit, limit)
+    }
+
     /// Start at `initial` attempts in flight (clamped to the bounds).
     pub fn with_initial(mut self, initial: u32) -> Self {
         self.initial = initial;

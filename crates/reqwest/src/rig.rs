@@ -53,7 +53,7 @@ use rig_core::http_client::{
     Error, HttpClientExt, LazyBody, MultipartForm, Request, Response, Result, StreamingResponse,
 };
 use rig_core::wasm_compat::WasmCompatSend;
-use stormguard_classify::body::ResponseBody;
+use stormguard_classify::body::{Prefix, ResponseBody, Tail};
 use stormguard_classify::{Classify, ERROR_BODY_LIMIT, LlmClassifier};
 use stormguard_jitter::{Backoff, FullJitter};
 use stormguard_retry::{ClientLayer, ClientService};
@@ -160,21 +160,12 @@ async fn success(answer: Answer) -> Result<Answer> {
 
 /// The start of an error answer's body as text: at most [`ERROR_BODY_LIMIT`] bytes (an error's
 /// message fits, and a body that never ends is not read to its end), lossily decoded.
-async fn error_text(mut body: ResponseBody<reqwest::Body>) -> String {
-    let mut text = Vec::new();
-    while text.len() < ERROR_BODY_LIMIT {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    text.extend_from_slice(&data);
-                }
-            }
-            Some(Err(error)) => return format!("failed to read error response body: {error}"),
-            None => break,
-        }
+async fn error_text(body: ResponseBody<reqwest::Body>) -> String {
+    let (read, tail, _rest) = Prefix::new(body, ERROR_BODY_LIMIT).await;
+    if let Tail::Failed(error) = tail {
+        return format!("failed to read error response body: {error}");
     }
-    text.truncate(ERROR_BODY_LIMIT);
-    String::from_utf8_lossy(&text).into_owned()
+    String::from_utf8_lossy(&read[..read.len().min(ERROR_BODY_LIMIT)]).into_owned()
 }
 
 /// An error the engine passed on as it came (a connection the client could not make) goes back

@@ -209,15 +209,15 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         );
         self.config.policy.succeeded();
         let recorder = self.usage_recorder(&response);
+        let settles = usage.is_some() || recorder.is_some();
         // The common answer, nothing to settle or hold, is returned as it came: each move of a
         // response is a copy of its head.
-        if usage.is_none() && recorder.is_none() && place.is_none() {
+        if !settles && place.is_none() {
             return response;
         }
-        let response = if usage.is_none() && recorder.is_none() {
-            response
-        } else {
-            settle_on_usage(response, usage, recorder)
+        let response = match settles {
+            true => settle_on_usage(response, usage, recorder),
+            false => response,
         };
         match place {
             None => response,

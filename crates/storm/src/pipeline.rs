@@ -1000,18 +1000,14 @@ pub(crate) fn bulkhead_size(scenario: &Scenario) -> u32 {
 }
 
 /// stormguard's client pipeline with a fixed concurrency limit of [`bulkhead_size`]:
-/// `ClientLayer::default()` (seeded) `.with_concurrency(..)` with the limit's bounds both at it.
+/// `ClientLayer::default()` (seeded) `.with_concurrency(..)` with `ConcurrencyConfig::fixed`.
 /// The limit is returned too, to watch it.
 pub(crate) fn stormguard_bulkhead(
     backend: Backend,
     scenario: &Scenario,
 ) -> (stormguard::ClientService<Backend>, ConcurrencyLimit) {
     let size = bulkhead_size(scenario);
-    let limit = ConcurrencyLimit::new(
-        ConcurrencyConfig::default()
-            .with_initial(size)
-            .with_bounds(size, size),
-    );
+    let limit = ConcurrencyLimit::new(ConcurrencyConfig::fixed(size));
     let client = client_layer(scenario)
         .with_concurrency(limit.clone())
         .layer(backend);

@@ -4,7 +4,8 @@ mod body;
 
 use std::time::SystemTime;
 
-use http::StatusCode;
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, StatusCode};
 
 use crate::grpc::{self, is_grpc};
 use crate::headers;
@@ -103,7 +104,7 @@ impl LlmClassifier {
 
     /// Classifies a response head plus its buffered (possibly empty, possibly truncated) body.
     pub fn classify_http(&self, parts: &http::response::Parts, body: &[u8]) -> Outcome {
-        if is_plain_success(parts) {
+        if is_plain_success(parts, parts.headers.get(CONTENT_TYPE)) {
             return Outcome::success();
         }
         self.classify_http_at(parts, body, SystemTime::now())
@@ -162,11 +163,12 @@ impl LlmClassifier {
 
 /// The fast path: a 1xx-3xx non-gRPC response, or a gRPC `200` whose headers carry no failing
 /// `grpc-status`.
-fn is_plain_success(parts: &http::response::Parts) -> bool {
+/// `content_type`: the response's, read once by the caller.
+fn is_plain_success(parts: &http::response::Parts, content_type: Option<&HeaderValue>) -> bool {
     if parts.status.as_u16() >= 400 {
         return false;
     }
-    if !is_grpc(&parts.headers) {
+    if !content_type.is_some_and(crate::grpc::is_grpc_type) {
         return true;
     }
     parts.status == StatusCode::OK
@@ -188,13 +190,13 @@ impl crate::Classify for LlmClassifier {
     /// One reading of the content type for both answers: the common success, neither gRPC nor
     /// an error, is known from it and the status.
     fn classify_head(&self, parts: &http::response::Parts) -> (Outcome, bool) {
-        let content_type = parts.headers.get(http::header::CONTENT_TYPE);
-        if parts.status.as_u16() < 400 && !content_type.is_some_and(crate::grpc::is_grpc_type) {
+        let content_type = parts.headers.get(CONTENT_TYPE);
+        if is_plain_success(parts, content_type) {
             let stream = content_type.is_some_and(crate::body::is_event_stream_type);
             return (Outcome::success(), stream);
         }
-        // gRPC (never an event stream) or an error (never a stream to guard).
-        (LlmClassifier::classify_http(self, parts, &[]), false)
+        // An error or a failed gRPC call: not a stream to guard.
+        (self.classify_http_at(parts, &[], SystemTime::now()), false)
     }
 
     fn needs_body(&self, parts: &http::response::Parts) -> bool {

@@ -329,11 +329,7 @@ impl Concurrency {
         use stormguard::concurrency::{ConcurrencyConfig, ConcurrencyLimit};
         match self {
             Self::Adaptive => ConcurrencyLimit::default(),
-            Self::Fixed(n) => ConcurrencyLimit::new(
-                ConcurrencyConfig::default()
-                    .with_initial(n)
-                    .with_bounds(n, n),
-            ),
+            Self::Fixed(n) => ConcurrencyLimit::new(ConcurrencyConfig::fixed(n)),
         }
     }
 }
