@@ -77,8 +77,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::LlmDeadline;
@@ -352,57 +351,121 @@ pub struct ClocksSnapshot {
     pub answers: usize,
 }
 
-/// The last [`WINDOW`] figures of one clock, in milliseconds, written without a lock: a figure
-/// torn by a concurrent writer is another recent figure, which is all a percentile needs.
-struct Window {
-    figures: [AtomicU32; WINDOW],
-    written: AtomicU64,
+/// The last [`WINDOW`] figures of one clock, in milliseconds: in the order they came, and
+/// sorted. The percentile is asked on every request and a figure recorded on every answer, so a
+/// figure is put in its sorted place as it comes (a binary search and a shift of at most
+/// [`WINDOW`] figures, under a lock held for that long) and the percentile is one read, instead
+/// of a selection over the whole window on every ask.
+#[derive(Default)]
+struct Window(Mutex<Figures>);
+
+struct Figures {
+    /// The figures in the order they came: the next one replaces the one at
+    /// `written % WINDOW`, the oldest once the window is full.
+    came: [u32; WINDOW],
+    /// The same figures sorted, in the first [`len`](Self::len) places.
+    sorted: [u32; WINDOW],
+    /// Figures recorded since the start.
+    written: u64,
 }
 
-impl Default for Window {
+impl Default for Figures {
     fn default() -> Self {
         Self {
-            figures: std::array::from_fn(|_| AtomicU32::new(0)),
-            written: AtomicU64::new(0),
+            came: [0; WINDOW],
+            sorted: [0; WINDOW],
+            written: 0,
         }
+    }
+}
+
+impl Figures {
+    fn len(&self) -> usize {
+        usize::try_from(self.written).map_or(WINDOW, |written| written.min(WINDOW))
+    }
+
+    /// Records `figure` in place of the oldest once the window is full.
+    fn push(&mut self, figure: u32) {
+        // The remainder of a division by WINDOW fits an index.
+        let slot = (self.written % WINDOW as u64) as usize;
+        let mut held = self.len();
+        if held == WINDOW {
+            // The oldest figure is among the sorted ones: its first place closes up.
+            let oldest = self.came[slot];
+            let at = self.sorted.partition_point(|held| *held < oldest);
+            self.sorted.copy_within(at + 1.., at);
+            held -= 1;
+        }
+        let at = self.sorted[..held].partition_point(|held| *held <= figure);
+        self.sorted.copy_within(at..held, at + 1);
+        self.sorted[at] = figure;
+        self.came[slot] = figure;
+        self.written = self.written.saturating_add(1);
     }
 }
 
 impl Window {
+    /// The figures, whoever held them last: a push cannot leave them half done.
+    fn figures(&self) -> MutexGuard<'_, Figures> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn record(&self, took: Duration) {
         let millis = u32::try_from(took.as_millis()).unwrap_or(u32::MAX);
-        let at = self.written.fetch_add(1, Ordering::Relaxed);
-        // The remainder of a division by WINDOW fits an index.
-        let slot = (at % WINDOW as u64) as usize;
-        self.figures[slot].store(millis, Ordering::Relaxed);
+        self.figures().push(millis);
     }
 
     fn len(&self) -> usize {
-        let written = self.written.load(Ordering::Relaxed);
-        usize::try_from(written).map_or(WINDOW, |written| written.min(WINDOW))
+        self.figures().len()
     }
 
-    /// The nearest-rank `percentile` (0 to 1) of the figures held. Asked on every request, so
-    /// the figures are copied to the stack and only the one rank asked for is put in its place
-    /// (a selection, linear), not the whole window sorted.
+    /// The nearest-rank `percentile` (0 to 1) of the figures held.
     fn percentile(&self, percentile: f64) -> Duration {
-        let len = self.len();
+        let figures = self.figures();
+        let len = figures.len();
         if len == 0 {
             return Duration::ZERO;
         }
-        let mut figures = [0u32; WINDOW];
-        for (copy, figure) in figures.iter_mut().zip(&self.figures[..len]) {
-            *copy = figure.load(Ordering::Relaxed);
-        }
         let rank = (percentile.clamp(0.0, 1.0) * len as f64).ceil() as usize;
-        let (_, figure, _) = figures[..len].select_nth_unstable(rank.clamp(1, len) - 1);
-        Duration::from_millis(u64::from(*figure))
+        Duration::from_millis(u64::from(figures.sorted[rank.clamp(1, len) - 1]))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_keeps_the_last_figures_sorted_as_they_come() {
+        let window = Window::default();
+        let mut came = Vec::new();
+        // 1,000 figures with many repeats, drawn by a fixed linear congruence.
+        let mut draw: u64 = 42;
+        for n in 0..1_000u64 {
+            draw = draw.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let millis = (draw >> 33) % 300;
+            window.record(Duration::from_millis(millis));
+            came.push(millis);
+            let held = &came[came.len().saturating_sub(WINDOW)..];
+            let mut sorted = held.to_vec();
+            sorted.sort_unstable();
+            assert_eq!(window.len(), held.len(), "after {n}");
+            for percentile in [0.0, 0.5, 0.9, 0.99, 1.0] {
+                let rank = ((percentile * held.len() as f64).ceil() as usize).clamp(1, held.len());
+                assert_eq!(
+                    window.percentile(percentile),
+                    Duration::from_millis(sorted[rank - 1]),
+                    "p{percentile} after {n}"
+                );
+            }
+        }
+        // Figures past u32::MAX milliseconds are held at it.
+        window.record(Duration::from_secs(u64::MAX));
+        assert_eq!(
+            window.percentile(1.0),
+            Duration::from_millis(u64::from(u32::MAX))
+        );
+    }
 
     const WHOLE: RequestShape = RequestShape::new(false, Duration::from_secs(17));
     const STREAM: RequestShape = RequestShape::new(true, Duration::from_secs(17));
