@@ -6,12 +6,20 @@
 mod gen_ai;
 mod support;
 
-use gen_ai::{ANSWERED_BY, CHAT, close, labels};
+use gen_ai::checks::{self, Names};
+use gen_ai::{ANSWERED_BY, CHAT, labels};
 use metrics_util::MetricKind;
 use stormguard_retry::metrics::{
     GenAiNames, INFERENCE_DURATION, INFERENCE_TIME_PER_OUTPUT_CHUNK, INFERENCE_TIME_TO_FIRST_CHUNK,
     OPERATION_DURATION, OPERATION_INPUT_TOKENS, TIME_PER_OUTPUT_CHUNK, TIME_TO_FIRST_CHUNK,
     TOKEN_USAGE, USAGE_INPUT_TOKENS,
+};
+
+/// The current generation's names of an inference's figures.
+const CURRENT: Names = Names {
+    duration: OPERATION_DURATION,
+    first_chunk: TIME_TO_FIRST_CHUNK,
+    per_chunk: TIME_PER_OUTPUT_CHUNK,
 };
 
 /// Every test of this binary records the current names, whatever the environment says.
@@ -42,27 +50,14 @@ fn the_latest_names_are_refused_once_the_current_ones_hold() {
 #[test]
 fn operation_duration_spans_the_request_s_attempts_with_its_attributes() {
     current();
-    let seen = gen_ai::a_whole_answer_after_a_retry();
-    assert_eq!(seen.kind(OPERATION_DURATION), Some(MetricKind::Histogram));
-    let series = seen.series(OPERATION_DURATION);
-    assert_eq!(series.len(), 1, "{series:?}");
-    // No error, no response model: the duration is recorded when the answer's head comes.
-    assert_eq!(series[0].0, labels(CHAT));
-    // 1 s, 250 ms of backoff, 1 s.
-    assert!(close(&series[0].1, &[2.25]), "{series:?}");
+    let seen = checks::the_duration_spans_the_attempts(&CURRENT);
     no_latest_names(&seen);
 }
 
 #[test]
 fn a_failed_operation_says_its_error_type() {
     current();
-    let seen = gen_ai::a_failure();
-    let series = seen.series(OPERATION_DURATION);
-    let mut expected = labels(CHAT);
-    expected.insert("error.type".into(), "unavailable".into());
-    assert_eq!(series.len(), 1, "{series:?}");
-    assert_eq!(series[0].0, expected);
-    assert!(close(&series[0].1, &[1.5]), "{series:?}");
+    let seen = checks::a_failure_says_its_error_type(&CURRENT);
     assert!(!seen.has(TOKEN_USAGE));
 }
 
@@ -88,25 +83,7 @@ fn token_usage_by_type_with_the_request_s_and_the_answer_s_model() {
 #[test]
 fn a_stream_s_time_to_first_chunk_time_per_chunk_and_duration() {
     current();
-    let seen = gen_ai::a_stream();
-    let first = seen.series(TIME_TO_FIRST_CHUNK);
-    assert_eq!(seen.kind(TIME_TO_FIRST_CHUNK), Some(MetricKind::Histogram));
-    assert_eq!(first.len(), 1, "{first:?}");
-    assert_eq!(first[0].0, labels(CHAT));
-    // The head after 500 ms, the first content 250 ms later.
-    assert!(close(&first[0].1, &[0.75]), "{first:?}");
-    // One figure per content event after the first: the wait since the one before.
-    let per_chunk = seen.series(TIME_PER_OUTPUT_CHUNK);
-    assert_eq!(per_chunk.len(), 1, "{per_chunk:?}");
-    assert_eq!(per_chunk[0].0, labels(CHAT));
-    assert!(close(&per_chunk[0].1, &[0.1, 0.3]), "{per_chunk:?}");
-    // A stream's operation lasts until its end, and has read the model its usage event named.
-    let duration = seen.series(OPERATION_DURATION);
-    assert_eq!(duration.len(), 1, "{duration:?}");
-    let mut answered = labels(CHAT);
-    answered.insert("gen_ai.response.model".into(), ANSWERED_BY.into());
-    assert_eq!(duration[0].0, answered);
-    assert!(close(&duration[0].1, &[1.15]), "{duration:?}");
+    let seen = checks::a_stream_s_timings(&CURRENT);
     let usage = seen.series(TOKEN_USAGE);
     let tokens: Vec<(&str, &[f64])> = (usage.iter())
         .map(|(labels, values)| (labels["gen_ai.token.type"].as_str(), values.as_slice()))
@@ -177,29 +154,11 @@ fn embeddings_are_their_own_operation() {
 #[test]
 fn hostile_model_names_are_other_and_an_unnamed_model_is_absent() {
     current();
-    let seen = gen_ai::hostile_models();
-    let series = seen.series(OPERATION_DURATION);
-    let mut models: Vec<(Option<&str>, usize)> = (series.iter())
-        .map(|(labels, values)| {
-            let model = labels.get("gen_ai.request.model").map(String::as_str);
-            (model, values.len())
-        })
-        .collect();
-    models.sort();
-    // Three requests named unfit models, one named none.
-    assert_eq!(models, [(None, 1), (Some("_OTHER"), 3)], "{series:?}");
+    checks::hostile_models_are_other(&CURRENT);
 }
 
 #[test]
 fn an_interrupted_stream_s_duration_says_its_interruption() {
     current();
-    let seen = gen_ai::an_interrupted_stream();
-    let duration = seen.series(OPERATION_DURATION);
-    assert_eq!(duration.len(), 1, "{duration:?}");
-    let mut expected = labels(CHAT);
-    expected.insert("error.type".into(), "server_error".into());
-    assert_eq!(duration[0].0, expected);
-    // Its head after 500 ms, its end 300 ms later.
-    assert!(close(&duration[0].1, &[0.8]), "{duration:?}");
-    assert!(close(&seen.series(TIME_TO_FIRST_CHUNK)[0].1, &[0.7]));
+    checks::an_interrupted_stream_says_so(&CURRENT);
 }

@@ -7,12 +7,20 @@
 mod gen_ai;
 mod support;
 
-use gen_ai::{ANSWERED_BY, CHAT, close, labels};
+use gen_ai::checks::{self, Names};
+use gen_ai::{ANSWERED_BY, CHAT, labels};
 use metrics_util::MetricKind;
 use stormguard_retry::metrics::{
     GenAiNames, INFERENCE_DURATION, INFERENCE_TIME_PER_OUTPUT_CHUNK, INFERENCE_TIME_TO_FIRST_CHUNK,
     OPERATION_DURATION, OPERATION_INPUT_TOKENS, OPERATION_OUTPUT_TOKENS, TIME_PER_OUTPUT_CHUNK,
     TIME_TO_FIRST_CHUNK, TOKEN_USAGE, USAGE_INPUT_TOKENS, USAGE_OUTPUT_TOKENS,
+};
+
+/// The latest generation's names of an inference's figures.
+const LATEST: Names = Names {
+    duration: INFERENCE_DURATION,
+    first_chunk: INFERENCE_TIME_TO_FIRST_CHUNK,
+    per_chunk: INFERENCE_TIME_PER_OUTPUT_CHUNK,
 };
 
 /// Every test of this binary records the latest names.
@@ -42,25 +50,14 @@ fn the_current_names_are_refused_once_the_latest_ones_hold() {
 #[test]
 fn inference_duration_spans_the_request_s_attempts_with_its_attributes() {
     latest();
-    let seen = gen_ai::a_whole_answer_after_a_retry();
-    assert_eq!(seen.kind(INFERENCE_DURATION), Some(MetricKind::Histogram));
-    let series = seen.series(INFERENCE_DURATION);
-    assert_eq!(series.len(), 1, "{series:?}");
-    assert_eq!(series[0].0, labels(CHAT));
-    assert!(close(&series[0].1, &[2.25]), "{series:?}");
+    let seen = checks::the_duration_spans_the_attempts(&LATEST);
     no_current_names(&seen);
 }
 
 #[test]
 fn a_failed_inference_says_its_error_type() {
     latest();
-    let seen = gen_ai::a_failure();
-    let series = seen.series(INFERENCE_DURATION);
-    let mut expected = labels(CHAT);
-    expected.insert("error.type".into(), "unavailable".into());
-    assert_eq!(series.len(), 1, "{series:?}");
-    assert_eq!(series[0].0, expected);
-    assert!(close(&series[0].1, &[1.5]), "{series:?}");
+    let seen = checks::a_failure_says_its_error_type(&LATEST);
     no_current_names(&seen);
 }
 
@@ -100,19 +97,7 @@ fn usage_counters_by_modality_and_per_inference_histograms() {
 #[test]
 fn a_stream_s_time_to_first_chunk_time_per_chunk_and_duration() {
     latest();
-    let seen = gen_ai::a_stream();
-    let first = seen.series(INFERENCE_TIME_TO_FIRST_CHUNK);
-    assert_eq!(first.len(), 1, "{first:?}");
-    assert_eq!(first[0].0, labels(CHAT));
-    assert!(close(&first[0].1, &[0.75]), "{first:?}");
-    let per_chunk = seen.series(INFERENCE_TIME_PER_OUTPUT_CHUNK);
-    assert_eq!(per_chunk.len(), 1, "{per_chunk:?}");
-    assert_eq!(per_chunk[0].0, labels(CHAT));
-    assert!(close(&per_chunk[0].1, &[0.1, 0.3]), "{per_chunk:?}");
-    let duration = seen.series(INFERENCE_DURATION);
-    assert_eq!(duration.len(), 1, "{duration:?}");
-    assert_eq!(duration[0].0["gen_ai.response.model"], ANSWERED_BY);
-    assert!(close(&duration[0].1, &[1.15]), "{duration:?}");
+    let seen = checks::a_stream_s_timings(&LATEST);
     let input = seen.series(USAGE_INPUT_TOKENS);
     let output = seen.series(USAGE_OUTPUT_TOKENS);
     assert_eq!(
@@ -151,28 +136,11 @@ fn embeddings_keep_the_current_names() {
 #[test]
 fn hostile_model_names_are_other() {
     latest();
-    let seen = gen_ai::hostile_models();
-    let series = seen.series(INFERENCE_DURATION);
-    let mut models: Vec<(Option<&str>, usize)> = (series.iter())
-        .map(|(labels, values)| {
-            let model = labels.get("gen_ai.request.model").map(String::as_str);
-            (model, values.len())
-        })
-        .collect();
-    models.sort();
-    assert_eq!(models, [(None, 1), (Some("_OTHER"), 3)], "{series:?}");
+    checks::hostile_models_are_other(&LATEST);
 }
 
 #[test]
 fn an_interrupted_stream_s_duration_says_its_interruption() {
     latest();
-    let seen = gen_ai::an_interrupted_stream();
-    let duration = seen.series(INFERENCE_DURATION);
-    assert_eq!(duration.len(), 1, "{duration:?}");
-    assert_eq!(duration[0].0["error.type"], "server_error");
-    assert!(close(&duration[0].1, &[0.8]), "{duration:?}");
-    assert!(close(
-        &seen.series(INFERENCE_TIME_TO_FIRST_CHUNK)[0].1,
-        &[0.7]
-    ));
+    checks::an_interrupted_stream_says_so(&LATEST);
 }

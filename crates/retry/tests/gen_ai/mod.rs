@@ -19,6 +19,8 @@ use tower::{Layer, ServiceExt};
 
 use crate::support::{CHAT_URI, Log, body_bytes, reply, retries_only, scripted, status};
 
+pub mod checks;
+
 /// The labels of one series, by name.
 pub type Labels = BTreeMap<String, String>;
 
