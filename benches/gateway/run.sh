@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The gateway benchmark (docs/PERFORMANCE.md, "The gateway"): on this machine, in one run, the
-# mock provider alone (the reference), a bare hyper pass-through (the floor), stormguard-gateway
+# mock provider alone (the reference), a bare hyper pass-through (the floor; and again on one
+# thread a core, as the gateway serves, its ratio to the floor shown), stormguard-gateway
 # started from the environment alone, and LiteLLM's proxy (one worker, a master key) when it can
 # be installed; each in front of the same mock, on 127.0.0.1, loaded by gateway-load on the same
 # machine. Prints one markdown table (also written to $TARGET/gateway-bench/table.md).
@@ -97,6 +98,13 @@ measure "$mock_port" "mock provider" pid="$mock_pid" reference=1 \
 port=$("$load" port)
 start proxy "$port" "$BIN/gateway-proxy" "$port" "127.0.0.1:$mock_port"
 measure "$port" "bare hyper proxy" pid="$PID" floor=1 \
+    start_ms="$START_MS" size_bytes="$(size "$BIN/gateway-proxy")"
+stop "$PID"
+
+# The floor again, served as the gateway serves (one thread a core): what that is worth alone.
+port=$("$load" port)
+start proxy-per-core "$port" "$BIN/gateway-proxy" "$port" "127.0.0.1:$mock_port" per-core
+measure "$port" "bare hyper proxy, per-core threads" pid="$PID" \
     start_ms="$START_MS" size_bytes="$(size "$BIN/gateway-proxy")"
 stop "$PID"
 

@@ -64,6 +64,10 @@
 //! # }
 //! ```
 //!
+//! `serve::start` serves the connections on the runtime it is called from; the binary serves
+//! them on one thread a core (`serve::start_on` with `serve::Workers::per_core()`), each thread
+//! with its own pool of provider connections.
+//!
 //! In the SDKs, point `base_url` at the gateway (OpenAI's SDKs: `http://127.0.0.1:4000/v1`,
 //! Anthropic's: `http://127.0.0.1:4000`) and turn their own retries off (`max_retries=0`): the
 //! gateway retries, and what it gives up on carries `x-should-retry: false`.

@@ -1,6 +1,7 @@
 //! `stormguard-gateway`: see the library's docs.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use stormguard_gateway::args::{self, Command, USAGE};
 use stormguard_gateway::config::{self, Config};
@@ -85,7 +86,14 @@ fn serve(
                 return ExitCode::from(EXIT_START);
             }
         };
-        match stormguard_gateway::serve::start(&config).await {
+        let workers = match stormguard_gateway::serve::Workers::per_core() {
+            Ok(workers) => Arc::new(workers),
+            Err(error) => {
+                eprintln!("stormguard-gateway: cannot start its workers: {error}");
+                return ExitCode::from(EXIT_START);
+            }
+        };
+        match stormguard_gateway::serve::start_on(&config, Some(workers)).await {
             #[cfg(unix)]
             Ok(running) => {
                 let reload = path.map(|path| move || reread(path, listen, overrides, env));
@@ -113,9 +121,11 @@ fn serve(
     })
 }
 
-/// The runtime the gateway serves on, or the exit code of a start that cannot have one.
+/// The runtime of the accept loop, the signals, the reload and the drain (connections are
+/// served on the workers, one thread a core), or the exit code of a start that cannot have one.
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|error| {

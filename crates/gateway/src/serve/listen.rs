@@ -18,14 +18,15 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tower::ServiceExt;
 
 use super::Drained;
 use super::drain::Ending;
+use super::workers::Workers;
 
 /// How the listener bounds its callers.
 #[derive(Clone, Copy, Debug)]
@@ -66,6 +67,8 @@ pub(crate) struct Listen {
     pub(crate) current: watch::Receiver<Current>,
     pub(crate) ending: Ending,
     pub(crate) end: watch::Sender<bool>,
+    /// Where connections are served: these threads, or the runtime of the accept loop.
+    pub(crate) workers: Option<Arc<Workers>>,
 }
 
 /// Serves until `stopped` gives a grace (or is dropped), then drains with it.
@@ -79,6 +82,7 @@ pub(crate) async fn serve(
         current,
         ending,
         end,
+        workers,
     } = listen;
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let graceful = GracefulShutdown::new();
@@ -104,18 +108,24 @@ pub(crate) async fn serve(
         // Relayed streams are many small writes: sent at once, not held back by Nagle.
         let _ = stream.set_nodelay(true);
         let limits = current.borrow().limits;
-        let requests = current.clone();
-        let service = tower::service_fn(move |request: http::Request<Incoming>| {
-            let app = requests.borrow().app.clone();
-            app.oneshot(request)
-        });
-        let connection = builder(limits)
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            let _ = connection.await;
-            drop(slot);
-        });
+        let served = Served {
+            limits,
+            requests: current.clone(),
+            watcher: graceful.watcher(),
+            slot,
+        };
+        match &workers {
+            None => drop(tokio::spawn(served.serve(stream))),
+            // The socket moves to the worker's runtime, registered there.
+            Some(workers) => match stream.into_std() {
+                Ok(stream) => workers.spawn(async move {
+                    if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+                        served.serve(stream).await;
+                    }
+                }),
+                Err(error) => tracing::warn!(%error, "accepted connection lost"),
+            },
+        }
     };
     // New connections are refused from here on.
     drop(listener);
@@ -160,6 +170,37 @@ async fn drain(
         "drained"
     );
     drained
+}
+
+/// One accepted connection and what it is served with.
+struct Served {
+    limits: Limits,
+    /// The app current when each request arrives.
+    requests: watch::Receiver<Current>,
+    /// The drain's hold on it.
+    watcher: Watcher,
+    /// Its place among the connections served at once, given back when it closes.
+    slot: OwnedSemaphorePermit,
+}
+
+impl Served {
+    /// Serves `stream` until it closes, on the runtime this is polled on.
+    async fn serve(self, stream: tokio::net::TcpStream) {
+        let Self {
+            limits,
+            requests,
+            watcher,
+            slot,
+        } = self;
+        let service = tower::service_fn(move |request: http::Request<Incoming>| {
+            let app = requests.borrow().app.clone();
+            app.oneshot(request)
+        });
+        let connection = builder(limits)
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let _ = watcher.watch(connection).await;
+        drop(slot);
+    }
 }
 
 /// One connection's HTTP/1.1 settings.

@@ -27,6 +27,7 @@ mod routes;
 mod signals;
 mod summary;
 mod upstream;
+mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,6 +46,7 @@ pub use reload::ReloadError;
 pub use routes::DEFAULT_ANTHROPIC_VERSION;
 #[cfg(unix)]
 pub use signals::{Signals, serve_until_signalled};
+pub use workers::Workers;
 
 use crate::config::Config;
 use crate::format::{MODELS, RELAYED};
@@ -200,8 +202,18 @@ impl Running {
     }
 }
 
-/// Starts serving `config` on its listen address, after checking it may listen there.
+/// Starts serving `config` on its listen address, after checking it may listen there; its
+/// connections are served on the runtime this is called from.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
+    start_on(config, None).await
+}
+
+/// [`start`], with each connection served on one of `workers` (the binary's: one thread a core)
+/// when some are given.
+pub async fn start_on(
+    config: &Config,
+    workers: Option<Arc<Workers>>,
+) -> Result<Running, StartError> {
     let (end, ending) = Ending::new();
     let (app, keys) = app_with(config, ending.clone())?;
     let listen = config.server.listen;
@@ -218,6 +230,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         current: requests,
         ending: ending.clone(),
         end,
+        workers,
     };
     let task = tokio::spawn(listen::serve(parts, stopped));
     tracing::info!(%addr, source = %config.source, models = config.models.len(), "stormguard-gateway listening");
