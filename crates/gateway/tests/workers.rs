@@ -68,14 +68,48 @@ async fn two_callers(workers: Option<Arc<Workers>>) -> (Vec<u16>, BTreeSet<u16>)
     (statuses, seen)
 }
 
+/// This process's threads named for a worker (a thread's name is cut at 15 bytes).
+fn worker_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .filter_map(Result::ok)
+                .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+                .filter(|name| name.starts_with("stormguard-work"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The worker threads once there are `expected` (a thread names itself as it starts, and leaves
+/// as soon as it is told): asked again while they get there, a bounded number of times.
+fn worker_threads_settled_at(expected: usize) -> usize {
+    let mut seen = worker_threads();
+    for _ in 0..100_000 {
+        if seen == expected {
+            break;
+        }
+        std::thread::yield_now();
+        seen = worker_threads();
+    }
+    seen
+}
+
 #[tokio::test]
 async fn each_worker_serves_its_callers_through_provider_connections_of_its_own() {
     let workers = Arc::new(Workers::start(2).unwrap());
     assert_eq!(workers.len(), 2);
+    if cfg!(target_os = "linux") {
+        assert_eq!(worker_threads_settled_at(2), 2);
+    }
     let (statuses, ports) = two_callers(Some(workers)).await;
     assert_eq!(statuses, [200; 10]);
     // The callers' connections went to the two workers in turn, and each opened its own.
     assert_eq!(ports.len(), 2, "{ports:?}");
+    // The gateway drained and dropped its workers: their threads end.
+    if cfg!(target_os = "linux") {
+        assert_eq!(worker_threads_settled_at(0), 0);
+    }
     // Served on the caller's runtime, the two callers share the one pool: one connection.
     let (statuses, ports) = two_callers(None).await;
     assert_eq!(statuses, [200; 10]);

@@ -19,6 +19,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::runtime::Handle;
+use tokio::sync::watch;
 
 thread_local! {
     /// Whether this thread is one of the workers: its requests take its own provider connections.
@@ -31,32 +32,39 @@ pub(crate) fn on_worker() -> bool {
 }
 
 /// Threads that serve connections, each on a single-threaded runtime of its own, taken in turn.
-/// They run until the process ends.
+/// They end when this is dropped (the gateway that took them has drained), and the connections
+/// still on them are closed.
 #[derive(Debug)]
 pub struct Workers {
     handles: Vec<Handle>,
     next: AtomicUsize,
+    /// Dropped with this: each thread then leaves its runtime, and ends.
+    _stop: watch::Sender<()>,
 }
 
 impl Workers {
     /// `count` workers (at least one), named `stormguard-worker-N`.
     pub fn start(count: usize) -> std::io::Result<Self> {
+        let (stop, stopped) = watch::channel(());
         let mut handles = Vec::with_capacity(count.max(1));
         for index in 0..count.max(1) {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             handles.push(runtime.handle().clone());
+            let mut stopped = stopped.clone();
             std::thread::Builder::new()
                 .name(format!("stormguard-worker-{index}"))
                 .spawn(move || {
                     ON_WORKER.with(|on| on.set(true));
-                    runtime.block_on(std::future::pending::<()>());
+                    // Ends when the sender is dropped: no value is ever sent.
+                    runtime.block_on(async move { while stopped.changed().await.is_ok() {} });
                 })?;
         }
         Ok(Self {
             handles,
             next: AtomicUsize::new(0),
+            _stop: stop,
         })
     }
 
