@@ -1,6 +1,7 @@
-//! The connection to providers: one hyper client (HTTPS with rustls on `ring` under the `https`
-//! feature, plain HTTP otherwise) under every route's failover, counting the attempts each
-//! request makes.
+//! The connection to providers: a pooled hyper client (HTTPS with rustls on `ring` under the
+//! `https` feature, plain HTTP otherwise) under every route's failover, counting the attempts
+//! each request makes. Served on workers, each worker thread has a client of its own; elsewhere
+//! the routes share one.
 
 use std::cell::OnceCell;
 use std::sync::Arc;
@@ -43,7 +44,8 @@ fn count<B>(request: Request<B>) -> Request<B> {
     request
 }
 
-/// The client every route shares.
+/// What every route sends its attempts through: the client of the thread a request is served
+/// on ([`PerWorker`]).
 pub(crate) fn connection() -> Result<Connection, String> {
     let shared = client()?;
     Ok(BoxCloneSyncService::new(
@@ -100,6 +102,9 @@ impl Service<Request<Full<Bytes>>> for PerWorker {
     }
 }
 
+/// HTTPS with rustls on `ring` (the project builds no aws-lc) and webpki's roots. rustls 0.23.48
+/// deprecates `ring::default_provider` because `ring` has no post-quantum key exchange; it is
+/// still the provider chosen here, until rustls offers one without aws-lc.
 #[cfg(feature = "https")]
 #[allow(deprecated)]
 fn connector() -> Result<Connector, String> {
