@@ -215,9 +215,10 @@ impl<C: Classify, Bk: Backoff> Ledger<C, Bk> {
         if !settles && place.is_none() {
             return response;
         }
-        let response = match settles {
-            true => settle_on_usage(response, usage, recorder),
-            false => response,
+        let response = if settles {
+            settle_on_usage(response, usage, recorder)
+        } else {
+            response
         };
         match place {
             None => response,

@@ -92,13 +92,16 @@ impl Service<Request<Full<Bytes>>> for PerWorker {
     }
 
     fn call(&mut self, request: Request<Full<Bytes>>) -> Self::Future {
-        if super::workers::on_worker() {
-            let own = WORKER_CLIENT.with(|own| own.get_or_init(|| client().ok()).clone());
-            if let Some(own) = own {
-                return own.request(request);
-            }
+        if !super::workers::on_worker() {
+            return self.shared.request(request);
         }
-        self.shared.request(request)
+        // A worker whose client could not be built sends through the shared one.
+        WORKER_CLIENT.with(|own| {
+            own.get_or_init(|| client().ok())
+                .as_ref()
+                .unwrap_or(&self.shared)
+                .request(request)
+        })
     }
 }
 

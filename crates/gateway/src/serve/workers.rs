@@ -57,8 +57,10 @@ impl Workers {
                 .name(format!("stormguard-worker-{index}"))
                 .spawn(move || {
                     ON_WORKER.with(|on| on.set(true));
-                    // Ends when the sender is dropped: no value is ever sent.
-                    runtime.block_on(async move { while stopped.changed().await.is_ok() {} });
+                    // No value is ever sent: this returns when the sender is dropped.
+                    runtime.block_on(async move {
+                        let _ = stopped.changed().await;
+                    });
                 })?;
         }
         Ok(Self {
