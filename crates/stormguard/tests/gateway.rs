@@ -194,12 +194,11 @@ async fn an_upstream_call_past_its_deadline_answers_504() {
 
 #[tokio::test]
 async fn an_upstream_refusing_connections_answers_502_once_the_budget_is_spent() {
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        drop(listener);
-        address
-    };
+    // A port bound and never listened on refuses connections, and stays this test's: a port
+    // closed after its bind could be taken by another test's server meanwhile.
+    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
+    reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = reserved.local_addr().unwrap();
     // Point the upstream request at the closed port.
     let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let redirect = tower::service_fn(move |mut request: Request<Full<Bytes>>| {
